@@ -1,0 +1,170 @@
+import { rootCertificates } from 'node:tls';
+import apn from '@parse/node-apn';
+import type { Redis } from 'ioredis';
+import { now } from '../lib/clock.js';
+import type { Config } from '../lib/config.js';
+import type { Logger } from '../lib/log.js';
+import type { SecretBox } from '../lib/secret-box.js';
+import { ApnsCredentialsUnreadable, apnsCredentialsVersion, getApnsCredentials } from '../streams/apns-credentials.js';
+import type { Keys } from '../streams/keys.js';
+
+export type ApnsEnvironment = 'production' | 'sandbox';
+
+/** A ready connection to APNs for one tenant app in one environment. */
+export type ApnsConnection = { provider: apn.Provider; bundleId: string; host: string; port: number; version: string };
+
+/** Why no connection can be made: nothing configured, or stored credentials this process cannot decrypt. */
+export type ApnsUnavailable = { unavailable: 'apns_not_configured' | 'apns_credentials_unreadable'; detail: string };
+
+type Entry = { connection: ApnsConnection; checkedAt: number };
+
+/**
+ * One node-apn `Provider` (one HTTP/2 session) per tenant and environment, made on first use from
+ * the tenant's stored credentials. A cached provider is trusted for `apnsCredentialsCheckMs`; after
+ * that the next send re-reads the credentials' version (one HGET) and, when it changed or the
+ * credentials were deleted, replaces or drops the provider. The old provider's session closes
+ * gracefully: requests in flight on it still get their answers.
+ *
+ * Hosts, port and CA come from the configuration only (`APNS_HOST`, `APNS_SANDBOX_HOST`,
+ * `APNS_PORT`, `APNS_SANDBOX_PORT`, `APNS_CA_FILE`): a local APNs peer is reached exactly the way
+ * Apple is. node-apn's own retries are off (`connectionRetryLimit: 0`): the sender retries with
+ * its own backoff.
+ */
+export class ApnsProviders {
+  readonly #entries = new Map<string, Entry>();
+  readonly #loading = new Map<string, Promise<Entry | ApnsUnavailable>>();
+  readonly #ca: (string | Buffer)[] | null;
+  #closed = false;
+
+  /** How long closing a provider waits for its requests in flight. */
+  get #graceMs(): number {
+    return this.config.apnsRequestTimeoutMs + 1000;
+  }
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly keys: Keys,
+    private readonly config: Config,
+    private readonly box: SecretBox | null,
+    private readonly log: Logger,
+    /** Extra trusted CA certificates (PEM), added to Node's root store; null: the root store alone. */
+    extraCa: string | null,
+  ) {
+    this.#ca = extraCa ? [...rootCertificates, extraCa] : null;
+  }
+
+  /** The host and port an environment's requests go to. */
+  endpoint(environment: ApnsEnvironment): { host: string; port: number } {
+    return environment === 'production'
+      ? { host: this.config.apnsHost, port: this.config.apnsPort }
+      : { host: this.config.apnsSandboxHost, port: this.config.apnsSandboxPort };
+  }
+
+  /** The connection for a tenant's app in `environment`, or why there is none. */
+  async get(tenantId: string, environment: ApnsEnvironment): Promise<ApnsConnection | ApnsUnavailable> {
+    if (this.#closed) return { unavailable: 'apns_not_configured', detail: 'the push sender is closed' };
+    const key = `${tenantId}|${environment}`;
+    const entry = this.#entries.get(key);
+    if (entry && now() - entry.checkedAt < this.config.apnsCredentialsCheckMs) return entry.connection;
+    // Many sends arrive at once for a tenant: one of them checks, the others wait for it.
+    let loading = this.#loading.get(key);
+    if (!loading) {
+      loading = this.#refresh(key, tenantId, environment).finally(() => this.#loading.delete(key));
+      this.#loading.set(key, loading);
+    }
+    const result = await loading;
+    return 'unavailable' in result ? result : result.connection;
+  }
+
+  async #refresh(key: string, tenantId: string, environment: ApnsEnvironment): Promise<Entry | ApnsUnavailable> {
+    const current = this.#entries.get(key);
+    if (current) {
+      const version = await apnsCredentialsVersion(this.redis, this.keys, tenantId);
+      if (version === current.connection.version) {
+        current.checkedAt = now();
+        return current;
+      }
+    }
+    let credentials;
+    try {
+      credentials = await getApnsCredentials(this.redis, this.keys, this.box, tenantId);
+    } catch (err) {
+      if (!(err instanceof ApnsCredentialsUnreadable)) throw err;
+      this.#drop(key);
+      this.log.error('apns credentials unreadable', { tenantId, err: err.message });
+      return { unavailable: 'apns_credentials_unreadable', detail: err.message };
+    }
+    if (!credentials) {
+      this.#drop(key);
+      return { unavailable: 'apns_not_configured', detail: 'no APNs credentials are configured for this tenant' };
+    }
+    const { host, port } = this.endpoint(environment);
+    const options: apn.ProviderOptions = {
+      token: { key: credentials.privateKey, keyId: credentials.keyId, teamId: credentials.teamId },
+      production: environment === 'production',
+      address: host,
+      port,
+      connectionRetryLimit: 0,
+      requestTimeout: this.config.apnsRequestTimeoutMs,
+    };
+    if (this.#ca) options.ca = this.#ca;
+    let provider: apn.Provider;
+    try {
+      provider = new apn.Provider(options);
+    } catch (err) {
+      this.#drop(key);
+      this.log.error('apns provider could not be made', { tenantId, err: (err as Error).message });
+      return { unavailable: 'apns_credentials_unreadable', detail: (err as Error).message };
+    }
+    this.#drop(key);
+    if (this.#closed) {
+      // close() ran while the credentials were read: do not leave a session open.
+      void shutdown(provider, this.#graceMs);
+      return { unavailable: 'apns_not_configured', detail: 'the push sender is closed' };
+    }
+    const entry: Entry = { connection: { provider, bundleId: credentials.bundleId, host, port, version: credentials.version }, checkedAt: now() };
+    this.#entries.set(key, entry);
+    this.log.info('apns provider ready', { tenantId, environment, host, port, keyId: credentials.keyId, bundleId: credentials.bundleId });
+    return entry;
+  }
+
+  #drop(key: string): void {
+    const entry = this.#entries.get(key);
+    if (!entry) return;
+    this.#entries.delete(key);
+    void shutdown(entry.connection.provider, this.#graceMs);
+  }
+
+  /** Shuts every provider down (in-flight requests finish first); later `get`s find nothing. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.allSettled([...this.#loading.values()]);
+    const providers = [...this.#entries.values()].map((e) => e.connection.provider);
+    this.#entries.clear();
+    await Promise.all(providers.map((p) => shutdown(p, this.#graceMs)));
+  }
+}
+
+/**
+ * node-apn's shutdown closes the session once its streams are done and then calls back; but after
+ * a connection error its session is already destroyed and Node never calls `close`'s callback. So
+ * wait at most `graceMs` (enough for requests in flight to time out).
+ */
+function shutdown(provider: apn.Provider, graceMs: number): Promise<void> {
+  // A peek at node-apn's client: a destroyed session has nothing left to wait for.
+  const session = (provider as unknown as { client?: { session?: { destroyed?: boolean } | null } }).client?.session;
+  if (session?.destroyed) graceMs = 0;
+  return new Promise<void>((done) => {
+    const timer = setTimeout(done, graceMs);
+    timer.unref();
+    try {
+      provider.shutdown(() => {
+        clearTimeout(timer);
+        done();
+      });
+    } catch {
+      clearTimeout(timer);
+      done();
+    }
+  });
+}

@@ -1,0 +1,170 @@
+import type { Redis } from 'ioredis';
+import { isoNow, now } from '../lib/clock.js';
+import { derivedId } from '../lib/ids.js';
+import type { Logger } from '../lib/log.js';
+import { partitionOf } from '../lib/partition.js';
+import { ingestEvents } from '../streams/ingest.js';
+import type { Keys } from '../streams/keys.js';
+import { callScript } from '../streams/lua-scripts.js';
+import { moveMessage, toMessage, type DeliveryStatus, type Message } from '../streams/messages.js';
+import { allows, readPreferences } from '../streams/preferences.js';
+import type { TenantScope } from '../streams/subscriber-writes.js';
+import { invalidateSubscription, toSubscription, type Subscription } from '../streams/subscriptions.js';
+import { topicMemberPage, type MemberPosition } from '../streams/topic-members.js';
+import { findTopic } from '../streams/topics.js';
+
+/** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
+export type Pusher = {
+  sendAll(jobs: { tenantId: string; token: string; environment: 'production' | 'sandbox'; content: Message['content']; messageId: string; deliveryId: string }[]): Promise<{
+    outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number;
+  }[]>;
+};
+
+export type FanoutContext = {
+  redis: Redis; keys: Keys; partitions: number; maxBacklog: number; pusher: Pusher; log: Logger; chunkSize: number;
+  /** called after every chunk: keeps the queue entry's claim fresh during a long fan-out */
+  touch?: () => Promise<unknown>;
+};
+
+type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null };
+
+/** Why a subscription does not get a push of this message, or null when it does. */
+function skipReason(s: Subscription, pushAllowed: boolean, categoryAllowed: boolean): string | null {
+  if (s.channel !== 'push') return 'channel_not_supported';
+  if (s.platform === 'android') return 'platform_not_supported';
+  if (s.invalidatedAt) return 'token_invalidated';
+  if (!s.enabled) return 'subscription_disabled';
+  if (!pushAllowed) return 'channel_opt_out';
+  if (!categoryAllowed) return 'category_opt_out';
+  return null;
+}
+
+/** One delivery per subscription of each subscriber (or one skipped delivery when there is none to send to). */
+async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[]): Promise<{ planned: Planned[]; existing: string[] }> {
+  const { redis, keys } = ctx;
+  const at = isoNow();
+  const base = (externalId: string, subscriptionId: string | null) => ({
+    id: derivedId('delivery', Date.parse(message.createdAt), `${message.id}|${subscriptionId ?? `subscriber:${externalId}`}`),
+    fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel: 'push', createdAt: at, updatedAt: at, attempts: '0' },
+  });
+  const planned: Planned[] = [];
+  const existing: string[] = [];
+  await Promise.all(externalIds.map(async (externalId) => {
+    const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+    const [exists, preferences, ids] = await Promise.all([
+      redis.hexists(keys.subscribers(p), `${scope.tenantId}|${externalId}`),
+      redis.hget(keys.subscriber(p, scope.tenantId, externalId), 'preferences'),
+      redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
+    ]);
+    const skip = (subscriptionId: string | null, reason: string) => {
+      const d = base(externalId, subscriptionId);
+      planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
+    };
+    if (!exists) return skip(null, 'subscriber_not_found');
+    existing.push(externalId);
+    const prefs = readPreferences(preferences ?? undefined);
+    const pushAllowed = allows(prefs, 'push', null);
+    const categoryAllowed = allows(prefs, 'push', message.content.category ?? null);
+    const pipeline = redis.pipeline();
+    for (const id of ids) pipeline.hgetall(keys.subscription(p, scope.tenantId, id));
+    const subscriptions = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id).map((h) => toSubscription(externalId, h));
+    if (subscriptions.length === 0) return skip(null, 'no_subscription');
+    for (const s of subscriptions) {
+      const reason = skipReason(s, pushAllowed, categoryAllowed);
+      if (reason) skip(s.id, reason);
+      else {
+        const d = base(externalId, s.id);
+        planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
+      }
+    }
+  }));
+  return { planned, existing };
+}
+
+/** Records many deliveries' outcomes in one script call (lua/settleDeliveries). */
+async function settle(ctx: FanoutContext, tenantId: string, messageId: string, outcomes: { id: string; status: DeliveryStatus; fields: Record<string, string> }[]): Promise<void> {
+  if (outcomes.length === 0) return;
+  const args: (string | number)[] = [ctx.keys.tenantBase(tenantId), messageId, isoNow(), outcomes.length];
+  for (const o of outcomes) {
+    const flat = Object.entries(o.fields).flat();
+    args.push(o.id, o.status, flat.length / 2, ...flat);
+  }
+  await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, messageId)], args);
+}
+
+/** Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream, and sends the pending ones. */
+async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[]): Promise<void> {
+  const { redis, keys, pusher } = ctx;
+  const { planned, existing } = await plan(ctx, scope, message, externalIds);
+  if (planned.length === 0) return;
+  const args: string[] = [keys.tenantBase(scope.tenantId), message.id, String(planned.length)];
+  for (const d of planned) args.push(d.id, d.status, JSON.stringify(d.fields));
+  const states = await callScript<[string, string][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, message.id), keys.messageDeliveries(scope.tenantId, message.id)], args);
+  // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a duplicate
+  if (existing.length) {
+    await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, existing.map((externalId) => ({
+      externalId, name: '$send', source: 'system', timestampMs: now(), data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null }),
+      callerId: `$send:${message.id}`, runId: null, messageId: message.id, step: null,
+    })));
+  }
+  // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and
+  // collapse id, so the device shows it once: the message id is the default collapse id.
+  const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
+  const toSend = planned.filter((d, i) => states[i]![1] === 'pending' && d.subscription);
+  const results = await pusher.sendAll(toSend.map((d) => ({
+    tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
+  })));
+  const outcomes = toSend.map((d, i) => {
+    const result = results[i]!;
+    const fields: Record<string, string> = { attempts: String(result.attempts) };
+    if (result.httpStatus !== null) fields.providerStatus = String(result.httpStatus);
+    if (result.apnsId) fields.apnsId = result.apnsId;
+    if (result.reason) fields.providerReason = result.reason;
+    if (result.timestamp) fields.providerTimestamp = isoNow(result.timestamp);
+    if (result.outcome === 'sent') fields.sentAt = isoNow();
+    else fields.reason = result.reason ?? 'failed';
+    return { id: d.id, status: result.outcome as DeliveryStatus, fields };
+  });
+  await settle(ctx, scope.tenantId, message.id, outcomes);
+  await Promise.all(toSend.map((d, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
+}
+
+/**
+ * Fans a queued message out to its audience, resumably: the audience is walked in chunks (a topic
+ * page by page, never loaded whole), each chunk's deliveries are created once (ids derived from the
+ * message and subscription), sent, and settled before the cursor moves past it. A dispatcher killed
+ * mid-chunk leaves the queue entry unacked; the next one resumes at the stored cursor, finds the
+ * chunk's deliveries already made and sends only those still pending.
+ */
+export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: string): Promise<void> {
+  const { redis, keys } = ctx;
+  const recordKey = keys.message(scope.tenantId, messageId);
+  const record = await redis.hgetall(recordKey);
+  if (!record.id) return;
+  if (record.status === 'queued') await moveMessage(redis, keys, scope.tenantId, messageId, ['queued'], 'sending', { startedAt: isoNow() });
+  else if (record.status !== 'sending') return; // canceled, completed, failed, or still scheduled
+  const message = toMessage({ ...record, status: 'sending' });
+  if (record.fanout !== 'done') {
+    if ('externalId' in message.to) {
+      if (record.cursor !== 'done') await processChunk(ctx, scope, message, [message.to.externalId]);
+    } else {
+      const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
+      if (!topic) {
+        await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'topic_not_found', completedAt: isoNow() });
+        return;
+      }
+      let after: MemberPosition | null = record.cursor && record.cursor !== 'done' ? JSON.parse(record.cursor) : null;
+      for (let page = 0; page < 10_000_000 && record.cursor !== 'done'; page++) {
+        const { items, next } = await topicMemberPage(redis, keys, scope.tenantId, topic.id, ctx.chunkSize, after);
+        if (items.length) await processChunk(ctx, scope, message, items.map((m) => m.externalId));
+        await ctx.touch?.();
+        if (!next) break;
+        after = next;
+        await redis.hset(recordKey, 'cursor', JSON.stringify(after));
+        if ((await redis.hget(recordKey, 'status')) !== 'sending') return;
+      }
+    }
+    await redis.hset(recordKey, 'cursor', 'done');
+  }
+  await callScript(redis, 'finishFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]);
+}

@@ -1,0 +1,277 @@
+import { readFileSync } from 'node:fs';
+import apn from '@parse/node-apn';
+import Bottleneck from 'bottleneck';
+import type { Redis } from 'ioredis';
+import { buildApnsRequest, payloadSize, APNS_MAX_PAYLOAD_BYTES, type PushContent } from '../lib/apns-payload.js';
+import { now } from '../lib/clock.js';
+import type { Config } from '../lib/config.js';
+import { createLogger, type Logger } from '../lib/log.js';
+import { createSecretBox } from '../lib/secret-box.js';
+import type { Keys } from '../streams/keys.js';
+import { ApnsProviders, type ApnsConnection, type ApnsEnvironment } from './apns-providers.js';
+
+/** One push to one device: what the dispatcher hands the sender for a delivery. */
+export type PushJob = {
+  tenantId: string;
+  token: string;
+  environment: ApnsEnvironment;
+  content: PushContent;
+  messageId: string;
+  deliveryId: string;
+};
+
+/** One answer from APNs (or the absence of one: a connection error or timeout has no status). */
+export type ApnsAnswer = { httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; at: number };
+
+/**
+ * The outcome of a push. `reason` is Apple's (`BadDeviceToken`, `Unregistered`,
+ * `TooManyRequests`…) when APNs answered, else one of Herald's lowercase reasons:
+ * `apns_not_configured`, `apns_credentials_unreadable`, `payload_too_large` (refused before
+ * sending), `connection_error`, `request_timeout`, `sender_closed` (the sender was closed while
+ * retrying: the push may be tried again later).
+ */
+export type PushResult = {
+  outcome: 'sent' | 'failed';
+  /** The last APNs answer's status; null when none came. */
+  httpStatus: number | null;
+  apnsId: string | null;
+  reason: string | null;
+  /** From a 410 answer: when APNs last knew the token valid (ms since the epoch). */
+  timestamp: number | null;
+  /** The token is gone for good (410, BadDeviceToken, DeviceTokenNotForTopic): disable the subscription. */
+  tokenInvalid: boolean;
+  /** Requests made to APNs (0 when refused before sending). */
+  attempts: number;
+  /** Every answer of every attempt, oldest first. */
+  answers: ApnsAnswer[];
+};
+
+/** Statuses APNs may answer differently a moment later. */
+const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
+/** 400 reasons that mean the token itself is wrong for this app. */
+const INVALID_TOKEN_REASONS = new Set(['BadDeviceToken', 'DeviceTokenNotForTopic']);
+/** Longest wait between two attempts, whatever the base and attempt number. */
+const MAX_BACKOFF_MS = 30_000;
+
+export type PushSenderOptions = { redis: Redis; keys: Keys; config: Config; log?: Logger };
+
+/**
+ * Sends pushes through APNs for every tenant of the deployment. One provider per tenant and
+ * environment (see ApnsProviders); per tenant, a `bottleneck` limiter caps requests in flight
+ * (`APNS_MAX_CONCURRENT_PER_TENANT`) and started per second (`APNS_RATE_PER_TENANT_PER_SECOND`).
+ * 429, 5xx, an expired provider token and connection errors are retried up to `APNS_MAX_ATTEMPTS`
+ * in all, after `APNS_RETRY_BASE_MS` doubled each time with ±25% jitter; the wait holds no limiter
+ * slot. Every attempt carries the same `apns-id` (derived from the delivery id).
+ *
+ * `send` resolves for every APNs outcome; it rejects only when Redis cannot be read.
+ */
+export class PushSender {
+  readonly #config: Config;
+  readonly #log: Logger;
+  readonly #providers: ApnsProviders;
+  readonly #limiters = new Map<string, Bottleneck>();
+  readonly #sleeps = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
+  #closed = false;
+
+  constructor(options: PushSenderOptions) {
+    const { redis, keys, config } = options;
+    this.#config = config;
+    this.#log = options.log ?? createLogger(config.logLevel, { component: 'push-sender' });
+    const box = config.encryptionKey ? createSecretBox(config.encryptionKey) : null;
+    this.#providers = new ApnsProviders(redis, keys, config, box, this.#log, readCaFile(config.apnsCaFile));
+  }
+
+  /** Sends one push, retrying what may succeed later; never sends after `close`. */
+  async send(job: PushJob): Promise<PushResult> {
+    return (await this.sendAll([job]))[0]!;
+  }
+
+  /**
+   * Sends many pushes (a fan-out chunk). Each round passes the limiter once per group of up to
+   * `APNS_MAX_CONCURRENT_PER_TENANT` pushes (one weighted bottleneck job: per-job scheduling costs
+   * a timer hop and caps a limiter near 400 jobs/s), then the retryable ones wait their backoff
+   * and go again, up to `APNS_MAX_ATTEMPTS`. Results are in the order of `jobs`.
+   */
+  async sendAll(jobs: PushJob[]): Promise<PushResult[]> {
+    const results: (PushResult | undefined)[] = new Array(jobs.length);
+    const answers: ApnsAnswer[][] = jobs.map(() => []);
+    const requests = jobs.map((job) => buildApnsRequest(job.content, { messageId: job.messageId, deliveryId: job.deliveryId }));
+    let pending: number[] = [];
+    requests.forEach((request, i) => {
+      if (payloadSize(request.payload) > APNS_MAX_PAYLOAD_BYTES) results[i] = refused('payload_too_large');
+      else pending.push(i);
+    });
+    // a weighted job heavier than the limiter's reservoir would never start
+    const batch = Math.max(1, Math.min(this.#config.apnsMaxConcurrentPerTenant, this.#config.apnsRatePerTenantPerSecond));
+    for (let attempt = 1; pending.length > 0; attempt++) {
+      const retry: number[] = [];
+      const byTenant = new Map<string, number[]>();
+      for (const i of pending) byTenant.set(jobs[i]!.tenantId, [...(byTenant.get(jobs[i]!.tenantId) ?? []), i]);
+      await Promise.all([...byTenant].map(async ([tenantId, indexes]) => {
+        const limiter = this.#limiter(tenantId);
+        for (let from = 0; from < indexes.length; from += batch) {
+          const group = indexes.slice(from, from + batch);
+          if (this.#closed) {
+            for (const i of group) results[i] = { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! };
+            continue;
+          }
+          const connections = await Promise.all(group.map((i) => this.#providers.get(tenantId, jobs[i]!.environment)));
+          const sendable = group.filter((i, k) => {
+            const connection = connections[k]!;
+            if ('unavailable' in connection) results[i] = { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! };
+            return !('unavailable' in connection);
+          });
+          if (sendable.length === 0) continue;
+          let got: ApnsAnswer[];
+          try {
+            got = await limiter.schedule({ weight: sendable.length }, () => Promise.all(sendable.map((i) => {
+              const connection = connections[group.indexOf(i)] as ApnsConnection;
+              return this.#attempt(connection, requests[i]!, jobs[i]!.token);
+            })));
+          } catch (err) {
+            // Only a stopped limiter rejects: close() dropped these waiting pushes.
+            if (!this.#closed) throw err;
+            for (const i of sendable) results[i] = { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! };
+            continue;
+          }
+          sendable.forEach((i, k) => {
+            const answer = got[k]!;
+            answers[i]!.push(answer);
+            this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
+            if (!retryable(answer) || attempt >= this.#config.apnsMaxAttempts) results[i] = resultOf(answer, attempt, answers[i]!);
+            else retry.push(i);
+          });
+        }
+      }));
+      pending = retry;
+      if (pending.length > 0) {
+        if (this.#closed) {
+          for (const i of pending) results[i] = { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! };
+          break;
+        }
+        await this.#sleep(backoffMs(this.#config.apnsRetryBaseMs, attempt));
+      }
+    }
+    return results.map((r) => r!);
+  }
+
+  async #attempt(connection: ApnsConnection, request: ReturnType<typeof buildApnsRequest>, token: string): Promise<ApnsAnswer> {
+    const note = new apn.Notification();
+    note.rawPayload = request.payload;
+    note.topic = connection.bundleId;
+    note.pushType = request.headers.pushType;
+    note.priority = request.headers.priority;
+    note.id = request.headers.apnsId;
+    if (request.headers.expiration !== undefined) note.expiry = request.headers.expiration;
+    if (request.headers.collapseId !== undefined) note.collapseId = request.headers.collapseId;
+    let result;
+    try {
+      result = await connection.provider.send(note, token);
+    } catch (err) {
+      return { httpStatus: null, apnsId: null, reason: transportReason(err), timestamp: null, at: now() };
+    }
+    const sent = result.sent[0] as (apn.ResponseSent & { 'apns-id'?: string }) | undefined;
+    if (sent) return { httpStatus: 200, apnsId: sent['apns-id'] ?? null, reason: null, timestamp: null, at: now() };
+    const failed = (result.failed[0] ?? {}) as apn.ResponseFailure & { 'apns-id'?: string; response?: { reason?: string; timestamp?: string | number } };
+    const status = typeof failed.status === 'number' ? failed.status : null;
+    let reason = failed.response?.reason ?? null;
+    if (reason === null && status !== null) {
+      // node-apn turns `500 InternalServerError` and `403 ExpiredProviderToken` into errors.
+      reason = status === 500 ? 'InternalServerError' : failed.error?.message ?? null;
+    }
+    if (status === null) {
+      reason = transportReason(failed.error);
+      this.#log.warn('apns request failed without an answer', { host: connection.host, port: connection.port, err: failed.error?.message ?? 'unknown' });
+    }
+    const stamp = failed.response?.timestamp;
+    const timestamp = stamp === undefined || stamp === null || Number.isNaN(Number(stamp)) ? null : Number(stamp);
+    return { httpStatus: status, apnsId: failed['apns-id'] ?? null, reason, timestamp, at: now() };
+  }
+
+  #limiter(tenantId: string): Bottleneck {
+    let limiter = this.#limiters.get(tenantId);
+    if (!limiter) {
+      const rate = this.#config.apnsRatePerTenantPerSecond;
+      limiter = new Bottleneck({ maxConcurrent: this.#config.apnsMaxConcurrentPerTenant, reservoir: rate, reservoirRefreshAmount: rate, reservoirRefreshInterval: 1000 });
+      limiter.on('error', (err: Error) => this.#log.warn('apns limiter error', { tenantId, err: err.message }));
+      this.#limiters.set(tenantId, limiter);
+    }
+    return limiter;
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise<void>((done) => {
+      const sleep = {
+        wake: () => {
+          clearTimeout(sleep.timer);
+          this.#sleeps.delete(sleep);
+          done();
+        },
+        timer: setTimeout(() => sleep.wake(), ms),
+      };
+      this.#sleeps.add(sleep);
+    });
+  }
+
+  /**
+   * Stops sending: waiting and backing-off pushes resolve `failed` with `sender_closed`, requests
+   * in flight get their answers, then every APNs connection is closed.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const sleep of [...this.#sleeps]) sleep.wake();
+    await Promise.allSettled([...this.#limiters.values()].map((l) => l.stop({ dropWaitingJobs: true })));
+    this.#limiters.clear();
+    await this.#providers.close();
+  }
+}
+
+/** The extra CA PEM of `APNS_CA_FILE`, read once at start; a clear error when it cannot be used. */
+function readCaFile(path: string | null): string | null {
+  if (!path) return null;
+  let pem: string;
+  try {
+    pem = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new Error(`APNS_CA_FILE "${path}" cannot be read: ${(err as Error).message}`);
+  }
+  if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new Error(`APNS_CA_FILE "${path}" holds no PEM certificate`);
+  return pem;
+}
+
+function refused(reason: string): PushResult {
+  return { outcome: 'failed', httpStatus: null, apnsId: null, reason, timestamp: null, tokenInvalid: false, attempts: 0, answers: [] };
+}
+
+function retryable(answer: ApnsAnswer): boolean {
+  if (answer.httpStatus === null) return true;
+  if (RETRY_STATUSES.has(answer.httpStatus)) return true;
+  return answer.httpStatus === 403 && answer.reason === 'ExpiredProviderToken';
+}
+
+function resultOf(answer: ApnsAnswer, attempts: number, answers: ApnsAnswer[]): PushResult {
+  const status = answer.httpStatus;
+  const tokenInvalid = status === 410 || (status === 400 && answer.reason !== null && INVALID_TOKEN_REASONS.has(answer.reason));
+  return {
+    outcome: status === 200 ? 'sent' : 'failed',
+    httpStatus: status,
+    apnsId: answer.apnsId,
+    reason: answer.reason,
+    timestamp: status === 410 ? answer.timestamp : null,
+    tokenInvalid,
+    attempts,
+    answers,
+  };
+}
+
+/** The wait before attempt `attempt + 1`: base × 2^(attempt−1), ±25% jitter, at most 30 s. */
+export function backoffMs(baseMs: number, attempt: number): number {
+  const exact = Math.min(MAX_BACKOFF_MS, baseMs * 2 ** (attempt - 1));
+  return Math.round(exact * (0.75 + Math.random() * 0.5));
+}
+
+function transportReason(err: unknown): string {
+  const message = err instanceof Error ? err.message : '';
+  return /timeout/i.test(message) ? 'request_timeout' : 'connection_error';
+}

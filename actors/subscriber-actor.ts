@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { now } from '../lib/clock.js';
+import type { RoleContext, Stop } from '../streams/role-context.js';
+import { callScript } from '../streams/lua-scripts.js';
+import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
+import { PartitionLeases } from '../streams/partition-leases.js';
+import { connectRedis } from '../streams/redis.js';
+import { forwardToLedger } from '../streams/stream-ledger.js';
+
+/** Inbox fields in the order lua/applyEvents reads them. */
+export const INBOX_FIELDS = ['t', 'x', 'id', 'q', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st'] as const;
+export const ACTOR_GROUP = 'actors';
+
+/**
+ * The subscriber actors of the worker role. The worker leases partitions; for each batch read
+ * from a partition inbox it applies every event in order in one atomic script (read models plus
+ * the subscriber's last applied sequence, so a redelivered event changes nothing), then forwards
+ * the batch to the workspace ledgers for outbound webhooks, then acks.
+ */
+export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
+  const { config, redis, keys, log } = ctx;
+  const owner = `worker:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  const leases = new PartitionLeases(redis, keys, { group: 'worker', owner, partitions: config.partitions, leaseMs: config.leaseMs, tickMs: Math.max(100, Math.floor(config.leaseMs / 5)), log });
+  await leases.start();
+
+  const partitionOfStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.inbox(p), p]));
+  const handle = async (stream: string, entries: StreamEntry[]) => {
+    const p = partitionOfStream.get(stream)!;
+    const args: (string | number)[] = [keys.partitionBase(p), config.retentionMs, now(), entries.length];
+    for (const entry of entries) for (const f of INBOX_FIELDS) args.push(entry.fields[f] ?? '');
+    await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p)], args);
+    await forwardToLedger(redis, keys, entries);
+  };
+
+  const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
+  blocking.on('error', () => undefined);
+  const source = { mode: 'exclusive' as const, streams: () => leases.owned().map((p) => keys.inbox(p)) };
+  const consumer = new StreamConsumer({ redis, blocking, source, group: ACTOR_GROUP, consumer: owner, handle, log });
+  consumer.start();
+  log.info('subscriber actors started', { owner });
+  return async () => {
+    await consumer.stop();
+    await leases.stop();
+  };
+}

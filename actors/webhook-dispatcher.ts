@@ -1,0 +1,450 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { now } from '../lib/clock.js';
+import { derivedId } from '../lib/ids.js';
+import { createAllowList } from '../lib/ssrf-guard.js';
+import { isDeliverable } from '../lib/webhook-events.js';
+import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
+import { signingSecrets } from '../lib/webhook-signing.js';
+import { findTenant, findWorkspace } from '../streams/identity.js';
+import { appendAudit, type Ref } from '../streams/ledger.js';
+import { connectRedis } from '../streams/redis.js';
+import type { RoleContext, Stop } from '../streams/role-context.js';
+import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
+import {
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts,
+  type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
+} from '../streams/webhook-deliveries.js';
+import { allEndpoints, findEndpoint, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
+import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
+
+/** The consumer group of the dispatchers on every workspace ledger. */
+export const WEBHOOK_GROUP = 'webhooks';
+const POLL_EVERY_MS = 100;
+/** A workspace with nothing due is claimed from at least this often. */
+const IDLE_CLAIM_MS = 1_000;
+const REGISTRY_EVERY_MS = 500;
+/** How long one XREADGROUP waits: also how soon a workspace that just joined the registry is read. */
+const READ_BLOCK_MS = 250;
+const SWEEP_EVERY_MS = 60_000;
+const ENQUEUE_CHUNK = 100;
+/** Ledger entries read at once; small enough that sends in flight are not held up by a long batch. */
+const LEDGER_BATCH = 200;
+const RECORD_CHUNK = 200;
+const RECORD_DELAY_MS = 20;
+const STOP_GRACE_MS = 2_000;
+/** Ledger entries this much older (by their stream id, Redis's clock) than every endpoint's activeSince are skipped unread. */
+const CLOCK_SKEW_MS = 5 * 60_000;
+
+/** What an attempt is sent with: the endpoint's URL and secrets as the claim saw them. */
+type Target = { url: string; secret: string; previousSecret: string | null; rotatedAtMs: number | null };
+
+const idMs = (streamId: string) => Number(streamId.slice(0, streamId.indexOf('-')));
+
+/**
+ * The webhook dispatcher (spec 3.2, 3.3, 6.2, 8), run by the `dispatcher` role; any number of
+ * processes share the work.
+ *
+ * 1. Ledgers: every workspace with an endpoint is in a registry; the dispatchers read those
+ *    workspace ledgers (audit and stream events) through one consumer group, `webhooks`
+ *    (a dead process's unacked entries are claimed after a while; a lost group is recreated).
+ *    Each matching event's payload is built once and stored, and one delivery per matching
+ *    endpoint is created, idempotently (lua/enqueueWebhookDeliveries).
+ * 2. Attempts: each endpoint has a due-time queue. A dispatcher claims due attempts up to its free
+ *    capacity (lua/claimWebhookAttempts), each under a lease that outlives the request, sends them
+ *    through the endpoint's lanes (bottleneck, `WEBHOOK_ENDPOINT_CONCURRENCY`), and records each
+ *    result once (lua/recordWebhookAttempts), which queues the next attempt or finishes.
+ * 3. Housekeeping (one process a minute): delivery indexes past the retention are pruned,
+ *    workspaces without endpoints leave the registry, ledgers nobody reads are trimmed.
+ */
+class WebhookDispatcher {
+  private readonly owner = `dispatcher:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  private readonly timeoutMs: number;
+  private readonly leaseMs: number;
+  private readonly perEndpoint: number;
+  private readonly refillAt: number;
+  private readonly send: SendOptions;
+  private workspaces: string[] = [];
+  private readonly workspaceOfLedger = new Map<string, string>();
+  private readonly endpointCache = new Map<string, { version: string | null; endpoints: WebhookEndpoint[] }>();
+  private readonly lanes = new Map<string, { workspaceId: string; lanes: EndpointLanes }>();
+  private readonly backlog = new Map<string, number>();
+  /** when each workspace next needs a claim (ms); absent or 0: at the next round */
+  private readonly claimAt = new Map<string, number>();
+  private readonly refs = new Map<string, Ref>();
+  private results = new Map<string, AttemptResult[]>();
+  private pendingResults = 0;
+  private flushTimer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> = Promise.resolve();
+  private pollScheduled = false;
+  private polling = false;
+  private pollAgain = false;
+  private claims = 0;
+  private stopping = false;
+  private aborted = false;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private consumer: StreamConsumer | null = null;
+
+  constructor(private readonly ctx: RoleContext) {
+    const { config } = ctx;
+    this.timeoutMs = config.webhookAttemptTimeoutMs;
+    this.leaseMs = leaseMsFor(this.timeoutMs);
+    // an endpoint's attempts taken by this process: its lanes plus as many waiting, so lanes never starve
+    this.perEndpoint = 2 * config.webhookEndpointConcurrency;
+    this.refillAt = Math.floor(this.perEndpoint * 0.75);
+    this.send = { timeoutMs: this.timeoutMs, production: config.production, allow: createAllowList(config.webhookAllowPrivateNetworks) };
+  }
+
+  async start(): Promise<void> {
+    const { redis, keys, log } = this.ctx;
+    await this.refreshRegistry();
+    const blocking = connectRedis(this.ctx.target, { maxRetriesPerRequest: null });
+    blocking.on('error', () => undefined);
+    this.consumer = new StreamConsumer({
+      redis, blocking, log, group: WEBHOOK_GROUP, consumer: this.owner, blockMs: READ_BLOCK_MS, batchSize: LEDGER_BATCH,
+      source: { mode: 'shared', claimIdleMs: Math.min(this.leaseMs, 30_000), streams: () => this.workspaces.map((ws) => keys.ledger(ws)) },
+      handle: (stream, entries) => this.handle(stream, entries),
+    });
+    this.consumer.start();
+    const every = (ms: number, fn: () => Promise<unknown>, what: string) => {
+      const timer = setInterval(() => void fn().catch((err: Error) => log.warn(`webhook ${what} failed`, { err: err.message })), ms);
+      timer.unref();
+      this.timers.push(timer);
+    };
+    every(REGISTRY_EVERY_MS, () => this.refreshRegistry(), 'registry refresh');
+    every(POLL_EVERY_MS, async () => this.kick(), 'poll');
+    every(SWEEP_EVERY_MS, () => this.sweep(), 'sweep');
+    log.info('webhook dispatcher started', { owner: this.owner });
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    for (const timer of this.timers) clearInterval(timer);
+    await this.consumer?.stop();
+    // Requests in flight may finish for a moment; then they are dropped unrecorded and their leases
+    // expire, so another dispatcher sends them again (receivers dedupe on webhook-id).
+    const deadline = performance.now() + STOP_GRACE_MS;
+    while ([...this.lanes.values()].some((l) => !l.lanes.idle()) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    this.aborted = true;
+    for (const { lanes } of this.lanes.values()) lanes.close();
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    await this.flushing;
+    await this.flush();
+    await this.flushing;
+  }
+
+  private async refreshRegistry(): Promise<void> {
+    const { redis, keys } = this.ctx;
+    this.workspaces = await redis.zrange(keys.webhookWorkspaces, 0, -1);
+    for (const ws of this.workspaces) this.workspaceOfLedger.set(keys.ledger(ws), ws);
+  }
+
+  // --- 1. ledger entries to deliveries ---
+
+  /** The workspace's endpoints, reloaded when their version counter moved. */
+  private async endpointsOf(workspaceId: string): Promise<WebhookEndpoint[]> {
+    const { redis, keys } = this.ctx;
+    const version = await redis.get(keys.webhookVersion(workspaceId));
+    const cached = this.endpointCache.get(workspaceId);
+    if (cached && cached.version === version) return cached.endpoints;
+    const endpoints = await allEndpoints(redis, keys, workspaceId);
+    this.endpointCache.set(workspaceId, { version, endpoints });
+    return endpoints;
+  }
+
+  private async workspaceRef(workspaceId: string): Promise<Ref | null> {
+    let ref = this.refs.get(workspaceId);
+    if (!ref) {
+      const workspace = await findWorkspace(this.ctx.redis, this.ctx.keys, workspaceId);
+      if (!workspace) return null;
+      this.refs.set(workspaceId, (ref = { id: workspace.id, slug: workspace.slug }));
+    }
+    return ref;
+  }
+
+  private async tenantRef(workspaceId: string, tenantId: string): Promise<Ref | null> {
+    let ref = this.refs.get(tenantId);
+    if (!ref) {
+      const tenant = await findTenant(this.ctx.redis, this.ctx.keys, workspaceId, tenantId);
+      if (!tenant) return null;
+      this.refs.set(tenantId, (ref = { id: tenant.id, slug: tenant.slug }));
+    }
+    return ref;
+  }
+
+  /**
+   * The delivered form of a ledger entry (spec 2.6), built once: an audit entry is stored in that
+   * form already (its exact bytes are sent); a stream entry gets the workspace and tenant slugs.
+   */
+  private async body(workspaceId: string, kind: string, raw: string, payload: Record<string, any>): Promise<string | null> {
+    if (kind !== 'stream') return raw;
+    const [workspace, tenant] = await Promise.all([this.workspaceRef(workspaceId), this.tenantRef(workspaceId, payload.tenant.id)]);
+    if (!workspace || !tenant) return null;
+    return JSON.stringify({ id: payload.id, type: payload.type, apiVersion: payload.apiVersion, createdAt: payload.createdAt, workspace, tenant, data: payload.data });
+  }
+
+  private async handle(stream: string, entries: StreamEntry[]): Promise<void> {
+    const workspaceId = this.workspaceOfLedger.get(stream);
+    if (!workspaceId) return;
+    const endpoints = (await this.endpointsOf(workspaceId)).filter((e) => e.enabled);
+    if (endpoints.length === 0) return;
+    const floor = Math.min(...endpoints.map((e) => e.activeSinceMs)) - CLOCK_SKEW_MS;
+    const events: EnqueueEvent[] = [];
+    for (const entry of entries) {
+      if (idMs(entry.id) < floor) continue;
+      const kind = entry.fields.kind === 'stream' ? 'stream' : 'audit';
+      const raw = entry.fields.payload ?? '';
+      let payload: Record<string, any>;
+      try {
+        payload = JSON.parse(raw);
+      } catch {
+        this.ctx.log.warn('webhook dispatcher: unreadable ledger entry', { stream, id: entry.id });
+        continue;
+      }
+      const eventMs = Date.parse(payload.createdAt);
+      const tenantId: string | null = payload.tenant?.id ?? null;
+      const targets = endpoints.filter((e) => eventMs >= e.activeSinceMs && (e.tenantId === null || e.tenantId === tenantId) && isDeliverable(kind, payload.type, e.events));
+      if (targets.length === 0) continue;
+      const body = await this.body(workspaceId, kind, raw, payload);
+      if (body === null) continue;
+      events.push({
+        eventId: payload.id, eventMs, eventType: payload.type, body,
+        targets: targets.map((e) => ({ endpointId: e.id, deliveryId: derivedId('webhookDelivery', eventMs, `${payload.id}|${e.id}`) })),
+      });
+    }
+    const byId = new Map(endpoints.map((e) => [e.id, e]));
+    for (let i = 0; i < events.length; i += ENQUEUE_CHUNK) {
+      if (i > 0) await new Promise((r) => setImmediate(r)); // let answers of requests in flight be handled
+      const chunk = events.slice(i, i + ENQUEUE_CHUNK);
+      const atMs = now();
+      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}`, retentionMs: this.ctx.config.retentionMs };
+      const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
+      const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
+      const targets = new Map<string, number>();
+      for (const e of chunk) for (const t of e.targets) targets.set(t.endpointId, (targets.get(t.endpointId) ?? 0) + 1);
+      for (const attempt of claimed) targets.set(attempt.endpointId, targets.get(attempt.endpointId)! - 1);
+      for (const [endpointId, queued] of targets) {
+        if (queued <= 0) continue;
+        this.backlog.set(endpointId, (this.backlog.get(endpointId) ?? 0) + queued);
+        this.claimAt.set(workspaceId, 0);
+      }
+      for (const attempt of claimed) {
+        const e = byId.get(attempt.endpointId)!;
+        const body = stored.get(attempt.eventId) ?? bodies.get(attempt.eventId)!;
+        this.enqueueSend(workspaceId, attempt.endpointId, e, { ...attempt, body });
+      }
+    }
+    if (events.length) this.refill();
+  }
+
+  // --- 2. attempts: claim, send, record ---
+
+  private lanesOf(workspaceId: string, endpointId: string): EndpointLanes {
+    let entry = this.lanes.get(endpointId);
+    if (!entry) {
+      const lanes = new EndpointLanes(this.ctx.config.webhookEndpointConcurrency, (err) => this.ctx.log.warn('webhook send failed', { err: err.message }));
+      this.lanes.set(endpointId, (entry = { workspaceId, lanes }));
+    }
+    return entry.lanes;
+  }
+
+  /** Attempts each endpoint of the workspace with lanes here may still take (`also`: endpoints without lanes, `perEndpoint`). */
+  private capacity(workspaceId: string, also: readonly WebhookEndpoint[] = []): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const e of also) out.set(e.id, this.stopping ? 0 : this.perEndpoint);
+    for (const [endpointId, entry] of this.lanes) if (entry.workspaceId === workspaceId) out.set(endpointId, this.stopping ? 0 : Math.max(0, this.perEndpoint - entry.lanes.load));
+    return out;
+  }
+
+  private enqueueSend(workspaceId: string, endpointId: string, target: Target, attempt: ClaimedAttempt & { body: string }): void {
+    const lanes = this.lanesOf(workspaceId, endpointId);
+    lanes.push({
+      run: async () => {
+        // An attempt starts only with more than a timeout of lease left, so the lease outlives it.
+        if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return;
+        const previous = target.previousSecret && target.rotatedAtMs !== null ? { secret: target.previousSecret, rotatedAtMs: target.rotatedAtMs } : null;
+        const secrets = signingSecrets(target.secret, previous, now());
+        const protocol = target.url.startsWith('https:') ? 'https:' : 'http:';
+        const result = await postWebhook(target.url, attempt.eventId, Buffer.from(attempt.body), secrets, lanes.agent(protocol), this.send);
+        if (this.aborted) return;
+        this.addResult(workspaceId, { member: attempt.member, token: attempt.token, record: { trigger: attempt.attempt === 0 ? 'replay' : 'schedule', ...result } });
+        // refill early, so work is still queued while the claim is on its way (this attempt counts in `load` until it returns)
+        if ((this.backlog.get(endpointId) ?? 0) > 0 && lanes.load - 1 <= this.refillAt) this.kick();
+      },
+    });
+  }
+
+  /** Schedules a claim round soon (coalesced): after new deliveries, freed capacity, or the timer. */
+  private kick(): void {
+    if (this.pollScheduled || this.stopping) return;
+    this.pollScheduled = true;
+    setImmediate(() => void this.poll().catch((err: Error) => this.ctx.log.warn('webhook claim failed', { err: err.message })));
+  }
+
+  private async poll(): Promise<void> {
+    this.pollScheduled = false;
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
+    this.polling = true;
+    try {
+      const atMs = now();
+      // a workspace is claimed from when something of it is due, and at least every IDLE_CLAIM_MS
+      // (replays and re-queues come from the web role, queued attempts from other dispatchers)
+      const workspaces = this.workspaces.filter((ws) => (this.claimAt.get(ws) ?? 0) <= atMs);
+      if (workspaces.length === 0) return;
+      const pipeline = this.ctx.redis.pipeline();
+      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}` };
+      for (const ws of workspaces) claimAttempts(pipeline, this.ctx.keys, ws, this.capacity(ws), this.perEndpoint, lease);
+      const replies = (await pipeline.exec()) ?? [];
+      replies.forEach(([err, reply], i) => {
+        const ws = workspaces[i]!;
+        if (err) return this.ctx.log.warn('webhook claim failed', { workspace: ws, err: err.message });
+        const { nextDueMs, endpoints } = parseClaim(reply, lease);
+        let waiting = false;
+        for (const claimed of endpoints) {
+          this.backlog.set(claimed.endpointId, claimed.dueLeft);
+          if (claimed.dueLeft > 0) waiting = true;
+          for (const attempt of claimed.attempts) this.enqueueSend(ws, claimed.endpointId, claimed, attempt);
+        }
+        this.claimAt.set(ws, waiting ? 0 : Math.min(nextDueMs ?? Infinity, atMs + IDLE_CLAIM_MS));
+      });
+    } finally {
+      this.polling = false;
+      if (this.pollAgain) {
+        this.pollAgain = false;
+        this.kick();
+      }
+    }
+  }
+
+  private addResult(workspaceId: string, result: AttemptResult): void {
+    let list = this.results.get(workspaceId);
+    if (!list) this.results.set(workspaceId, (list = []));
+    list.push(result);
+    this.pendingResults++;
+    // Results are recorded in batches: at once when a batch is full, else within RECORD_DELAY_MS.
+    if (this.pendingResults >= RECORD_CHUNK) this.scheduleFlush(0);
+    else this.scheduleFlush(RECORD_DELAY_MS);
+  }
+
+  private scheduleFlush(delayMs: number): void {
+    if (this.flushTimer && delayMs > 0) return;
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = null;
+      this.flushing = this.flushing.then(() => this.flush());
+    }, delayMs);
+  }
+
+  /** Records the collected results, one script call per workspace and chunk; retried a few times on errors. */
+  private async flush(): Promise<void> {
+    const batches = this.results;
+    this.results = new Map();
+    this.pendingResults = 0;
+    const { redis, keys, config, log } = this.ctx;
+    for (const [workspaceId, results] of batches) {
+      for (let i = 0; i < results.length; i += RECORD_CHUNK) {
+        const chunk = results.slice(i, i + RECORD_CHUNK);
+        for (let tries = 1; ; tries++) {
+          try {
+            const outcomes = await recordAttempts(redis, keys, workspaceId, chunk, { atMs: now(), retryScheduleMs: config.webhookRetryScheduleMs });
+            this.claimAt.set(workspaceId, 0); // a retry may have been queued: learn when it is due
+            for (const o of outcomes) if (o.disabledEndpointId) await this.announceDisabled(workspaceId, o.disabledEndpointId);
+            break;
+          } catch (err) {
+            if (tries >= 3) {
+              log.warn('webhook results not recorded; their leases will expire and the attempts run again', { workspace: workspaceId, count: chunk.length, err: (err as Error).message });
+              break;
+            }
+            await new Promise((r) => setTimeout(r, 100 * tries));
+          }
+        }
+      }
+    }
+    if (batches.size) this.refill();
+  }
+
+  /** Claims more when an endpoint with due attempts has room for a quarter of what this process may hold. */
+  private refill(): void {
+    for (const [endpointId, due] of this.backlog) {
+      if (due <= 0) continue;
+      const entry = this.lanes.get(endpointId);
+      if (!entry || entry.lanes.load <= this.refillAt) return this.kick();
+    }
+  }
+
+  /** The private audit event of an endpoint the failure streak disabled (spec 3.3). */
+  private async announceDisabled(workspaceId: string, endpointId: string): Promise<void> {
+    const { redis, keys, log } = this.ctx;
+    const [workspace, endpoint] = await Promise.all([this.workspaceRef(workspaceId), findEndpoint(redis, keys, workspaceId, endpointId)]);
+    if (!workspace || !endpoint) return;
+    log.warn('webhook endpoint disabled after three days of failures', { workspace: workspaceId, endpoint: endpointId });
+    await appendAudit(redis, keys, {
+      type: 'webhook.disabled', workspace, tenant: endpoint.tenantId ? { id: endpoint.tenantId, slug: endpoint.tenantSlug! } : null,
+      actor: { type: 'system', id: null }, target: { type: 'webhook_endpoint', id: endpointId }, request: null,
+      object: { ...publicEndpoint(endpoint) }, changes: { enabled: false, disabledAt: endpoint.disabledAt }, previousAttributes: { enabled: true, disabledAt: null },
+    });
+  }
+
+  // --- 3. housekeeping ---
+
+  private async sweep(): Promise<void> {
+    // this process's lanes (and their connections) of endpoints idle for a while
+    for (const [endpointId, entry] of this.lanes) if (entry.lanes.idle() && now() - entry.lanes.lastUsed > SWEEP_EVERY_MS) {
+      entry.lanes.close();
+      this.lanes.delete(endpointId);
+      this.backlog.delete(endpointId);
+    }
+    const { redis, keys } = this.ctx;
+    if ((await redis.set(keys.lock('webhook-sweep'), this.owner, 'PX', SWEEP_EVERY_MS - 1_000, 'NX')) !== 'OK') return;
+    await sweepWebhooks(this.ctx);
+  }
+}
+
+/**
+ * The dispatchers' housekeeping, run by one of them a minute: delivery indexes lose ids past the
+ * retention (records and payloads expire by themselves), workspaces without endpoints leave the
+ * registry, and ledgers nobody reads are trimmed to the last `UNREAD_LEDGER_WINDOW_MS`.
+ */
+export async function sweepWebhooks(ctx: RoleContext): Promise<{ pruned: number; unregistered: number; trimmed: number }> {
+  const { redis, keys, config } = ctx;
+  let pruned = 0;
+  let unregistered = 0;
+  let trimmed = 0;
+  // delivery ids start with their event's time: everything below this one is past the retention
+  const floor = derivedId('webhookDelivery', now() - config.retentionMs, '').slice(0, 'whd_'.length + 10);
+  const registered = new Set(await redis.zrange(keys.webhookWorkspaces, 0, -1));
+  for (const ws of registered) {
+    const endpoints = await redis.zrange(keys.webhookEndpoints(ws), 0, -1);
+    if (endpoints.length === 0) {
+      if (await leaveRegistryIfEmpty(redis, keys, ws)) {
+        registered.delete(ws);
+        unregistered++;
+      }
+      continue;
+    }
+    const pipeline = redis.pipeline();
+    for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebylex(keys.webhookDeliveries(ws, e, status), '-', `(${floor}`);
+    for (const [, removed] of (await pipeline.exec()) ?? []) pruned += Number(removed ?? 0);
+  }
+  // ledgers of workspaces without endpoints: no endpoint can ever want what is older than the window
+  const minId = String(now() - UNREAD_LEDGER_WINDOW_MS);
+  let cursor = '0';
+  do {
+    const [next, flat] = await redis.hscan(keys.workspaceSlugs, cursor, 'COUNT', 500);
+    cursor = next;
+    const pipeline = redis.pipeline();
+    for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
+    for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
+  } while (cursor !== '0');
+  return { pruned, unregistered, trimmed };
+}
+
+/** Starts the webhook dispatcher of this process (role `dispatcher`). */
+export async function startWebhookDispatcher(ctx: RoleContext): Promise<Stop> {
+  const dispatcher = new WebhookDispatcher(ctx);
+  await dispatcher.start();
+  return () => dispatcher.stop();
+}

@@ -1,0 +1,220 @@
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { LookupFunction } from 'node:net';
+import Bottleneck from 'bottleneck';
+import { isoNow, now } from '../lib/clock.js';
+import { checkWebhookUrl, guardedLookup, type AllowList } from '../lib/ssrf-guard.js';
+import { VERSION } from '../lib/version.js';
+import { RESPONSE_EXCERPT_BYTES } from '../lib/webhook-policy.js';
+import { webhookLookup } from '../lib/webhook-resolver.js';
+import { webhookHeaders } from '../lib/webhook-signing.js';
+import type { AttemptRecord } from '../streams/webhook-deliveries.js';
+
+export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList };
+
+const USER_AGENT = `Herald-Webhooks/${VERSION}`;
+/** Linger of an idle lane before it ends (bottleneck starts lanes slowly; a steady flow keeps them). */
+const LANE_LINGER_MS = 50;
+
+const lookups = new WeakMap<AllowList, LookupFunction>();
+/** The connect-time address check (one per allow list). */
+function lookupFor(allow: AllowList): LookupFunction {
+  let lookup = lookups.get(allow);
+  if (!lookup) lookups.set(allow, (lookup = guardedLookup(allow, webhookLookup)));
+  return lookup;
+}
+
+type Prepared = { ok: true; url: URL; https: boolean } | { ok: false; reason: string };
+const prepared = new Map<string, Prepared>();
+
+/**
+ * `checkWebhookUrl` of a URL, remembered (it depends only on the text and this process's settings):
+ * classifying an IP literal runs a dozen BlockList checks, too slow to repeat on every request.
+ */
+function prepare(url: string, o: SendOptions): Prepared {
+  let p = prepared.get(url);
+  if (!p) {
+    const check = checkWebhookUrl(url, { production: o.production, allow: o.allow });
+    p = check.ok ? { ok: true, url: check.url, https: check.url.protocol === 'https:' } : { ok: false, reason: check.reason };
+    if (prepared.size >= 10_000) prepared.clear();
+    prepared.set(url, p);
+  }
+  return p;
+}
+
+function describe(err: Error & { code?: string }): string {
+  if (err.code === 'ERR_WEBHOOK_PRIVATE_ADDRESS') return err.message;
+  return err.code && !err.message.includes(err.code) ? `${err.code}: ${err.message}` : err.message;
+}
+
+/**
+ * One attempt: POSTs `body` with the Standard Webhooks headers signed now (a fresh
+ * `webhook-timestamp` and signature every time, over the same bytes), and resolves with what
+ * happened; it never rejects. The URL is checked again (IP literals do not go through `lookup`)
+ * and every address a host name resolves to is checked on connect (`guardedLookup`), so a DNS
+ * answer that moved to a private address fails the attempt. Redirects are not followed (a 3xx is
+ * a failure). The timeout covers the whole attempt, connect to the last byte read; at most the
+ * first 4 KB of the response is read, then the connection is dropped.
+ */
+export function postWebhook(url: string, eventId: string, body: Buffer, secrets: string[], agent: HttpAgent | undefined, o: SendOptions): Promise<Omit<AttemptRecord, 'trigger'>> {
+  return new Promise((resolve) => {
+    const startedAt = isoNow();
+    const t0 = performance.now();
+    let statusCode: number | null = null;
+    let settled = false;
+    let timer: NodeJS.Timeout | undefined;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const excerpt = () => (statusCode === null ? null : Buffer.concat(chunks).subarray(0, RESPONSE_EXCERPT_BYTES).toString('utf8'));
+    const finish = (error: string | null) => {
+      if (settled) return;
+      settled = true;
+      if (timer) clearTimeout(timer);
+      const ok = error === null && statusCode !== null && statusCode >= 200 && statusCode < 300;
+      resolve({ startedAt, statusCode, success: ok, error, durationMs: Math.round(performance.now() - t0), response: excerpt() });
+    };
+
+    const target = prepare(url, o);
+    if (!target.ok) return finish(`refused: the URL ${target.reason}`);
+    const headers: Record<string, string | number> = {
+      ...webhookHeaders(secrets, eventId, body, Math.floor(now() / 1000)),
+      'content-type': 'application/json',
+      'content-length': body.length,
+      'user-agent': USER_AGENT,
+    };
+    const send = target.https ? httpsRequest : httpRequest;
+    const req = send(target.url, { method: 'POST', headers, agent, lookup: lookupFor(o.allow) });
+    timer = setTimeout(() => {
+      finish(`timeout: no complete answer within ${o.timeoutMs} ms`);
+      req.destroy();
+    }, o.timeoutMs);
+    req.on('response', (res: IncomingMessage) => {
+      statusCode = res.statusCode ?? null;
+      const redirect = statusCode !== null && statusCode >= 300 && statusCode < 400
+        ? `redirect not followed (${statusCode}${res.headers.location ? ` to ${res.headers.location}` : ''})` : null;
+      res.on('data', (chunk: Buffer) => {
+        if (size < RESPONSE_EXCERPT_BYTES) chunks.push(chunk);
+        size += chunk.length;
+        if (size >= RESPONSE_EXCERPT_BYTES) {
+          finish(redirect);
+          res.destroy();
+        }
+      });
+      res.on('end', () => finish(redirect));
+      res.on('error', (err) => finish(redirect ?? describe(err)));
+      res.on('aborted', () => finish(redirect ?? 'connection closed before the whole answer was read'));
+    });
+    req.on('error', (err) => finish(describe(err)));
+    req.end(body);
+  });
+}
+
+export type Job = { run: () => Promise<void> };
+
+/**
+ * An endpoint's sending lanes in this process: at most `concurrency` requests in flight, through a
+ * `bottleneck` limiter with that `maxConcurrent`. Bottleneck starts about 400 jobs a second per
+ * limiter (each job passes several `setTimeout(0)` yields), too few to schedule one job per
+ * request, so a limiter job is a lane that takes queued attempts one after another until the
+ * queue is empty: the limiter still bounds the endpoint's concurrency, and a slow endpoint fills
+ * only its own lanes.
+ */
+export class EndpointLanes {
+  private readonly limiter: Bottleneck;
+  private readonly queue: Job[] = [];
+  private lanes = 0;
+  /** lanes with nothing to do, waiting a moment for work before they end */
+  private readonly waiting: ((work: boolean) => void)[] = [];
+  private closed = false;
+  /** lanes scheduled on the limiter that have not started draining yet */
+  private starting = 0;
+  /** attempts taken and not finished (queued or sending) */
+  load = 0;
+  lastUsed = now();
+  private agents = new Map<string, HttpAgent>();
+
+  constructor(private readonly concurrency: number, private readonly onError: (err: Error) => void) {
+    this.limiter = new Bottleneck({ maxConcurrent: concurrency });
+  }
+
+  /** Keep-alive connections of this endpoint, per protocol. */
+  agent(protocol: string): HttpAgent {
+    let agent = this.agents.get(protocol);
+    if (!agent) {
+      const options = { keepAlive: true, maxSockets: this.concurrency, timeout: 4_000, scheduling: 'lifo' as const };
+      agent = protocol === 'https:' ? new HttpsAgent(options) : new HttpAgent(options);
+      this.agents.set(protocol, agent);
+    }
+    return agent;
+  }
+
+  push(job: Job): void {
+    this.queue.push(job);
+    this.load++;
+    this.lastUsed = now();
+    const wake = this.waiting.shift();
+    if (wake) wake(true);
+    else this.startLanes();
+  }
+
+  /** Starts lanes while queued attempts outnumber the lanes about to take one, up to `concurrency`. */
+  private startLanes(): void {
+    while (this.lanes < this.concurrency && this.starting + this.waiting.length < this.queue.length) {
+      this.lanes++;
+      this.starting++;
+      this.limiter.schedule(() => this.drain()).catch(this.onError).finally(() => {
+        this.lanes--;
+        this.startLanes();
+      });
+    }
+  }
+
+  /** Resolves true when work is pushed within `ms`, false otherwise (the lane then ends). */
+  private waitForWork(ms: number): Promise<boolean> {
+    return new Promise((resolve) => {
+      const wake = (work: boolean) => {
+        clearTimeout(timer);
+        resolve(work);
+      };
+      const timer = setTimeout(() => {
+        const i = this.waiting.indexOf(wake);
+        if (i >= 0) this.waiting.splice(i, 1);
+        resolve(false);
+      }, ms);
+      this.waiting.push(wake);
+    });
+  }
+
+  private async drain(): Promise<void> {
+    this.starting--;
+    for (;;) {
+      const job = this.queue.shift();
+      if (!job) {
+        if (this.closed || !(await this.waitForWork(LANE_LINGER_MS))) return;
+        continue;
+      }
+      try {
+        await job.run();
+      } catch (err) {
+        this.onError(err as Error);
+      } finally {
+        this.load--;
+        this.lastUsed = now();
+      }
+    }
+  }
+
+  idle(): boolean {
+    return this.load === 0;
+  }
+
+  /** Drops queued attempts (their leases expire and another dispatcher takes them) and closes connections. */
+  close(): void {
+    this.closed = true;
+    for (const wake of this.waiting.splice(0)) wake(false);
+    this.load -= this.queue.length;
+    this.queue.length = 0;
+    for (const agent of this.agents.values()) agent.destroy();
+    this.agents.clear();
+  }
+}

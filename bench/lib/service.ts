@@ -1,0 +1,38 @@
+import { spawnNode, stopChild, waitForHttp } from './child.js';
+import { freePort } from './port.js';
+
+export type ServiceOptions = {
+  redisUrl: string;
+  keyPrefix: string;
+  /** the script to run, default `bin/web.ts` (the Procfile's web process type) */
+  script?: string;
+  /** roles for `bin/start.ts` (HERALD_ROLES), when that script is used */
+  roles?: string[];
+  /** more environment, e.g. KEY_CACHE_TTL_SECONDS */
+  env?: Record<string, string>;
+};
+
+/**
+ * Starts Herald in a child process (`node --import tsx bin/web.ts`) on a free port against
+ * `redisUrl`, and resolves once `GET /v1/health` answers 200.
+ */
+export async function startService(options: ServiceOptions): Promise<{ url: string; stop: () => Promise<void> }> {
+  const port = await freePort();
+  const env: Record<string, string> = {
+    REDIS_URL: options.redisUrl,
+    REDIS_KEY_PREFIX: options.keyPrefix,
+    PORT: String(port),
+    LOG_LEVEL: 'error',
+    ...(options.roles ? { HERALD_ROLES: options.roles.join(',') } : {}),
+    ...options.env,
+  };
+  const child = spawnNode(options.script ?? 'bin/web.ts', [], env);
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await waitForHttp(`${url}/v1/health`, child, 200, 30_000);
+  } catch (err) {
+    child.process.kill('SIGKILL');
+    throw err;
+  }
+  return { url, stop: () => stopChild(child.process) };
+}

@@ -1,0 +1,265 @@
+import { parseArgs } from 'node:util';
+import type { Redis } from 'ioredis';
+import { readFileSync } from 'node:fs';
+import { ConfigError, loadConfig } from '../lib/config.js';
+import { ApiError } from '../lib/errors.js';
+import { createSecretBox } from '../lib/secret-box.js';
+import { describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
+import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
+import { scopeProblem } from '../lib/scopes.js';
+import { resolveRedis } from '../streams/embedded-redis.js';
+import {
+  createApiKey, createTenant, ensureWorkspace, findTenantBySlug, findWorkspaceBySlug, listApiKeys, publicKey, revokeApiKey,
+  rotateIdentitySecret, setIdentityRequired, tenantIdentity, type Tenant, type Workspace, type Writer,
+} from '../streams/identity.js';
+import { createKeys, type Keys } from '../streams/keys.js';
+import { connectRedis } from '../streams/redis.js';
+
+const USAGE = `usage: herald <command> [options]
+
+  bootstrap     --workspace <slug> [--json]
+                  creates the workspace (and its default tenant) if needed, plus one key of each kind with scope *
+  tenant create --workspace <slug> --slug <slug> [--json]
+  tenant identity-secret --workspace <slug> [--tenant <slug>] [--rotate] [--json]
+                  prints the tenant's identity secret (identityHash = hex HMAC-SHA256 of the externalId under it)
+  tenant update --workspace <slug> [--tenant <slug>] --identity-verification required|optional [--json]
+  key create    --workspace <slug> [--tenant <slug>] --kind workspace|tenant|client --scopes a,b [--expires <iso>] [--name <text>] [--json]
+  key revoke    --workspace <slug> --id <key_…> [--json]
+  key list      --workspace <slug> [--json]
+  apns set      --workspace <slug> [--tenant <slug>] --key-id <id> --team-id <id> --bundle-id <id> --key-file <AuthKey.p8> [--json]
+                  stores the tenant's APNs token credentials (the key encrypted with HERALD_ENCRYPTION_KEY)
+  apns show     --workspace <slug> [--tenant <slug>] [--json]
+
+Redis: REDIS_URL, else 127.0.0.1:6379, else the embedded server under ./var/redis (see README).`;
+
+/** A mistake in the command line: printed with the usage, exit code 2. */
+class UsageError extends Error {}
+/** A request that cannot be carried out: printed alone, exit code 1. */
+class CliError extends Error {}
+
+const BY_CLI: Writer = { actor: { type: 'cli', id: null }, request: null };
+
+type Options = {
+  workspace?: string; tenant?: string; slug?: string; kind?: string; scopes?: string; expires?: string; name?: string; id?: string;
+  rotate?: boolean; 'identity-verification'?: string; json?: boolean; help?: boolean;
+  'key-id'?: string; 'team-id'?: string; 'bundle-id'?: string; 'key-file'?: string;
+};
+
+function required(options: Options, name: keyof Options): string {
+  const value = options[name];
+  if (typeof value !== 'string' || value === '') throw new UsageError(`--${name} is required`);
+  return value;
+}
+
+function slugOption(options: Options, name: 'workspace' | 'slug' | 'tenant'): string {
+  const value = required(options, name);
+  if (!isSlug(value)) throw new UsageError(`--${name} "${value}" is not a slug (lowercase letters, digits, - and _, starting with a letter or digit, at most 64 characters)`);
+  return value;
+}
+
+async function workspaceOf(redis: Redis, keys: Keys, slug: string) {
+  const workspace = await findWorkspaceBySlug(redis, keys, slug);
+  if (!workspace) throw new CliError(`workspace "${slug}" does not exist (create it with: herald bootstrap --workspace ${slug})`);
+  return workspace;
+}
+
+async function tenantOf(redis: Redis, keys: Keys, workspace: Workspace, options: Options): Promise<Tenant> {
+  const slug = options.tenant ? slugOption(options, 'tenant') : options.slug ? slugOption(options, 'slug') : 'default';
+  const tenant = await findTenantBySlug(redis, keys, workspace.id, slug);
+  if (!tenant) throw new CliError(`tenant "${slug}" does not exist in workspace "${workspace.slug}"`);
+  return tenant;
+}
+
+type Out = (json: unknown, text: string) => void;
+
+const APNS_FLAGS: Record<string, string> = { keyId: '--key-id', teamId: '--team-id', bundleId: '--bundle-id', privateKey: '--key-file' };
+
+/** `herald apns set`: reads the .p8 file and stores the credentials; a bad flag value or key is one clear line. */
+async function apnsSet(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, options: Options) {
+  const input = { keyId: required(options, 'key-id'), teamId: required(options, 'team-id'), bundleId: required(options, 'bundle-id'), privateKey: '' };
+  const file = required(options, 'key-file');
+  try {
+    input.privateKey = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new CliError(`--key-file "${file}" cannot be read: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
+  }
+  const encryptionKey = loadConfig().encryptionKey;
+  try {
+    return await setApnsCredentials(redis, keys, encryptionKey ? createSecretBox(encryptionKey) : null, workspace, tenant, input, BY_CLI);
+  } catch (err) {
+    if (!(err instanceof ApiError)) throw err;
+    const details = err.details ?? [];
+    const keyProblem = details.find((d) => d.param === 'privateKey');
+    if (keyProblem) throw new CliError(`--key-file "${file}" ${keyProblem.message}`);
+    if (details.length) throw new UsageError(details.map((d) => `${APNS_FLAGS[d.param] ?? d.param} ${d.message}`).join('; '));
+    throw new CliError(err.status === 503 ? 'storing APNs credentials needs HERALD_ENCRYPTION_KEY (32 bytes as hex or base64; make one with: openssl rand -hex 32)' : err.message);
+  }
+}
+
+const describeApns = (c: ApnsCredentialsView) => `key ${c.keyId}, team ${c.teamId}, bundle ${c.bundleId}, ${c.keyFingerprint}, configured ${c.configuredAt}`;
+
+async function execute(command: string, options: Options, redis: Redis, keys: Keys, out: Out): Promise<void> {
+  switch (command) {
+    case 'bootstrap': {
+      const slug = slugOption(options, 'workspace');
+      const { workspace, tenant } = await ensureWorkspace(redis, keys, slug, BY_CLI);
+      const made: Record<string, string> = {};
+      for (const kind of KEY_KINDS) {
+        const { key } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes: ['*'], expiresAt: null, name: 'bootstrap' }, BY_CLI);
+        made[kind] = key;
+      }
+      out(
+        { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug }, keys: { workspace: made.workspace, tenant: made.tenant, client: made.client } },
+        `workspace ${workspace.slug} (${workspace.id}), tenant default (${tenant.id})\nworkspace key: ${made.workspace}\ntenant key:    ${made.tenant}\nclient key:    ${made.client}\nKeys are shown once; store them now.`,
+      );
+      return;
+    }
+    case 'tenant create': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const slug = slugOption(options, 'slug');
+      const { tenant, created } = await createTenant(redis, keys, workspace, slug, BY_CLI);
+      if (!created) throw new CliError(`tenant "${slug}" already exists in workspace "${workspace.slug}" (${tenant.id})`);
+      out({ id: tenant.id, slug: tenant.slug, workspace: { id: workspace.id, slug: workspace.slug } }, `tenant ${tenant.slug} (${tenant.id}) created in ${workspace.slug}`);
+      return;
+    }
+    case 'tenant identity-secret': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const tenant = await tenantOf(redis, keys, workspace, options);
+      const secret = options.rotate ? await rotateIdentitySecret(redis, keys, workspace, tenant, BY_CLI) : (await tenantIdentity(redis, keys, tenant)).secret;
+      out({ tenant: { id: tenant.id, slug: tenant.slug }, identitySecret: secret, rotated: Boolean(options.rotate) }, `identity secret of ${workspace.slug}/${tenant.slug}${options.rotate ? ' (rotated)' : ''}: ${secret}`);
+      return;
+    }
+    case 'tenant update': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const tenant = await tenantOf(redis, keys, workspace, options);
+      const mode = required(options, 'identity-verification');
+      if (mode !== 'required' && mode !== 'optional') throw new UsageError('--identity-verification must be required or optional');
+      await setIdentityRequired(redis, keys, workspace, tenant, mode === 'required', BY_CLI);
+      out({ tenant: { id: tenant.id, slug: tenant.slug }, identityVerification: mode }, `identity verification of ${workspace.slug}/${tenant.slug}: ${mode}`);
+      return;
+    }
+    case 'key create': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const kind = required(options, 'kind') as KeyKind;
+      if (!KEY_KINDS.includes(kind)) throw new UsageError(`--kind must be one of ${KEY_KINDS.join(', ')}`);
+      const scopes = required(options, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
+      if (scopes.length === 0) throw new UsageError('--scopes must name at least one scope');
+      for (const scope of scopes) {
+        const problem = scopeProblem(scope);
+        if (problem) throw new UsageError(`--scopes: ${problem}`);
+      }
+      let expiresAt: string | null = null;
+      if (options.expires !== undefined) {
+        const ms = Date.parse(options.expires);
+        if (!/^\d{4}-\d{2}-\d{2}/.test(options.expires) || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
+        if (ms <= Date.now()) throw new UsageError(`--expires "${options.expires}" is in the past`);
+        expiresAt = new Date(ms).toISOString();
+      }
+      let tenant = null;
+      if (kind === 'workspace') {
+        if (options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');
+      } else {
+        const slug = options.tenant ? slugOption(options, 'tenant') : 'default';
+        tenant = await findTenantBySlug(redis, keys, workspace.id, slug);
+        if (!tenant) throw new CliError(`tenant "${slug}" does not exist in workspace "${workspace.slug}"`);
+      }
+      const { key, record } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes, expiresAt, name: options.name ?? null }, BY_CLI);
+      out({ id: record.id, key }, `key ${record.id} (${kind}${tenant ? `, tenant ${tenant.slug}` : ''}): ${key}\nThe key is shown once; store it now.`);
+      return;
+    }
+    case 'key revoke': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const id = required(options, 'id');
+      const revoked = await revokeApiKey(redis, keys, workspace, id, BY_CLI);
+      if (!revoked) throw new CliError(`key "${id}" does not exist in workspace "${workspace.slug}"`);
+      out({ id: revoked.id, revokedAt: revoked.revokedAt }, `key ${revoked.id} revoked at ${revoked.revokedAt}`);
+      return;
+    }
+    case 'key list': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const records = (await listApiKeys(redis, keys, workspace.id)).map(publicKey);
+      out(
+        { items: records },
+        records.map((k) => `${k.id}  ${k.kind.padEnd(9)} ${k.hint}  scopes=${k.scopes.join(',')}${k.revokedAt ? `  revoked ${k.revokedAt}` : ''}${k.expiresAt ? `  expires ${k.expiresAt}` : ''}`).join('\n') || 'no keys',
+      );
+      return;
+    }
+    case 'apns set': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const tenant = await tenantOf(redis, keys, workspace, options);
+      const { credentials, created } = await apnsSet(redis, keys, workspace, tenant, options);
+      out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : 'updated'}: ${describeApns(credentials)}`);
+      return;
+    }
+    case 'apns show': {
+      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const tenant = await tenantOf(redis, keys, workspace, options);
+      const credentials = await describeApnsCredentials(redis, keys, tenant.id);
+      if (!credentials) throw new CliError(`no APNs credentials are configured for ${workspace.slug}/${tenant.slug} (store them with: herald apns set)`);
+      out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials }, `APNs credentials of ${workspace.slug}/${tenant.slug}: ${describeApns(credentials)}`);
+      return;
+    }
+    default:
+      throw new UsageError(command ? `unknown command "${command}"` : 'no command given');
+  }
+}
+
+const COMMANDS = ['bootstrap', 'tenant create', 'tenant identity-secret', 'tenant update', 'key create', 'key revoke', 'key list', 'apns set', 'apns show'];
+
+/** Runs the CLI with `argv` (without node and script); resolves to the exit code. */
+export async function main(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        workspace: { type: 'string' }, tenant: { type: 'string' }, slug: { type: 'string' }, kind: { type: 'string' }, scopes: { type: 'string' },
+        expires: { type: 'string' }, name: { type: 'string' }, id: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+        rotate: { type: 'boolean' }, 'identity-verification': { type: 'string' },
+        'key-id': { type: 'string' }, 'team-id': { type: 'string' }, 'bundle-id': { type: 'string' }, 'key-file': { type: 'string' },
+      },
+    });
+  } catch (err) {
+    process.stderr.write(`herald: ${(err as Error).message}\n\n${USAGE}\n`);
+    return 2;
+  }
+  const options = parsed.values as Options;
+  const command = parsed.positionals.join(' ');
+  if (options.help || command === 'help') {
+    process.stdout.write(USAGE + '\n');
+    return 0;
+  }
+  if (command === '') {
+    process.stderr.write(`herald: no command given\n\n${USAGE}\n`);
+    return 2;
+  }
+  if (!COMMANDS.includes(command)) {
+    process.stderr.write(`herald: unknown command "${command}"\n\n${USAGE}\n`);
+    return 2;
+  }
+  let resolved;
+  try {
+    const config = loadConfig();
+    resolved = await resolveRedis(config);
+    const redis = connectRedis(resolved.target, { maxRetriesPerRequest: 3 });
+    try {
+      const keys = createKeys(config.keyPrefix);
+      await execute(command, options, redis, keys, (json, text) => process.stdout.write((options.json ? JSON.stringify(json) : text) + '\n'));
+      return 0;
+    } finally {
+      await redis.quit().catch(() => redis.disconnect());
+    }
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`herald: ${err.message}\n\n${USAGE}\n`);
+      return 2;
+    }
+    const message = err instanceof CliError || err instanceof ConfigError ? err.message : `failed: ${(err as Error).message}`;
+    process.stderr.write(`herald: ${message}\n`);
+    return 1;
+  } finally {
+    await resolved?.stop();
+  }
+}

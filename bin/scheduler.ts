@@ -1,0 +1,4 @@
+// Procfile process type `scheduler`: this role alone.
+import { run } from './run.js';
+
+await run(['scheduler']);

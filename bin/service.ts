@@ -1,0 +1,69 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Redis } from 'ioredis';
+import type { Config, Role } from '../lib/config.js';
+import { createLogger, type Logger } from '../lib/log.js';
+import { createApp } from '../http/app.js';
+import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
+import { startHeartbeat } from '../streams/heartbeat.js';
+import { KeyCache } from '../streams/key-cache.js';
+import { createKeys, type Keys } from '../streams/keys.js';
+import { connectRedis, describeTarget } from '../streams/redis.js';
+import { eventsTokenSecret } from '../streams/secrets.js';
+import { ROLE_ACTORS } from './role-actors.js';
+import type { RoleContext, Stop } from '../streams/role-context.js';
+
+export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void> };
+
+/**
+ * Starts `roles` in this process: one Redis client for commands, the web server when `web` is
+ * among them, and the long-running actors of the other roles. `stop` ends them in reverse order.
+ */
+export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles })): Promise<Service> {
+  const resolved: ResolvedRedis = await resolveRedis(config);
+  const redis = connectRedis(resolved.target);
+  redis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
+  await redis.ping();
+  log.info('redis ready', { redis: describeTarget(resolved.target), embedded: resolved.embedded });
+  const keys = createKeys(config.keyPrefix);
+  const stops: Stop[] = [];
+  let url: string | null = null;
+
+  const context: RoleContext = { config, redis, keys, log, target: resolved.target };
+  for (const role of roles) {
+    if (role === 'web') continue;
+    for (const start of ROLE_ACTORS[role]) stops.push(await start(context));
+  }
+
+  if (roles.includes('web')) {
+    const keyCache = new KeyCache(redis, keys, config.keyCacheTtlMs, log);
+    await keyCache.start();
+    stops.push(() => keyCache.stop());
+    const tokenSecret = await eventsTokenSecret(redis, keys, config);
+    const app = createApp({ config, redis, keys, keyCache, log, tokenSecret });
+    const server: Server = await new Promise((done) => {
+      const s = app.listen(config.port, () => done(s));
+    });
+    server.keepAliveTimeout = 65_000;
+    const { port } = server.address() as AddressInfo;
+    url = `http://127.0.0.1:${port}`;
+    log.info('web listening', { port });
+    stops.push(() => new Promise<void>((done) => {
+      server.close(() => done());
+      server.closeAllConnections();
+    }));
+  }
+  stops.push(startHeartbeat(redis, keys, roles));
+
+  let stopped = false;
+  return {
+    url, redis, keys, config,
+    stop: async () => {
+      if (stopped) return;
+      stopped = true;
+      for (const stop of stops.reverse()) await stop().catch((err: Error) => log.warn('stop failed', { err: err.message }));
+      await redis.quit().catch(() => redis.disconnect());
+      await resolved.stop();
+    },
+  };
+}

@@ -1,0 +1,4 @@
+// Procfile process type `web`: this role alone.
+import { run } from './run.js';
+
+await run(['web']);

@@ -1,0 +1,25 @@
+import type { Context } from 'koa';
+import { isoNow } from '../lib/clock.js';
+import type { ApiError } from '../lib/errors.js';
+
+/** metadata of spec 2.1, with the request id the `Request-Id` header also carries. */
+function metadata(ctx: Context) {
+  return { timestamp: isoNow(), requestId: ctx.state.requestId as string };
+}
+
+/** Answers `status` with `data` in the envelope of spec 2.1. The only way a handler answers. */
+export function respond(ctx: Context, status: number, data: unknown): void {
+  ctx.status = status;
+  ctx.body = { success: true, data, error: null, metadata: metadata(ctx) };
+}
+
+/** Writes `err` as the error envelope. */
+export function respondError(ctx: Context, err: ApiError): void {
+  ctx.status = err.status;
+  ctx.body = {
+    success: false,
+    data: null,
+    error: { code: err.code, message: err.message, param: err.param, details: err.details },
+    metadata: metadata(ctx),
+  };
+}

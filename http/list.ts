@@ -1,0 +1,54 @@
+import type { Context } from 'koa';
+import type { Redis } from 'ioredis';
+import { ApiError } from '../lib/errors.js';
+import { checkQuery } from '../lib/validator.js';
+
+/** A page of a list (spec 2.2); `total` only on record lists. */
+export type Page<T> = { items: T[]; hasMore: boolean; nextCursor: string | null; total?: number };
+export type PageRequest = { limit: number; after: string | null };
+
+/** Opaque cursor: base64url of a versioned position. Callers must not build or parse it. */
+export function encodeCursor(position: string): string {
+  return Buffer.from(JSON.stringify({ v: 1, p: position })).toString('base64url');
+}
+
+export function decodeCursor(cursor: string): string {
+  try {
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { v?: number; p?: unknown };
+    if (parsed.v === 1 && typeof parsed.p === 'string') return parsed.p;
+  } catch {
+    // fall through
+  }
+  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
+}
+
+/**
+ * Reads `limit` (default 50, at most 100) and `cursor` from the query, validating the rest of
+ * the query with schema `schemaName` (which must include the ListQuery properties).
+ */
+export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery'): PageRequest & { query: Q } {
+  const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.query as Record<string, unknown>);
+  return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor) : null, query };
+}
+
+/**
+ * One page of ids from a sorted set whose members all have score 0 and sort by id, so that
+ * time-ordered ids come out newest first. `total` is the ZCARD of the same index.
+ */
+export async function pageIds(redis: Redis, index: string, page: PageRequest): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
+  const max = page.after ? `(${page.after}` : '+';
+  const [ids, total] = await Promise.all([
+    redis.zrange(index, max, '-', 'BYLEX', 'REV', 'LIMIT', 0, page.limit + 1),
+    redis.zcard(index),
+  ]);
+  const hasMore = ids.length > page.limit;
+  const pageOfIds = ids.slice(0, page.limit);
+  return { ids: pageOfIds, hasMore, nextCursor: hasMore ? encodeCursor(pageOfIds[pageOfIds.length - 1]!) : null, total };
+}
+
+/** Loads the records of a page of ids (dropping ids whose record vanished) into a `Page` with `total`. */
+export async function pageRecords<T>(redis: Redis, index: string, page: PageRequest, load: (ids: string[]) => Promise<(T | null)[]>): Promise<Page<T>> {
+  const { ids, hasMore, nextCursor, total } = await pageIds(redis, index, page);
+  const items = (await load(ids)).filter((x): x is T => x !== null);
+  return { items, hasMore, nextCursor, total };
+}

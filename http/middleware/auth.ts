@@ -1,0 +1,125 @@
+import type { Context, Next } from 'koa';
+import { now } from '../../lib/clock.js';
+import { ApiError } from '../../lib/errors.js';
+import { KEY_PREFIX, kindOfPresentedKey } from '../../lib/key-kinds.js';
+import { hasScope } from '../../lib/scopes.js';
+import { sha256Hex } from '../../lib/secrets.js';
+import { looksLikeToken, verifyEventsToken } from '../../lib/events-token.js';
+import { findTenant, findTenantBySlug, findWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
+import type { Principal } from '../../streams/key-cache.js';
+import type { AppDeps } from '../deps.js';
+
+/**
+ * Which credentials reach a route:
+ * - `tenant`: data-plane routes, workspace keys (tenant from `Service-Tenant`, else `default`) and tenant keys;
+ * - `workspace`: `/v1/workspaces/{workspaceSlug}/…`, workspace keys of that workspace only;
+ * - `client`: `/v1/client/…`, client keys only;
+ * - `any`: every credential (introspection), with the tenant it works in.
+ */
+export type Plane = 'tenant' | 'workspace' | 'client' | 'any';
+
+/** What a route knows about its caller once `authorize` has run; `principal` is null for an events token. */
+export type AuthState = { principal: Principal | null; workspace: Workspace; tenant: Tenant | null };
+
+export type AuthOptions = {
+  /** the route also accepts an events token (`GET /v1/events/token`), which holds `events:read` for one tenant */
+  eventsToken?: boolean;
+};
+
+/** Authenticates an events token: 401 `invalid_session` when it is invalid or expired. */
+async function authenticateToken(ctx: Context, deps: AppDeps, token: string, options: AuthOptions, scope: string | null): Promise<AuthState> {
+  const claims = await verifyEventsToken(deps.tokenSecret, token);
+  if (!claims) throw new ApiError(401, 'invalid_session', 'The events token is invalid or has expired; request a new one');
+  if (!options.eventsToken) throw new ApiError(403, 'forbidden', 'An events token only reads the event catalog, volume, recent events and timelines');
+  const [workspace, tenant] = await Promise.all([findWorkspace(deps.redis, deps.keys, claims.workspaceId), findTenant(deps.redis, deps.keys, claims.workspaceId, claims.tenantId)]);
+  if (!workspace || !tenant) throw new ApiError(401, 'invalid_session', 'The events token names a tenant that no longer exists');
+  const header = ctx.get('Service-Tenant').trim();
+  if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This token belongs to another tenant');
+  if (scope !== null && !hasScope(['events:read'], scope)) throw new ApiError(403, 'missing_permission', `An events token lacks the scope ${scope}`);
+  return { principal: null, workspace, tenant };
+}
+
+const BEARER = /^Bearer\s+(\S+)\s*$/i;
+
+// Hashing a presented key is most of an authenticated request's own cost; remember recent ones.
+const MAX_HASHES = 10_000;
+const hashes = new Map<string, string>();
+function hashOf(presented: string): string {
+  let hash = hashes.get(presented);
+  if (hash === undefined) {
+    if (hashes.size >= MAX_HASHES) hashes.delete(hashes.keys().next().value as string);
+    hash = sha256Hex(presented);
+    hashes.set(presented, hash);
+  }
+  return hash;
+}
+
+async function authenticate(ctx: Context, deps: AppDeps, presented: string): Promise<Principal> {
+  if (!ctx.get('Authorization')) throw new ApiError(401, 'missing_authorization', 'Send Authorization: Bearer <API key>');
+  const kind = kindOfPresentedKey(presented);
+  if (!kind) throw new ApiError(401, 'invalid_api_key', `The API key is malformed (it must start with ${Object.values(KEY_PREFIX).join(', ')})`);
+  const principal = await deps.keyCache.lookup(hashOf(presented));
+  // A key under another kind's prefix hashes differently and is not found; the kind check is belt and braces.
+  if (!principal || principal.key.kind !== kind || principal.key.revokedAt) throw new ApiError(401, 'invalid_api_key', 'The API key is unknown or revoked');
+  if (principal.key.expiresAt && Date.parse(principal.key.expiresAt) <= now()) throw new ApiError(401, 'api_key_expired', 'The API key has expired');
+  return principal;
+}
+
+async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Promise<Tenant> {
+  const header = ctx.get('Service-Tenant').trim();
+  if (principal.key.kind !== 'workspace') {
+    if (header && header !== principal.tenant!.slug) throw new ApiError(403, 'forbidden', 'This key belongs to another tenant');
+    return principal.tenant!;
+  }
+  const tenant = await findTenantBySlug(deps.redis, deps.keys, principal.workspace.id, header || 'default');
+  if (!tenant) throw new ApiError(403, 'forbidden', `Tenant "${header}" is not part of this key's workspace`, { param: 'Service-Tenant' });
+  return tenant;
+}
+
+/**
+ * Authenticates the caller, checks the key kind against the route's plane, resolves the tenant
+ * or workspace, then checks the route's scope. Sets `ctx.state.auth`.
+ */
+export function authorize(deps: AppDeps, plane: Plane, scope: string | null, options: AuthOptions = {}) {
+  return async function auth(ctx: Context, next: Next): Promise<void> {
+    const credential = BEARER.exec(ctx.get('Authorization'))?.[1] ?? '';
+    if (looksLikeToken(credential)) {
+      ctx.state.auth = await authenticateToken(ctx, deps, credential, options, scope);
+      return next();
+    }
+    const principal = await authenticate(ctx, deps, credential);
+    const kind = principal.key.kind;
+    let tenant: Tenant | null = null;
+    if (plane === 'any') {
+      tenant = kind === 'workspace' ? await tenantFor(ctx, deps, principal) : principal.tenant;
+    } else if (plane === 'client') {
+      if (kind !== 'client') throw new ApiError(403, 'forbidden', 'Only client keys (svc_pk_) may call /v1/client routes');
+      tenant = await tenantFor(ctx, deps, principal);
+    } else if (kind === 'client') {
+      throw new ApiError(403, 'forbidden', 'Client keys (svc_pk_) may only call /v1/client routes');
+    } else if (plane === 'workspace') {
+      if (kind !== 'workspace') throw new ApiError(403, 'forbidden', 'Tenant keys are refused on workspace routes; use a workspace key');
+      if (ctx.params.workspaceSlug !== principal.workspace.slug) throw new ApiError(403, 'forbidden', 'This key belongs to another workspace');
+    } else {
+      tenant = await tenantFor(ctx, deps, principal);
+    }
+    if (scope !== null && !hasScope(principal.key.scopes, scope)) throw new ApiError(403, 'missing_permission', `This key lacks the scope ${scope}`);
+    const state: AuthState = { principal, workspace: principal.workspace, tenant };
+    ctx.state.auth = state;
+    await next();
+  };
+}
+
+/** The tenant a tenant-plane or client-plane route works in. */
+export function tenantOf(ctx: Context): Tenant {
+  return (ctx.state.auth as AuthState).tenant!;
+}
+
+/** The audit actor and request of the current caller. */
+export function writerOf(ctx: Context) {
+  const auth = ctx.state.auth as AuthState | undefined;
+  return {
+    actor: { type: 'api_key' as const, id: auth?.principal?.key.id ?? null },
+    request: { id: ctx.state.requestId as string, ip: ctx.ip || null, userAgent: ctx.get('User-Agent') || null },
+  };
+}

@@ -1,0 +1,266 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { notFound } from '../../lib/errors.js';
+import { checkBody, checkQuery } from '../../lib/validator.js';
+import { ingestEvents } from '../../streams/ingest.js';
+import { now } from '../../lib/clock.js';
+import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
+import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
+import { listSubscriptions, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
+import { readSubscriber } from '../../streams/subscriber-writes.js';
+import { addTopicMembers, topicsOfSubscriber } from '../../streams/topic-members.js';
+import { deleteWidget, listWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
+import { audit } from '../audit.js';
+import { markVerified, verifyClient } from '../client-identity.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { authorize, tenantOf } from '../middleware/auth.js';
+import { scopeOf } from './subscribers.js';
+
+type Identified = { externalId: string; identityHash?: string };
+
+export function registerClient(router: Router, deps: AppDeps): void {
+  const { redis, keys } = deps;
+  const client = authorize(deps, 'client', 'client');
+
+  /** The externalId a client call on a subscription id acts for: its owner, checked against a presented identity. */
+  async function subscriptionOwner(ctx: Context): Promise<string> {
+    const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.query as Record<string, unknown>);
+    const owner = await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!);
+    if (!owner || (query.externalId !== undefined && query.externalId !== owner)) throw notFound('Subscription');
+    await verifyClient(deps, ctx, owner, query.identityHash);
+    return owner;
+  }
+
+  /** Moves what the anonymous subscriber had to the identified one, then deletes the anonymous one. */
+  async function merge(ctx: Context, anonymousId: string, externalId: string): Promise<boolean> {
+    const scope = scopeOf(ctx, deps);
+    const anonymous = await readSubscriber(redis, keys, scope, anonymousId);
+    if (!anonymous.exists || anonymousId === externalId) return false;
+    for (const s of await listSubscriptions(redis, keys, scope, anonymousId)) {
+      const input: RegisterInput = {
+        channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
+        environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
+      };
+      const { subscription } = await registerSubscription(redis, keys, scope, externalId, input);
+      if (!s.enabled) await setSubscriptionEnabled(redis, keys, scope, externalId, subscription.id, false);
+    }
+    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
+    const from = await getSubscriber(redis, keys, scope, anonymousId);
+    const identified = await readSubscriber(redis, keys, scope, externalId);
+    const missing: Attributes = {};
+    for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !identified.record[field]) missing[field] = from[field];
+    const properties = Object.fromEntries(Object.entries(from.properties).filter(([k]) => !(JSON.parse(identified.record.properties ?? '{}') as Record<string, unknown>)[k]));
+    if (Object.keys(properties).length) missing.properties = properties;
+    if (Object.keys(missing).length) await upsertSubscriber(redis, keys, scope, externalId, missing);
+    await deleteSubscriber(redis, keys, scope, anonymousId);
+    return true;
+  }
+
+  /**
+   * @openapi
+   * /v1/client/identify:
+   *   post:
+   *     operationId: clientIdentify
+   *     summary: Identify the app's user
+   *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
+   *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, topics and missing attributes move;
+   *       the anonymous subscriber is then deleted). A valid `identityHash` marks the subscriber verified.
+   *     tags: [Client]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
+   *     responses:
+   *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/client/identify', client, async (ctx) => {
+    const body = checkBody<Identified & { anonymousId?: string; source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
+    const verified = await verifyClient(deps, ctx, body.externalId, body.identityHash);
+    const scope = scopeOf(ctx, deps);
+    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified });
+    const merged = body.anonymousId ? await merge(ctx, body.anonymousId, body.externalId) : false;
+    await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
+      externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
+      data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
+    }]);
+    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
+    respond(ctx, 200, await getSubscriber(redis, keys, scope, body.externalId));
+  });
+
+  /**
+   * @openapi
+   * /v1/client/subscriptions:
+   *   post:
+   *     operationId: clientRegisterSubscription
+   *     summary: Register a device token or an email address
+   *     description: Client key only. Creates the subscriber when unknown (`$subscriber.created`) and the subscription
+   *       (`$subscription.registered`, 201). Registering a token that exists updates it (200) and moves it to this externalId
+   *       when the app's user changed (`$subscription.removed` on the previous one). `environment` is the APNs environment of
+   *       the token; `device` strings are at most 128 characters.
+   *     tags: [Client]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionRegister' } } } }
+   *     responses:
+   *       '200': { description: Updated, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '201': { description: Registered, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/client/subscriptions', client, async (ctx) => {
+    const { externalId, identityHash, anonymousId, ...input } = checkBody<Identified & { anonymousId?: string } & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    const verified = await verifyClient(deps, ctx, externalId, identityHash);
+    const scope = scopeOf(ctx, deps);
+    if (anonymousId) await merge(ctx, anonymousId, externalId);
+    const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input);
+    await markVerified(deps, ctx, externalId, verified);
+    await audit(deps, ctx, { type: created ? 'subscription.created' : 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription });
+    respond(ctx, created ? 201 : 200, subscription);
+  });
+
+  /**
+   * @openapi
+   * /v1/client/subscriptions/{id}:
+   *   parameters:
+   *     - { name: id, in: path, required: true, schema: { type: string } }
+   *     - { name: externalId, in: query, required: false, description: When given, must be the subscription's subscriber, schema: { type: string } }
+   *     - { name: identityHash, in: query, required: false, description: Required when the tenant requires identity verification, schema: { type: string } }
+   *   patch:
+   *     operationId: clientSetSubscriptionEnabled
+   *     summary: Enable or disable this device
+   *     description: Client key only. Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
+   *       The subscription id (returned at registration) is the device's handle on its subscription.
+   *     tags: [Client]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
+   *     responses:
+   *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: clientRemoveSubscription
+   *     summary: Remove this device
+   *     description: Client key only. Writes `$subscription.removed`.
+   *     tags: [Client]
+   *     responses:
+   *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.patch('/v1/client/subscriptions/:id', client, async (ctx) => {
+    const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
+    const owner = await subscriptionOwner(ctx);
+    const scope = scopeOf(ctx, deps);
+    const before = await getSubscription(redis, keys, scope, owner, ctx.params.id!);
+    const after = await setSubscriptionEnabled(redis, keys, scope, owner, before.id, enabled);
+    if (before.enabled !== after.enabled) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: before.enabled } });
+    respond(ctx, 200, after);
+  });
+
+  router.delete('/v1/client/subscriptions/:id', client, async (ctx) => {
+    const owner = await subscriptionOwner(ctx);
+    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), owner, ctx.params.id!);
+    await audit(deps, ctx, { type: 'subscription.deleted', target: { type: 'subscription', id: removed.id }, object: removed });
+    respond(ctx, 200, removed);
+  });
+
+  /**
+   * @openapi
+   * /v1/client/preferences:
+   *   get:
+   *     operationId: clientGetPreferences
+   *     summary: The app user's own preferences
+   *     description: Client key only.
+   *     tags: [Client]
+   *     parameters:
+   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *     responses:
+   *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: clientUpdatePreferences
+   *     summary: Change the app user's own preferences
+   *     description: Client key only. `$preferences.updated` only when a value really changes.
+   *     tags: [Client]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
+   *     responses:
+   *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/client/preferences', client, async (ctx) => {
+    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId));
+  });
+
+  router.patch('/v1/client/preferences', client, async (ctx) => {
+    const { externalId, identityHash, ...update } = checkBody<Identified & PreferencesUpdate>('ClientPreferencesUpdate', ctx.request.body);
+    const verified = await verifyClient(deps, ctx, externalId, identityHash);
+    const { preferences } = await updatePreferences(redis, keys, scopeOf(ctx, deps), externalId, update, { create: true });
+    await markVerified(deps, ctx, externalId, verified);
+    respond(ctx, 200, preferences);
+  });
+
+  /**
+   * @openapi
+   * /v1/client/widgets:
+   *   post:
+   *     operationId: clientRegisterWidget
+   *     summary: Register a widget of the app
+   *     description: Client key only. At most 50 widgets per subscriber (409 `conflict` beyond).
+   *     tags: [Client]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetRegister' } } } }
+   *     responses:
+   *       '201': { description: The widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: clientListWidgets
+   *     summary: The app user's own widgets
+   *     description: Client key only. Newest first.
+   *     tags: [Client]
+   *     parameters:
+   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *     responses:
+   *       '200': { description: The widgets, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetListResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/client/widgets', client, async (ctx) => {
+    const { externalId, identityHash, ...input } = checkBody<Identified & WidgetInput>('WidgetRegister', ctx.request.body);
+    const verified = await verifyClient(deps, ctx, externalId, identityHash);
+    await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
+    respond(ctx, 201, await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input));
+  });
+
+  router.get('/v1/client/widgets', client, async (ctx) => {
+    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    const items = await listWidgets(redis, keys, tenantOf(ctx).id, query.externalId);
+    respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
+  });
+
+  /**
+   * @openapi
+   * /v1/client/widgets/{id}:
+   *   delete:
+   *     operationId: clientDeleteWidget
+   *     summary: Delete a widget
+   *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when there is
+   *       no such widget any more (deleting twice is fine). A malformed id or a widget of another subscriber is 404.
+   *     tags: [Client]
+   *     parameters:
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *     responses:
+   *       '200': { description: The deleted widget or null, content: { application/json: { schema: { $ref: '#/components/schemas/NullableWidgetResponse' } } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Error' }
+   *       '403': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.delete('/v1/client/widgets/:id', client, async (ctx) => {
+    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!);
+    if (deleted === 'foreign') throw notFound('Widget');
+    respond(ctx, 200, deleted);
+  });
+
+}

@@ -1,0 +1,275 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { ApiError, notFound } from '../../lib/errors.js';
+import { signEventsToken } from '../../lib/events-token.js';
+import { partitionOf } from '../../lib/partition.js';
+import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
+import { checkQuery } from '../../lib/validator.js';
+import { ingestEvents } from '../../streams/ingest.js';
+import { readCatalog, readSamples, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
+import type { AppDeps } from '../deps.js';
+import { verifyClient, markVerified } from '../client-identity.js';
+import { respond } from '../envelope.js';
+import { encodeCursor, pageRequest } from '../list.js';
+import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
+
+/** Reads an externalId from a path: 1 to 256 characters after URL decoding. */
+export function externalIdParam(ctx: Context): string {
+  const value = ctx.params.externalId ?? '';
+  if (value.length < 1 || value.length > 256) {
+    throw new ApiError(400, 'validation', 'externalId: must be 1 to 256 characters', { param: 'externalId', details: [{ param: 'externalId', message: 'must be 1 to 256 characters' }] });
+  }
+  return value;
+}
+
+function badCursor(): never {
+  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
+}
+
+export function registerEvents(router: Router, deps: AppDeps): void {
+  const { redis, keys, config } = deps;
+  const read = authorize(deps, 'tenant', 'events:read', { eventsToken: true });
+
+  async function track(ctx: Context, events: NewEvent[]) {
+    const auth = ctx.state.auth as AuthState;
+    const tenant = tenantOf(ctx);
+    const items = await ingestEvents(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenant.id, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog }, events);
+    respond(ctx, 202, { items, hasMore: false, nextCursor: null });
+  }
+
+  /**
+   * @openapi
+   * /v1/events:
+   *   post:
+   *     operationId: trackEvents
+   *     summary: Track events
+   *     description: |
+   *       Scope `events:write`. Body `{ events: [...] }` (1 to 100) or one bare event. Answers 202 with one
+   *       item per input event, in input order: the stored event plus `status` (`accepted`, or `duplicate`
+   *       when the caller's `id` was seen before for that subscriber, in which case nothing is stored).
+   *       A batch with any invalid event is refused whole: `validation`, `reserved_event` (a `$` name),
+   *       `invalid_timestamp` (outside 7 days back / 1 hour ahead) or `event_data_too_large` (data over
+   *       8 KB, status 400), with `details` naming each failing item (`events[3].name`).
+   *       An unknown `externalId` creates the subscriber and writes `$subscriber.created` first.
+   *     tags: [Events]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     requestBody:
+   *       required: true
+   *       content:
+   *         application/json:
+   *           schema:
+   *             oneOf:
+   *               - $ref: '#/components/schemas/TrackEventsRequest'
+   *               - $ref: '#/components/schemas/TrackEvent'
+   *     responses:
+   *       '202':
+   *         description: The stored events, in input order
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Error' }
+   *       '403': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listEvents
+   *     summary: The tenant's newest events
+   *     description: Scope `events:read` (or an events token). Newest first, keyset pagination, no `total`.
+   *       Reads trail writes by a few seconds. With a filter a page scans a bounded number of events and
+   *       may hold fewer items than `limit` while `hasMore` is true.
+   *     tags: [Events]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *       - { name: name, in: query, schema: { type: string } }
+   *       - { name: source, in: query, schema: { type: string, enum: [server, ios, android, web, system, webhook] } }
+   *       - { name: provider, in: query, schema: { type: string } }
+   *       - { name: after, in: query, description: Only events received after this time, schema: { type: string, format: date-time } }
+   *     responses:
+   *       '200':
+   *         description: A page of events
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/EventListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/events', authorize(deps, 'tenant', 'events:write'), async (ctx) => {
+    await track(ctx, readServerEvents(ctx.request.body));
+  });
+
+  router.get('/v1/events', read, async (ctx) => {
+    const { limit, after, query } = pageRequest<{ name?: string; source?: string; provider?: string; after?: string }>(ctx, 'EventsListQuery');
+    let position = null;
+    if (after) {
+      const [id, p] = after.split('/');
+      if (!id || !/^\d+-\d+$/.test(id) || !/^\d+$/.test(p ?? '')) badCursor();
+      position = { id, p: Number(p) };
+    }
+    const filter = { name: query.name, source: query.source, provider: query.provider, afterMs: query.after ? Date.parse(query.after) : undefined };
+    const page = await tenantEventsPage(redis, keys, config.partitions, tenantOf(ctx).id, limit, position, filter);
+    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.id}/${page.next.p}`) : null });
+  });
+
+  /**
+   * @openapi
+   * /v1/events/names:
+   *   get:
+   *     operationId: listEventNames
+   *     summary: The event catalog
+   *     description: Scope `events:read` (or an events token). One entry per event name the tenant has seen,
+   *       ordered by 7-day volume (then all-time volume, then name).
+   *     tags: [Events]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: Catalog entries
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/CatalogEntryListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/events/names', read, async (ctx) => {
+    const { limit, after } = pageRequest(ctx, 'CatalogQuery');
+    const offset = after === null ? 0 : Number(after);
+    if (!Number.isInteger(offset) || offset < 0) badCursor();
+    const all = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id);
+    const items = all.slice(offset, offset + limit);
+    const hasMore = offset + limit < all.length;
+    respond(ctx, 200, { items, hasMore, nextCursor: hasMore ? encodeCursor(String(offset + limit)) : null });
+  });
+
+  /**
+   * @openapi
+   * /v1/events/volume:
+   *   get:
+   *     operationId: getEventVolume
+   *     summary: Event volume
+   *     description: Scope `events:read` (or an events token). `24h` gives hourly buckets, `7d` and `30d` daily
+   *       (UTC) buckets, today included, each with a count and a distinct-subscriber count. Empty buckets are
+   *       omitted. Buckets follow the events' `timestamp`.
+   *     tags: [Events]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: range, in: query, schema: { type: string, enum: ['24h', '7d', '30d'], default: '24h' } }
+   *       - { name: name, in: query, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: Volume buckets, oldest first
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/VolumeResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/events/volume', read, async (ctx) => {
+    const query = checkQuery<{ range: VolumeRange; name?: string }>('VolumeQuery', ctx.query as Record<string, unknown>);
+    const volume = await readVolume(redis, keys, config.partitions, tenantOf(ctx).id, query.range, query.name);
+    respond(ctx, 200, { range: query.range, unit: volume.unit, name: query.name ?? null, buckets: volume.buckets });
+  });
+
+  /**
+   * @openapi
+   * /v1/events/token:
+   *   get:
+   *     operationId: getEventsToken
+   *     summary: A short-lived token for event reads
+   *     description: Scope `events:read`, API keys only. The `token` (a JWT, valid one hour) reads the catalog,
+   *       volume, recent-events and timeline endpoints of this tenant only (the tenant is fixed in the token)
+   *       and cannot track events. An invalid or expired token is 401 `invalid_session`.
+   *     tags: [Events]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     responses:
+   *       '200':
+   *         description: The token
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/EventsTokenResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/events/token', authorize(deps, 'tenant', 'events:read'), async (ctx) => {
+    const auth = ctx.state.auth as AuthState;
+    const { token, expiresAt } = await signEventsToken(deps.tokenSecret, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id });
+    respond(ctx, 200, { token, url: `${ctx.origin}/v1/events`, expiresAt });
+  });
+
+  /**
+   * @openapi
+   * /v1/events/names/{name}:
+   *   get:
+   *     operationId: getEventName
+   *     summary: One catalog entry
+   *     description: Scope `events:read` (or an events token). The entry, its daily volume series over 30 days and
+   *       its 20 newest samples. A name the tenant has not seen is 404.
+   *     tags: [Events]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: name, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The entry, series and samples
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/CatalogEntryDetailResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/events/names/:name', read, async (ctx) => {
+    const tenantId = tenantOf(ctx).id;
+    const name = ctx.params.name!;
+    const [entry] = await readCatalog(redis, keys, config.partitions, tenantId, name);
+    if (!entry) throw notFound('Event name');
+    const [series, samples] = await Promise.all([readVolume(redis, keys, config.partitions, tenantId, '30d', name), readSamples(redis, keys, config.partitions, tenantId, name)]);
+    respond(ctx, 200, { entry, series: { range: '30d', unit: series.unit, name, buckets: series.buckets }, samples });
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}/timeline:
+   *   get:
+   *     operationId: getSubscriberTimeline
+   *     summary: One subscriber's events
+   *     description: Scope `events:read` (or an events token). Newest first, every event kind (identifies,
+   *       registrations, mutes, preference changes, workflow steps, tracked events), keyset pagination by
+   *       sequence, no `total`. An unknown subscriber is 404.
+   *     tags: [Events]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: A page of the timeline
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/EventListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId/timeline', read, async (ctx) => {
+    const externalId = externalIdParam(ctx);
+    const { limit, after } = pageRequest(ctx, 'CatalogQuery');
+    const before = after === null ? null : Number(after);
+    if (before !== null && !Number.isInteger(before)) badCursor();
+    const tenantId = tenantOf(ctx).id;
+    const p = partitionOf(tenantId, externalId, config.partitions);
+    if (!(await redis.hexists(keys.subscribers(p), `${tenantId}|${externalId}`))) throw notFound('Subscriber');
+    const page = await timelinePage(redis, keys, p, tenantId, externalId, limit, before);
+    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)) });
+  });
+
+  /**
+   * @openapi
+   * /v1/client/events:
+   *   post:
+   *     operationId: trackClientEvents
+   *     summary: Track events from the app
+   *     description: Client key (`svc_pk_`) only, scope `client`. Body `{ externalId, identityHash?, source, events }`
+   *       with 1 to 100 events and `source` one of `ios`, `android`, `web`. Of the reserved names only the SDK's own
+   *       (spec 6.1) are accepted; engine names are `reserved_event`. Same answer and rules as `POST /v1/events`.
+   *       `identityHash` is checked as on every client call (see `docs/client.md`).
+   *     tags: [Client]
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/ClientEventsRequest' } } }
+   *     responses:
+   *       '202':
+   *         description: The stored events, in input order
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/client/events', authorize(deps, 'client', 'client'), async (ctx) => {
+    const { request, events } = readClientEvents(ctx.request.body);
+    const verified = await verifyClient(deps, ctx, request.externalId, request.identityHash);
+    await track(ctx, events);
+    await markVerified(deps, ctx, request.externalId, verified);
+  });
+}

@@ -1,0 +1,173 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { now } from '../../lib/clock.js';
+import { ApiError, validationError } from '../../lib/errors.js';
+import { checkBody } from '../../lib/validator.js';
+import { assertApnsContent } from '../../lib/apns-payload.js';
+import {
+  cancelMessage, createMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
+} from '../../streams/messages.js';
+import { findTopic } from '../../streams/topics.js';
+import { audit } from '../audit.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { pageIds, pageRequest } from '../list.js';
+import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
+
+type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
+const CONTENT_FIELDS = ['title', 'body', 'data', 'category', 'badge', 'sound', 'threadId', 'collapseId', 'image', 'url', 'priority', 'ttl'] as const;
+
+/** `to` as an object; `segment` and `where` answer 400 until segments exist. */
+function targetOf(to: CreateBody['to']): Target {
+  if (typeof to === 'string') return { externalId: to };
+  if ('segment' in to || 'where' in to) {
+    const param = 'segment' in to ? 'to.segment' : 'to.where';
+    throw new ApiError(400, 'bad_request', `${param}: targeting segments and inline expressions is not available yet; target an externalId or a topic`, { param, details: [{ param, message: 'is not available yet' }] });
+  }
+  return 'topic' in to ? { topic: to.topic as string } : { externalId: to.externalId as string };
+}
+
+export function registerMessages(router: Router, deps: AppDeps): void {
+  const { redis, keys } = deps;
+
+  /**
+   * @openapi
+   * /v1/messages:
+   *   post:
+   *     operationId: sendMessage
+   *     summary: Send a push message
+   *     description: |
+   *       Scope `messages:send`. `to` is an externalId, or `{ externalId }`, or `{ topic }` (a topic slug); `{ segment }` and
+   *       `{ where }` answer 400 `bad_request` until segments arrive. Answers 202 with the message; the dispatcher then
+   *       creates one delivery per subscription of the audience (skipped ones with a reason) and sends them over APNs.
+   *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
+   *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
+   *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire.
+   *     tags: [Messages]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: Idempotency-Key, in: header, required: false, schema: { type: string, minLength: 1, maxLength: 255 } }
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/MessageCreate' } } } }
+   *     responses:
+   *       '202':
+   *         description: The message
+   *         headers: { Idempotent-Replayed: { description: true when this answers a replay, schema: { type: string } } }
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/MessageResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listMessages
+   *     summary: List messages
+   *     description: Scope `messages:read`. Newest first, `total` under the same filter.
+   *     tags: [Messages]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *       - { name: status, in: query, schema: { type: string, enum: [scheduled, queued, sending, completed, canceled, failed] } }
+   *     responses:
+   *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/MessageListResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
+    const idempotencyKey = ctx.get('Idempotency-Key') || null;
+    if (idempotencyKey && idempotencyKey.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
+    const body = checkBody<CreateBody>('MessageCreate', ctx.request.body);
+    const to = targetOf(body.to);
+    if (body.data && ('aps' in body.data || 'herald' in body.data)) throw validationError([{ param: 'data', message: 'must not hold the keys aps or herald' }]);
+    let sendAtMs: number | null = null;
+    if (body.sendAt) {
+      sendAtMs = Date.parse(body.sendAt);
+      if (sendAtMs > now() + MAX_SEND_AHEAD_MS) throw validationError([{ param: 'sendAt', message: 'must be at most 30 days ahead' }]);
+      if (sendAtMs <= now()) sendAtMs = null; // due already: send now
+    }
+    if ('topic' in to && !(await findTopic(redis, keys, tenantOf(ctx).id, to.topic))) throw validationError([{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }]);
+    const content = Object.fromEntries(CONTENT_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])) as MessageContent;
+    assertApnsContent(content); // the APNs payload must fit in 4 KB
+    const auth = ctx.state.auth as AuthState;
+    const { message, replayed } = await createMessage(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAtMs }, { key: idempotencyKey, request: body });
+    if (replayed) ctx.set('Idempotent-Replayed', 'true');
+    else await audit(deps, ctx, { type: 'message.created', target: { type: 'message', id: message.id }, object: message });
+    respond(ctx, 202, message);
+  });
+
+  router.get('/v1/messages', authorize(deps, 'tenant', 'messages:read'), async (ctx) => {
+    const { limit, after, query } = pageRequest<{ status?: string }>(ctx, 'MessagesQuery');
+    const tenantId = tenantOf(ctx).id;
+    const index = query.status ? keys.messagesByStatus(tenantId, query.status) : keys.messageIndex(tenantId);
+    const page = await pageIds(redis, index, { limit, after });
+    const items = (await loadMessages(redis, keys, tenantId, page.ids)).filter((m) => m !== null);
+    respond(ctx, 200, { items, hasMore: page.hasMore, nextCursor: page.nextCursor, total: page.total });
+  });
+
+  /**
+   * @openapi
+   * /v1/messages/{id}:
+   *   get:
+   *     operationId: getMessage
+   *     summary: One message, with its counts by delivery status
+   *     description: Scope `messages:read`.
+   *     tags: [Messages]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
+   *     responses:
+   *       '200': { description: The message, content: { application/json: { schema: { $ref: '#/components/schemas/MessageResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   * /v1/messages/{id}/cancel:
+   *   post:
+   *     operationId: cancelMessage
+   *     summary: Cancel a message that has not started sending
+   *     description: Scope `messages:send`. A scheduled (or still queued) message becomes `canceled`; once sending has begun, 409 `conflict`.
+   *     tags: [Messages]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
+   *     responses:
+   *       '200': { description: The canceled message, content: { application/json: { schema: { $ref: '#/components/schemas/MessageResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   * /v1/messages/{id}/deliveries:
+   *   get:
+   *     operationId: listMessageDeliveries
+   *     summary: A message's deliveries
+   *     description: Scope `messages:read`. Newest first, `total` under the same filter.
+   *     tags: [Messages]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *       - { name: status, in: query, schema: { type: string, enum: [pending, sent, failed, skipped, canceled] } }
+   *     responses:
+   *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/DeliveryListResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   * /v1/deliveries/{id}:
+   *   get:
+   *     operationId: getDelivery
+   *     summary: One delivery with the provider's last answer
+   *     description: Scope `messages:read`.
+   *     tags: [Messages]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
+   *     responses:
+   *       '200': { description: The delivery, content: { application/json: { schema: { $ref: '#/components/schemas/DeliveryResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/messages/:id', authorize(deps, 'tenant', 'messages:read'), async (ctx: Context) => {
+    respond(ctx, 200, await getMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!));
+  });
+
+  router.post('/v1/messages/:id/cancel', authorize(deps, 'tenant', 'messages:send'), async (ctx: Context) => {
+    const message = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!);
+    await audit(deps, ctx, { type: 'message.canceled', target: { type: 'message', id: message.id }, object: message });
+    respond(ctx, 200, message);
+  });
+
+  router.get('/v1/messages/:id/deliveries', authorize(deps, 'tenant', 'messages:read'), async (ctx: Context) => {
+    const tenantId = tenantOf(ctx).id;
+    const message = await getMessage(redis, keys, tenantId, ctx.params.id!);
+    const { limit, after, query } = pageRequest<{ status?: string }>(ctx, 'DeliveriesQuery');
+    const index = query.status ? keys.messageDeliveriesByStatus(tenantId, message.id, query.status) : keys.messageDeliveries(tenantId, message.id);
+    const page = await pageIds(redis, index, { limit, after });
+    const items = (await loadDeliveries(redis, keys, tenantId, page.ids)).filter((d) => d !== null);
+    respond(ctx, 200, { items, hasMore: page.hasMore, nextCursor: page.nextCursor, total: page.total });
+  });
+
+  router.get('/v1/deliveries/:id', authorize(deps, 'tenant', 'messages:read'), async (ctx: Context) => {
+    respond(ctx, 200, await getDelivery(redis, keys, tenantOf(ctx).id, ctx.params.id!));
+  });
+}

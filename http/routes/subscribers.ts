@@ -1,0 +1,242 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { checkBody } from '../../lib/validator.js';
+import { deleteSubscriber, getSubscriber, upsertSubscriber, assertExternalId, type Attributes } from '../../streams/subscribers.js';
+import { listSubscribers } from '../../streams/subscriber-list.js';
+import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
+import { listSubscriptions, removeSubscription, setSubscriptionEnabled, getSubscription } from '../../streams/subscriptions.js';
+import type { TenantScope } from '../../streams/subscriber-writes.js';
+import { audit } from '../audit.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { encodeCursor, pageRequest } from '../list.js';
+import { authorize, type AuthState } from '../middleware/auth.js';
+
+/** The tenant scope of subscriber writes for the current request. */
+export function scopeOf(ctx: Context, deps: AppDeps): TenantScope {
+  const { workspace, tenant } = ctx.state.auth as AuthState;
+  return { workspaceId: workspace.id, tenantId: tenant!.id, partitions: deps.config.partitions };
+}
+
+function externalIdOf(ctx: Context): string {
+  const externalId = ctx.params.externalId ?? '';
+  assertExternalId(externalId);
+  return externalId;
+}
+
+export function registerSubscribers(router: Router, deps: AppDeps): void {
+  const { redis, keys } = deps;
+
+  /**
+   * @openapi
+   * /v1/subscribers:
+   *   post:
+   *     operationId: upsertSubscriber
+   *     summary: Create or update a subscriber
+   *     description: Scope `subscribers:write`. Creates the subscriber `externalId` (201, `$subscriber.created` on its stream)
+   *       or updates its attributes (200, `$subscriber.updated` with the changed fields, only when something changed).
+   *       `properties` merge key by key; a null value removes an attribute or a property.
+   *     tags: [Subscribers]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpsert' } } } }
+   *     responses:
+   *       '200': { description: Updated (or unchanged), content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       '201': { description: Created, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listSubscribers
+   *     summary: List subscribers
+   *     description: Scope `subscribers:read`. Newest first, with `total` under the same filter.
+   *     tags: [Subscribers]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *       - { name: email, in: query, description: Exact email (case-insensitive), schema: { type: string } }
+   *     responses:
+   *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberListResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/subscribers', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
+    const { externalId, ...attributes } = checkBody<Attributes & { externalId: string }>('SubscriberUpsert', ctx.request.body);
+    const { subscriber, created, changes, previous } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes);
+    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
+    else if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes: previous });
+    respond(ctx, created ? 201 : 200, subscriber);
+  });
+
+  router.get('/v1/subscribers', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
+    const { limit, after, query } = pageRequest<{ email?: string }>(ctx, 'SubscribersQuery');
+    const page = await listSubscribers(redis, keys, scopeOf(ctx, deps), limit, after, { email: query.email });
+    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(page.next) : null, total: page.total });
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}:
+   *   parameters:
+   *     - $ref: '#/components/parameters/serviceTenant'
+   *     - { name: externalId, in: path, required: true, description: URL-encoded, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *   get:
+   *     operationId: getSubscriber
+   *     summary: One subscriber
+   *     description: Scope `subscribers:read`.
+   *     tags: [Subscribers]
+   *     responses:
+   *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: updateSubscriber
+   *     summary: Update a subscriber's attributes
+   *     description: Scope `subscribers:write`. Writes `$subscriber.updated` with the changed fields only when something changed.
+   *     tags: [Subscribers]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpdate' } } } }
+   *     responses:
+   *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: deleteSubscriber
+   *     summary: Delete a subscriber
+   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions
+   *       and topic memberships; its events age out with the retention. A later event for the externalId creates a new subscriber.
+   *     tags: [Subscribers]
+   *     responses:
+   *       '200': { description: The deleted subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
+    respond(ctx, 200, await getSubscriber(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx)));
+  });
+
+  router.patch('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
+    const externalId = externalIdOf(ctx);
+    const attributes = checkBody<Attributes>('SubscriberUpdate', ctx.request.body);
+    const { subscriber, changes, previous } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: false });
+    if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes: previous });
+    respond(ctx, 200, subscriber);
+  });
+
+  router.delete('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
+    const subscriber = await deleteSubscriber(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx));
+    await audit(deps, ctx, { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
+    respond(ctx, 200, subscriber);
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}/subscriptions:
+   *   get:
+   *     operationId: listSubscriberSubscriptions
+   *     summary: A subscriber's devices and addresses
+   *     description: Scope `subscriptions:read`. All of them (at most 50 per subscriber), oldest first.
+   *     tags: [Subscriptions]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     responses:
+   *       '200': { description: The subscriptions, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionListResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId/subscriptions', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
+    const scope = scopeOf(ctx, deps);
+    const externalId = externalIdOf(ctx);
+    await getSubscriber(redis, keys, scope, externalId);
+    const items = await listSubscriptions(redis, keys, scope, externalId);
+    respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}/subscriptions/{id}:
+   *   parameters:
+   *     - $ref: '#/components/parameters/serviceTenant'
+   *     - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     - { name: id, in: path, required: true, schema: { type: string } }
+   *   get:
+   *     operationId: getSubscriberSubscription
+   *     summary: One subscription
+   *     description: Scope `subscriptions:read`.
+   *     tags: [Subscriptions]
+   *     responses:
+   *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: setSubscriberSubscriptionEnabled
+   *     summary: Enable or disable a subscription
+   *     description: Scope `subscriptions:write`. `$subscription.muted` / `$subscription.unmuted` are written only when `enabled` really changes.
+   *     tags: [Subscriptions]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
+   *     responses:
+   *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: removeSubscriberSubscription
+   *     summary: Remove a subscription
+   *     description: Scope `subscriptions:write`. Writes `$subscription.removed`.
+   *     tags: [Subscriptions]
+   *     responses:
+   *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
+    respond(ctx, 200, await getSubscription(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx), ctx.params.id!));
+  });
+
+  router.patch('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {
+    const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
+    const scope = scopeOf(ctx, deps);
+    const externalId = externalIdOf(ctx);
+    const before = await getSubscription(redis, keys, scope, externalId, ctx.params.id!);
+    const after = await setSubscriptionEnabled(redis, keys, scope, externalId, before.id, enabled);
+    if (before.enabled !== after.enabled) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled: after.enabled }, previousAttributes: { enabled: before.enabled } });
+    respond(ctx, 200, after);
+  });
+
+  router.delete('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {
+    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx), ctx.params.id!);
+    await audit(deps, ctx, { type: 'subscription.deleted', target: { type: 'subscription', id: removed.id }, object: removed });
+    respond(ctx, 200, removed);
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}/preferences:
+   *   parameters:
+   *     - $ref: '#/components/parameters/serviceTenant'
+   *     - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *   get:
+   *     operationId: getSubscriberPreferences
+   *     summary: A subscriber's preferences
+   *     description: Scope `preferences:read`. Per channel and per category; every channel is on until turned off.
+   *     tags: [Preferences]
+   *     responses:
+   *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: updateSubscriberPreferences
+   *     summary: Change a subscriber's preferences
+   *     description: Scope `preferences:write`. Merges channels and categories (a category set to null follows the channels again);
+   *       writes `$preferences.updated` only when a value really changes.
+   *     tags: [Preferences]
+   *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesUpdate' } } } }
+   *     responses:
+   *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:read'), async (ctx) => {
+    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx)));
+  });
+
+  router.patch('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:write'), async (ctx) => {
+    const update = checkBody<PreferencesUpdate>('PreferencesUpdate', ctx.request.body);
+    const scope = scopeOf(ctx, deps);
+    const externalId = externalIdOf(ctx);
+    const before = await getPreferences(redis, keys, scope, externalId);
+    const { preferences, changed } = await updatePreferences(redis, keys, scope, externalId, update);
+    if (changed) {
+      const subscriber = await getSubscriber(redis, keys, scope, externalId);
+      await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: before } });
+    }
+    respond(ctx, 200, preferences);
+  });
+}

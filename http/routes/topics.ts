@@ -1,0 +1,266 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
+import { checkBody } from '../../lib/validator.js';
+import { addTopicMembers, removeTopicMembers, topicMemberPage, type MemberPosition } from '../../streams/topic-members.js';
+import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topic, type TopicInput, type TopicPatch, type TopicScope } from '../../streams/topics.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
+
+function badCursor(): never {
+  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
+}
+
+/** A member-list cursor position is `<score>|<externalId>`. */
+function memberPosition(after: string | null): MemberPosition | null {
+  if (after === null) return null;
+  const bar = after.indexOf('|');
+  const score = after.slice(0, bar);
+  if (bar < 1 || !/^\d+$/.test(score)) badCursor();
+  return { score, member: after.slice(bar + 1) };
+}
+
+/** A PATCH body: name and description only; a slug in it is refused by name (slugs are immutable). */
+function readPatch(body: unknown): TopicPatch {
+  const details: ErrorDetail[] = [];
+  let rest = body;
+  if (body && typeof body === 'object' && !Array.isArray(body) && 'slug' in body) {
+    details.push({ param: 'slug', message: 'cannot be changed; create a topic with the new slug and move the members' });
+    const { slug: _slug, ...others } = body as Record<string, unknown>;
+    rest = others;
+  }
+  try {
+    if (!details.length || Object.keys(rest as object).length) checkBody<TopicPatch>('TopicUpdate', rest);
+  } catch (err) {
+    if (!(err instanceof ApiError) || !err.details) throw err;
+    details.push(...err.details);
+  }
+  if (details.length) throw validationError(details);
+  return rest as TopicPatch;
+}
+
+export function registerTopics(router: Router, deps: AppDeps): void {
+  const { redis, keys, config } = deps;
+  const read = authorize(deps, 'tenant', 'topics:read');
+  const write = authorize(deps, 'tenant', 'topics:write');
+
+  const scopeOf = (ctx: Context): TopicScope => {
+    const { workspace } = ctx.state.auth as AuthState;
+    const tenant = tenantOf(ctx);
+    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
+  };
+  /** Where membership writes go: the subscribers' partitions of the tenant. */
+  const tenantScope = (ctx: Context) => ({ workspaceId: (ctx.state.auth as AuthState).workspace.id, tenantId: tenantOf(ctx).id, partitions: config.partitions });
+  /** The topic the path names, or 404 (a malformed slug too). */
+  const topicOf = async (ctx: Context): Promise<Topic> => {
+    const topic = await findTopic(redis, keys, tenantOf(ctx).id, ctx.params.topicSlug ?? '');
+    if (!topic) throw notFound('Topic');
+    return topic;
+  };
+
+  /**
+   * @openapi
+   * /v1/topics:
+   *   post:
+   *     operationId: createTopic
+   *     summary: Create a topic
+   *     description: |
+   *       Scope `topics:write`. `slug` is 3 to 48 characters matching `^[a-z0-9]+(?:-[a-z0-9]+)*$`, unique in the
+   *       tenant (a taken slug is 409 `conflict`) and immutable; it is the topic's address in paths. `name`
+   *       (at most 128 characters) and `description` (at most 1,024) are optional. Audited as `topic.created`.
+   *     tags: [Topics]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicCreate' } } }
+   *     responses:
+   *       '201':
+   *         description: The new topic
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Error' }
+   *       '403': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listTopics
+   *     summary: List topics
+   *     description: Scope `topics:read`. The tenant's topics, newest first, keyset pagination, with `total`.
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: A page of topics
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/topics', write, async (ctx) => {
+    const input = checkBody<TopicInput>('TopicCreate', ctx.request.body);
+    respond(ctx, 201, await createTopic(redis, keys, scopeOf(ctx), input, writerOf(ctx)));
+  });
+
+  router.get('/v1/topics', read, async (ctx) => {
+    const tenantId = tenantOf(ctx).id;
+    const page = pageRequest(ctx);
+    respond(ctx, 200, await pageRecords(redis, keys.topicIndex(tenantId), page, (ids) => loadTopics(redis, keys, tenantId, ids)));
+  });
+
+  /**
+   * @openapi
+   * /v1/topics/{topicSlug}:
+   *   get:
+   *     operationId: getTopic
+   *     summary: One topic
+   *     description: Scope `topics:read`. An unknown or malformed slug, or another tenant's topic, is 404.
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The topic
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicResponse' } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: updateTopic
+   *     summary: Rename or describe a topic
+   *     description: Scope `topics:write`. Changes `name` and `description` (null clears one). The slug is
+   *       immutable; sending it is a `validation` error naming `slug`. Audited as `topic.updated` with `changes`
+   *       and `previousAttributes` when a value actually changes (`updatedAt` moves only then).
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicUpdate' } } }
+   *     responses:
+   *       '200':
+   *         description: The topic after the change
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: deleteTopic
+   *     summary: Delete a topic
+   *     description: Scope `topics:write`. Removes the topic, its slug (free for a new topic) and its member list;
+   *       members get no stream event. Answers the topic as it was. Audited as `topic.deleted`.
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The deleted topic
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicResponse' } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/topics/:topicSlug', read, async (ctx) => {
+    respond(ctx, 200, await topicOf(ctx));
+  });
+
+  router.patch('/v1/topics/:topicSlug', write, async (ctx) => {
+    const patch = readPatch(ctx.request.body);
+    respond(ctx, 200, await updateTopic(redis, keys, scopeOf(ctx), ctx.params.topicSlug ?? '', patch, writerOf(ctx)));
+  });
+
+  router.delete('/v1/topics/:topicSlug', write, async (ctx) => {
+    respond(ctx, 200, await deleteTopic(redis, keys, scopeOf(ctx), ctx.params.topicSlug ?? '', writerOf(ctx)));
+  });
+
+  /**
+   * @openapi
+   * /v1/topics/{topicSlug}/subscribers:
+   *   post:
+   *     operationId: addTopicSubscribers
+   *     summary: Add subscribers to a topic
+   *     description: |
+   *       Scope `topics:write`. Body `{ externalIds }`, 1 to 1,000 strings of 1 to 256 characters; a repeated id
+   *       counts once. An unknown externalId creates the subscriber (`$subscriber.created`). Each subscriber
+   *       that was not a member gets `$subscriber.updated` with `data.changes.topics.added: [topicSlug]` on its
+   *       stream; one that was keeps its first join time and gets nothing. Retrying a failed call completes it.
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRequest' } } }
+   *     responses:
+   *       '200':
+   *         description: What the call changed
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersAddedResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listTopicSubscribers
+   *     summary: A topic's members
+   *     description: Scope `topics:read`. Newest joined first, keyset pagination, with `total` (the member count).
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: A page of members
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicMemberListResponse' } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/topics/:topicSlug/subscribers', write, async (ctx) => {
+    const { externalIds } = checkBody<{ externalIds: string[] }>('TopicMembersRequest', ctx.request.body);
+    const topic = await topicOf(ctx);
+    respond(ctx, 200, await addTopicMembers(redis, keys, tenantScope(ctx), topic, externalIds));
+  });
+
+  router.get('/v1/topics/:topicSlug/subscribers', read, async (ctx) => {
+    const { limit, after } = pageRequest(ctx);
+    const position = memberPosition(after);
+    const topic = await topicOf(ctx);
+    const page = await topicMemberPage(redis, keys, tenantOf(ctx).id, topic.id, limit, position);
+    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.score}|${page.next.member}`) : null, total: page.total });
+  });
+
+  /**
+   * @openapi
+   * /v1/topics/{topicSlug}/subscribers/remove:
+   *   post:
+   *     operationId: removeTopicSubscribers
+   *     summary: Remove subscribers from a topic
+   *     description: |
+   *       Scope `topics:write`. Same body as adding (a POST, not a DELETE with a body, which OpenAPI 3.0 clients
+   *       drop). Each subscriber that was a member gets `$subscriber.updated` with
+   *       `data.changes.topics.removed: [topicSlug]`; others, unknown subscribers included, are counted in
+   *       `notMembers` and nothing is written for them (no subscriber is created).
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRequest' } } }
+   *     responses:
+   *       '200':
+   *         description: What the call changed
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRemovedResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/topics/:topicSlug/subscribers/remove', write, async (ctx) => {
+    const { externalIds } = checkBody<{ externalIds: string[] }>('TopicMembersRequest', ctx.request.body);
+    const topic = await topicOf(ctx);
+    respond(ctx, 200, await removeTopicMembers(redis, keys, tenantScope(ctx), topic, externalIds));
+  });
+}

@@ -1,0 +1,286 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { ApiError, notFound, validationError } from '../../lib/errors.js';
+import { checkWebhookUrl, createAllowList, resolveAndCheck, type AllowList } from '../../lib/ssrf-guard.js';
+import { checkBody } from '../../lib/validator.js';
+import { checkPatterns, normalizePatterns, webhookCatalog } from '../../lib/webhook-events.js';
+import { resolveAllFor } from '../../lib/webhook-resolver.js';
+import { findTenantBySlug } from '../../streams/identity.js';
+import type { Ref } from '../../streams/ledger.js';
+import { seenEventNames } from '../../streams/webhook-catalog.js';
+import { readWebhookEvent, requeueDeliveries } from '../../streams/webhook-deliveries.js';
+import {
+  createEndpoint, deleteEndpoint, findEndpoint, loadEndpoints, publicEndpoint, rotateSecret, updateEndpoint,
+  type EndpointPatch, type WebhookEndpoint,
+} from '../../streams/webhook-endpoints.js';
+import { now } from '../../lib/clock.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { pageRecords, pageRequest } from '../list.js';
+import { authorize, writerOf, type AuthState } from '../middleware/auth.js';
+import { registerWebhookDeliveries } from './webhook-deliveries.js';
+
+type CreateBody = { url: string; description?: string | null; events?: string[]; tenant?: string | null };
+type UpdateBody = { url?: string; description?: string | null; events?: string[]; tenant?: string | null; enabled?: boolean };
+
+const withSecret = (e: WebhookEndpoint) => ({ ...publicEndpoint(e), secret: e.secret });
+
+/**
+ * The URL rules of spec 2.5 and 7 (`invalid_url`): http(s), https in production, no credentials,
+ * no private/loopback/link-local/CGNAT/multicast/reserved address, checked on the text and on
+ * every address the host name resolves to now. Returns the URL as sent (normalised by WHATWG URL).
+ */
+async function checkUrl(raw: string, options: { production: boolean; allow: AllowList }): Promise<string> {
+  const refuse = (message: string): never => { throw validationError([{ param: 'url', message }], 'invalid_url'); };
+  const check = checkWebhookUrl(raw, options);
+  if (!check.ok) return refuse(check.reason);
+  try {
+    const resolved = await resolveAndCheck(check.url.hostname, { allow: options.allow, lookup: resolveAllFor() });
+    if (!resolved.ok) return refuse(resolved.reason);
+  } catch (err) {
+    return refuse(`host ${check.url.hostname} does not resolve (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+  return check.url.href;
+}
+
+function checkEvents(events: string[]): string[] {
+  const problem = checkPatterns(events);
+  if (problem) throw validationError(problem.details, problem.code);
+  return normalizePatterns(events);
+}
+
+async function tenantRef(deps: AppDeps, workspaceId: string, slug: string | null): Promise<Ref | null> {
+  if (slug === null) return null;
+  const tenant = await findTenantBySlug(deps.redis, deps.keys, workspaceId, slug);
+  if (!tenant) throw validationError([{ param: 'tenant', message: `is not a tenant of this workspace ("${slug}")` }]);
+  return { id: tenant.id, slug: tenant.slug };
+}
+
+export function registerWebhooks(router: Router, deps: AppDeps): void {
+  const { redis, keys, config } = deps;
+  const allow = createAllowList(config.webhookAllowPrivateNetworks);
+  const urlOptions = { production: config.production, allow };
+  const read = authorize(deps, 'workspace', 'webhooks:read');
+  const write = authorize(deps, 'workspace', 'webhooks:write');
+  const workspaceOf = (ctx: Context) => (ctx.state.auth as AuthState).workspace;
+  const endpointOr404 = async (ctx: Context) => {
+    const endpoint = await findEndpoint(redis, keys, workspaceOf(ctx).id, ctx.params.id!);
+    if (!endpoint) throw notFound('Webhook endpoint');
+    return endpoint;
+  };
+
+  /**
+   * @openapi
+   * /v1/workspaces/{workspaceSlug}/webhooks/catalog:
+   *   get:
+   *     operationId: getWebhookCatalog
+   *     summary: The events an endpoint can subscribe to
+   *     description: Scope `webhooks:read`, workspace keys only. Public control-plane (audit) events grouped by
+   *       resource, the reserved stream events of spec 6.1 by resource, then the stream event names the
+   *       workspace's tenants have sent, grouped by their first segment. `*` subscribes to all of them;
+   *       `resource.*` to a group. Audit events of `key`, `webhook` and `profile` are private and never listed.
+   *     tags: [Webhooks]
+   *     parameters: [{ $ref: '#/components/parameters/workspaceSlug' }]
+   *     responses:
+   *       '200':
+   *         description: The catalog
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookCatalogResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/workspaces/:workspaceSlug/webhooks/catalog', read, async (ctx) => {
+    const names = await seenEventNames(redis, keys, config.partitions, workspaceOf(ctx).id);
+    respond(ctx, 200, { groups: webhookCatalog(names) });
+  });
+
+  /**
+   * @openapi
+   * /v1/workspaces/{workspaceSlug}/webhooks/events/{id}:
+   *   get:
+   *     operationId: getWebhookEvent
+   *     summary: A delivered event
+   *     description: Scope `webhooks:read`. The payload exactly as it was (and is, on every retry and replay)
+   *       delivered, kept for the retention (`EVENT_RETENTION_DAYS`). An event no endpoint received is 404.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The event payload (spec 2.6)
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEventResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/workspaces/:workspaceSlug/webhooks/events/:id', read, async (ctx) => {
+    const event = await readWebhookEvent(redis, keys, workspaceOf(ctx).id, ctx.params.id!);
+    if (!event) throw notFound('Webhook event');
+    respond(ctx, 200, event);
+  });
+
+  /**
+   * @openapi
+   * /v1/workspaces/{workspaceSlug}/webhooks:
+   *   post:
+   *     operationId: createWebhookEndpoint
+   *     summary: Create a webhook endpoint
+   *     description: |
+   *       Scope `webhooks:write`, workspace keys only (tenant keys 403). At most 50 endpoints per workspace
+   *       (`400 limit_exceeded`). `url` must be http(s) without credentials and must not point to (or resolve
+   *       to) a private, loopback, link-local, CGNAT, multicast or reserved address; https only in production
+   *       (`400 invalid_url`). `events` defaults to `["*"]`; private names (`key.*`, `webhook.*`, `profile.*`)
+   *       are `400 invalid_event`. `tenant` (a slug of the workspace) narrows the endpoint to that tenant.
+   *       The answer carries the signing secret (`secret`, `whsec_…`) this once. The endpoint receives events
+   *       from its creation on, never earlier ones.
+   *     tags: [Webhooks]
+   *     parameters: [{ $ref: '#/components/parameters/workspaceSlug' }]
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/CreateWebhookRequest' } } }
+   *     responses:
+   *       '201':
+   *         description: The endpoint with its secret
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointWithSecretResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Error' }
+   *       '403': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listWebhookEndpoints
+   *     summary: List webhook endpoints
+   *     description: Scope `webhooks:read`. Newest first, with `total`. Secrets are never shown.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: A page of endpoints
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/workspaces/:workspaceSlug/webhooks', write, async (ctx) => {
+    const body = checkBody<CreateBody>('CreateWebhookRequest', ctx.request.body);
+    const workspace = workspaceOf(ctx);
+    const events = checkEvents(body.events ?? ['*']);
+    const tenant = await tenantRef(deps, workspace.id, body.tenant ?? null);
+    const url = await checkUrl(body.url, urlOptions);
+    const endpoint = await createEndpoint(redis, keys, workspace, { url, description: body.description ?? null, events, tenant }, writerOf(ctx));
+    if (!endpoint) throw new ApiError(400, 'limit_exceeded', 'A workspace has at most 50 webhook endpoints; delete one first');
+    respond(ctx, 201, withSecret(endpoint));
+  });
+
+  router.get('/v1/workspaces/:workspaceSlug/webhooks', read, async (ctx) => {
+    const page = pageRequest(ctx);
+    const workspaceId = workspaceOf(ctx).id;
+    respond(ctx, 200, await pageRecords(redis, keys.webhookEndpoints(workspaceId), page, async (ids) =>
+      (await loadEndpoints(redis, keys, workspaceId, ids)).map((e) => (e ? publicEndpoint(e) : null))));
+  });
+
+  /**
+   * @openapi
+   * /v1/workspaces/{workspaceSlug}/webhooks/{id}:
+   *   get:
+   *     operationId: getWebhookEndpoint
+   *     summary: One webhook endpoint
+   *     description: Scope `webhooks:read`. Never the secret.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The endpoint
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: updateWebhookEndpoint
+   *     summary: Edit or re-enable a webhook endpoint
+   *     description: |
+   *       Scope `webhooks:write`. Any of `url`, `description`, `events`, `tenant` (null: every tenant) and
+   *       `enabled`, with the rules of creation. A changed `url`, `events` or `tenant` takes effect for events
+   *       from now on. `enabled: true` on a disabled endpoint clears its failure streak, re-queues its pending
+   *       and failed deliveries at once, and delivers events from now on (never those of the disabled time);
+   *       `enabled: false` stops new deliveries and holds its queued attempts.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/UpdateWebhookRequest' } } }
+   *     responses:
+   *       '200':
+   *         description: The endpoint after the change
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: deleteWebhookEndpoint
+   *     summary: Delete a webhook endpoint
+   *     description: Scope `webhooks:write`. Stops its deliveries; answers the endpoint as it was.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The deleted endpoint
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointResponse' } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/workspaces/:workspaceSlug/webhooks/:id', read, async (ctx) => {
+    respond(ctx, 200, publicEndpoint(await endpointOr404(ctx)));
+  });
+
+  router.patch('/v1/workspaces/:workspaceSlug/webhooks/:id', write, async (ctx) => {
+    const body = checkBody<UpdateBody>('UpdateWebhookRequest', ctx.request.body ?? {});
+    const workspace = workspaceOf(ctx);
+    await endpointOr404(ctx);
+    const patch: EndpointPatch = {};
+    if (body.events !== undefined) patch.events = checkEvents(body.events);
+    if (body.tenant !== undefined) patch.tenant = await tenantRef(deps, workspace.id, body.tenant);
+    if (body.url !== undefined) patch.url = await checkUrl(body.url, urlOptions);
+    if (body.description !== undefined) patch.description = body.description;
+    if (body.enabled !== undefined) patch.enabled = body.enabled;
+    const updated = await updateEndpoint(redis, keys, workspace, ctx.params.id!, patch, writerOf(ctx));
+    if (!updated) throw notFound('Webhook endpoint');
+    if (updated.reenabled) await requeueDeliveries(redis, keys, workspace.id, updated.endpoint.id, now());
+    respond(ctx, 200, publicEndpoint(updated.endpoint));
+  });
+
+  router.delete('/v1/workspaces/:workspaceSlug/webhooks/:id', write, async (ctx) => {
+    const deleted = await deleteEndpoint(redis, keys, workspaceOf(ctx), ctx.params.id!, writerOf(ctx));
+    if (!deleted) throw notFound('Webhook endpoint');
+    respond(ctx, 200, publicEndpoint(deleted));
+  });
+
+  /**
+   * @openapi
+   * /v1/workspaces/{workspaceSlug}/webhooks/{id}/rotate:
+   *   post:
+   *     operationId: rotateWebhookSecret
+   *     summary: Rotate an endpoint's signing secret
+   *     description: Scope `webhooks:write`. Answers the endpoint with its new `secret`, shown this once. For
+   *       24 hours the previous secret keeps verifying and every request carries both signatures (new first);
+   *       a second rotation within that window ends the first previous secret at once.
+   *     tags: [Webhooks]
+   *     parameters:
+   *       - $ref: '#/components/parameters/workspaceSlug'
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     responses:
+   *       '200':
+   *         description: The endpoint with its new secret
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointWithSecretResponse' } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/workspaces/:workspaceSlug/webhooks/:id/rotate', write, async (ctx) => {
+    const rotated = await rotateSecret(redis, keys, workspaceOf(ctx), ctx.params.id!, writerOf(ctx));
+    if (!rotated) throw notFound('Webhook endpoint');
+    respond(ctx, 200, withSecret(rotated));
+  });
+
+  registerWebhookDeliveries(router, deps, { read, write, endpointOr404 });
+}

@@ -1,0 +1,142 @@
+import { createHash } from 'node:crypto';
+import { now } from './clock.js';
+import { validationError, type ErrorDetail } from './errors.js';
+
+/**
+ * Turns a message's content into the APNs request of one delivery: the JSON payload and the
+ * `apns-*` headers. Pure: no I/O, time from lib/clock.
+ */
+
+/** A message's push content, as `POST /v1/messages` stores it. */
+export type PushContent = {
+  title: string;
+  body: string;
+  /** Custom keys, copied to the top level of the payload (never `aps` or `herald`). */
+  data?: Record<string, unknown>;
+  badge?: number;
+  sound?: string;
+  threadId?: string;
+  /** `apns-collapse-id`: at most 64 bytes. */
+  collapseId?: string;
+  /** An image URL for a notification service extension (sets `mutable-content`). */
+  image?: string;
+  /** A URL the app opens when the notification is tapped. */
+  url?: string;
+  /** `high` (default) → `apns-priority: 10`, `normal` → 5. */
+  priority?: 'high' | 'normal';
+  /** Seconds APNs keeps trying an offline device; 0: once, now or never; absent: Apple's default. */
+  ttl?: number;
+};
+
+export type DeliveryIds = { messageId: string; deliveryId: string };
+
+export type ApnsPayload = {
+  aps: {
+    alert: { title: string; body: string };
+    badge?: number;
+    sound?: string;
+    'thread-id'?: string;
+    'mutable-content'?: 1;
+  };
+  herald: { messageId: string; deliveryId: string; url?: string; image?: string };
+  [key: string]: unknown;
+};
+
+export type ApnsHeaders = {
+  pushType: 'alert';
+  /** 10 (send now) or 5 (power-conscious). */
+  priority: 10 | 5;
+  /** Unix seconds after which APNs stops trying; 0: try once; undefined: no header. */
+  expiration: number | undefined;
+  collapseId: string | undefined;
+  /** A UUID derived from the delivery id: a resend carries the same `apns-id`. */
+  apnsId: string;
+};
+
+export type ApnsRequest = { payload: ApnsPayload; headers: ApnsHeaders };
+
+/** APNs refuses larger payloads (413 PayloadTooLarge) for alert pushes. */
+export const APNS_MAX_PAYLOAD_BYTES = 4096;
+/** APNs refuses a longer `apns-collapse-id` (400 BadCollapseId). */
+export const APNS_MAX_COLLAPSE_ID_BYTES = 64;
+/** Keys of `data` that would clash with the payload's own. */
+export const RESERVED_DATA_KEYS = ['aps', 'herald'] as const;
+
+/** Name-based UUID namespace of Herald's apns-ids (itself a random UUID, fixed forever). */
+const APNS_ID_NAMESPACE = Buffer.from('6f1c9a0e3b7d4e2a9c5f0d8b1a2e3f47', 'hex');
+
+/** The `apns-id` of a delivery: a version-5 (SHA-1, name-based) UUID of the delivery id, lowercase. */
+export function apnsIdFor(deliveryId: string): string {
+  const hash = createHash('sha1').update(APNS_ID_NAMESPACE).update(deliveryId, 'utf8').digest();
+  hash[6] = (hash[6]! & 0x0f) | 0x50;
+  hash[8] = (hash[8]! & 0x3f) | 0x80;
+  const hex = hash.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** The APNs payload and headers of one delivery of `content`. */
+export function buildApnsRequest(content: PushContent, ids: DeliveryIds, at: number = now()): ApnsRequest {
+  const aps: ApnsPayload['aps'] = { alert: { title: content.title, body: content.body } };
+  if (content.badge !== undefined) aps.badge = content.badge;
+  if (content.sound !== undefined) aps.sound = content.sound;
+  if (content.threadId !== undefined) aps['thread-id'] = content.threadId;
+  if (content.image !== undefined) aps['mutable-content'] = 1;
+  const herald: ApnsPayload['herald'] = { messageId: ids.messageId, deliveryId: ids.deliveryId };
+  if (content.url !== undefined) herald.url = content.url;
+  if (content.image !== undefined) herald.image = content.image;
+  const custom: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(content.data ?? {})) {
+    if (!(RESERVED_DATA_KEYS as readonly string[]).includes(key)) custom[key] = value;
+  }
+  const payload: ApnsPayload = { aps, ...custom, herald };
+  let expiration: number | undefined;
+  if (content.ttl !== undefined) expiration = content.ttl === 0 ? 0 : Math.floor(at / 1000) + Math.floor(content.ttl);
+  return {
+    payload,
+    headers: {
+      pushType: 'alert',
+      priority: content.priority === 'normal' ? 5 : 10,
+      expiration,
+      collapseId: content.collapseId,
+      apnsId: apnsIdFor(ids.deliveryId),
+    },
+  };
+}
+
+/** Bytes of a payload as sent (compact JSON, UTF-8). */
+export function payloadSize(payload: ApnsPayload): number {
+  return Buffer.byteLength(JSON.stringify(payload), 'utf8');
+}
+
+// Ids are a prefix and 26 characters; sizes are measured with ids of that length.
+const PLACEHOLDER_IDS: DeliveryIds = { messageId: 'msg_' + '0'.repeat(26), deliveryId: 'dlv_' + '0'.repeat(26) };
+
+/** Bytes of the payload `content` makes for any of its deliveries. */
+export function apnsPayloadSize(content: PushContent): number {
+  return payloadSize(buildApnsRequest(content, PLACEHOLDER_IDS, 0).payload);
+}
+
+/** APNs-specific problems of `content`, one detail per field (none when it can be sent). */
+export function apnsContentProblems(content: PushContent): ErrorDetail[] {
+  const details: ErrorDetail[] = [];
+  for (const key of RESERVED_DATA_KEYS) {
+    if (content.data && Object.prototype.hasOwnProperty.call(content.data, key)) details.push({ param: `data.${key}`, message: `is reserved: the payload's own "${key}" key` });
+  }
+  if (content.collapseId !== undefined && Buffer.byteLength(content.collapseId, 'utf8') > APNS_MAX_COLLAPSE_ID_BYTES) {
+    details.push({ param: 'collapseId', message: `must be at most ${APNS_MAX_COLLAPSE_ID_BYTES} bytes (UTF-8)` });
+  }
+  if (details.length === 0) {
+    const size = apnsPayloadSize(content);
+    if (size > APNS_MAX_PAYLOAD_BYTES) {
+      const param = content.data && Object.keys(content.data).length > 0 ? 'data' : 'body';
+      details.push({ param, message: `makes the APNs payload ${size} bytes; the limit is ${APNS_MAX_PAYLOAD_BYTES}` });
+    }
+  }
+  return details;
+}
+
+/** Throws 400 `validation` when `content` cannot be sent through APNs (reserved data keys, collapse id, size). */
+export function assertApnsContent(content: PushContent): void {
+  const details = apnsContentProblems(content);
+  if (details.length) throw validationError(details);
+}

@@ -1,0 +1,179 @@
+import { parseDuration } from './duration.js';
+import { parseEncryptionKey } from './secret-box.js';
+
+/**
+ * Every setting Herald reads from the environment, validated once.
+ * This is the only module that touches `process.env`; everything else receives a `Config`.
+ */
+export type Config = {
+  /** HTTP port of the web role. `PORT`, default 3000. */
+  port: number;
+  /** Redis URL (`redis://` or `rediss://`). `REDIS_URL`; null selects the embedded default. */
+  redisUrl: string | null;
+  /** Namespace prepended to every Redis key. `REDIS_KEY_PREFIX`, default `herald:`. */
+  keyPrefix: string;
+  /** Number of subscriber partitions, fixed per deployment. `HERALD_PARTITIONS`, default 64. */
+  partitions: number;
+  /** How long events stay in logs, timelines and read models. `EVENT_RETENTION_DAYS`, default 30. */
+  retentionMs: number;
+  /** Largest accepted request body in bytes. `HTTP_BODY_LIMIT_BYTES`, default 1 MiB. */
+  bodyLimitBytes: number;
+  /** Roles `npm start` runs in one process. `HERALD_ROLES`, default all four. */
+  roles: Role[];
+  /** How long an authenticated key stays cached in a process. `KEY_CACHE_TTL_SECONDS`, default 30. */
+  keyCacheTtlMs: number;
+  /** `NODE_ENV === 'production'` turns on the https-only rule for webhook URLs. */
+  production: boolean;
+  /** CIDRs webhook URLs may point into. `WEBHOOK_ALLOW_PRIVATE_NETWORKS`, default none. */
+  webhookAllowPrivateNetworks: string[];
+  /** Delays between webhook attempts in ms. `WEBHOOK_RETRY_SCHEDULE`, default `5m,30m,2h,5h,10h,12h`. */
+  webhookRetryScheduleMs: number[];
+  /** How long one webhook attempt may take in all, at most the spec's 30 s. `WEBHOOK_ATTEMPT_TIMEOUT_MS`, default 30000; lower it only for tests. */
+  webhookAttemptTimeoutMs: number;
+  /** Most webhook requests in flight per endpoint in one dispatcher process. `WEBHOOK_ENDPOINT_CONCURRENCY`, default 20. */
+  webhookEndpointConcurrency: number;
+  /** Lowest level written to the log. `LOG_LEVEL`: debug, info, warn, error; default info. */
+  logLevel: LogLevel;
+  /** Largest partition inbox backlog before ingest answers 503. `INBOX_MAX_BACKLOG`, default 1,000,000. */
+  inboxMaxBacklog: number;
+  /** Secret that signs events tokens (`GET /v1/events/token`). `HERALD_TOKEN_SECRET`; default: one per Redis, generated and stored at first start. */
+  tokenSecret: string | null;
+  /** How long a partition lease lasts unrenewed; a dead worker's partitions move after it. `PARTITION_LEASE_MS`, default 10000. */
+  leaseMs: number;
+  /** Subscribers per fan-out chunk (deliveries are created, sent and settled chunk by chunk). `FANOUT_CHUNK_SIZE`, default 500. */
+  fanoutChunkSize: number;
+  /** How long a message being fanned out may sit unacked before another dispatcher takes it over. `DISPATCHER_CLAIM_IDLE_MS`, default 60000. */
+  dispatcherClaimIdleMs: number;
+  /** Directory of the embedded redis-server's data. `HERALD_DATA_DIR`, default `./var`. */
+  dataDir: string;
+  /** Key encrypting secrets at rest (APNs private keys): 32 bytes as 64 hex characters or base64. `HERALD_ENCRYPTION_KEY`; unset: storing such secrets is refused. */
+  encryptionKey: Buffer | null;
+  /** APNs host for production tokens. `APNS_HOST`, default `api.push.apple.com`. */
+  apnsHost: string;
+  /** APNs host for sandbox (development) tokens. `APNS_SANDBOX_HOST`, default `api.sandbox.push.apple.com`. */
+  apnsSandboxHost: string;
+  /** APNs port. `APNS_PORT`, default 443 (Apple also serves 2197). */
+  apnsPort: number;
+  /** APNs port for sandbox tokens. `APNS_SANDBOX_PORT`, default `APNS_PORT`. */
+  apnsSandboxPort: number;
+  /** A PEM file of extra CA certificates trusted for the APNs hosts (a local peer in tests). `APNS_CA_FILE`; unset: the system CAs only. */
+  apnsCaFile: string | null;
+  /** Most APNs requests in flight per tenant. `APNS_MAX_CONCURRENT_PER_TENANT`, default 1000. */
+  apnsMaxConcurrentPerTenant: number;
+  /** Most APNs requests started per tenant per second. `APNS_RATE_PER_TENANT_PER_SECOND`, default 20000. */
+  apnsRatePerTenantPerSecond: number;
+  /** Most attempts per push (429, 5xx and connection errors are retried). `APNS_MAX_ATTEMPTS`, default 5. */
+  apnsMaxAttempts: number;
+  /** First retry delay in ms, doubled each retry, with jitter. `APNS_RETRY_BASE_MS`, default 250. */
+  apnsRetryBaseMs: number;
+  /** How long one APNs request may take. `APNS_REQUEST_TIMEOUT_MS`, default 5000. */
+  apnsRequestTimeoutMs: number;
+  /** How often a cached APNs connection re-checks its tenant's credentials. `APNS_CREDENTIALS_CHECK_SECONDS`, default 10; 0 checks on every send. */
+  apnsCredentialsCheckMs: number;
+};
+
+export const ROLES = ['web', 'worker', 'dispatcher', 'scheduler'] as const;
+export type Role = (typeof ROLES)[number];
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** Thrown for a setting that cannot be used; the message names the variable. */
+export class ConfigError extends Error {}
+
+type Env = Record<string, string | undefined>;
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
+  }
+  return value;
+}
+
+function list(raw: string | undefined): string[] {
+  return (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+}
+
+function retrySchedule(raw: string | undefined): number[] {
+  const items = list(raw ?? '5m,30m,2h,5h,10h,12h');
+  if (items.length === 0) throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must list at least one delay');
+  return items.map((item) => {
+    const ms = parseDuration(item);
+    if (ms === null) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is not a duration like 30s, 5m, 2h or 1d`);
+    return ms;
+  });
+}
+
+function roles(raw: string | undefined): Role[] {
+  const items = list(raw);
+  if (items.length === 0) return [...ROLES];
+  for (const item of items) {
+    if (!(ROLES as readonly string[]).includes(item)) {
+      throw new ConfigError(`HERALD_ROLES: unknown role "${item}" (known: ${ROLES.join(', ')})`);
+    }
+  }
+  return items as Role[];
+}
+
+function encryptionKey(raw: string | undefined): Buffer | null {
+  if (raw === undefined || raw.trim() === '') return null;
+  const key = parseEncryptionKey(raw);
+  if (!key) throw new ConfigError('HERALD_ENCRYPTION_KEY must be 32 bytes written as 64 hex characters or as base64 (make one with: openssl rand -hex 32)');
+  return key;
+}
+
+function hostName(env: Env, name: string, fallback: string): string {
+  const raw = (env[name] ?? '').trim();
+  if (raw === '') return fallback;
+  if (!/^[A-Za-z0-9.-]+$|^\[[0-9A-Fa-f:.]+\]$/.test(raw)) throw new ConfigError(`${name} must be a host name or IP address without scheme or port, got "${raw}"`);
+  return raw;
+}
+
+function redisUrl(raw: string | undefined): string | null {
+  if (!raw) return null;
+  if (!/^rediss?:\/\//.test(raw)) throw new ConfigError('REDIS_URL must start with redis:// or rediss://');
+  return raw;
+}
+
+/** Reads and validates the configuration; `overrides` win over the environment (tests use them). */
+export function loadConfig(overrides: Env = {}, env: Env = process.env): Config {
+  const e: Env = { ...env, ...overrides };
+  const logLevel = (e.LOG_LEVEL ?? 'info') as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  return {
+    port: integer(e, 'PORT', 3000, 0, 65535),
+    redisUrl: redisUrl(e.REDIS_URL),
+    keyPrefix: e.REDIS_KEY_PREFIX ?? 'herald:',
+    partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
+    retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,
+    bodyLimitBytes: integer(e, 'HTTP_BODY_LIMIT_BYTES', 1_048_576, 1024, 64 * 1_048_576),
+    roles: roles(e.HERALD_ROLES),
+    keyCacheTtlMs: integer(e, 'KEY_CACHE_TTL_SECONDS', 30, 0, 3600) * 1000,
+    production: e.NODE_ENV === 'production',
+    webhookAllowPrivateNetworks: list(e.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
+    webhookRetryScheduleMs: retrySchedule(e.WEBHOOK_RETRY_SCHEDULE),
+    webhookAttemptTimeoutMs: integer(e, 'WEBHOOK_ATTEMPT_TIMEOUT_MS', 30_000, 100, 30_000),
+    webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),
+    logLevel,
+    dataDir: e.HERALD_DATA_DIR ?? './var',
+    inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
+    tokenSecret: e.HERALD_TOKEN_SECRET || null,
+    leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),
+    fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),
+    dispatcherClaimIdleMs: integer(e, 'DISPATCHER_CLAIM_IDLE_MS', 60_000, 500, 3_600_000),
+    encryptionKey: encryptionKey(e.HERALD_ENCRYPTION_KEY),
+    apnsHost: hostName(e, 'APNS_HOST', 'api.push.apple.com'),
+    apnsSandboxHost: hostName(e, 'APNS_SANDBOX_HOST', 'api.sandbox.push.apple.com'),
+    apnsPort: integer(e, 'APNS_PORT', 443, 1, 65535),
+    apnsSandboxPort: integer(e, 'APNS_SANDBOX_PORT', integer(e, 'APNS_PORT', 443, 1, 65535), 1, 65535),
+    apnsCaFile: e.APNS_CA_FILE?.trim() || null,
+    apnsMaxConcurrentPerTenant: integer(e, 'APNS_MAX_CONCURRENT_PER_TENANT', 1000, 1, 100_000),
+    apnsRatePerTenantPerSecond: integer(e, 'APNS_RATE_PER_TENANT_PER_SECOND', 20_000, 1, 1_000_000),
+    apnsMaxAttempts: integer(e, 'APNS_MAX_ATTEMPTS', 5, 1, 20),
+    apnsRetryBaseMs: integer(e, 'APNS_RETRY_BASE_MS', 250, 0, 60_000),
+    apnsRequestTimeoutMs: integer(e, 'APNS_REQUEST_TIMEOUT_MS', 5000, 100, 120_000),
+    apnsCredentialsCheckMs: integer(e, 'APNS_CREDENTIALS_CHECK_SECONDS', 10, 0, 3600) * 1000,
+  };
+}

@@ -1,0 +1,60 @@
+/** Every error code the API can answer with; clients branch on these. */
+export type ErrorCode =
+  | 'validation'
+  | 'bad_request'
+  | 'parse'
+  | 'invalid_timestamp'
+  | 'reserved_event'
+  | 'event_data_too_large'
+  | 'invalid_url'
+  | 'invalid_event'
+  | 'endpoint_disabled'
+  | 'missing_authorization'
+  | 'invalid_api_key'
+  | 'api_key_expired'
+  | 'invalid_session'
+  | 'missing_permission'
+  | 'forbidden'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'idempotency_key_reused'
+  | 'conflict'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'limit_exceeded'
+  | 'identity_verification_required'
+  | 'invalid_identity_hash'
+  | 'rate_limited'
+  | 'internal'
+  | 'unavailable';
+
+export type ErrorDetail = { param: string; message: string };
+
+/** The one error type of the service: a status, a stable code, a human message. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: ErrorCode;
+  readonly param: string | null;
+  readonly details: ErrorDetail[] | null;
+
+  constructor(status: number, code: ErrorCode, message: string, options: { param?: string | null; details?: ErrorDetail[] | null } = {}) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+    this.param = options.param ?? null;
+    this.details = options.details ?? null;
+  }
+}
+
+/** 400 `validation` with one detail per failing field; `param` names the first. */
+export function validationError(details: ErrorDetail[], code: ErrorCode = 'validation'): ApiError {
+  const first = details[0];
+  const message = details.length === 1 && first ? `${first.param}: ${first.message}` : `${details.length} fields are invalid`;
+  return new ApiError(400, code, message, { param: first?.param ?? null, details });
+}
+
+/** 404 `not_found`, the same answer for a malformed, foreign or missing id. */
+export function notFound(what: string): ApiError {
+  return new ApiError(404, 'not_found', `${what} not found`);
+}

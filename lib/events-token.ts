@@ -1,0 +1,35 @@
+import { SignJWT, jwtVerify } from 'jose';
+import { now } from './clock.js';
+
+export const EVENTS_TOKEN_TTL_SECONDS = 3600;
+const ISSUER = 'herald';
+const AUDIENCE = 'herald:events';
+
+export type EventsTokenClaims = { workspaceId: string; tenantId: string };
+
+/** True when a bearer credential is a token (a JWT) rather than an API key. */
+export function looksLikeToken(credential: string): boolean {
+  return credential.startsWith('eyJ') && credential.split('.').length === 3;
+}
+
+/** A short-lived HS256 JWT that reads one tenant's event catalog, volume, recent events and timelines. */
+export async function signEventsToken(secret: Uint8Array, claims: EventsTokenClaims): Promise<{ token: string; expiresAt: string }> {
+  const iat = Math.floor(now() / 1000);
+  const exp = iat + EVENTS_TOKEN_TTL_SECONDS;
+  const token = await new SignJWT({ wid: claims.workspaceId, scope: 'events:read' })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer(ISSUER).setAudience(AUDIENCE).setSubject(claims.tenantId).setIssuedAt(iat).setExpirationTime(exp)
+    .sign(secret);
+  return { token, expiresAt: new Date(exp * 1000).toISOString() };
+}
+
+/** The claims of a valid events token, or null when it is invalid or expired. */
+export async function verifyEventsToken(secret: Uint8Array, token: string): Promise<EventsTokenClaims | null> {
+  try {
+    const { payload } = await jwtVerify(token, secret, { issuer: ISSUER, audience: AUDIENCE, algorithms: ['HS256'], currentDate: new Date(now()) });
+    if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || payload.scope !== 'events:read') return null;
+    return { tenantId: payload.sub, workspaceId: payload.wid };
+  } catch {
+    return null;
+  }
+}

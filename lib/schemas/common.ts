@@ -1,0 +1,115 @@
+/**
+ * Schemas shared by every resource. All schemas are OpenAPI 3.0 Schema Objects (so `nullable`,
+ * never type arrays) and are registered once: ajv validates with them and the published
+ * OpenAPI document carries them under `components.schemas`.
+ */
+export type Schema = Record<string, unknown>;
+
+export const ErrorDetail: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['param', 'message'],
+  properties: { param: { type: 'string' }, message: { type: 'string' } },
+};
+
+export const ErrorBody: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['code', 'message', 'param', 'details'],
+  properties: {
+    code: { type: 'string', pattern: '^[a-z][a-z0-9_]*$', description: 'Stable lowercase snake_case code; branch on it.' },
+    message: { type: 'string', description: 'Human text; do not branch on it.' },
+    param: { type: 'string', nullable: true },
+    details: { type: 'array', nullable: true, items: { $ref: '#/components/schemas/ErrorDetail' } },
+  },
+};
+
+export const Metadata: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['timestamp', 'requestId'],
+  properties: {
+    timestamp: { type: 'string', format: 'date-time' },
+    requestId: { type: 'string', description: 'Also sent as the Request-Id header.' },
+  },
+};
+
+export const ErrorEnvelope: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['success', 'data', 'error', 'metadata'],
+  properties: {
+    success: { type: 'boolean', enum: [false] },
+    data: { type: 'object', nullable: true, enum: [null] },
+    error: { $ref: '#/components/schemas/ErrorBody' },
+    metadata: { $ref: '#/components/schemas/Metadata' },
+  },
+};
+
+/** `limit` and `cursor` of every paginated list (spec 2.2); list queries spread them into their own properties. */
+export const LIST_QUERY_PROPERTIES: Record<string, Schema> = {
+  limit: { type: 'integer', minimum: 1, maximum: 100, default: 50 },
+  cursor: { type: 'string', minLength: 1, maxLength: 1024 },
+};
+
+/** Query of a paginated list without filters. */
+export const ListQuery: Schema = { type: 'object', properties: LIST_QUERY_PROPERTIES };
+
+
+export const Health: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['status', 'version', 'redis', 'roles', 'uptimeSeconds'],
+  properties: {
+    status: { type: 'string', enum: ['ok', 'degraded'] },
+    version: { type: 'string' },
+    redis: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['reachable', 'latencyMs'],
+      properties: { reachable: { type: 'boolean' }, latencyMs: { type: 'number', nullable: true } },
+    },
+    roles: {
+      type: 'object',
+      description: 'Live processes per role, from heartbeats of the last 15 seconds.',
+      additionalProperties: { type: 'integer' },
+    },
+    uptimeSeconds: { type: 'integer' },
+  },
+};
+
+export const ApiKey: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'kind', 'workspaceId', 'tenantId', 'scopes', 'name', 'hint', 'createdAt', 'expiresAt', 'revokedAt'],
+  properties: {
+    id: { type: 'string', pattern: '^key_' },
+    kind: { type: 'string', enum: ['workspace', 'tenant', 'client'] },
+    workspaceId: { type: 'string' },
+    tenantId: { type: 'string', nullable: true },
+    scopes: { type: 'array', items: { type: 'string' } },
+    name: { type: 'string', nullable: true },
+    hint: { type: 'string', description: 'Prefix and last four characters of the key.' },
+    createdAt: { type: 'string', format: 'date-time' },
+    expiresAt: { type: 'string', format: 'date-time', nullable: true },
+    revokedAt: { type: 'string', format: 'date-time', nullable: true },
+  },
+};
+
+export const Caller: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['kind', 'keyId', 'scopes', 'workspace', 'tenant', 'expiresAt'],
+  properties: {
+    kind: { type: 'string', enum: ['workspace', 'tenant', 'client', 'events_token'] },
+    keyId: { type: 'string', nullable: true },
+    scopes: { type: 'array', items: { type: 'string' } },
+    workspace: { type: 'object', additionalProperties: false, required: ['id', 'slug'], properties: { id: { type: 'string' }, slug: { type: 'string' } } },
+    tenant: {
+      type: 'object', nullable: true, additionalProperties: false, required: ['id', 'slug'],
+      properties: { id: { type: 'string' }, slug: { type: 'string' } },
+      description: 'The tenant the credential works in: its own for tenant and client keys and events tokens; for workspace keys the one Service-Tenant selects (default `default`).',
+    },
+    expiresAt: { type: 'string', format: 'date-time', nullable: true },
+  },
+};

@@ -1,0 +1,106 @@
+import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
+
+const slug: Schema = { type: 'string', minLength: 3, maxLength: 48, pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' };
+const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
+
+export const MessageTarget: Schema = {
+  description: 'An externalId, or an object with exactly one of `externalId`, `topic`, `segment`, `where` (the last two arrive with segments and answer 400 `bad_request` until then).',
+  oneOf: [
+    externalId,
+    { type: 'object', additionalProperties: false, required: ['externalId'], properties: { externalId } },
+    { type: 'object', additionalProperties: false, required: ['topic'], properties: { topic: slug } },
+    { type: 'object', additionalProperties: false, required: ['segment'], properties: { segment: slug } },
+    { type: 'object', additionalProperties: false, required: ['where'], properties: { where: { type: 'object' } } },
+  ],
+};
+
+export const MessageCreate: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['to', 'title', 'body'],
+  properties: {
+    to: { $ref: '#/components/schemas/MessageTarget' },
+    title: { type: 'string', minLength: 1, maxLength: 256 },
+    body: { type: 'string', minLength: 1, maxLength: 4096 },
+    data: { type: 'object', description: 'Custom payload keys delivered with the notification (not `aps`, not `herald`).' },
+    category: { type: 'string', pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$', description: 'Preference category: subscribers who turned it off are skipped.' },
+    badge: { type: 'integer', minimum: 0, maximum: 99999 },
+    sound: { type: 'string', minLength: 1, maxLength: 128 },
+    threadId: { type: 'string', minLength: 1, maxLength: 64 },
+    collapseId: { type: 'string', minLength: 1, maxLength: 64 },
+    image: { type: 'string', format: 'uri', maxLength: 2048 },
+    url: { type: 'string', format: 'uri', maxLength: 2048, description: 'A link (or deep link) to open on tap.' },
+    priority: { type: 'string', enum: ['high', 'normal'], default: 'high' },
+    ttl: { type: 'integer', minimum: 0, maximum: 2419200, description: 'Seconds APNs keeps trying an offline device (0: only now).' },
+    sendAt: { type: 'string', format: 'date-time', description: 'Send later (at most 30 days ahead); cancelable until due.' },
+  },
+};
+
+export const MessagesQuery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    ...LIST_QUERY_PROPERTIES,
+    status: { type: 'string', enum: ['scheduled', 'queued', 'sending', 'completed', 'canceled', 'failed'] },
+  },
+};
+
+export const DeliveriesQuery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    ...LIST_QUERY_PROPERTIES,
+    status: { type: 'string', enum: ['pending', 'sent', 'failed', 'skipped', 'canceled'] },
+  },
+};
+
+const counts: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['total', 'pending', 'sent', 'failed', 'skipped', 'canceled'],
+  properties: Object.fromEntries(['total', 'pending', 'sent', 'failed', 'skipped', 'canceled'].map((k) => [k, { type: 'integer', minimum: 0 }])),
+};
+
+export const Message: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'status', 'to', 'content', 'counts', 'error', 'createdAt', 'sendAt', 'startedAt', 'completedAt', 'canceledAt', 'updatedAt'],
+  properties: {
+    id: { type: 'string', pattern: '^msg_' },
+    status: { type: 'string', enum: ['scheduled', 'queued', 'sending', 'completed', 'canceled', 'failed'] },
+    to: { type: 'object', description: 'The target, normalised to an object.' },
+    content: { type: 'object', description: 'title, body and every push option of the request.' },
+    counts,
+    error: { type: 'string', nullable: true, description: 'Why a message failed as a whole (e.g. topic_not_found).' },
+    createdAt: { type: 'string', format: 'date-time' },
+    sendAt: { type: 'string', format: 'date-time', nullable: true },
+    startedAt: { type: 'string', format: 'date-time', nullable: true },
+    completedAt: { type: 'string', format: 'date-time', nullable: true },
+    canceledAt: { type: 'string', format: 'date-time', nullable: true },
+    updatedAt: { type: 'string', format: 'date-time' },
+  },
+};
+
+export const Delivery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'messageId', 'externalId', 'subscriptionId', 'channel', 'status', 'reason', 'provider', 'attempts', 'createdAt', 'updatedAt', 'sentAt'],
+  properties: {
+    id: { type: 'string', pattern: '^dlv_' },
+    messageId: { type: 'string' },
+    externalId: { type: 'string' },
+    subscriptionId: { type: 'string', nullable: true },
+    channel: { type: 'string', enum: ['push', 'email'] },
+    status: { type: 'string', enum: ['pending', 'sent', 'failed', 'skipped', 'canceled'] },
+    reason: { type: 'string', nullable: true, description: 'Why it was skipped or failed.' },
+    provider: {
+      type: 'object', nullable: true, additionalProperties: false, required: ['status', 'apnsId', 'reason', 'timestamp'],
+      description: 'The last APNs answer.',
+      properties: { status: { type: 'integer', nullable: true }, apnsId: { type: 'string', nullable: true }, reason: { type: 'string', nullable: true }, timestamp: { type: 'string', format: 'date-time', nullable: true } },
+    },
+    attempts: { type: 'integer', minimum: 0 },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+    sentAt: { type: 'string', format: 'date-time', nullable: true },
+  },
+};

@@ -1,0 +1,214 @@
+import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
+
+const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
+const nullableString = (maxLength: number, extra: Schema = {}): Schema => ({ type: 'string', nullable: true, minLength: 1, maxLength, ...extra });
+
+/** Attributes a subscriber carries; `null` removes one. */
+const attributes: Record<string, Schema> = {
+  email: nullableString(254, { format: 'email' }),
+  phone: nullableString(16, { pattern: '^\\+[1-9][0-9]{1,14}$', description: 'E.164, e.g. +14155550100.' }),
+  locale: nullableString(35, { pattern: '^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$', description: 'BCP 47, e.g. en-US.' }),
+  timezone: nullableString(64, { description: 'IANA time zone, e.g. Europe/Paris.' }),
+  properties: {
+    type: 'object', nullable: true,
+    description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized.',
+  },
+};
+
+export const SubscriberUpsert: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId'],
+  properties: { externalId, ...attributes },
+};
+
+export const SubscriberUpdate: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  minProperties: 1,
+  properties: attributes,
+};
+
+export const SubscribersQuery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    ...LIST_QUERY_PROPERTIES,
+    email: { type: 'string', minLength: 1, maxLength: 254, description: 'Only subscribers with this email (case-insensitive).' },
+  },
+};
+
+export const Subscriber: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'externalId', 'email', 'phone', 'locale', 'timezone', 'properties', 'verified', 'createdAt', 'updatedAt'],
+  properties: {
+    id: { type: 'string', pattern: '^sub_' },
+    externalId: { type: 'string' },
+    email: { type: 'string', nullable: true },
+    phone: { type: 'string', nullable: true },
+    locale: { type: 'string', nullable: true },
+    timezone: { type: 'string', nullable: true },
+    properties: { type: 'object' },
+    verified: { type: 'boolean', description: 'True once a client call carried a valid identityHash.' },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+  },
+};
+
+const channelPreference: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { push: { type: 'boolean' }, email: { type: 'boolean' } },
+};
+
+export const Preferences: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['channels', 'categories'],
+  properties: {
+    channels: { ...channelPreference, required: ['push', 'email'], description: 'Opt-in per channel; true unless turned off.' },
+    categories: {
+      type: 'object',
+      description: 'Per message category, per channel; a channel not listed follows `channels`.',
+      additionalProperties: channelPreference,
+    },
+  },
+};
+
+export const PreferencesUpdate: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  minProperties: 1,
+  properties: {
+    channels: channelPreference,
+    categories: {
+      type: 'object',
+      maxProperties: 100,
+      propertyNames: { pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' },
+      additionalProperties: { ...channelPreference, nullable: true },
+      description: 'A category set to null goes back to following `channels`.',
+    },
+  },
+};
+
+const device: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: Object.fromEntries(['appVersion', 'appBuild', 'sdkVersion', 'osVersion', 'model', 'locale', 'installedAt'].map((k) => [k, { type: 'string', maxLength: 128 }])),
+};
+
+export const SubscriptionRegister: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId', 'channel'],
+  properties: {
+    externalId,
+    identityHash: { type: 'string', minLength: 1, maxLength: 128 },
+    anonymousId: { type: 'string', minLength: 1, maxLength: 256 },
+    channel: { type: 'string', enum: ['push', 'email'] },
+    token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push).' },
+    address: { type: 'string', minLength: 3, maxLength: 254, format: 'email', description: 'Email address (email).' },
+    platform: { type: 'string', enum: ['ios', 'android'] },
+    environment: { type: 'string', enum: ['production', 'sandbox'], description: 'APNs environment of the token; default production.' },
+    authorizationStatus: { type: 'string', enum: ['notDetermined', 'denied', 'authorized', 'provisional', 'ephemeral'] },
+    device,
+  },
+};
+
+export const SubscriptionEnabled: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['enabled'],
+  properties: { enabled: { type: 'boolean' } },
+};
+
+export const Subscription: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'externalId', 'channel', 'token', 'address', 'platform', 'environment', 'authorizationStatus', 'device', 'enabled', 'invalidatedAt', 'createdAt', 'updatedAt'],
+  properties: {
+    id: { type: 'string', pattern: '^scr_' },
+    externalId: { type: 'string' },
+    channel: { type: 'string', enum: ['push', 'email'] },
+    token: { type: 'string', nullable: true },
+    address: { type: 'string', nullable: true },
+    platform: { type: 'string', nullable: true, enum: ['ios', 'android', null] },
+    environment: { type: 'string', nullable: true, enum: ['production', 'sandbox', null] },
+    authorizationStatus: { type: 'string', nullable: true, enum: ['notDetermined', 'denied', 'authorized', 'provisional', 'ephemeral', null] },
+    device: device,
+    enabled: { type: 'boolean' },
+    invalidatedAt: { type: 'string', format: 'date-time', nullable: true },
+    createdAt: { type: 'string', format: 'date-time' },
+    updatedAt: { type: 'string', format: 'date-time' },
+  },
+};
+
+export const Identify: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId'],
+  properties: {
+    externalId,
+    identityHash: { type: 'string', minLength: 1, maxLength: 128 },
+    anonymousId: { type: 'string', minLength: 1, maxLength: 256, description: 'The id the app used before sign-in; its subscriptions, topics and missing attributes move to externalId.' },
+    source: { type: 'string', enum: ['ios', 'android', 'web'], default: 'ios' },
+    attributes: { type: 'object', additionalProperties: false, properties: attributes },
+  },
+};
+
+export const ClientSubscriberQuery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId'],
+  properties: { externalId, identityHash: { type: 'string', minLength: 1, maxLength: 128 } },
+};
+
+export const ClientPreferencesUpdate: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId'],
+  properties: {
+    externalId,
+    identityHash: { type: 'string', minLength: 1, maxLength: 128 },
+    channels: (PreferencesUpdate.properties as Record<string, Schema>).channels!,
+    categories: (PreferencesUpdate.properties as Record<string, Schema>).categories!,
+  },
+};
+
+export const WidgetRegister: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['externalId', 'kind'],
+  properties: {
+    externalId,
+    identityHash: { type: 'string', minLength: 1, maxLength: 128 },
+    kind: { type: 'string', minLength: 1, maxLength: 128, description: 'The widget kind as the app declares it, e.g. com.example.OrderStatusWidget.' },
+    family: { type: 'string', minLength: 1, maxLength: 64, description: 'e.g. systemSmall, accessoryCircular.' },
+    pushToken: { type: 'string', minLength: 8, maxLength: 1024, description: 'A widget or Live Activity push token, when the app has one.' },
+    configuration: { type: 'object', description: 'The widget configuration, at most 4 KB serialized.' },
+  },
+};
+
+export const Widget: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['id', 'externalId', 'kind', 'family', 'pushToken', 'configuration', 'createdAt'],
+  properties: {
+    id: { type: 'string', pattern: '^wdg_' },
+    externalId: { type: 'string' },
+    kind: { type: 'string' },
+    family: { type: 'string', nullable: true },
+    pushToken: { type: 'string', nullable: true },
+    configuration: { type: 'object' },
+    createdAt: { type: 'string', format: 'date-time' },
+  },
+};
+
+export const NullableWidget: Schema = { ...Widget, nullable: true, description: 'The deleted widget, or null when there was none.' };
+
+export const ClientOwnerQuery: Schema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { externalId, identityHash: { type: 'string', minLength: 1, maxLength: 128 } },
+};

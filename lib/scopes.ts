@@ -1,0 +1,43 @@
+/**
+ * Scopes are `resource:action`, `resource:*`, `*`, or the client scope `client`.
+ * Session-only scopes (spec 5.7) can never be held by an API key, not even through `*`.
+ */
+export const SESSION_ONLY_SCOPES = ['keys:*', 'invites:*', 'members:write', 'workspace:delete', 'tenants:secrets', 'account:*'] as const;
+
+/** Resources a key's scopes may name. */
+export const SCOPE_RESOURCES = [
+  'events', 'subscribers', 'subscriptions', 'topics', 'preferences', 'segments', 'workflows',
+  'messages', 'deliveries', 'sources', 'apps', 'webhooks', 'tenants', 'widgets',
+] as const;
+
+const SCOPE_SHAPE = /^(?:\*|client|[a-z][a-z_]*:(?:\*|[a-z][a-z_]*))$/;
+
+/** True when `scope` is session-only (or matches a session-only pattern). */
+export function isSessionOnly(scope: string): boolean {
+  const [resource, action] = scope.split(':');
+  return SESSION_ONLY_SCOPES.some((s) => {
+    const [r, a] = s.split(':');
+    return r === resource && (a === '*' || a === action || action === '*');
+  });
+}
+
+/** Why `scope` cannot be granted to a key, or null when it can. */
+export function scopeProblem(scope: string): string | null {
+  if (!SCOPE_SHAPE.test(scope)) return `"${scope}" is not a scope (resource:action, resource:*, * or client)`;
+  if (isSessionOnly(scope)) return `"${scope}" is session-only and can never be granted to a key`;
+  if (scope === '*' || scope === 'client') return null;
+  const resource = scope.split(':')[0] ?? '';
+  if (!(SCOPE_RESOURCES as readonly string[]).includes(resource)) return `"${scope}" names an unknown resource "${resource}"`;
+  return null;
+}
+
+/** True when `granted` (a key's scopes) covers `required` (a route's scope). */
+export function hasScope(granted: readonly string[], required: string): boolean {
+  if (isSessionOnly(required)) return false;
+  const [resource] = required.split(':');
+  for (const scope of granted) {
+    if (scope === '*' || scope === required) return true;
+    if (scope.endsWith(':*') && scope.slice(0, -2) === resource) return true;
+  }
+  return false;
+}

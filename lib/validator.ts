@@ -1,0 +1,82 @@
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import addFormatsModule from 'ajv-formats';
+import { validationError, type ErrorDetail } from './errors.js';
+import { allSchemas, type Schema } from './schemas/index.js';
+
+// ajv-formats ships CommonJS with a default export property
+const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ?? addFormatsModule) as unknown as (ajv: Ajv) => Ajv;
+
+const ROOT = 'herald';
+
+/** One ajv instance holding every schema of `lib/schemas` under `herald#/components/schemas/<Name>`. */
+export function createAjv(schemas: Record<string, Schema>, options: { coerceTypes?: boolean } = {}): Ajv {
+  const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: options.coerceTypes ?? false, useDefaults: true });
+  addFormats(ajv);
+  ajv.addSchema({ $id: ROOT, components: { schemas } });
+  return ajv;
+}
+
+const bodies = createAjv(allSchemas());
+const queries = createAjv(allSchemas(), { coerceTypes: true });
+const cache = new Map<string, ValidateFunction>();
+
+function compiled(ajv: Ajv, name: string, kind: string): ValidateFunction {
+  const key = `${kind}:${name}`;
+  let fn = cache.get(key);
+  if (!fn) {
+    fn = ajv.getSchema(`${ROOT}#/components/schemas/${name}`);
+    if (!fn) throw new Error(`unknown schema ${name}`);
+    cache.set(key, fn);
+  }
+  return fn;
+}
+
+/** `/events/3/name` → `events[3].name`, the path as the caller wrote it. */
+function callerPath(instancePath: string, base: string): string {
+  let out = base;
+  for (const part of instancePath.split('/').slice(1)) {
+    const segment = part.replace(/~1/g, '/').replace(/~0/g, '~');
+    out += /^\d+$/.test(segment) ? `[${segment}]` : out ? `.${segment}` : segment;
+  }
+  return out;
+}
+
+/** One `{param, message}` per failing field, the first problem of each. */
+export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
+  const byParam = new Map<string, string>();
+  for (const e of errors) {
+    let param = callerPath(e.instancePath, base);
+    let message = e.message ?? 'is invalid';
+    if (e.keyword === 'required') {
+      param = param ? `${param}.${e.params.missingProperty}` : e.params.missingProperty;
+      message = 'is required';
+    } else if (e.keyword === 'additionalProperties') {
+      param = param ? `${param}.${e.params.additionalProperty}` : e.params.additionalProperty;
+      message = 'is not an allowed field';
+    } else if (e.keyword === 'enum') {
+      message = `must be one of ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
+    } else if (e.keyword === 'if' || e.keyword === 'oneOf' || e.keyword === 'anyOf') {
+      continue; // the branch errors that caused it say more
+    }
+    if (!param) param = base || 'body';
+    if (!byParam.has(param)) byParam.set(param, message);
+  }
+  if (byParam.size === 0 && errors.length) byParam.set(base || 'body', errors[0]!.message ?? 'is invalid');
+  return [...byParam].map(([param, message]) => ({ param, message }));
+}
+
+/** Validates a JSON body against schema `name`; throws 400 `validation` naming each failing field. */
+export function checkBody<T>(name: string, value: unknown): T {
+  const fn = compiled(bodies, name, 'body');
+  if (!fn(value)) throw validationError(errorDetails(fn.errors ?? []));
+  return value as T;
+}
+
+/** Validates (and coerces) query parameters against schema `name`. */
+export function checkQuery<T>(name: string, value: Record<string, unknown>): T {
+  const copy: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) copy[k] = Array.isArray(v) ? v[v.length - 1] : v;
+  const fn = compiled(queries, name, 'query');
+  if (!fn(copy)) throw validationError(errorDetails(fn.errors ?? []));
+  return copy as T;
+}

@@ -1,0 +1,37 @@
+/**
+ * The numbers of outbound webhook delivery (spec 3.2, 3.3, 8), in one place.
+ */
+
+/** Scheduled attempts of one delivery before it is `exhausted` (spec 8: ten attempts in all). */
+export const MAX_ATTEMPTS = 10;
+/** Webhook endpoints per workspace (spec 8). */
+export const MAX_ENDPOINTS_PER_WORKSPACE = 50;
+/** Bytes of each response kept with its attempt (spec 8: the first 4 KB). */
+export const RESPONSE_EXCERPT_BYTES = 4096;
+/** An endpoint failing continuously this long is disabled (spec 3.3, 8: three days). */
+export const DISABLE_AFTER_MS = 3 * 86_400_000;
+/** The attempt timeout of spec 8; `WEBHOOK_ATTEMPT_TIMEOUT_MS` may only lower it (tests). */
+export const ATTEMPT_TIMEOUT_MS = 30_000;
+/** How far back a ledger nobody reads is kept: no endpoint can want an event from before it existed. */
+export const UNREAD_LEDGER_WINDOW_MS = 3_600_000;
+
+/**
+ * The delay before the next scheduled attempt once `failedAttempts` attempts have failed:
+ * `schedule[0]` after the first, `schedule[1]` after the second, …, the last delay repeating.
+ * With the default `5m,30m,2h,5h,10h,12h` the ten attempts span 65 h 35 min.
+ */
+export function retryDelayMs(schedule: readonly number[], failedAttempts: number): number {
+  if (schedule.length === 0) throw new Error('the retry schedule is empty');
+  const index = Math.min(Math.max(failedAttempts, 1), schedule.length) - 1;
+  return schedule[index]!;
+}
+
+/**
+ * How long a claimed attempt belongs to the dispatcher that claimed it: three attempt timeouts
+ * (90 s by default). An attempt waits at most one timeout in its endpoint's queue and a sender
+ * only starts one with more than a timeout (plus a second) of lease left, so the lease always
+ * outlives the request and no two dispatchers ever send the same attempt.
+ */
+export function leaseMsFor(attemptTimeoutMs: number): number {
+  return 3 * attemptTimeoutMs;
+}

@@ -1,0 +1,38 @@
+--[[
+  Creates a message's deliveries for one chunk of its audience, each at most once (ids are derived
+  from the message and the subscription), keeping the message's counts and the status indexes exact.
+
+  KEYS[1] the message record ({t}:msg:<id>)        counts n:total, n:<status>
+  KEYS[2] the message's delivery index ({t}:msg-dlv:<msgId>)
+
+  ARGV[1] tenant key base ({t} with the key prefix): delivery records and status indexes are built from it
+  ARGV[2] message id
+  ARGV[3] number of deliveries D, then D groups of 3: delivery id, status (pending|skipped), fields (JSON object of strings)
+
+  Returns one { id, status } per delivery: its status now (an existing delivery keeps its own).
+]]
+local rcall = redis.call
+local base, msg = ARGV[1], ARGV[2]
+local out = {}
+local n = tonumber(ARGV[3])
+for i = 0, n - 1 do
+  local id, status, fields = ARGV[4 + 3 * i], ARGV[5 + 3 * i], cjson.decode(ARGV[6 + 3 * i])
+  local key = base .. ':dlv:' .. id
+  local existing = rcall('HGET', key, 'status')
+  if existing then
+    out[#out + 1] = { id, existing }
+  else
+    local flat = { 'status', status }
+    for field, value in pairs(fields) do
+      flat[#flat + 1] = field
+      flat[#flat + 1] = value
+    end
+    rcall('HSET', key, unpack(flat))
+    rcall('ZADD', KEYS[2], 0, id)
+    rcall('ZADD', base .. ':msg-dlv:' .. msg .. ':' .. status, 0, id)
+    rcall('HINCRBY', KEYS[1], 'n:total', 1)
+    rcall('HINCRBY', KEYS[1], 'n:' .. status, 1)
+    out[#out + 1] = { id, status }
+  end
+end
+return out

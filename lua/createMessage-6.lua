@@ -1,0 +1,40 @@
+--[[
+  Creates a message, deciding its Idempotency-Key atomically: a key seen with the same request
+  answers the original message; with another request it is a conflict. Keys never expire.
+
+  KEYS[1] idempotency hash ({t}:idem)          field key -> messageId|requestHash
+  KEYS[2] the new message record ({t}:msg:<id>)
+  KEYS[3] message index ({t}:messages)
+  KEYS[4] index of the initial status ({t}:messages:<status>)
+  KEYS[5] fan-out queue ({t}:msgq)
+  KEYS[6] scheduled messages ({t}:msg-due)
+
+  ARGV[1] Idempotency-Key ('' for none)
+  ARGV[2] request hash (sha256 of the canonical request)
+  ARGV[3] message id
+  ARGV[4] sendAt ms ('' to send now)
+  ARGV[5] number of record fields F, then F field/value pairs
+
+  Returns { 1, id } created, { 2, originalId } same key and request (replay), { 0, originalId } same key, other request.
+]]
+local rcall = redis.call
+if ARGV[1] ~= '' then
+  local seen = rcall('HGET', KEYS[1], ARGV[1])
+  if seen then
+    local bar = string.find(seen, '|', 1, true)
+    local id, hash = string.sub(seen, 1, bar - 1), string.sub(seen, bar + 1)
+    if hash == ARGV[2] then return { 2, id } end
+    return { 0, id }
+  end
+  rcall('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. ARGV[2])
+end
+local n = tonumber(ARGV[5])
+for i = 0, n - 1 do rcall('HSET', KEYS[2], ARGV[6 + 2 * i], ARGV[7 + 2 * i]) end
+rcall('ZADD', KEYS[3], 0, ARGV[3])
+rcall('ZADD', KEYS[4], 0, ARGV[3])
+if ARGV[4] ~= '' then
+  rcall('ZADD', KEYS[6], ARGV[4], ARGV[3])
+else
+  rcall('XADD', KEYS[5], '*', 'm', ARGV[3])
+end
+return { 1, ARGV[3] }

@@ -1,0 +1,22 @@
+--[[
+  Deletes a webhook endpoint with its attempt queue and delivery indexes. Delivery records and
+  payloads expire with the retention; an attempt in flight finds no endpoint and stops there.
+
+  KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
+  KEYS[2] the workspace's endpoint index   ({w:<ws>}:whks)
+  KEYS[3] the endpoints' version counter   ({w:<ws>}:whks:v)
+
+  ARGV[1] the workspace key base ({w:<ws>} with the key prefix); per-endpoint names as in streams/keys.ts
+  ARGV[2] endpoint id
+
+  Returns {} when the endpoint does not exist, else { before, endpointsLeft } (before as an HGETALL list).
+]]
+local rcall = redis.call
+if rcall('EXISTS', KEYS[1]) == 0 then return {} end
+local before = rcall('HGETALL', KEYS[1])
+local e = ARGV[1] .. ':whk:' .. ARGV[2]
+rcall('DEL', KEYS[1])
+rcall('ZREM', KEYS[2], ARGV[2])
+rcall('INCR', KEYS[3])
+rcall('UNLINK', e .. ':due', e .. ':dlv', e .. ':dlv:pending', e .. ':dlv:success', e .. ':dlv:failed', e .. ':dlv:exhausted')
+return { before, rcall('ZCARD', KEYS[2]) }

@@ -1,0 +1,88 @@
+--[[
+  Turns ledger events into webhook deliveries, once: stores each event's payload (SET NX, so a
+  re-forwarded or redelivered ledger entry keeps the first bytes) and makes one delivery per
+  (event, endpoint) whose id the caller derives from both, so a second call creates nothing.
+  An endpoint that no longer exists, is disabled, or became active after the event gets nothing
+  (spec 3.3). Up to the caller's free capacity per endpoint the first attempts are claimed at once
+  (leased to the caller, as claimWebhookAttempts does); the others wait in the endpoint's queue.
+
+  KEYS[1] the workspace's in-flight attempts ({w:<ws>}:whd-inflight)  zset member → lease expiry ms
+  KEYS[2] the workspace's attempt leases     ({w:<ws>}:whd-leases)    hash member → claim token
+
+  ARGV[1] the workspace key base ({w:<ws>} with the key prefix); other names as in streams/keys.ts
+  ARGV[2] now (ms)
+  ARGV[3] now (ISO 8601)
+  ARGV[4] retention (ms): how long payloads and delivery records are kept
+  ARGV[5] lease (ms)
+  ARGV[6] claim token (unique per call; each claim gets `<token>:<n>`)
+  ARGV[7] number of endpoints C with capacity, then C pairs: endpoint id, attempts it may still take
+  then the number of events E, then per event: event id, event time (ms), event type, payload JSON,
+       number of endpoints K, then K pairs: endpoint id, delivery id
+
+  Returns { claimed, existing }:
+    claimed:  one { member, token, endpoint id, delivery id, event id, attempt number } per claimed attempt
+    existing: event id, stored payload, … for each event whose payload was already stored
+]]
+local rcall = redis.call
+local base, nowMs, nowIso, retention, lease, token = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local capacity = {}
+local c = tonumber(ARGV[7])
+local at = 8
+for _ = 1, c do
+  capacity[ARGV[at]] = tonumber(ARGV[at + 1])
+  at = at + 2
+end
+local endpoints = {}
+local function endpoint(id)
+  local e = endpoints[id]
+  if e == nil then
+    local h = rcall('HMGET', base .. ':whk:' .. id, 'enabled', 'activeSince')
+    e = { enabled = h[1] == '1', activeSince = tonumber(h[2] or '0') or 0 }
+    endpoints[id] = e
+  end
+  return e
+end
+
+local claimed, existing, n = {}, {}, 0
+local events = tonumber(ARGV[at])
+at = at + 1
+for _ = 1, events do
+  local eventId, eventMs, eventType, body, k = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], ARGV[at + 3], tonumber(ARGV[at + 4])
+  at = at + 5
+  local payloadKey = base .. ':whe:' .. eventId
+  local stored = false
+  for _ = 1, k do
+    local endpointId, deliveryId = ARGV[at], ARGV[at + 1]
+    at = at + 2
+    local e = endpoint(endpointId)
+    local d = base .. ':whd:' .. deliveryId
+    if e.enabled and eventMs >= e.activeSince and rcall('EXISTS', d) == 0 then
+      if not stored then
+        stored = true
+        if not rcall('SET', payloadKey, body, 'NX', 'PX', retention) then
+          existing[#existing + 1] = eventId
+          existing[#existing + 1] = rcall('GET', payloadKey)
+        end
+      end
+      rcall('HSET', d, 'id', deliveryId, 'endpointId', endpointId, 'eventId', eventId, 'eventType', eventType,
+        'status', 'pending', 'attempts', 0, 'replays', 0, 'n', 0, 'createdAt', nowIso, 'updatedAt', nowIso,
+        'nextAttemptAt', nowMs, 'lastAttemptAt', '', 'lastStatusCode', '')
+      rcall('PEXPIRE', d, retention)
+      local idx = base .. ':whk:' .. endpointId .. ':dlv'
+      rcall('ZADD', idx, 0, deliveryId)
+      rcall('ZADD', idx .. ':pending', 0, deliveryId)
+      local free = capacity[endpointId] or 0
+      if free > 0 then
+        capacity[endpointId] = free - 1
+        n = n + 1
+        local claim = token .. ':' .. n
+        rcall('ZADD', KEYS[1], nowMs + lease, deliveryId)
+        rcall('HSET', KEYS[2], deliveryId, claim)
+        claimed[#claimed + 1] = { deliveryId, claim, endpointId, deliveryId, eventId, 1 }
+      else
+        rcall('ZADD', base .. ':whk:' .. endpointId .. ':due', nowMs, deliveryId)
+      end
+    end
+  end
+end
+return { claimed, existing }

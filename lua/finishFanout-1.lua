@@ -1,0 +1,22 @@
+--[[
+  Marks a message's fan-out done; completes the message at once when no delivery is pending.
+
+  KEYS[1] the message record ({t}:msg:<id>)
+
+  ARGV[1] tenant key base ({t} with the key prefix)
+  ARGV[2] message id
+  ARGV[3] now (ISO 8601)
+
+  Returns the message status afterwards.
+]]
+local rcall = redis.call
+local base, msg = ARGV[1], ARGV[2]
+rcall('HSET', KEYS[1], 'fanout', 'done', 'updatedAt', ARGV[3])
+local status = rcall('HGET', KEYS[1], 'status')
+if status == 'sending' and tonumber(rcall('HGET', KEYS[1], 'n:pending') or '0') <= 0 then
+  rcall('ZREM', base .. ':messages:sending', msg)
+  rcall('ZADD', base .. ':messages:completed', 0, msg)
+  rcall('HSET', KEYS[1], 'status', 'completed', 'completedAt', ARGV[3])
+  return 'completed'
+end
+return status

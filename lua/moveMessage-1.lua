@@ -1,0 +1,30 @@
+--[[
+  Moves a message from one status to another when it is in one of the expected statuses, keeping
+  the per-status indexes exact. Scheduled messages leave the due set; a message moved to `queued`
+  is appended to the fan-out queue.
+
+  KEYS[1] the message record ({t}:msg:<id>)
+
+  ARGV[1] tenant key base ({t} with the key prefix): status indexes, queue and due set are built from it
+  ARGV[2] message id
+  ARGV[3] expected statuses, comma-separated
+  ARGV[4] new status
+  ARGV[5] number of extra fields F, then F field/value pairs to set
+
+  Returns { 1, previousStatus } when moved, { 0, currentStatus } otherwise ('' for an unknown message).
+]]
+local rcall = redis.call
+local base, id, to = ARGV[1], ARGV[2], ARGV[4]
+local current = rcall('HGET', KEYS[1], 'status')
+if not current then return { 0, '' } end
+local allowed = false
+for s in string.gmatch(ARGV[3], '[^,]+') do if s == current then allowed = true end end
+if not allowed then return { 0, current } end
+rcall('ZREM', base .. ':messages:' .. current, id)
+rcall('ZADD', base .. ':messages:' .. to, 0, id)
+rcall('HSET', KEYS[1], 'status', to)
+local n = tonumber(ARGV[5])
+for i = 0, n - 1 do rcall('HSET', KEYS[1], ARGV[6 + 2 * i], ARGV[7 + 2 * i]) end
+if current == 'scheduled' then rcall('ZREM', base .. ':msg-due', id) end
+if to == 'queued' then rcall('XADD', base .. ':msgq', '*', 'm', id) end
+return { 1, current }

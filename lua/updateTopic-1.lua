@@ -1,0 +1,32 @@
+--[[
+  Changes fields of a topic's record if the topic exists. `updatedAt` moves only when a value
+  actually changes. Before and after are read in the same step, so the caller's audit entry
+  reports exactly what this call changed even under concurrent updates.
+
+  KEYS[1] the topic's record (hash)
+
+  ARGV[1] updatedAt (ISO 8601)
+  ARGV[2] number of fields F, then F groups of 2: field, value ('' removes the field)
+
+  Returns { 1, before, after } (each the record as HGETALL's flat list) when the topic exists,
+          { 0 } when it does not (nothing written).
+]]
+local rcall = redis.call
+if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
+local before = rcall('HGETALL', KEYS[1])
+local changed = false
+for i = 0, tonumber(ARGV[2]) - 1 do
+  local field, value = ARGV[3 + i * 2], ARGV[4 + i * 2]
+  local current = rcall('HGET', KEYS[1], field)
+  if value == '' then
+    if current then
+      rcall('HDEL', KEYS[1], field)
+      changed = true
+    end
+  elseif current ~= value then
+    rcall('HSET', KEYS[1], field, value)
+    changed = true
+  end
+end
+if changed then rcall('HSET', KEYS[1], 'updatedAt', ARGV[1]) end
+return { 1, before, rcall('HGETALL', KEYS[1]) }

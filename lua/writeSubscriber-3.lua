@@ -1,0 +1,68 @@
+--[[
+  The one write path for a subscriber's own state in its partition, after the caller has read it
+  and computed the change: ensures the subscriber (optionally creating it), checks the record's
+  version (compare-and-set, so concurrent writers of one subscriber never both apply a change
+  computed from the same state), appends the change's engine events to the inbox with the next
+  sequences, then applies the record operations, all atomically.
+
+  KEYS[1] partition inbox ({pN}:in)
+  KEYS[2] sequence hash   ({pN}:seq)
+  KEYS[3] subscriber hash ({pN}:subs)
+
+  ARGV[1] tenant id          ARGV[2] workspace id       ARGV[3] now (ms)     ARGV[4] partition key base
+  ARGV[5] now (ISO 8601)     ARGV[6] externalId         ARGV[7] sub_ id if created
+  ARGV[8] evt_ id for $subscriber.created               ARGV[9] 1 to create an unknown subscriber, 0 to refuse
+  ARGV[10] expected record version ('' to skip the check)
+  ARGV[11] number of events E, then E groups of 3: evt id, name, data (JSON)
+  then the number of operations O, then O groups of 4: op, key, a, b
+       (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
+            | zadd key score member | zrem key member -); every key is in this partition; `$SUB` in a or b
+       is replaced by the subscriber id
+
+  Returns { 1, subscriberId, createdSequence, newVersion } when applied,
+          { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0.
+]]
+-- @include "ensureSubscriber"
+local rcall = redis.call
+local tenant, externalId = ARGV[1], ARGV[6]
+local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[4], tenant = tenant, workspace = ARGV[2], received = ARGV[3], receivedIso = ARGV[5] }
+local field = tenant .. '|' .. externalId
+local record = ARGV[4] .. ':sub:' .. tenant .. ':' .. externalId
+
+if ARGV[9] ~= '1' and not rcall('HEXISTS', KEYS[3], field) then return { -2 } end
+local version = tonumber(rcall('HGET', record, 'v') or '0')
+if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then return { 0, version } end
+local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])
+
+local i = 11
+local events = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, events do
+  local seq = rcall('HINCRBY', KEYS[2], field, 1)
+  appendInboxEvent(KEYS[1], { t = tenant, w = ARGV[2], id = ARGV[i], q = seq, x = externalId, u = sub, n = ARGV[i + 1], o = 'system',
+    ts = ARGV[3], r = ARGV[3], d = ARGV[i + 2] })
+  i = i + 3
+end
+
+local ops = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, ops do
+  -- '$SUB' in an argument stands for the subscriber id (unknown to the caller when this call creates it)
+  local op, key = ARGV[i], ARGV[i + 1]
+  local a, b = string.gsub(ARGV[i + 2], '%$SUB', sub), string.gsub(ARGV[i + 3], '%$SUB', sub)
+  if op == 'hset' then rcall('HSET', key, a, b)
+  elseif op == 'hdel' then rcall('HDEL', key, a)
+  elseif op == 'del' then rcall('DEL', key)
+  elseif op == 'sadd' then rcall('SADD', key, a)
+  elseif op == 'srem' then rcall('SREM', key, a)
+  elseif op == 'zadd' then rcall('ZADD', key, a, b)
+  elseif op == 'zrem' then rcall('ZREM', key, a)
+  else return redis.error_reply('writeSubscriber: unknown op ' .. tostring(op)) end
+  i = i + 4
+end
+
+local newVersion = version
+if events > 0 or ops > 0 then
+  if rcall('EXISTS', record) == 1 then newVersion = rcall('HINCRBY', record, 'v', 1) end
+end
+return { 1, sub, createdSeq, newVersion }

@@ -1,0 +1,37 @@
+import { hostname } from 'node:os';
+import type { Redis } from 'ioredis';
+import { now } from '../lib/clock.js';
+import type { Role } from '../lib/config.js';
+import type { Keys } from './keys.js';
+
+export const HEARTBEAT_EVERY_MS = 5_000;
+export const HEARTBEAT_LIVE_MS = 15_000;
+
+/** Announces the roles of this process every few seconds; returns a stop function that removes them. */
+export function startHeartbeat(redis: Redis, keys: Keys, roles: Role[]): () => Promise<void> {
+  const fields = roles.map((role) => `${role}:${hostname()}:${process.pid}`);
+  const beat = () => redis.hset(keys.processes, Object.fromEntries(fields.map((f) => [f, String(now())]))).catch(() => undefined);
+  void beat();
+  const timer = setInterval(beat, HEARTBEAT_EVERY_MS);
+  timer.unref();
+  return async () => {
+    clearInterval(timer);
+    await redis.hdel(keys.processes, ...fields).catch(() => undefined);
+  };
+}
+
+/** Live processes per role; stale entries (older than a minute) are removed on the way. */
+export async function liveRoles(redis: Redis, keys: Keys): Promise<Record<string, number>> {
+  const all = await redis.hgetall(keys.processes);
+  const counts: Record<string, number> = {};
+  const stale: string[] = [];
+  for (const [field, at] of Object.entries(all)) {
+    const age = now() - Number(at);
+    if (age > 60_000) stale.push(field);
+    if (age > HEARTBEAT_LIVE_MS) continue;
+    const role = field.split(':')[0]!;
+    counts[role] = (counts[role] ?? 0) + 1;
+  }
+  if (stale.length) await redis.hdel(keys.processes, ...stale);
+  return counts;
+}

@@ -1,0 +1,224 @@
+import type { Redis } from 'ioredis';
+import { isoNow, now } from '../lib/clock.js';
+import { isId, newId } from '../lib/ids.js';
+import { KEY_PREFIX, type KeyKind } from '../lib/key-kinds.js';
+import { randomBytes } from 'node:crypto';
+import { sha256Hex } from '../lib/secrets.js';
+import type { Keys } from './keys.js';
+import { appendAudit, type AuditActor, type AuditRequest, type Ref } from './ledger.js';
+import { callScript } from './lua-scripts.js';
+
+export type Workspace = { id: string; slug: string; createdAt: string };
+export type Tenant = { id: string; slug: string; workspaceId: string; createdAt: string };
+export type ApiKeyRecord = {
+  id: string;
+  kind: KeyKind;
+  workspaceId: string;
+  tenantId: string | null;
+  scopes: string[];
+  name: string | null;
+  /** the first characters of the key and its last four, enough to recognise it */
+  hint: string;
+  hash: string;
+  createdAt: string;
+  expiresAt: string | null;
+  revokedAt: string | null;
+};
+
+export type Writer = { actor: AuditActor; request: AuditRequest };
+
+const ref = (r: { id: string; slug: string }): Ref => ({ id: r.id, slug: r.slug });
+
+/** Reads a workspace by slug, or null. */
+export async function findWorkspaceBySlug(redis: Redis, keys: Keys, slug: string): Promise<Workspace | null> {
+  const id = await redis.hget(keys.workspaceSlugs, slug);
+  return id ? findWorkspace(redis, keys, id) : null;
+}
+
+/** Reads a workspace by id, or null. */
+export async function findWorkspace(redis: Redis, keys: Keys, id: string): Promise<Workspace | null> {
+  const h = await redis.hgetall(keys.workspace(id));
+  return h.id ? { id: h.id, slug: h.slug!, createdAt: h.createdAt! } : null;
+}
+
+/**
+ * Creates the workspace `slug` with its `default` tenant unless it exists. Safe to repeat and to
+ * interrupt: the slug is claimed first, and a claimed slug without its record is completed.
+ */
+export async function ensureWorkspace(redis: Redis, keys: Keys, slug: string, by: Writer): Promise<{ workspace: Workspace; tenant: Tenant; created: boolean }> {
+  await redis.hsetnx(keys.workspaceSlugs, slug, newId('workspace'));
+  const id = (await redis.hget(keys.workspaceSlugs, slug))!;
+  const record = keys.workspace(id);
+  const [hasSlug, audited] = await redis.hmget(record, 'slug', 'audited');
+  const created = !hasSlug;
+  if (created) await redis.hset(record, 'id', id, 'slug', slug, 'createdAt', isoNow());
+  const workspace = (await findWorkspace(redis, keys, id))!;
+  if (!audited) {
+    // A fixed event id: a run interrupted after this append and repeated appends a duplicate the dispatcher drops.
+    await appendAudit(redis, keys, { id: 'whe_' + id.slice('ws_'.length), type: 'workspace.created', workspace: ref(workspace), tenant: null, actor: by.actor, target: { type: 'workspace', id }, request: by.request, object: { ...workspace } });
+    await redis.hset(record, 'audited', '1');
+  }
+  const { tenant } = await createTenant(redis, keys, workspace, 'default', by);
+  return { workspace, tenant, created };
+}
+
+/** Creates tenant `slug` in `workspace`; `created` is false (and the existing one returned) when the slug is taken. */
+export async function createTenant(redis: Redis, keys: Keys, workspace: Workspace, slug: string, by: Writer): Promise<{ tenant: Tenant; created: boolean }> {
+  const id = newId('tenant');
+  const [created, tenantId] = await callScript<[number, string]>(
+    redis, 'createTenant',
+    [keys.tenantSlugs(workspace.id), keys.tenantIndex(workspace.id), keys.tenant(workspace.id, id)],
+    [id, slug, workspace.id, isoNow(), now()],
+  );
+  const tenant = (await findTenant(redis, keys, workspace.id, tenantId))!;
+  if (created === 1) {
+    await appendAudit(redis, keys, { type: 'tenant.created', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id }, request: by.request, object: { ...tenant } });
+  }
+  return { tenant, created: created === 1 };
+}
+
+/** Reads a tenant of a workspace by id, or null. */
+export async function findTenant(redis: Redis, keys: Keys, workspaceId: string, tenantId: string): Promise<Tenant | null> {
+  if (!isId('tenant', tenantId)) return null;
+  const h = await redis.hgetall(keys.tenant(workspaceId, tenantId));
+  return h.id ? { id: h.id, slug: h.slug!, workspaceId: h.workspaceId!, createdAt: h.createdAt! } : null;
+}
+
+/** Reads a tenant of a workspace by slug, or null. */
+export async function findTenantBySlug(redis: Redis, keys: Keys, workspaceId: string, slug: string): Promise<Tenant | null> {
+  const id = await redis.hget(keys.tenantSlugs(workspaceId), slug);
+  return id ? findTenant(redis, keys, workspaceId, id) : null;
+}
+
+function toKeyRecord(h: Record<string, string>): ApiKeyRecord {
+  return {
+    id: h.id!,
+    kind: h.kind as KeyKind,
+    workspaceId: h.workspaceId!,
+    tenantId: h.tenantId || null,
+    scopes: h.scopes ? h.scopes.split(',') : [],
+    name: h.name || null,
+    hint: h.hint!,
+    hash: h.hash!,
+    createdAt: h.createdAt!,
+    expiresAt: h.expiresAt || null,
+    revokedAt: h.revokedAt || null,
+  };
+}
+
+/** The public view of a key record (no hash). */
+export function publicKey(record: ApiKeyRecord): Omit<ApiKeyRecord, 'hash'> {
+  const { hash: _hash, ...rest } = record;
+  return rest;
+}
+
+/**
+ * Creates an API key and returns the key itself once; only its SHA-256 is stored. The record
+ * is written before the hash pointer, so a lookup never finds a pointer without its record.
+ * Scopes must already be checked with `scopeProblem`.
+ */
+export async function createApiKey(
+  redis: Redis, keys: Keys,
+  input: { workspace: Workspace; tenant: Tenant | null; kind: KeyKind; scopes: string[]; expiresAt: string | null; name: string | null },
+  by: Writer,
+): Promise<{ key: string; record: ApiKeyRecord }> {
+  const key = KEY_PREFIX[input.kind] + randomBytes(24).toString('hex');
+  const id = newId('key');
+  const record: ApiKeyRecord = {
+    id,
+    kind: input.kind,
+    workspaceId: input.workspace.id,
+    tenantId: input.kind === 'workspace' ? null : input.tenant!.id,
+    scopes: input.scopes,
+    name: input.name,
+    hint: `${KEY_PREFIX[input.kind]}…${key.slice(-4)}`,
+    hash: sha256Hex(key),
+    createdAt: isoNow(),
+    expiresAt: input.expiresAt,
+    revokedAt: null,
+  };
+  await redis.hset(keys.apiKey(id), {
+    id, kind: record.kind, workspaceId: record.workspaceId, tenantId: record.tenantId ?? '', scopes: record.scopes.join(','),
+    name: record.name ?? '', hint: record.hint, hash: record.hash, createdAt: record.createdAt, expiresAt: record.expiresAt ?? '', revokedAt: '',
+  });
+  await redis.set(keys.apiKeyByHash(record.hash), id);
+  await redis.zadd(keys.apiKeyIndex(input.workspace.id), 0, id);
+  await appendAudit(redis, keys, {
+    type: 'key.created', workspace: ref(input.workspace), tenant: input.tenant ? ref(input.tenant) : null,
+    actor: by.actor, target: { type: 'api_key', id }, request: by.request, object: publicKey(record),
+  });
+  return { key, record };
+}
+
+/** Reads a key record by id, or null. */
+export async function findApiKey(redis: Redis, keys: Keys, id: string): Promise<ApiKeyRecord | null> {
+  if (!isId('key', id)) return null;
+  const h = await redis.hgetall(keys.apiKey(id));
+  return h.id ? toKeyRecord(h) : null;
+}
+
+/** Reads the key record whose stored hash is `hash`, or null. */
+export async function findApiKeyByHash(redis: Redis, keys: Keys, hash: string): Promise<ApiKeyRecord | null> {
+  const id = await redis.get(keys.apiKeyByHash(hash));
+  return id ? findApiKey(redis, keys, id) : null;
+}
+
+/** Lists a workspace's keys, newest first (bounded: at most `limit`). */
+export async function listApiKeys(redis: Redis, keys: Keys, workspaceId: string, limit = 1000): Promise<ApiKeyRecord[]> {
+  const ids = await redis.zrange(keys.apiKeyIndex(workspaceId), '+', '-', 'BYLEX', 'REV', 'LIMIT', 0, limit);
+  const records = await Promise.all(ids.map((id) => findApiKey(redis, keys, id)));
+  return records.filter((r): r is ApiKeyRecord => r !== null);
+}
+
+/**
+ * Revokes a key of `workspace` at once in every process: the record is marked and the hash is
+ * published so every key cache drops it. Returns null when the key is not the workspace's.
+ */
+export async function revokeApiKey(redis: Redis, keys: Keys, workspace: Workspace, id: string, by: Writer): Promise<ApiKeyRecord | null> {
+  const record = await findApiKey(redis, keys, id);
+  if (!record || record.workspaceId !== workspace.id) return null;
+  if (record.revokedAt) return record;
+  const revokedAt = isoNow();
+  await redis.hset(keys.apiKey(id), 'revokedAt', revokedAt);
+  await redis.publish(keys.keyRevocations, record.hash);
+  const revoked = { ...record, revokedAt };
+  const tenant = record.tenantId ? await findTenant(redis, keys, workspace.id, record.tenantId) : null;
+  await appendAudit(redis, keys, {
+    type: 'key.revoked', workspace: ref(workspace), tenant: tenant ? ref(tenant) : null, actor: by.actor, target: { type: 'api_key', id }, request: by.request,
+    object: publicKey(revoked), changes: { revokedAt }, previousAttributes: { revokedAt: null },
+  });
+  return revoked;
+}
+
+export type IdentitySettings = { secret: string; required: boolean };
+
+/** The tenant's identity-verification settings; the secret is made on first use and never leaves through the API. */
+export async function tenantIdentity(redis: Redis, keys: Keys, tenant: Tenant): Promise<IdentitySettings> {
+  const key = keys.tenant(tenant.workspaceId, tenant.id);
+  let [secret, required] = await redis.hmget(key, 'identitySecret', 'identityRequired');
+  if (!secret) {
+    await redis.hsetnx(key, 'identitySecret', randomBytes(32).toString('hex'));
+    secret = (await redis.hget(key, 'identitySecret'))!;
+  }
+  return { secret, required: required === '1' };
+}
+
+/** Replaces the tenant's identity secret (hashes made with the old one stop verifying at once). */
+export async function rotateIdentitySecret(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, by: Writer): Promise<string> {
+  const secret = randomBytes(32).toString('hex');
+  await redis.hset(keys.tenant(tenant.workspaceId, tenant.id), 'identitySecret', secret);
+  await appendAudit(redis, keys, { type: 'tenant.identity_secret_rotated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request, object: { ...tenant } });
+  return secret;
+}
+
+/** Turns required identity verification on or off for a tenant's client calls. */
+export async function setIdentityRequired(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, required: boolean, by: Writer): Promise<void> {
+  const key = keys.tenant(tenant.workspaceId, tenant.id);
+  const before = (await redis.hget(key, 'identityRequired')) === '1';
+  if (before === required) return;
+  await redis.hset(key, 'identityRequired', required ? '1' : '0');
+  await appendAudit(redis, keys, {
+    type: 'tenant.updated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request,
+    object: { ...tenant, identityVerificationRequired: required }, changes: { identityVerificationRequired: required }, previousAttributes: { identityVerificationRequired: before },
+  });
+}

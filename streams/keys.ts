@@ -1,0 +1,159 @@
+/**
+ * The one key-name builder. Every Redis key the service touches is named here.
+ *
+ * Hash tags keep each atomic script on one slot: `{w:<workspaceId>}` for workspace keys,
+ * `{t:<tenantId>}` for tenant-wide keys, `{pN}` for a subscriber partition. Keys without a
+ * tag are global lookups that no script combines with another key.
+ */
+export type Keys = ReturnType<typeof createKeys>;
+
+export function createKeys(prefix: string) {
+  const w = (workspaceId: string) => `${prefix}{w:${workspaceId}}`;
+  const t = (tenantId: string) => `${prefix}{t:${tenantId}}`;
+  const p = (partition: number) => `${prefix}{p${partition}}`;
+  return {
+    prefix,
+    /** hash slug → workspace id */
+    workspaceSlugs: `${prefix}workspaces:by-slug`,
+    /** hash: the workspace record */
+    workspace: (workspaceId: string) => `${w(workspaceId)}:workspace`,
+    /** hash tenant slug → tenant id */
+    tenantSlugs: (workspaceId: string) => `${w(workspaceId)}:tenants:by-slug`,
+    /** zset of tenant ids by creation time */
+    tenantIndex: (workspaceId: string) => `${w(workspaceId)}:tenants`,
+    /** hash: a tenant record (holds its workspace id), beside its workspace so one script creates both */
+    tenant: (workspaceId: string, tenantId: string) => `${w(workspaceId)}:tenant:${tenantId}`,
+    /** hash: an API key record (never the key itself, only its SHA-256) */
+    apiKey: (keyId: string) => `${prefix}key:${keyId}`,
+    /** string: key id of the key whose SHA-256 is `hash` */
+    apiKeyByHash: (hash: string) => `${prefix}key-hash:${hash}`,
+    /** zset of a workspace's key ids by creation time */
+    apiKeyIndex: (workspaceId: string) => `${w(workspaceId)}:keys`,
+    /** pub/sub channel announcing revoked key hashes to every process */
+    keyRevocations: `${prefix}channel:key-revocations`,
+    /** stream: the workspace ledger (audit events and subscriber stream events) */
+    ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
+    // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names
+    // below from `webhookBase` with the same suffixes ---
+    /** zset (score 0) of workspace ids with webhook endpoints: the ledgers the dispatchers read */
+    webhookWorkspaces: `${prefix}webhooks:workspaces`,
+    /** the workspace tag with the prefix, from which the webhook scripts build the names below */
+    webhookBase: (workspaceId: string) => w(workspaceId),
+    /** zset (score 0) of a workspace's webhook endpoint ids, by creation */
+    webhookEndpoints: (workspaceId: string) => `${w(workspaceId)}:whks`,
+    /** string: bumped on every endpoint change, so dispatchers reload their copy of the endpoints */
+    webhookVersion: (workspaceId: string) => `${w(workspaceId)}:whks:v`,
+    /** hash: a webhook endpoint (url, patterns, secrets, enabled, activeSince, failingSince) */
+    webhookEndpoint: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}`,
+    /** zset (score 0) of an endpoint's delivery ids; with `status`, those in that status */
+    webhookDeliveries: (workspaceId: string, endpointId: string, status?: string) => `${w(workspaceId)}:whk:${endpointId}:dlv${status ? `:${status}` : ''}`,
+    /** zset attempt member (`<whd_ id>` or `<whd_ id>#<replay n>`) → due ms: an endpoint's waiting attempts */
+    webhookDue: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}:due`,
+    /** hash: one delivery of one event to one endpoint (status, counters, attempts `a:<n>`) */
+    webhookDelivery: (workspaceId: string, deliveryId: string) => `${w(workspaceId)}:whd:${deliveryId}`,
+    /** string: the payload of a delivered event (JSON, built once, immutable), for the retention */
+    webhookEvent: (workspaceId: string, eventId: string) => `${w(workspaceId)}:whe:${eventId}`,
+    /** zset attempt member → lease expiry ms: attempts a dispatcher has claimed and not recorded */
+    webhookInflight: (workspaceId: string) => `${w(workspaceId)}:whd-inflight`,
+    /** hash attempt member → claim token of its current lease */
+    webhookLeases: (workspaceId: string) => `${w(workspaceId)}:whd-leases`,
+    /** hash `<role>:<host>:<pid>` → last heartbeat (ms) of every running process */
+    processes: `${prefix}processes`,
+    // --- partition keys: everything of one subscriber and its partition shares the tag {pN} ---
+    /** stream: the partition inbox every event of its subscribers is appended to */
+    inbox: (n: number) => `${p(n)}:in`,
+    /** hash `tenant|externalId` → last sequence issued */
+    sequences: (n: number) => `${p(n)}:seq`,
+    /** hash `tenant|externalId` → sub_ id (the subscriber exists) */
+    subscribers: (n: number) => `${p(n)}:subs`,
+    /** hash `tenant|externalId|callerId` → the original event (dedupe of the caller's ids) */
+    dedupe: (n: number) => `${p(n)}:dedupe`,
+    /** zset dedupe field → receivedAt ms, to expire dedupe entries with the retention */
+    dedupeAge: (n: number) => `${p(n)}:dedupe-age`,
+    /** hash `tenant|externalId` → last sequence the subscriber actor applied */
+    applied: (n: number) => `${p(n)}:applied`,
+    /** string: id of the worker holding the partition's lease (with expiry) */
+    lease: (n: number, group: string) => `${p(n)}:lease:${group}`,
+    /**
+     * Read-model keys, written by lua/applyEvents (which builds the same names from
+     * `partitionBase`; see lua/includes/readModelKeys.lua) and read by streams/read-models.ts.
+     */
+    partitionBase: (n: number) => p(n),
+    /** stream: a tenant's events in this partition (the tenant log, merged across partitions on read) */
+    tenantLog: (n: number, tenantId: string) => `${p(n)}:log:${tenantId}`,
+    /** zset: one subscriber's timeline, member = tenant-log entry id, score = receivedAt ms */
+    timeline: (n: number, tenantId: string, externalId: string) => `${p(n)}:tl:${tenantId}:${externalId}`,
+    /** hash: a tenant's catalog in this partition (`<name>|all`, `|first`, `|last`, `|src:<s>`, `|prv:<p>`) */
+    catalog: (n: number, tenantId: string) => `${p(n)}:cat:${tenantId}`,
+    /** hash name → count (`*` for all names) of one hour or day bucket */
+    volume: (n: number, tenantId: string, unit: 'h' | 'd', bucketMs: number) => `${p(n)}:vol:${tenantId}:${unit}:${bucketMs}`,
+    /** HyperLogLog of the subscribers of one bucket and name (`*` for all names) */
+    uniques: (n: number, tenantId: string, unit: 'h' | 'd', bucketMs: number, name: string) => `${p(n)}:uv:${tenantId}:${unit}:${bucketMs}:${name}`,
+    /** list: tenant-log entry ids of the newest samples of a name */
+    samples: (n: number, tenantId: string, name: string) => `${p(n)}:smp:${tenantId}:${name}`,
+    /** hash: a subscriber's record (attributes, preferences, version `v`); lua/includes/ensureSubscriber creates it */
+    subscriber: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub:${tenantId}:${externalId}`,
+    /** zset (score 0) of `<sub_ id>|<externalId>`: the tenant's subscribers in this partition, by creation */
+    subscriberIndex: (n: number, tenantId: string) => `${p(n)}:subidx:${tenantId}`,
+    /** zset (score 0) of `<sub_ id>|<externalId>` of the tenant's subscribers with this email (lowercased) in this partition */
+    subscriberEmailIndex: (n: number, tenantId: string, email: string) => `${p(n)}:subidx-email:${tenantId}:${email}`,
+    /** zset (score 0) of `<sub_ id>|<externalId>` of the tenant's verified subscribers in this partition */
+    subscriberVerifiedIndex: (n: number, tenantId: string) => `${p(n)}:subidx-verified:${tenantId}`,
+    /** hash: one subscription (device or address) of a subscriber */
+    subscription: (n: number, tenantId: string, subscriptionId: string) => `${p(n)}:scr:${tenantId}:${subscriptionId}`,
+    /** set of a subscriber's subscription ids */
+    subscriberSubscriptions: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub-scrs:${tenantId}:${externalId}`,
+    /** set of the topic ids a subscriber belongs to */
+    subscriberTopics: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub-topics:${tenantId}:${externalId}`,
+    /** zset of tenant ids with data in this partition (retention sweeps walk it) */
+    partitionTenants: (n: number) => `${p(n)}:tenants`,
+    /** zset of live members of a leasing group (`worker`, `scheduler`), score = last heartbeat ms */
+    leaseMembers: (group: string) => `${prefix}lease-members:${group}`,
+    /** string: the secret signing events tokens, generated once per deployment */
+    eventsTokenSecret: `${prefix}secret:events-token`,
+    // --- tenant keys ---
+    /** hash push token or address → `<subscription id>|<externalId>[|<previous externalId while moving>]` */
+    tokens: (tenantId: string) => `${t(tenantId)}:tokens`,
+    /** hash push token or address → previous externalId, while a token moving between subscribers is not settled */
+    tokenMoves: (tenantId: string) => `${t(tenantId)}:token-moves`,
+    /** hash subscription id → externalId of its subscriber */
+    subscriptionOwners: (tenantId: string) => `${t(tenantId)}:scr-owner`,
+    /** hash: a topic record */
+    topic: (tenantId: string, topicId: string) => `${t(tenantId)}:topic:${topicId}`,
+    /** zset (score 0) of topic ids, by creation */
+    topicIndex: (tenantId: string) => `${t(tenantId)}:topics`,
+    /** hash topic slug → topic id */
+    topicSlugs: (tenantId: string) => `${t(tenantId)}:topics:by-slug`,
+    /** zset externalId → join time (ms × 1000 + position in the call), the topic's members */
+    topicMembers: (tenantId: string, topicId: string) => `${t(tenantId)}:topic-members:${topicId}`,
+    /** hash: a client widget */
+    widget: (tenantId: string, widgetId: string) => `${t(tenantId)}:widget:${widgetId}`,
+    /** zset (score 0) of a subscriber's widget ids */
+    subscriberWidgets: (tenantId: string, externalId: string) => `${t(tenantId)}:sub-widgets:${externalId}`,
+    /** hash: the tenant's APNs app credentials (key id, team id, bundle id, private key sealed by lib/secret-box, version) */
+    apnsCredentials: (tenantId: string) => `${t(tenantId)}:apns`,
+    /** hash Idempotency-Key → `<message id>|<sha256 of the request>`; never expires */
+    idempotency: (tenantId: string) => `${t(tenantId)}:idem`,
+    /** hash: a message record (content, target, counts `n:<status>`, fan-out cursor) */
+    message: (tenantId: string, messageId: string) => `${t(tenantId)}:msg:${messageId}`,
+    /** zset (score 0) of message ids; `messagesByStatus` per status */
+    messageIndex: (tenantId: string) => `${t(tenantId)}:messages`,
+    messagesByStatus: (tenantId: string, status: string) => `${t(tenantId)}:messages:${status}`,
+    /** stream of messages ready for fan-out (consumer group `fanout` of the dispatchers) */
+    messageQueue: (tenantId: string) => `${t(tenantId)}:msgq`,
+    /** zset message id → sendAt ms of scheduled messages */
+    messageDue: (tenantId: string) => `${t(tenantId)}:msg-due`,
+    /** hash: one delivery of a message to one subscription */
+    delivery: (tenantId: string, deliveryId: string) => `${t(tenantId)}:dlv:${deliveryId}`,
+    /** zset (score 0) of a message's delivery ids; `messageDeliveriesByStatus` per status */
+    messageDeliveries: (tenantId: string, messageId: string) => `${t(tenantId)}:msg-dlv:${messageId}`,
+    messageDeliveriesByStatus: (tenantId: string, messageId: string, status: string) => `${t(tenantId)}:msg-dlv:${messageId}:${status}`,
+    /** zset of `<tenantId>|<workspaceId>` of every tenant that ever sent a message: the dispatchers read their queues */
+    messageTenants: `${prefix}message-tenants`,
+    /** string: a short lock so one process of a role does a periodic job */
+    lock: (name: string) => `${prefix}lock:${name}`,
+    /** the tenant tag with the prefix: Lua scripts build message and delivery key names from it as above */
+    tenantBase: (tenantId: string) => t(tenantId),
+    tenantTag: t,
+  };
+}

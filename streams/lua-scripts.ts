@@ -1,0 +1,55 @@
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { ChainableCommander, Redis } from 'ioredis';
+import { PROJECT_ROOT } from '../lib/paths.js';
+
+const LUA_DIR = join(PROJECT_ROOT, 'lua');
+const INCLUDE = /^--\s*@include\s+"([A-Za-z0-9]+)"\s*$/gm;
+import { VERSION } from '../lib/version.js';
+
+type Script = { name: string; numberOfKeys: number; lua: string };
+
+function inline(source: string, seen: Set<string>): string {
+  return source.replace(INCLUDE, (_line, fn: string) => {
+    if (seen.has(fn)) return '';
+    seen.add(fn);
+    return inline(readFileSync(join(LUA_DIR, 'includes', `${fn}.lua`), 'utf8'), seen);
+  });
+}
+
+/** Reads every `lua/<name>-<keys>.lua` once, with its includes inlined once each. */
+function readScripts(): Script[] {
+  return readdirSync(LUA_DIR)
+    .filter((file) => file.endsWith('.lua'))
+    .map((file) => {
+      const match = /^([a-z][A-Za-z0-9]*)-(\d+)\.lua$/.exec(file);
+      if (!match) throw new Error(`lua/${file}: name must be <camelCaseName>-<numberOfKeys>.lua`);
+      return { name: match[1]!, numberOfKeys: Number(match[2]), lua: inline(readFileSync(join(LUA_DIR, file), 'utf8'), new Set()) };
+    });
+}
+
+let scripts: Script[] | null = null;
+
+/** The command name of a script in this package version, so two versions never collide. */
+export function commandName(name: string): string {
+  return `${name}:${VERSION}`;
+}
+
+/** Registers every script on `redis` with `defineCommand` (EVALSHA with EVAL fallback, pipelines too). */
+export function defineScripts(redis: Redis): void {
+  scripts ??= readScripts();
+  for (const script of scripts) {
+    redis.defineCommand(commandName(script.name), { numberOfKeys: script.numberOfKeys, lua: script.lua });
+  }
+}
+
+type ScriptArg = string | number | Buffer;
+
+/** Calls the script `name` on a client or pipeline; the typed wrappers in `streams/` are its only callers. */
+export function callScript<T>(client: Redis, name: string, keys: string[], args: ScriptArg[]): Promise<T>;
+export function callScript(client: ChainableCommander, name: string, keys: string[], args: ScriptArg[]): ChainableCommander;
+export function callScript(client: Redis | ChainableCommander, name: string, keys: string[], args: ScriptArg[]): unknown {
+  const fn = (client as unknown as Record<string, (...a: ScriptArg[]) => unknown>)[commandName(name)];
+  if (typeof fn !== 'function') throw new Error(`Lua script ${name} is not defined on this client`);
+  return fn.call(client, ...keys, ...args);
+}

@@ -1,0 +1,130 @@
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { isoNow, now } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { isId, newId } from '../lib/ids.js';
+import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
+
+export const MESSAGE_STATUSES = ['scheduled', 'queued', 'sending', 'completed', 'canceled', 'failed'] as const;
+export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
+export const DELIVERY_STATUSES = ['pending', 'sent', 'failed', 'skipped', 'canceled'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+export const MAX_SEND_AHEAD_MS = 30 * 86_400_000;
+
+export type Target = { externalId: string } | { topic: string };
+export type MessageContent = {
+  title: string; body: string; data?: Record<string, unknown>; category?: string; badge?: number; sound?: string; threadId?: string;
+  collapseId?: string; image?: string; url?: string; priority?: 'high' | 'normal'; ttl?: number;
+};
+export type Message = {
+  id: string; status: MessageStatus; to: Target; content: MessageContent; counts: Record<'total' | DeliveryStatus, number>; error: string | null;
+  createdAt: string; sendAt: string | null; startedAt: string | null; completedAt: string | null; canceledAt: string | null; updatedAt: string;
+};
+export type Delivery = {
+  id: string; messageId: string; externalId: string; subscriptionId: string | null; channel: 'push' | 'email'; status: DeliveryStatus; reason: string | null;
+  provider: { status: number | null; apnsId: string | null; reason: string | null; timestamp: string | null } | null;
+  attempts: number; createdAt: string; updatedAt: string; sentAt: string | null;
+};
+
+export function toMessage(h: Record<string, string>): Message {
+  const count = (s: string) => Number(h[`n:${s}`] ?? 0);
+  return {
+    id: h.id!, status: h.status as MessageStatus, to: JSON.parse(h.to!), content: JSON.parse(h.content!),
+    counts: { total: count('total'), pending: count('pending'), sent: count('sent'), failed: count('failed'), skipped: count('skipped'), canceled: count('canceled') },
+    error: h.error || null, createdAt: h.createdAt!, sendAt: h.sendAt || null, startedAt: h.startedAt || null, completedAt: h.completedAt || null,
+    canceledAt: h.canceledAt || null, updatedAt: h.updatedAt ?? h.createdAt!,
+  };
+}
+
+export function toDelivery(h: Record<string, string>): Delivery {
+  const answered = h.providerStatus !== undefined || h.apnsId !== undefined;
+  return {
+    id: h.id!, messageId: h.messageId!, externalId: h.externalId!, subscriptionId: h.subscriptionId || null, channel: (h.channel || 'push') as Delivery['channel'],
+    status: h.status as DeliveryStatus, reason: h.reason || null,
+    provider: answered ? { status: h.providerStatus ? Number(h.providerStatus) : null, apnsId: h.apnsId || null, reason: h.providerReason || null, timestamp: h.providerTimestamp || null } : null,
+    attempts: Number(h.attempts ?? 0), createdAt: h.createdAt!, updatedAt: h.updatedAt ?? h.createdAt!, sentAt: h.sentAt || null,
+  };
+}
+
+/** JSON with object keys sorted at every level: equal requests hash alike whatever their key order. */
+export function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value && typeof value === 'object') {
+    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export type TenantRef = { workspaceId: string; tenantId: string };
+
+/**
+ * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
+ * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
+ * `idempotency_key_reused`. Keys are per tenant and never expire.
+ */
+export async function createMessage(
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null },
+  idempotency: { key: string | null; request: unknown },
+): Promise<{ message: Message; replayed: boolean }> {
+  const id = newId('message');
+  const at = isoNow();
+  const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
+  const fields: Record<string, string> = {
+    id, status, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
+    sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
+  };
+  const hash = createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex');
+  // registered first, so a dispatcher finds this tenant's queue even if this process dies right after
+  await redis.zadd(keys.messageTenants, 'NX', now(), `${ref.tenantId}|${ref.workspaceId}`);
+  const flat = Object.entries(fields).flat();
+  const [outcome, messageId] = await callScript<[number, string]>(
+    redis, 'createMessage',
+    [keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status), keys.messageQueue(ref.tenantId), keys.messageDue(ref.tenantId)],
+    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', flat.length / 2, ...flat],
+  );
+  if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
+  return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: outcome === 2 };
+}
+
+export async function getMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Message> {
+  if (!isId('message', id)) throw notFound('Message');
+  const h = await redis.hgetall(keys.message(tenantId, id));
+  if (!h.id) throw notFound('Message');
+  return toMessage(h);
+}
+
+/** Moves a message between statuses (see lua/moveMessage); returns whether it moved and its status before. */
+export async function moveMessage(redis: Redis, keys: Keys, tenantId: string, id: string, from: MessageStatus[], to: MessageStatus, fields: Record<string, string> = {}): Promise<{ moved: boolean; status: string }> {
+  const flat = Object.entries({ ...fields, updatedAt: isoNow() }).flat();
+  const [moved, status] = await callScript<[number, string]>(redis, 'moveMessage', [keys.message(tenantId, id)], [keys.tenantBase(tenantId), id, from.join(','), to, flat.length / 2, ...flat]);
+  return { moved: moved === 1, status };
+}
+
+/** Cancels a scheduled (or not yet started) message; 409 `conflict` once its sending has begun. */
+export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Message> {
+  await getMessage(redis, keys, tenantId, id);
+  const { moved, status } = await moveMessage(redis, keys, tenantId, id, ['scheduled', 'queued'], 'canceled', { canceledAt: isoNow() });
+  if (!moved && status !== 'canceled') throw new ApiError(409, 'conflict', `The message is ${status}; only scheduled or queued messages can be canceled`);
+  return getMessage(redis, keys, tenantId, id);
+}
+
+export async function getDelivery(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Delivery> {
+  if (!isId('delivery', id)) throw notFound('Delivery');
+  const h = await redis.hgetall(keys.delivery(tenantId, id));
+  if (!h.id) throw notFound('Delivery');
+  return toDelivery(h);
+}
+
+/** Loads deliveries by id (null for vanished ones), pipelined. */
+export async function loadDeliveries(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Delivery | null)[]> {
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.delivery(tenantId, id));
+  return ((await pipeline.exec()) ?? []).map(([, h]) => ((h as Record<string, string>)?.id ? toDelivery(h as Record<string, string>) : null));
+}
+
+export async function loadMessages(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Message | null)[]> {
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.message(tenantId, id));
+  return ((await pipeline.exec()) ?? []).map(([, h]) => ((h as Record<string, string>)?.id ? toMessage(h as Record<string, string>) : null));
+}

@@ -1,0 +1,57 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { notFound } from '../lib/errors.js';
+import type { Keys } from './keys.js';
+import { sameJson } from './ledger.js';
+import { changeSubscriber, readSubscriber, type TenantScope } from './subscriber-writes.js';
+
+export const CHANNELS = ['push', 'email'] as const;
+export type Channel = (typeof CHANNELS)[number];
+type ChannelFlags = Partial<Record<Channel, boolean>>;
+/** Per channel and per category; a channel missing from a category follows `channels`. */
+export type Preferences = { channels: Record<Channel, boolean>; categories: Record<string, ChannelFlags> };
+export type PreferencesUpdate = { channels?: ChannelFlags; categories?: Record<string, ChannelFlags | null> };
+
+/** The stored preferences with defaults filled in (every channel on). */
+export function readPreferences(stored: string | undefined): Preferences {
+  const parsed = stored ? (JSON.parse(stored) as Partial<Preferences>) : {};
+  return { channels: { push: true, email: true, ...parsed.channels }, categories: parsed.categories ?? {} };
+}
+
+/** Whether a message of `category` may reach the subscriber on `channel`. */
+export function allows(preferences: Preferences, channel: Channel, category: string | null): boolean {
+  const byCategory = category ? preferences.categories[category]?.[channel] : undefined;
+  return byCategory ?? preferences.channels[channel];
+}
+
+function apply(current: Preferences, update: PreferencesUpdate): Preferences {
+  const next: Preferences = { channels: { ...current.channels, ...update.channels }, categories: { ...current.categories } };
+  for (const [name, flags] of Object.entries(update.categories ?? {})) {
+    if (flags === null) delete next.categories[name];
+    else next.categories[name] = { ...next.categories[name], ...flags };
+  }
+  return next;
+}
+
+export async function getPreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Preferences> {
+  const snapshot = await readSubscriber(redis, keys, scope, externalId);
+  if (!snapshot.exists) throw notFound('Subscriber');
+  return readPreferences(snapshot.record.preferences);
+}
+
+/** Applies an update; writes `$preferences.updated` (with the previous values) only when a value really changes. */
+export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean } = {}): Promise<{ preferences: Preferences; changed: boolean }> {
+  return changeSubscriber<{ preferences: Preferences; changed: boolean }>(redis, keys, scope, externalId, (snapshot) => {
+    if (!snapshot.exists && !options.create) throw notFound('Subscriber');
+    const current = readPreferences(snapshot.record.preferences);
+    const next = apply(current, update);
+    if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false } };
+    const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
+    return {
+      create: true,
+      events: [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
+      ops: [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
+      result: { preferences: next, changed: true },
+    };
+  });
+}

@@ -1,0 +1,157 @@
+import type { Redis } from 'ioredis';
+import { now } from '../lib/clock.js';
+import type { Logger } from '../lib/log.js';
+
+export type StreamEntry = { id: string; fields: Record<string, string> };
+export type StreamHandler = (stream: string, entries: StreamEntry[]) => Promise<void>;
+
+/**
+ * Which streams a consumer reads, and how it takes over entries others read but never acked:
+ * - `exclusive`: the streams are leased to this process alone (partitions); on taking one it claims
+ *   every pending entry at once (`XAUTOCLAIM` min-idle 0), before reading new ones;
+ * - `shared`: every process of the group reads every stream; entries idle longer than `claimIdleMs`
+ *   (a dead process's) are claimed periodically.
+ */
+export type StreamSource = { streams: () => string[]; mode: 'exclusive' } | { streams: () => string[]; mode: 'shared'; claimIdleMs: number };
+
+export type ConsumerOptions = {
+  /** connection for commands (acks, claims, trims) */
+  redis: Redis;
+  /** a dedicated connection for the blocking XREADGROUP */
+  blocking: Redis;
+  source: StreamSource;
+  group: string;
+  consumer: string;
+  handle: StreamHandler;
+  log: Logger;
+  batchSize?: number;
+  blockMs?: number;
+  trimEveryMs?: number;
+  /** where a new group starts: `0` (everything in the stream) or `$` (only what comes next) */
+  startAt?: '0' | '$';
+};
+
+const CLAIM_PAGE = 500;
+const IDLE_SLEEP_MS = 200;
+
+function toEntries(raw: [string, string[]][]): StreamEntry[] {
+  const out: StreamEntry[] = [];
+  for (const item of raw) {
+    if (!item || !item[1]) continue; // an id whose entry was deleted
+    const [id, list] = item;
+    const fields: Record<string, string> = {};
+    for (let i = 0; i < list.length; i += 2) fields[list[i]!] = list[i + 1]!;
+    out.push({ id, fields });
+  }
+  return out;
+}
+
+/**
+ * The one consumer runtime: reads streams through a consumer group, hands each stream's entries to
+ * `handle` in stream order, acks them after the handler returns, and trims what the group has
+ * acked. Entries another process read but never acked are claimed (see `StreamSource`), so nothing
+ * is lost when a process dies mid-batch; handlers make their effects idempotent. A group lost with
+ * a Redis restart (`NOGROUP`) is recreated instead of looping on the error.
+ */
+export class StreamConsumer {
+  private stopped = false;
+  private running: Promise<void> | null = null;
+  private readonly adopted = new Set<string>();
+  private readonly lastTrim = new Map<string, number>();
+  private lastClaim = 0;
+
+  constructor(private readonly o: ConsumerOptions) {}
+
+  start(): void {
+    this.running = this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.o.blocking.disconnect();
+    await this.running?.catch(() => undefined);
+  }
+
+  private async ensureGroup(stream: string): Promise<void> {
+    try {
+      await this.o.redis.xgroup('CREATE', stream, this.o.group, this.o.startAt ?? '0', 'MKSTREAM');
+    } catch (err) {
+      if (!String((err as Error).message).includes('BUSYGROUP')) throw err;
+    }
+  }
+
+  /** Claims and processes entries of `stream` pending for at least `minIdleMs`. */
+  private async claim(stream: string, minIdleMs: number): Promise<void> {
+    let cursor = '0-0';
+    for (let page = 0; page < 10_000; page++) {
+      const [next, claimed] = (await this.o.redis.xautoclaim(stream, this.o.group, this.o.consumer, minIdleMs, cursor, 'COUNT', CLAIM_PAGE)) as [string, [string, string[]][]];
+      const entries = toEntries(claimed);
+      if (entries.length) await this.process(stream, entries);
+      cursor = next;
+      if (cursor === '0-0') break;
+    }
+  }
+
+  private async process(stream: string, entries: StreamEntry[]): Promise<void> {
+    await this.o.handle(stream, entries);
+    await this.o.redis.xack(stream, this.o.group, ...entries.map((e) => e.id));
+  }
+
+  /** Trims entries the group has acked (below the oldest pending one, else up to the last delivered). */
+  private async trim(stream: string): Promise<void> {
+    const at = now();
+    if (at - (this.lastTrim.get(stream) ?? 0) < (this.o.trimEveryMs ?? 5_000)) return;
+    this.lastTrim.set(stream, at);
+    const [pending, groups] = await Promise.all([
+      this.o.redis.xpending(stream, this.o.group) as Promise<[number, string | null, string | null, unknown]>,
+      this.o.redis.xinfo('GROUPS', stream) as Promise<unknown[][]>,
+    ]);
+    const mine = groups.map((g) => Object.fromEntries(Array.from({ length: g.length / 2 }, (_, i) => [g[2 * i], g[2 * i + 1]]))).find((g) => g.name === this.o.group);
+    const floor = pending[0] > 0 ? pending[1] : (mine?.['last-delivered-id'] as string | undefined);
+    if (floor && floor !== '0-0') await this.o.redis.xtrim(stream, 'MINID', '~', floor);
+  }
+
+  private async loop(): Promise<void> {
+    const { blocking, source, log } = this.o;
+    let backoff = 100;
+    while (!this.stopped) {
+      try {
+        const streams = source.streams();
+        const current = new Set(streams);
+        for (const s of this.adopted) if (!current.has(s)) this.adopted.delete(s);
+        for (const s of streams) {
+          if (this.adopted.has(s)) continue;
+          await this.ensureGroup(s);
+          if (source.mode === 'exclusive') await this.claim(s, 0);
+          this.adopted.add(s);
+        }
+        if (source.mode === 'shared' && now() - this.lastClaim > source.claimIdleMs / 2) {
+          this.lastClaim = now();
+          for (const s of streams) await this.claim(s, source.claimIdleMs);
+        }
+        if (streams.length === 0) {
+          await new Promise((r) => setTimeout(r, IDLE_SLEEP_MS));
+          continue;
+        }
+        const reply = (await blocking.xreadgroup(
+          'GROUP', this.o.group, this.o.consumer, 'COUNT', this.o.batchSize ?? 500, 'BLOCK', this.o.blockMs ?? 1_000,
+          'STREAMS', ...streams, ...streams.map(() => '>'),
+        )) as [string, [string, string[]][]][] | null;
+        for (const [stream, raw] of reply ?? []) await this.process(stream, toEntries(raw));
+        for (const s of streams) await this.trim(s);
+        backoff = 100;
+      } catch (err) {
+        if (this.stopped) break;
+        const message = String((err as Error).message);
+        if (message.includes('NOGROUP')) {
+          log.warn('consumer group missing; recreating', { group: this.o.group });
+          this.adopted.clear();
+          continue;
+        }
+        log.warn('consumer loop error', { group: this.o.group, err: message });
+        await new Promise((r) => setTimeout(r, backoff));
+        backoff = Math.min(backoff * 2, 5_000);
+      }
+    }
+  }
+}

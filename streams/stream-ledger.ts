@@ -1,0 +1,64 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import type { Keys } from './keys.js';
+import { LEDGER_FIELDS, LEDGER_MAX_LENGTH } from './ledger.js';
+import type { StreamEntry } from './stream-consumer.js';
+
+/** The webhook event id of a stream event: stable, derived from the `evt_` id, so a re-forward is recognisable. */
+export function webhookEventIdOf(eventId: string): string {
+  return 'whe_' + eventId.slice('evt_'.length);
+}
+
+/**
+ * The ledger form of a stream event: the payload of spec 2.6 for `data.object`, with workspace
+ * and tenant by id (the dispatcher adds the slugs when it builds the delivered payload).
+ */
+export function streamLedgerPayload(f: Record<string, string>): Record<string, unknown> {
+  return {
+    id: webhookEventIdOf(f.id!),
+    type: f.n,
+    apiVersion: 'v1',
+    createdAt: isoNow(Number(f.r)),
+    workspace: { id: f.w },
+    tenant: { id: f.t },
+    data: {
+      object: {
+        id: f.id,
+        sequence: Number(f.q),
+        name: f.n,
+        source: f.o,
+        timestamp: isoNow(Number(f.ts)),
+        data: JSON.parse(f.d || '{}'),
+        subscriber: { id: f.u, externalId: f.x },
+        runId: f.ru || null,
+        messageId: f.m || null,
+        step: f.st || null,
+      },
+    },
+  };
+}
+
+// Stands in for the event's data while the payload is serialized; the data's JSON text from the inbox
+// is then spliced in as it is (it was validated and serialized once, at ingest).
+const DATA_SLOT = '\u0000herald-data\u0000';
+const DATA_SLOT_JSON = JSON.stringify(DATA_SLOT);
+
+/** The ledger payload as JSON text, without parsing and re-serializing the event's data. */
+export function streamLedgerJson(fields: Record<string, string>): string {
+  const payload = streamLedgerPayload({ ...fields, d: '{}' });
+  ((payload.data as { object: Record<string, unknown> }).object).data = DATA_SLOT;
+  return JSON.stringify(payload).replace(DATA_SLOT_JSON, () => fields.d || '{}');
+}
+
+/**
+ * Appends each inbox entry to its workspace ledger (pipelined). At-least-once: a batch replayed
+ * after a crash forwards again with the same webhook event ids, which the dispatcher dedupes.
+ */
+export async function forwardToLedger(redis: Redis, keys: Keys, entries: StreamEntry[]): Promise<void> {
+  const pipeline = redis.pipeline();
+  for (const { fields } of entries) {
+    pipeline.xadd(keys.ledger(fields.w!), 'MAXLEN', '~', LEDGER_MAX_LENGTH, '*', LEDGER_FIELDS.kind, 'stream', LEDGER_FIELDS.payload, streamLedgerJson(fields));
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+}

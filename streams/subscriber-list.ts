@@ -1,0 +1,36 @@
+import type { Redis } from 'ioredis';
+import type { Keys } from './keys.js';
+import type { TenantScope } from './subscriber-writes.js';
+import { toSubscriber, type Subscriber } from './subscribers.js';
+
+/**
+ * One page of a tenant's subscribers, newest first, merged across partitions. Each partition keeps
+ * a lex-ordered index of `<sub_ id>|<externalId>` (ids are time-ordered), so the member itself is
+ * the keyset cursor and `total` is the sum of the partitions' ZCARDs (a subscriber lives in one).
+ */
+export async function listSubscribers(
+  redis: Redis, keys: Keys, scope: TenantScope, limit: number, after: string | null, filter: { email?: string },
+): Promise<{ items: Subscriber[]; next: string | null; total: number }> {
+  const indexOf = (p: number) => (filter.email ? keys.subscriberEmailIndex(p, scope.tenantId, filter.email.toLowerCase()) : keys.subscriberIndex(p, scope.tenantId));
+  const max = after ? `(${after}` : '+';
+  const pipeline = redis.pipeline();
+  for (let p = 0; p < scope.partitions; p++) {
+    pipeline.zrange(indexOf(p), max, '-', 'BYLEX', 'REV', 'LIMIT', 0, limit + 1);
+    pipeline.zcard(indexOf(p));
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  const candidates: { member: string; p: number }[] = [];
+  let total = 0;
+  for (let p = 0; p < scope.partitions; p++) {
+    for (const member of replies[2 * p]![1] as string[]) candidates.push({ member, p });
+    total += Number(replies[2 * p + 1]![1]);
+  }
+  candidates.sort((a, b) => (a.member < b.member ? 1 : a.member > b.member ? -1 : 0));
+  const page = candidates.slice(0, limit);
+  const load = redis.pipeline();
+  const externalIds = page.map(({ member }) => member.slice(member.indexOf('|') + 1));
+  page.forEach(({ p }, i) => load.hgetall(keys.subscriber(p, scope.tenantId, externalIds[i]!)));
+  const records = ((await load.exec()) ?? []).map(([, h]) => h as Record<string, string>);
+  const items = records.flatMap((h, i) => (h?.id ? [toSubscriber(externalIds[i]!, h)] : []));
+  return { items, next: candidates.length > limit ? page[page.length - 1]!.member : null, total };
+}

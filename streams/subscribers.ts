@@ -1,0 +1,166 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { ApiError, notFound, validationError } from '../lib/errors.js';
+import { partitionOf } from '../lib/partition.js';
+import type { Keys } from './keys.js';
+import { sameJson } from './ledger.js';
+import { releaseToken } from './subscriptions.js';
+import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope } from './subscriber-writes.js';
+
+export const MAX_PROPERTIES_BYTES = 8 * 1024;
+const ATTRIBUTE_FIELDS = ['email', 'phone', 'locale', 'timezone', 'properties'] as const;
+
+export type Attributes = { email?: string | null; phone?: string | null; locale?: string | null; timezone?: string | null; properties?: Record<string, unknown> | null };
+export type Subscriber = {
+  id: string; externalId: string; email: string | null; phone: string | null; locale: string | null; timezone: string | null;
+  properties: Record<string, unknown>; verified: boolean; createdAt: string; updatedAt: string;
+};
+
+/** The public view of a stored subscriber record. */
+export function toSubscriber(externalId: string, h: Record<string, string>): Subscriber {
+  return {
+    id: h.id!, externalId, email: h.email || null, phone: h.phone || null, locale: h.locale || null, timezone: h.timezone || null,
+    properties: h.properties ? JSON.parse(h.properties) : {}, verified: h.verified === '1', createdAt: h.createdAt!, updatedAt: h.updatedAt ?? h.createdAt!,
+  };
+}
+
+/** Checks what a schema cannot: a real IANA time zone and the size of `properties`. */
+export function checkAttributes(attributes: Attributes, base = ''): void {
+  const details = [];
+  if (attributes.timezone) {
+    try {
+      new Intl.DateTimeFormat('en', { timeZone: attributes.timezone });
+    } catch {
+      details.push({ param: `${base}timezone`, message: 'is not an IANA time zone' });
+    }
+  }
+  if (attributes.properties && Buffer.byteLength(JSON.stringify(attributes.properties)) > MAX_PROPERTIES_BYTES) {
+    details.push({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized` });
+  }
+  if (details.length) throw validationError(details);
+}
+
+/** The attribute values after applying `input` (properties merge key by key; null removes). */
+function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Subscriber, 'id' | 'externalId' | 'verified' | 'createdAt' | 'updatedAt'> {
+  const base = current ?? { email: null, phone: null, locale: null, timezone: null, properties: {} };
+  const properties: Record<string, unknown> = { ...base.properties };
+  if (input.properties === null) for (const k of Object.keys(properties)) delete properties[k];
+  else for (const [k, v] of Object.entries(input.properties ?? {})) if (v === null) delete properties[k]; else properties[k] = v;
+  return {
+    email: input.email === undefined ? base.email : input.email,
+    phone: input.phone === undefined ? base.phone : input.phone,
+    locale: input.locale === undefined ? base.locale : input.locale,
+    timezone: input.timezone === undefined ? base.timezone : input.timezone,
+    properties,
+  };
+}
+
+/** Record operations and the `$subscriber.updated` event for an attribute change (none when nothing changes). */
+export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean } = {}) {
+  const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
+  const next = nextAttributes(current, input);
+  const changes: Record<string, unknown> = {};
+  const previous: Record<string, unknown> = {};
+  const ops: RecordOp[] = [];
+  const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
+  const before = current ?? { email: null, phone: null, locale: null, timezone: null, properties: {} };
+  for (const field of ATTRIBUTE_FIELDS) {
+    if (sameJson(before[field], next[field])) continue;
+    changes[field] = next[field];
+    previous[field] = before[field];
+    const value = next[field];
+    if (value === null || (field === 'properties' && Object.keys(value as object).length === 0)) ops.push(['hdel', record, field]);
+    else ops.push(['hset', record, field, field === 'properties' ? JSON.stringify(value) : String(value)]);
+  }
+  const member = `$SUB|${externalId}`; // lua/writeSubscriber puts the subscriber id in place of $SUB
+  if (extra.verified && snapshot.record.verified !== '1') {
+    ops.push(['hset', record, 'verified', '1'], ['zadd', keys.subscriberVerifiedIndex(snapshot.partition, scope.tenantId), 0, member]);
+    if (current) { changes.verified = true; previous.verified = false; }
+  }
+  // the tenant's email index follows the attribute
+  if ('email' in changes || !current) {
+    if (before.email) ops.push(['zrem', keys.subscriberEmailIndex(snapshot.partition, scope.tenantId, before.email.toLowerCase()), member]);
+    if (next.email) ops.push(['zadd', keys.subscriberEmailIndex(snapshot.partition, scope.tenantId, next.email.toLowerCase()), 0, member]);
+  }
+  const events: EngineEvent[] = current && Object.keys(changes).length ? [{ name: '$subscriber.updated', data: { changes, previousAttributes: previous } }] : [];
+  if (ops.length) ops.push(['hset', record, 'updatedAt', isoNow()]);
+  return { ops, events, changes, previous };
+}
+
+/**
+ * Creates or updates a subscriber by externalId. An update writes `$subscriber.updated` with the
+ * changed fields only when something changed; a creation writes `$subscriber.created` (once).
+ */
+export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
+  checkAttributes(input);
+  type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
+  const outcome = await changeSubscriber<Outcome>(redis, keys, scope, externalId, (snapshot) => {
+    if (!snapshot.exists && !options.create) throw notFound('Subscriber');
+    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified });
+    if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
+    return { create: true, events: change.events, ops: change.ops, result: { created: !snapshot.exists, changes: change.changes, previous: change.previous } };
+  });
+  const after = await readSubscriber(redis, keys, scope, externalId);
+  if (!after.exists) throw notFound('Subscriber');
+  return { subscriber: toSubscriber(externalId, after.record), ...outcome };
+}
+
+/** Reads one subscriber, or throws 404. */
+export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
+  const snapshot = await readSubscriber(redis, keys, scope, externalId);
+  if (!snapshot.exists || !snapshot.record.id) throw notFound('Subscriber');
+  return toSubscriber(externalId, snapshot.record);
+}
+
+/**
+ * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
+ * subscriptions and topic memberships. Its past events stay until retention ages them out; a later
+ * event for the same externalId creates a new subscriber.
+ */
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string }[]; topicIds: string[] };
+  // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
+  // registration or topic join racing the delete makes the compare-and-set retry, not leak.
+  const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
+    if (!snapshot.exists) throw notFound('Subscriber');
+    const subscriber = toSubscriber(externalId, snapshot.record);
+    const member = `$SUB|${externalId}`;
+    const ops: RecordOp[] = [
+      ['del', keys.subscriber(p, scope.tenantId, externalId)],
+      ['hdel', keys.subscribers(p), `${scope.tenantId}|${externalId}`],
+      ['zrem', keys.subscriberIndex(p, scope.tenantId), member],
+      ['zrem', keys.subscriberVerifiedIndex(p, scope.tenantId), member],
+      ['del', keys.subscriberSubscriptions(p, scope.tenantId, externalId)],
+      ['del', keys.subscriberTopics(p, scope.tenantId, externalId)],
+      ...owned.subscriptions.map((s): RecordOp => ['del', keys.subscription(p, scope.tenantId, s.id)]),
+    ];
+    if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
+    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, result: { subscriber, owned } };
+  }, async () => {
+    const [ids, topicIds] = await Promise.all([
+      redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
+      redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
+    ]);
+    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel')));
+    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds };
+  });
+  // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
+  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, s)));
+  if (owned.topicIds.length) {
+    const cleanup = redis.pipeline();
+    for (const topicId of owned.topicIds) cleanup.zrem(keys.topicMembers(scope.tenantId, topicId), externalId);
+    await cleanup.exec();
+  }
+  return subscriber;
+}
+
+/** The field of the tenant's token index for a push token or an email address. */
+export function tokenField(channel: string, handle: string): string {
+  return channel === 'email' ? `email:${handle.toLowerCase()}` : `push:${handle}`;
+}
+
+/** Throws 400 unless `value` is a valid externalId for a path. */
+export function assertExternalId(value: string): void {
+  if (value.length < 1 || value.length > 256) throw new ApiError(400, 'validation', 'externalId: must be 1 to 256 characters', { param: 'externalId', details: [{ param: 'externalId', message: 'must be 1 to 256 characters' }] });
+}

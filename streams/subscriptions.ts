@@ -1,0 +1,204 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { isId, newId } from '../lib/ids.js';
+import { partitionOf } from '../lib/partition.js';
+import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
+import { changeSubscriber, type RecordOp, type TenantScope } from './subscriber-writes.js';
+import { tokenField } from './subscribers.js';
+
+export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
+const DEVICE_FIELDS = ['appVersion', 'appBuild', 'sdkVersion', 'osVersion', 'model', 'locale', 'installedAt'] as const;
+
+export type Device = Partial<Record<(typeof DEVICE_FIELDS)[number], string>>;
+export type RegisterInput = {
+  channel: 'push' | 'email';
+  token?: string;
+  address?: string;
+  platform?: 'ios' | 'android';
+  environment?: 'production' | 'sandbox';
+  authorizationStatus?: 'notDetermined' | 'denied' | 'authorized' | 'provisional' | 'ephemeral';
+  device?: Device;
+};
+export type Subscription = {
+  id: string; externalId: string; channel: 'push' | 'email'; token: string | null; address: string | null;
+  platform: 'ios' | 'android' | null; environment: 'production' | 'sandbox' | null; authorizationStatus: RegisterInput['authorizationStatus'] | null;
+  device: Device; enabled: boolean; invalidatedAt: string | null; createdAt: string; updatedAt: string;
+};
+
+export function toSubscription(externalId: string, h: Record<string, string>): Subscription {
+  return {
+    id: h.id!, externalId, channel: h.channel as Subscription['channel'], token: h.token || null, address: h.address || null,
+    platform: (h.platform || null) as Subscription['platform'], environment: (h.environment || null) as Subscription['environment'],
+    authorizationStatus: (h.authorizationStatus || null) as Subscription['authorizationStatus'], device: h.device ? JSON.parse(h.device) : {},
+    enabled: h.enabled === '1', invalidatedAt: h.invalidatedAt || null, createdAt: h.createdAt!, updatedAt: h.updatedAt ?? h.createdAt!,
+  };
+}
+
+/** What a registration stores (the handle normalised: email addresses lowercased). */
+function fieldsOf(input: RegisterInput): Record<string, string> {
+  const push = input.channel === 'push';
+  return {
+    channel: input.channel,
+    token: push ? input.token ?? '' : '',
+    address: push ? '' : (input.address ?? '').toLowerCase(),
+    platform: input.platform ?? '',
+    environment: push ? input.environment ?? 'production' : '',
+    authorizationStatus: input.authorizationStatus ?? '',
+    device: JSON.stringify(Object.fromEntries(DEVICE_FIELDS.filter((f) => input.device?.[f] !== undefined).map((f) => [f, input.device![f]]))),
+  };
+}
+
+/** 400 unless the handle fits the channel: a push subscription has a `token`, an email one an `address`. */
+export function checkRegistration(input: RegisterInput): void {
+  const wrong = (param: string, message: string) => new ApiError(400, 'validation', `${param}: ${message}`, { param, details: [{ param, message }] });
+  if (input.channel === 'push' && !input.token) throw wrong('token', 'is required for the push channel');
+  if (input.channel === 'email' && !input.address) throw wrong('address', 'is required for the email channel');
+  if (input.channel === 'push' && input.address) throw wrong('address', 'is only for the email channel');
+  if (input.channel === 'email' && (input.token || input.environment)) throw wrong(input.token ? 'token' : 'environment', 'is only for the push channel');
+}
+
+const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
+
+/** Reads a subscription record of `externalId` (after the subscriber version, for changeSubscriber). */
+const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, id: string) => (p: number) => redis.hgetall(keys.subscription(p, scope.tenantId, id));
+
+/** Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not there. */
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string): Promise<Subscription | null> {
+  return changeSubscriber<Subscription | null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+    if (!snapshot.exists || !h.id) return { skip: null };
+    const subscription = toSubscription(externalId, h);
+    return {
+      create: false,
+      events: [{ name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } }],
+      ops: [['del', keys.subscription(snapshot.partition, scope.tenantId, id)], ['srem', keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId), id]],
+      result: subscription,
+    };
+  }, readRecord(redis, keys, scope, id));
+}
+
+/**
+ * Registers a device token or an email address for `externalId`. A token that already exists is
+ * updated instead of duplicated, and moved (`$subscription.removed` on the previous subscriber,
+ * `$subscription.registered` on the new one) when the app's user changed. An unknown externalId is
+ * created. Safe under concurrency and to retry: the token's owner is decided in one script
+ * (lua/claimToken), the record is written by compare-and-set, and an unsettled move is finished by
+ * the next registration of that token.
+ */
+export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput): Promise<{ subscription: Subscription; created: boolean }> {
+  checkRegistration(input);
+  const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
+  const [claim, id, previous] = await callScript<[string, string, string?]>(
+    redis, 'claimToken', [keys.tokens(scope.tenantId), keys.subscriptionOwners(scope.tenantId), keys.tokenMoves(scope.tenantId)], [field, newId('subscription'), externalId],
+  );
+  if (claim === 'moved' && previous !== undefined) await detach(redis, keys, scope, previous, id, 'moved');
+  const wanted = fieldsOf(input);
+  const outcome = await changeSubscriber<{ created: boolean }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
+    const p = snapshot.partition;
+    const recordKey = keys.subscription(p, scope.tenantId, id);
+    const at = isoNow();
+    if (!current.id) {
+      if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
+      const record = { id, ...wanted, enabled: '1', createdAt: at, updatedAt: at };
+      return {
+        create: true,
+        events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
+        ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
+        result: { created: true },
+      };
+    }
+    const changed = Object.entries(wanted).filter(([k, v]) => (current[k] ?? '') !== v);
+    // a token the provider had invalidated is valid again once the app registers it anew
+    const revived = Boolean(current.invalidatedAt);
+    if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
+    if (changed.length === 0) return { skip: { created: false } };
+    const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
+    return { create: true, events, ops: [...changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['hset', recordKey, 'updatedAt', at]], result: { created: false } };
+  }, async (p) => {
+    const [record, count] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
+    return { record, count };
+  });
+  if (claim === 'moved') await redis.hdel(keys.tokenMoves(scope.tenantId), field);
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  return { subscription: toSubscription(externalId, await redis.hgetall(keys.subscription(p, scope.tenantId, id))), ...outcome };
+}
+
+/** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
+export async function ownerOf(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<string | null> {
+  if (!isId('subscription', id)) return null;
+  return redis.hget(keys.subscriptionOwners(tenantId), id);
+}
+
+/** A subscriber's subscription, or 404. */
+export async function getSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<Subscription> {
+  if (!isId('subscription', id)) throw notFound('Subscription');
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  const h = await redis.hgetall(keys.subscription(p, scope.tenantId, id));
+  if (!h.id) throw notFound('Subscription');
+  return toSubscription(externalId, h);
+}
+
+/** A subscriber's subscriptions, oldest first (at most MAX_SUBSCRIPTIONS_PER_SUBSCRIBER). */
+export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscription[]> {
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  const ids = await redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId));
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.subscription(p, scope.tenantId, id));
+  const records = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id);
+  return records.map((h) => toSubscription(externalId, h)).sort((a, b) => (a.id < b.id ? -1 : 1));
+}
+
+/**
+ * Sets `enabled` (spec 3.2b): `$subscription.muted` / `$subscription.unmuted` only when the value
+ * really changes; concurrent identical updates write one event.
+ */
+export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean): Promise<Subscription> {
+  if (!isId('subscription', id)) throw notFound('Subscription');
+  await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+    if (!snapshot.exists || !h.id) throw notFound('Subscription');
+    if ((h.enabled === '1') === enabled) return { skip: null };
+    const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
+    const subscription = { ...toSubscription(externalId, h), enabled };
+    return {
+      create: false,
+      events: [{ name: enabled ? '$subscription.unmuted' : '$subscription.muted', data: { subscription: publicOf(subscription) } }],
+      ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', isoNow()]],
+      result: null,
+    };
+  }, readRecord(redis, keys, scope, id));
+  return getSubscription(redis, keys, scope, externalId, id);
+}
+
+/** Removes a subscription (`$subscription.removed`) and forgets its token; 404 when it is not the subscriber's. */
+export async function removeSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<Subscription> {
+  if (!isId('subscription', id)) throw notFound('Subscription');
+  const removed = await detach(redis, keys, scope, externalId, id, 'removed');
+  if (!removed) throw notFound('Subscription');
+  await releaseToken(redis, keys, scope.tenantId, removed);
+  return removed;
+}
+
+/** Forgets the token index entry of a subscription that is gone (if the token still points at it). */
+export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, s: { id: string; channel: string; token: string | null; address: string | null }): Promise<void> {
+  const handle = s.channel === 'email' ? s.address : s.token;
+  await callScript(redis, 'releaseToken', [keys.tokens(tenantId), keys.subscriptionOwners(tenantId), keys.tokenMoves(tenantId)], [handle ? tokenField(s.channel, handle) : '', s.id]);
+}
+
+/**
+ * Disables a subscription whose token the push provider reports dead (BadDeviceToken,
+ * Unregistered) and writes `$subscription.invalidated`, once.
+ */
+export async function invalidateSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string): Promise<void> {
+  await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+    if (!snapshot.exists || !h.id || h.invalidatedAt) return { skip: null };
+    const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
+    const at = isoNow();
+    return {
+      create: false,
+      events: [{ name: '$subscription.invalidated', data: { subscription: publicOf({ ...toSubscription(externalId, h), enabled: false }), reason } }],
+      ops: [['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at]],
+      result: null,
+    };
+  }, readRecord(redis, keys, scope, id));
+}

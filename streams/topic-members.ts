@@ -1,0 +1,201 @@
+import type { Redis } from 'ioredis';
+import { isoNow, now } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { partitionOf } from '../lib/partition.js';
+import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
+import { changeSubscriber, type Change, type RecordOp, type TenantScope } from './subscriber-writes.js';
+
+/**
+ * Topic membership lives in two places: each subscriber's set of topic ids in its partition
+ * (`subscriberTopics`, written with the subscriber's `$subscriber.updated` event, atomically) and
+ * the topic's member set in the tenant slot (`topicMembers`, for listing and fan-out). No script
+ * can touch both (different hash slots), so a call writes the partition first and the tenant set
+ * second, then re-reads the partition and repairs the tenant set where a concurrent call moved
+ * the membership meanwhile. Both writes are idempotent: retrying a failed call completes it.
+ */
+
+export type TopicRef = { id: string; slug: string };
+export type TopicMember = { externalId: string; joinedAt: string };
+/** A place in a member list: the member's score (as Redis prints it) and the member. */
+export type MemberPosition = { score: string; member: string };
+export type MembersAdded = { added: number; alreadyMembers: number; subscribersCreated: number; subscriberCount: number };
+export type MembersRemoved = { removed: number; notMembers: number; subscriberCount: number };
+
+/** Subscribers changed in parallel at a time. */
+const CHUNK = 50;
+/** Bound on repairing one member whose membership keeps moving under a call. */
+const REPAIR_ATTEMPTS = 20;
+
+type Outcome = 'changed' | 'created' | 'unchanged' | 'unknown';
+type Sync = { externalId: string; join: boolean; score: number };
+
+function topicSetOf(keys: Keys, scope: TenantScope, externalId: string): string {
+  return keys.subscriberTopics(partitionOf(scope.tenantId, externalId, scope.partitions), scope.tenantId, externalId);
+}
+
+/**
+ * Joins or leaves one subscriber in its partition: adds or removes the topic id in its topic set
+ * and writes `$subscriber.updated` with `{ changes: { topics: { added|removed: [slug] } } }`, only
+ * when membership actually changes. A join creates an unknown subscriber; a leave never does.
+ */
+async function writeMembership(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalId: string, join: boolean): Promise<Outcome> {
+  try {
+    return await changeSubscriber<Outcome, boolean>(
+      redis, keys, scope, externalId,
+      (snapshot, member): Change<Outcome> => {
+        if (!snapshot.exists && !join) return { skip: 'unknown' };
+        if (member === join) return { skip: 'unchanged' };
+        const set = keys.subscriberTopics(snapshot.partition, scope.tenantId, externalId);
+        const op: RecordOp = join ? ['sadd', set, topic.id] : ['srem', set, topic.id];
+        const data = { changes: { topics: join ? { added: [topic.slug] } : { removed: [topic.slug] } } };
+        return { create: join, events: [{ name: '$subscriber.updated', data }], ops: [op], result: snapshot.exists ? 'changed' : 'created' };
+      },
+      async (p) => (await redis.sismember(keys.subscriberTopics(p, scope.tenantId, externalId), topic.id)) === 1,
+    );
+  } catch (err) {
+    // A leave whose subscriber was deleted between the read and the write: it is not a member.
+    if (!join && err instanceof ApiError && err.status === 404) return 'unknown';
+    throw err;
+  }
+}
+
+/** Applies joins and leaves to the topic's member set (lua/syncTopicMembers); 404 once the topic is deleted. */
+async function syncMembers(redis: Redis, keys: Keys, tenantId: string, topicId: string, changes: Sync[]): Promise<void> {
+  const args: (string | number)[] = [changes.length];
+  for (const c of changes) args.push(c.join ? '+' : '-', c.join ? c.score : '', c.externalId);
+  const [ok] = await callScript<[number, number?]>(redis, 'syncTopicMembers', [keys.topic(tenantId, topicId), keys.topicMembers(tenantId, topicId)], args);
+  if (ok !== 1) throw notFound('Topic');
+}
+
+async function memberships(redis: Redis, keys: Keys, scope: TenantScope, topicId: string, externalIds: string[]): Promise<boolean[]> {
+  const pipeline = redis.pipeline();
+  for (const x of externalIds) pipeline.sismember(topicSetOf(keys, scope, x), topicId);
+  return ((await pipeline.exec()) ?? []).map(([err, n]) => {
+    if (err) throw err;
+    return n === 1;
+  });
+}
+
+/**
+ * Makes the member set agree with the partition for one subscriber whose membership changed
+ * under this call: mirror what the partition says, then check it still says so. The last write
+ * to the member set always follows the last partition change and mirrors it, so both agree.
+ */
+async function repair(redis: Redis, keys: Keys, scope: TenantScope, topicId: string, externalId: string, score: number): Promise<void> {
+  for (let attempt = 0; attempt < REPAIR_ATTEMPTS; attempt++) {
+    const [member] = await memberships(redis, keys, scope, topicId, [externalId]);
+    await syncMembers(redis, keys, scope.tenantId, topicId, [{ externalId, join: member!, score }]);
+    const [still] = await memberships(redis, keys, scope, topicId, [externalId]);
+    if (still === member) return;
+  }
+  throw new ApiError(409, 'conflict', 'The membership of a subscriber is changing too fast; retry');
+}
+
+async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalIds: string[], join: boolean) {
+  // A repeated externalId counts once, at its first position; the score keeps one call's members distinct and ordered.
+  const position = new Map<string, number>();
+  externalIds.forEach((x, i) => position.has(x) || position.set(x, i));
+  const unique = [...position.keys()];
+  const joinMs = now();
+  const scoreOf = (x: string) => joinMs * 1000 + position.get(x)!;
+  const counts: Record<Outcome, number> = { changed: 0, created: 0, unchanged: 0, unknown: 0 };
+  for (let i = 0; i < unique.length; i += CHUNK) {
+    const chunk = unique.slice(i, i + CHUNK);
+    const outcomes = await Promise.all(chunk.map((x) => writeMembership(redis, keys, scope, topic, x, join)));
+    for (const o of outcomes) counts[o]++;
+    await syncMembers(redis, keys, scope.tenantId, topic.id, chunk.map((x) => ({ externalId: x, join, score: scoreOf(x) })));
+    const state = await memberships(redis, keys, scope, topic.id, chunk);
+    for (const [j, x] of chunk.entries()) {
+      if (state[j] !== join) await repair(redis, keys, scope, topic.id, x, scoreOf(x));
+    }
+  }
+  return { counts, subscriberCount: await redis.zcard(keys.topicMembers(scope.tenantId, topic.id)) };
+}
+
+/**
+ * Adds subscribers to a topic (creating unknown ones with `$subscriber.created`). Each one that
+ * was not a member gets `$subscriber.updated` on its stream; a member already is left alone and
+ * keeps its first join time. Throws 404 when the topic is deleted meanwhile.
+ */
+export async function addTopicMembers(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalIds: string[]): Promise<MembersAdded> {
+  const { counts, subscriberCount } = await apply(redis, keys, scope, topic, externalIds, true);
+  return { added: counts.changed + counts.created, alreadyMembers: counts.unchanged, subscribersCreated: counts.created, subscriberCount };
+}
+
+/** Removes subscribers from a topic; each real member gets `$subscriber.updated`. Unknown subscribers are not created. */
+export async function removeTopicMembers(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalIds: string[]): Promise<MembersRemoved> {
+  const { counts, subscriberCount } = await apply(redis, keys, scope, topic, externalIds, false);
+  return { removed: counts.changed, notMembers: counts.unchanged + counts.unknown, subscriberCount };
+}
+
+/** `[member, score, member, score, …]` as pairs. */
+function pairs(flat: string[]): [string, string][] {
+  const out: [string, string][] = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}
+
+/**
+ * Up to `count` members after `after` in newest-first order: by score descending, then (as Redis
+ * orders equal scores) by member bytes descending. Members sharing the cursor's score are read
+ * whole and filtered here (only calls landing in the same millisecond share a score, so that
+ * group is tiny); the rest is one bounded range. One round trip.
+ */
+async function membersAfter(redis: Redis, key: string, after: MemberPosition | null, count: number): Promise<[string, string][]> {
+  if (!after) return pairs(await redis.zrange(key, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES'));
+  const [[tieErr, tie], [restErr, rest]] = ((await redis.pipeline()
+    .zrange(key, after.score, after.score, 'BYSCORE', 'REV', 'WITHSCORES')
+    .zrange(key, `(${after.score}`, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES')
+    .exec()) ?? []) as [Error | null, string[]][];
+  if (tieErr || restErr) throw tieErr ?? restErr;
+  const cursor = Buffer.from(after.member);
+  const tied = pairs(tie ?? []).filter(([m]) => Buffer.compare(Buffer.from(m), cursor) < 0);
+  return [...tied, ...pairs(rest ?? [])].slice(0, count);
+}
+
+/** One page of a topic's members, newest joined first, with `total` (the member count). */
+export async function topicMemberPage(redis: Redis, keys: Keys, tenantId: string, topicId: string, limit: number, after: MemberPosition | null): Promise<{ items: TopicMember[]; next: MemberPosition | null; total: number }> {
+  const key = keys.topicMembers(tenantId, topicId);
+  const [entries, total] = await Promise.all([membersAfter(redis, key, after, limit + 1), redis.zcard(key)]);
+  const page = entries.slice(0, limit);
+  const last = page[page.length - 1];
+  return {
+    items: page.map(([externalId, score]) => ({ externalId, joinedAt: isoNow(Math.floor(Number(score) / 1000)) })),
+    next: entries.length > limit && last ? { member: last[0], score: last[1] } : null,
+    total,
+  };
+}
+
+/**
+ * Streams a topic's externalIds in chunks of at most `chunk`, newest joined first, never holding
+ * the whole set (for the messages fan-out). Members joining during the walk may be missed and
+ * members leaving may still be yielded; each member is yielded at most once.
+ */
+export async function* topicMembers(redis: Redis, keys: Keys, tenantId: string, topicId: string, chunk = 1000): AsyncGenerator<string[], void, undefined> {
+  const key = keys.topicMembers(tenantId, topicId);
+  let after: MemberPosition | null = null;
+  for (;;) {
+    const entries = await membersAfter(redis, key, after, chunk);
+    if (entries.length) yield entries.map(([m]) => m);
+    if (entries.length < chunk) return;
+    const [member, score] = entries[entries.length - 1]!;
+    after = { member, score };
+  }
+}
+
+/**
+ * The topics a subscriber belongs to, by slug. Its topic set may still hold ids of deleted topics
+ * (deletion does not visit members); those are ignored here, as every reader must.
+ */
+export async function topicsOfSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<TopicRef[]> {
+  const ids = await redis.smembers(topicSetOf(keys, scope, externalId));
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hget(keys.topic(scope.tenantId, id), 'slug');
+  const slugs = (await pipeline.exec()) ?? [];
+  return ids
+    .map((id, i) => ({ id, slug: slugs[i]?.[1] as string | null }))
+    .filter((t): t is TopicRef => typeof t.slug === 'string')
+    .sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
+}

@@ -1,0 +1,141 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { isId, newId } from '../lib/ids.js';
+import { isSlug } from '../lib/slugs.js';
+import type { Writer } from './identity.js';
+import type { Keys } from './keys.js';
+import { appendAudit, diff, type Ref } from './ledger.js';
+import { callScript } from './lua-scripts.js';
+
+/** A topic: a named set of subscribers of one tenant, addressed by its slug. */
+export type Topic = {
+  id: string;
+  slug: string;
+  name: string | null;
+  description: string | null;
+  /** members now (ZCARD of the member set) */
+  subscriberCount: number;
+  createdAt: string;
+  updatedAt: string;
+};
+
+/** The tenant a topic write works in, and the refs its audit entries carry. */
+export type TopicScope = { workspace: Ref; tenant: Ref };
+export type TopicInput = { slug: string; name?: string | null; description?: string | null };
+export type TopicPatch = { name?: string | null; description?: string | null };
+
+/** Fields a PATCH may change; the slug is immutable (it is the topic's address). */
+const EDITABLE = ['name', 'description'] as const;
+
+/** `HGETALL`'s flat list (as a script returns it) as a record. */
+function record(flat: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
+  return out;
+}
+
+function toTopic(h: Record<string, string>, subscriberCount: number): Topic {
+  return {
+    id: h.id!,
+    slug: h.slug!,
+    name: h.name ?? null,
+    description: h.description ?? null,
+    subscriberCount,
+    createdAt: h.createdAt!,
+    updatedAt: h.updatedAt!,
+  };
+}
+
+const editable = (t: Topic) => ({ name: t.name, description: t.description });
+
+/** Loads topics by id in one round trip; null for an id whose topic no longer exists. */
+export async function loadTopics(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Topic | null)[]> {
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.topic(tenantId, id)).zcard(keys.topicMembers(tenantId, id));
+  const replies = (await pipeline.exec()) ?? [];
+  return ids.map((_, i) => {
+    const [err, h] = replies[i * 2]!;
+    const [countErr, count] = replies[i * 2 + 1]!;
+    if (err) throw err;
+    if (countErr) throw countErr;
+    const hash = h as Record<string, string>;
+    return hash.id ? toTopic(hash, Number(count)) : null;
+  });
+}
+
+/** Reads a topic by id, or null (a malformed id is null too). */
+export async function findTopicById(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Topic | null> {
+  if (!isId('topic', id)) return null;
+  return (await loadTopics(redis, keys, tenantId, [id]))[0] ?? null;
+}
+
+/** Reads a topic by slug, or null (a malformed slug is null too: it cannot exist). */
+export async function findTopic(redis: Redis, keys: Keys, tenantId: string, slug: string): Promise<Topic | null> {
+  if (!isSlug(slug)) return null;
+  const id = await redis.hget(keys.topicSlugs(tenantId), slug);
+  return id ? findTopicById(redis, keys, tenantId, id) : null;
+}
+
+/** Creates a topic; 409 `conflict` when the tenant already has one with this slug. */
+export async function createTopic(redis: Redis, keys: Keys, scope: TopicScope, input: TopicInput, by: Writer): Promise<Topic> {
+  const tenantId = scope.tenant.id;
+  const id = newId('topic');
+  const at = isoNow();
+  const [created] = await callScript<[number, string]>(
+    redis, 'createTopic',
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id)],
+    [id, input.slug, input.name ?? '', input.description ?? '', at],
+  );
+  if (created !== 1) throw new ApiError(409, 'conflict', `A topic with slug "${input.slug}" already exists`, { param: 'slug' });
+  const topic: Topic = { id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, subscriberCount: 0, createdAt: at, updatedAt: at };
+  await appendAudit(redis, keys, { type: 'topic.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
+  return topic;
+}
+
+/**
+ * Changes a topic's name or description (null clears one). Audited as `topic.updated` with
+ * `changes` and `previousAttributes` only when a value actually changed. 404 for an unknown slug.
+ */
+export async function updateTopic(redis: Redis, keys: Keys, scope: TopicScope, slug: string, patch: TopicPatch, by: Writer): Promise<Topic> {
+  const tenantId = scope.tenant.id;
+  const current = await findTopic(redis, keys, tenantId, slug);
+  if (!current) throw notFound('Topic');
+  const fields = EDITABLE.filter((f) => patch[f] !== undefined);
+  const args: string[] = [isoNow(), String(fields.length)];
+  for (const f of fields) args.push(f, patch[f] ?? '');
+  const reply = await callScript<[number, string[]?, string[]?]>(redis, 'updateTopic', [keys.topic(tenantId, current.id)], args);
+  if (reply[0] !== 1) throw notFound('Topic');
+  const count = await redis.zcard(keys.topicMembers(tenantId, current.id));
+  const before = toTopic(record(reply[1]!), count);
+  const after = toTopic(record(reply[2]!), count);
+  const changed = diff(editable(before), editable(after));
+  if (changed) {
+    await appendAudit(redis, keys, {
+      type: 'topic.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id: after.id }, request: by.request,
+      object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
+    });
+  }
+  return after;
+}
+
+/**
+ * Deletes a topic: record, slug and member set. Members are not told (no stream event per
+ * member); their own topic sets keep the id, which every reader ignores once the topic is gone.
+ * Returns the topic as it was; 404 for an unknown slug.
+ */
+export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, slug: string, by: Writer): Promise<Topic> {
+  const tenantId = scope.tenant.id;
+  const id = isSlug(slug) ? await redis.hget(keys.topicSlugs(tenantId), slug) : null;
+  if (!id) throw notFound('Topic');
+  const reply = await callScript<[number, string[]?, number?]>(
+    redis, 'deleteTopic',
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id)],
+    [id],
+  );
+  if (reply[0] !== 1) throw notFound('Topic');
+  const topic = toTopic(record(reply[1]!), Number(reply[2]));
+  await appendAudit(redis, keys, { type: 'topic.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
+  return topic;
+}

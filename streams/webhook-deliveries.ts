@@ -1,0 +1,216 @@
+import type { ChainableCommander, Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { isId } from '../lib/ids.js';
+import { MAX_ATTEMPTS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
+import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
+
+export const DELIVERY_STATUSES = ['pending', 'success', 'failed', 'exhausted'] as const;
+export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
+
+/** One attempt as stored on its delivery (field `a:<n>`), and as the API shows it with its number. */
+export type AttemptRecord = {
+  /** `schedule`: one of the ten scheduled attempts; `replay`: an extra one asked for with replay */
+  trigger: 'schedule' | 'replay';
+  startedAt: string;
+  /** the receiver's HTTP status, null when no answer came (timeout, network error, refused address) */
+  statusCode: number | null;
+  success: boolean;
+  /** why it failed without a 2xx: timeout, connection error, refused address, redirect not followed */
+  error: string | null;
+  durationMs: number;
+  /** the first 4 KB of the response body (UTF-8), null when there was no answer */
+  response: string | null;
+};
+
+export type WebhookDelivery = {
+  id: string;
+  endpointId: string;
+  eventId: string;
+  eventType: string;
+  status: DeliveryStatus;
+  /** scheduled attempts made, out of ten */
+  attemptCount: number;
+  /** replays asked for */
+  replayCount: number;
+  nextAttemptAt: string | null;
+  lastAttemptAt: string | null;
+  lastStatusCode: number | null;
+  createdAt: string;
+  updatedAt: string;
+};
+
+export type WebhookDeliveryDetail = WebhookDelivery & { attempts: (AttemptRecord & { attempt: number })[]; event: Record<string, unknown> | null };
+
+function toDelivery(h: Record<string, string>): WebhookDelivery | null {
+  if (!h.id) return null;
+  return {
+    id: h.id,
+    endpointId: h.endpointId!,
+    eventId: h.eventId!,
+    eventType: h.eventType!,
+    status: h.status as DeliveryStatus,
+    attemptCount: Number(h.attempts ?? 0),
+    replayCount: Number(h.replays ?? 0),
+    nextAttemptAt: h.nextAttemptAt ? isoNow(Number(h.nextAttemptAt)) : null,
+    lastAttemptAt: h.lastAttemptAt || null,
+    lastStatusCode: h.lastStatusCode ? Number(h.lastStatusCode) : null,
+    createdAt: h.createdAt!,
+    updatedAt: h.updatedAt!,
+  };
+}
+
+function attemptsOf(h: Record<string, string>): (AttemptRecord & { attempt: number })[] {
+  const out: (AttemptRecord & { attempt: number })[] = [];
+  for (let n = 1; n <= Number(h.n ?? 0); n++) {
+    const raw = h[`a:${n}`];
+    if (raw) out.push({ attempt: n, ...(JSON.parse(raw) as AttemptRecord) });
+  }
+  return out;
+}
+
+/** Deliveries by id, for a page of an index (those expired are null). */
+export async function loadDeliveries(redis: Redis, keys: Keys, workspaceId: string, ids: string[]): Promise<(WebhookDelivery | null)[]> {
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.webhookDelivery(workspaceId, id));
+  const replies = (await pipeline.exec()) ?? [];
+  return replies.map(([err, h]) => {
+    if (err) throw err;
+    return toDelivery(h as Record<string, string>);
+  });
+}
+
+/** One delivery of an endpoint with every attempt and the event it carries; null when not found. */
+export async function findDelivery(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, id: string): Promise<WebhookDeliveryDetail | null> {
+  if (!isId('webhookDelivery', id)) return null;
+  const h = await redis.hgetall(keys.webhookDelivery(workspaceId, id));
+  const delivery = toDelivery(h);
+  if (!delivery || delivery.endpointId !== endpointId) return null;
+  const event = await readWebhookEvent(redis, keys, workspaceId, delivery.eventId);
+  return { ...delivery, attempts: attemptsOf(h), event };
+}
+
+/** A delivered event's stored payload (spec 2.6), or null (never delivered, expired, malformed id). */
+export async function readWebhookEvent(redis: Redis, keys: Keys, workspaceId: string, id: string): Promise<Record<string, unknown> | null> {
+  if (!isId('webhookEvent', id)) return null;
+  const raw = await redis.get(keys.webhookEvent(workspaceId, id));
+  return raw ? (JSON.parse(raw) as Record<string, unknown>) : null;
+}
+
+/** Queues a replay of a delivery: its number, or `disabled` / `not_found`. */
+export async function replayDelivery(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, id: string, atMs: number): Promise<number | 'disabled' | 'not_found'> {
+  if (!isId('webhookDelivery', id)) return 'not_found';
+  const n = await callScript<number>(redis, 'replayWebhookDelivery',
+    [keys.webhookEndpoint(workspaceId, endpointId), keys.webhookDelivery(workspaceId, id), keys.webhookDue(workspaceId, endpointId)], [endpointId, id, atMs]);
+  return n === -1 ? 'disabled' : n === -2 ? 'not_found' : n;
+}
+
+/** Makes every pending or failed delivery of an endpoint due now (re-enable, spec 3.3), in pages. */
+export async function requeueDeliveries(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, atMs: number): Promise<number> {
+  let queued = 0;
+  for (const status of ['pending', 'failed'] as const) {
+    const index = keys.webhookDeliveries(workspaceId, endpointId, status);
+    let after = '-';
+    for (;;) {
+      const ids = await redis.zrange(index, after, '+', 'BYLEX', 'LIMIT', 0, 500);
+      if (ids.length === 0) break;
+      queued += await callScript<number>(redis, 'requeueWebhookDeliveries',
+        [keys.webhookInflight(workspaceId), keys.webhookDue(workspaceId, endpointId)], [keys.webhookBase(workspaceId), atMs, ...ids]);
+      if (ids.length < 500) break;
+      after = `(${ids[ids.length - 1]}`;
+    }
+  }
+  return queued;
+}
+
+// --- the dispatcher's three steps: enqueue, claim, record ---
+
+/** One attempt a dispatcher holds the lease of. */
+export type ClaimedAttempt = {
+  /** `<delivery id>` or `<delivery id>#<replay n>` */
+  member: string;
+  token: string;
+  deliveryId: string;
+  eventId: string;
+  /** the scheduled attempt's number (1 to 10), 0 for a replay */
+  attempt: number;
+  /** lease expiry (ms) */
+  leaseUntil: number;
+};
+
+export type EnqueueEvent = { eventId: string; eventMs: number; eventType: string; body: string; targets: { endpointId: string; deliveryId: string }[] };
+
+export type LeaseOptions = { atMs: number; leaseMs: number; token: string };
+
+/**
+ * Creates the deliveries of a batch of events (lua/enqueueWebhookDeliveries) and claims first
+ * attempts up to `capacity` per endpoint. Returns the claims and the stored payload of events
+ * that had one already (a re-forward), which the caller must send instead of its own.
+ */
+export async function enqueueDeliveries(
+  redis: Redis, keys: Keys, workspaceId: string, events: EnqueueEvent[], capacity: Map<string, number>, lease: LeaseOptions & { retentionMs: number },
+): Promise<{ claimed: (ClaimedAttempt & { endpointId: string })[]; stored: Map<string, string> }> {
+  const args: (string | number)[] = [keys.webhookBase(workspaceId), lease.atMs, isoNow(lease.atMs), lease.retentionMs, lease.leaseMs, lease.token, capacity.size];
+  for (const [id, free] of capacity) args.push(id, free);
+  args.push(events.length);
+  for (const e of events) {
+    args.push(e.eventId, e.eventMs, e.eventType, e.body, e.targets.length);
+    for (const t of e.targets) args.push(t.endpointId, t.deliveryId);
+  }
+  const [claimed, existing] = await callScript<[[string, string, string, string, string, number][], string[]]>(redis, 'enqueueWebhookDeliveries',
+    [keys.webhookInflight(workspaceId), keys.webhookLeases(workspaceId)], args);
+  const stored = new Map<string, string>();
+  for (let i = 0; i < existing.length; i += 2) stored.set(existing[i]!, existing[i + 1]!);
+  return {
+    claimed: claimed.map(([member, token, endpointId, deliveryId, eventId, attempt]) => ({ member, token, endpointId, deliveryId, eventId, attempt, leaseUntil: lease.atMs + lease.leaseMs })),
+    stored,
+  };
+}
+
+/** What a claim returns per endpoint: where to send, with which secrets, and the attempts. */
+export type ClaimedEndpoint = {
+  endpointId: string;
+  url: string;
+  secret: string;
+  previousSecret: string | null;
+  rotatedAtMs: number | null;
+  /** due attempts left in its queue after this claim */
+  dueLeft: number;
+  attempts: (ClaimedAttempt & { body: string })[];
+};
+
+type ClaimReply = [number, [string, string, string, string, string, number, [string, string, string, string, number, string][]][]];
+
+/** Adds a claim of a workspace's due attempts (lua/claimWebhookAttempts) to `pipeline`. */
+export function claimAttempts(pipeline: ChainableCommander, keys: Keys, workspaceId: string, capacity: Map<string, number>, defaultCapacity: number, lease: LeaseOptions): ChainableCommander {
+  const args: (string | number)[] = [keys.webhookBase(workspaceId), lease.atMs, lease.leaseMs, lease.token, defaultCapacity, capacity.size];
+  for (const [id, free] of capacity) args.push(id, free);
+  return callScript(pipeline, 'claimWebhookAttempts', [keys.webhookEndpoints(workspaceId), keys.webhookInflight(workspaceId), keys.webhookLeases(workspaceId)], args);
+}
+
+/**
+ * Reads the reply of `claimAttempts`: the claimed attempts per endpoint, and when something of the
+ * workspace is next due (a queued attempt or a lease expiry; null when nothing waits).
+ */
+export function parseClaim(reply: unknown, lease: LeaseOptions): { nextDueMs: number | null; endpoints: ClaimedEndpoint[] } {
+  const [next, endpoints] = reply as ClaimReply;
+  return { nextDueMs: Number(next) < 0 ? null : Number(next), endpoints: endpoints.map(([endpointId, url, secret, previousSecret, rotatedAt, dueLeft, attempts]) => ({
+    endpointId, url, secret,
+    previousSecret: previousSecret || null,
+    rotatedAtMs: rotatedAt ? Number(rotatedAt) : null,
+    dueLeft: Number(dueLeft),
+    attempts: attempts.map(([member, token, deliveryId, eventId, attempt, body]) => ({ member, token, deliveryId, eventId, attempt: Number(attempt), body, leaseUntil: lease.atMs + lease.leaseMs })),
+  })) };
+}
+
+export type AttemptResult = { member: string; token: string; record: AttemptRecord };
+export type RecordOutcome = { recorded: boolean; status: DeliveryStatus | ''; disabledEndpointId: string | null };
+
+/** Records a batch of attempt results of one workspace (lua/recordWebhookAttempts), each at most once. */
+export async function recordAttempts(redis: Redis, keys: Keys, workspaceId: string, results: AttemptResult[], options: { atMs: number; retryScheduleMs: number[] }): Promise<RecordOutcome[]> {
+  const args: (string | number)[] = [keys.webhookBase(workspaceId), options.atMs, isoNow(options.atMs), MAX_ATTEMPTS, DISABLE_AFTER_MS, options.retryScheduleMs.length, ...options.retryScheduleMs, results.length];
+  for (const r of results) args.push(r.member, r.token, r.record.success ? 1 : 0, r.record.statusCode ?? '', JSON.stringify(r.record));
+  const reply = await callScript<[number, string, string][]>(redis, 'recordWebhookAttempts', [keys.webhookInflight(workspaceId), keys.webhookLeases(workspaceId)], args);
+  return reply.map(([recorded, status, disabled]) => ({ recorded: recorded === 1, status: status as DeliveryStatus | '', disabledEndpointId: disabled || null }));
+}

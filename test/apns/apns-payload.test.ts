@@ -1,0 +1,116 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { ApiError } from '../../lib/errors.js';
+import {
+  APNS_MAX_PAYLOAD_BYTES, apnsContentProblems, apnsIdFor, apnsPayloadSize, assertApnsContent, buildApnsRequest, payloadSize, type PushContent,
+} from '../../lib/apns-payload.js';
+
+const IDS = { messageId: 'msg_01hzzzzzzzzzzzzzzzzzzzzzzz', deliveryId: 'dlv_01hzzzzzzzzzzzzzzzzzzzzzzz' };
+const AT = Date.UTC(2030, 0, 1, 12, 0, 0, 500);
+const UUID_V5 = /^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+const payload = suite('apns payload');
+
+payload('the smallest content gives an alert with title and body, the herald ids, priority 10 and no expiration', () => {
+  const { payload: p, headers } = buildApnsRequest({ title: 'Hi', body: 'There' }, IDS, AT);
+  assert.equal(p, { aps: { alert: { title: 'Hi', body: 'There' } }, herald: { messageId: IDS.messageId, deliveryId: IDS.deliveryId } });
+  assert.equal(headers, { pushType: 'alert', priority: 10, expiration: undefined, collapseId: undefined, apnsId: apnsIdFor(IDS.deliveryId) });
+});
+
+payload('every field lands where APNs and the SDK expect it', () => {
+  const content: PushContent = {
+    title: 'Order shipped', body: 'Arrives Tuesday', data: { orderId: 'o_1', nested: { a: [1, 2] } }, badge: 3, sound: 'default',
+    threadId: 'orders', collapseId: 'order-o_1', image: 'https://cdn.example.com/box.png', url: 'app://orders/o_1', priority: 'normal', ttl: 3600,
+  };
+  const { payload: p, headers } = buildApnsRequest(content, IDS, AT);
+  assert.equal(p, {
+    aps: { alert: { title: 'Order shipped', body: 'Arrives Tuesday' }, badge: 3, sound: 'default', 'thread-id': 'orders', 'mutable-content': 1 },
+    orderId: 'o_1',
+    nested: { a: [1, 2] },
+    herald: { messageId: IDS.messageId, deliveryId: IDS.deliveryId, url: 'app://orders/o_1', image: 'https://cdn.example.com/box.png' },
+  });
+  assert.is(Object.keys(p)[0], 'aps', 'aps comes first');
+  assert.equal(headers, { pushType: 'alert', priority: 5, expiration: Math.floor(AT / 1000) + 3600, collapseId: 'order-o_1', apnsId: apnsIdFor(IDS.deliveryId) });
+});
+
+payload('badge 0 clears the badge and is kept; no image means no mutable-content', () => {
+  const { payload: p } = buildApnsRequest({ title: 't', body: 'b', badge: 0 }, IDS, AT);
+  assert.is(p.aps.badge, 0);
+  assert.not.ok('mutable-content' in p.aps);
+});
+
+payload('ttl 0 is expiration 0 (deliver now or never); priority high is 10', () => {
+  const { headers } = buildApnsRequest({ title: 't', body: 'b', ttl: 0, priority: 'high' }, IDS, AT);
+  assert.is(headers.expiration, 0);
+  assert.is(headers.priority, 10);
+});
+
+payload('reserved keys in data never override the payload\'s own', () => {
+  const { payload: p } = buildApnsRequest({ title: 't', body: 'b', data: { aps: { alert: 'x' }, herald: 'x', keep: true } }, IDS, AT);
+  assert.equal(p.aps, { alert: { title: 't', body: 'b' } });
+  assert.equal(p.herald, { messageId: IDS.messageId, deliveryId: IDS.deliveryId });
+  assert.is(p.keep, true);
+});
+
+payload('the apns-id is a version-5 UUID of the delivery id: the same for a resend, different per delivery', () => {
+  const id = apnsIdFor('dlv_a');
+  assert.match(id, UUID_V5);
+  assert.is(apnsIdFor('dlv_a'), id);
+  assert.is.not(apnsIdFor('dlv_b'), id);
+  assert.is(buildApnsRequest({ title: 't', body: 'b' }, { messageId: 'msg_x', deliveryId: 'dlv_a' }).headers.apnsId, id);
+  const many = new Set(Array.from({ length: 1000 }, (_, i) => apnsIdFor(`dlv_${i}`)));
+  assert.is(many.size, 1000);
+});
+
+payload('payloadSize counts UTF-8 bytes of the compact JSON', () => {
+  const { payload: p } = buildApnsRequest({ title: 'é', body: '🔔' }, IDS, AT);
+  assert.is(payloadSize(p), Buffer.byteLength(JSON.stringify(p)));
+  assert.ok(payloadSize(p) > JSON.stringify(p).length, 'multi-byte characters count as bytes');
+});
+
+const checks = suite('apns content checks');
+
+const filler = (bytes: number) => 'x'.repeat(bytes);
+const sizeWithData = (n: number) => apnsPayloadSize({ title: 't', body: 'b', data: { blob: filler(n) } });
+
+checks('content right at the 4096-byte limit passes; one byte more is 400 validation naming data', () => {
+  const base = sizeWithData(0);
+  const fits: PushContent = { title: 't', body: 'b', data: { blob: filler(APNS_MAX_PAYLOAD_BYTES - base) } };
+  assert.is(apnsPayloadSize(fits), APNS_MAX_PAYLOAD_BYTES);
+  assert.equal(apnsContentProblems(fits), []);
+  assertApnsContent(fits);
+  const over: PushContent = { title: 't', body: 'b', data: { blob: filler(APNS_MAX_PAYLOAD_BYTES - base + 1) } };
+  const details = apnsContentProblems(over);
+  assert.equal(details, [{ param: 'data', message: 'makes the APNs payload 4097 bytes; the limit is 4096' }]);
+  try {
+    assertApnsContent(over);
+    assert.unreachable('a payload over the limit must be refused');
+  } catch (err) {
+    assert.instance(err, ApiError);
+    const e = err as ApiError;
+    assert.is(e.status, 400);
+    assert.is(e.code, 'validation');
+    assert.is(e.param, 'data');
+    assert.equal(e.details, details);
+  }
+});
+
+checks('the size is the same for every delivery of a message (ids have a fixed length)', () => {
+  const content: PushContent = { title: 'Hello', body: 'World', data: { k: 'v' }, url: 'app://x' };
+  const real = payloadSize(buildApnsRequest(content, { messageId: 'msg_0123456789abcdefghjkmnpqrs', deliveryId: 'dlv_0123456789abcdefghjkmnpqrs' }).payload);
+  assert.is(apnsPayloadSize(content), real);
+});
+
+checks('a body too large without data names body', () => {
+  assert.equal(apnsContentProblems({ title: 't', body: filler(5000) }).map((d) => d.param), ['body']);
+});
+
+checks('data may not hold aps or herald; a collapse id over 64 bytes is refused', () => {
+  assert.equal(apnsContentProblems({ title: 't', body: 'b', data: { aps: {}, herald: 1 } }).map((d) => d.param), ['data.aps', 'data.herald']);
+  assert.equal(apnsContentProblems({ title: 't', body: 'b', collapseId: filler(64) }), []);
+  assert.equal(apnsContentProblems({ title: 't', body: 'b', collapseId: filler(65) }).map((d) => d.param), ['collapseId']);
+  assert.equal(apnsContentProblems({ title: 't', body: 'b', collapseId: 'é'.repeat(33) }).map((d) => d.param), ['collapseId'], '66 bytes in 33 characters');
+});
+
+payload.run();
+checks.run();

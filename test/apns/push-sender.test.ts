@@ -1,0 +1,356 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { PushSender, backoffMs, type PushJob } from '../../actors/push-sender.js';
+import { apnsIdFor, buildApnsRequest, type PushContent } from '../../lib/apns-payload.js';
+import { loadConfig } from '../../lib/config.js';
+import type { Logger } from '../../lib/log.js';
+import { createSecretBox, type SecretBox } from '../../lib/secret-box.js';
+import { deleteApnsCredentials, setApnsCredentials } from '../../streams/apns-credentials.js';
+import { createTenant, ensureWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
+import { createKeys, type Keys } from '../../streams/keys.js';
+import { connectRedis } from '../../streams/redis.js';
+import { generateProviderKey, startApnsPeer, type ApnsPeer, type ProviderKey } from '../helpers/apns-peer.js';
+import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { BY_TEST } from '../helpers/service.js';
+
+const BUNDLE = 'com.example.herald';
+const BASE_MS = 40;
+/** Expected failures (unreadable credentials, refused connections) would log; the tests assert on results instead. */
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+const deviceToken = () => randomBytes(32).toString('hex');
+let deliveries = 0;
+const nextIds = () => {
+  const n = String(++deliveries).padStart(6, '0');
+  return { messageId: `msg_test${n}`, deliveryId: `dlv_test${n}${randomBytes(4).toString('hex')}` };
+};
+
+type Ctx = {
+  redis: Redis; keys: Keys; box: SecretBox; encryptionKey: string; dir: string; caFile: string;
+  key: ProviderKey; production: ApnsPeer; sandbox: ApnsPeer;
+  workspace: Workspace; tenant: Tenant; sender: PushSender; env: Record<string, string>;
+  extra: PushSender[];
+};
+
+function job(ctx: Ctx, fields: Partial<PushJob> = {}, content: PushContent = { title: 'Hello', body: 'From Herald' }): PushJob {
+  return { tenantId: ctx.tenant.id, token: deviceToken(), environment: 'production', content, ...nextIds(), ...fields };
+}
+
+/** Another sender over the same Redis and peers, with some settings changed; closed after the test. */
+function senderWith(ctx: Ctx, overrides: Record<string, string>): PushSender {
+  const sender = new PushSender({ redis: ctx.redis, keys: ctx.keys, config: loadConfig({ ...ctx.env, ...overrides }, {}), log: quiet });
+  ctx.extra.push(sender);
+  return sender;
+}
+
+async function tenantWith(ctx: Ctx, slug: string, key: ProviderKey | null): Promise<Tenant> {
+  const { tenant } = await createTenant(ctx.redis, ctx.keys, ctx.workspace, slug, BY_TEST);
+  if (key) await setApnsCredentials(ctx.redis, ctx.keys, ctx.box, ctx.workspace, tenant, { keyId: key.keyId, teamId: key.teamId, bundleId: BUNDLE, privateKey: key.privateKeyPem }, BY_TEST);
+  return tenant;
+}
+
+const sends = suite<Ctx>('push sender against a local APNs peer');
+
+sends.before(async (ctx) => {
+  ctx.key = generateProviderKey();
+  const peerOptions = { keyId: ctx.key.keyId, teamId: ctx.key.teamId, publicKey: ctx.key.publicKey, topic: BUNDLE };
+  [ctx.production, ctx.sandbox] = await Promise.all([startApnsPeer(peerOptions), startApnsPeer(peerOptions)]);
+  ctx.dir = mkdtempSync(join(tmpdir(), 'herald-push-sender-'));
+  ctx.caFile = join(ctx.dir, 'apns-ca.pem');
+  writeFileSync(ctx.caFile, ctx.production.ca);
+  ctx.encryptionKey = randomBytes(32).toString('hex');
+  ctx.box = createSecretBox(Buffer.from(ctx.encryptionKey, 'hex'));
+  ctx.redis = connectRedis({ url: await testRedisUrl() });
+  ctx.keys = createKeys(uniquePrefix('push-sender'));
+  ({ workspace: ctx.workspace, tenant: ctx.tenant } = await ensureWorkspace(ctx.redis, ctx.keys, 'push', BY_TEST));
+  await setApnsCredentials(ctx.redis, ctx.keys, ctx.box, ctx.workspace, ctx.tenant, { keyId: ctx.key.keyId, teamId: ctx.key.teamId, bundleId: BUNDLE, privateKey: ctx.key.privateKeyPem }, BY_TEST);
+  // The peers are reached only through configuration, the way Apple is: host, port, CA file.
+  ctx.env = {
+    APNS_HOST: '127.0.0.1', APNS_SANDBOX_HOST: '127.0.0.1', APNS_PORT: String(ctx.production.port), APNS_SANDBOX_PORT: String(ctx.sandbox.port),
+    APNS_CA_FILE: ctx.caFile, HERALD_ENCRYPTION_KEY: ctx.encryptionKey, APNS_RETRY_BASE_MS: String(BASE_MS), APNS_CREDENTIALS_CHECK_SECONDS: '0', LOG_LEVEL: 'error',
+  };
+  ctx.sender = new PushSender({ redis: ctx.redis, keys: ctx.keys, config: loadConfig(ctx.env, {}), log: quiet });
+  ctx.extra = [];
+});
+sends.before.each((ctx) => {
+  ctx.production.reset();
+  ctx.sandbox.reset();
+});
+sends.after.each(async (ctx) => {
+  await Promise.all(ctx.extra.map((s) => s.close()));
+  ctx.extra = [];
+});
+sends.after(async (ctx) => {
+  await ctx.sender?.close();
+  await Promise.all([ctx.production?.close(), ctx.sandbox?.close()]);
+  await ctx.redis?.quit();
+  if (ctx.dir) rmSync(ctx.dir, { recursive: true, force: true });
+});
+
+sends('a push is sent: 200, the apns-id derived from the delivery id, and the peer saw the payload and headers Herald built', async (ctx) => {
+  const content: PushContent = { title: 'Order shipped', body: 'Arrives Tuesday', data: { orderId: 'o_1' }, badge: 2, sound: 'default', threadId: 'orders', collapseId: 'order-o_1', url: 'app://orders/o_1', priority: 'normal', ttl: 600 };
+  const j = job(ctx, {}, content);
+  const before = Math.floor(Date.now() / 1000);
+  const result = await ctx.sender.send(j);
+  assert.equal({ ...result, answers: undefined }, { outcome: 'sent', httpStatus: 200, apnsId: apnsIdFor(j.deliveryId), reason: null, timestamp: null, tokenInvalid: false, attempts: 1, answers: undefined });
+  assert.is(result.answers.length, 1);
+  assert.is(ctx.production.requests.length, 1);
+  assert.is(ctx.sandbox.requests.length, 0, 'a production token never reaches the sandbox host');
+  const seen = ctx.production.requests[0]!;
+  assert.is(seen.path, `/3/device/${j.token}`);
+  assert.is(seen.status, 200);
+  assert.is(seen.apnsId, result.apnsId);
+  assert.equal(seen.payload, buildApnsRequest(content, j).payload);
+  const { authorization, ...headers } = seen.headers;
+  assert.match(String(authorization), /^bearer [\w-]+\.[\w-]+\.[\w-]+$/, 'a provider token (JWT) the peer verified');
+  const expiration = Number(headers['apns-expiration']);
+  assert.ok(expiration >= before + 600 && expiration <= Math.floor(Date.now() / 1000) + 600, `expiration ${expiration}`);
+  assert.equal(headers, { 'apns-topic': BUNDLE, 'apns-push-type': 'alert', 'apns-priority': '5', 'apns-expiration': String(expiration), 'apns-collapse-id': 'order-o_1', 'apns-id': apnsIdFor(j.deliveryId) });
+});
+
+sends('default priority is 10 and no ttl sends no apns-expiration; ttl 0 sends 0', async (ctx) => {
+  await ctx.sender.send(job(ctx));
+  await ctx.sender.send(job(ctx, {}, { title: 't', body: 'b', ttl: 0 }));
+  const [plain, now] = ctx.production.requests;
+  assert.is(plain!.headers['apns-priority'], '10');
+  assert.not.ok('apns-expiration' in plain!.headers);
+  assert.not.ok('apns-collapse-id' in plain!.headers);
+  assert.is(now!.headers['apns-expiration'], '0');
+});
+
+sends('a resend of the same delivery carries the same apns-id', async (ctx) => {
+  const j = job(ctx);
+  const first = await ctx.sender.send(j);
+  const again = await ctx.sender.send({ ...j });
+  assert.is(first.apnsId, again.apnsId);
+  assert.equal(ctx.production.requests.map((r) => r.headers['apns-id']), [apnsIdFor(j.deliveryId), apnsIdFor(j.deliveryId)]);
+});
+
+sends('a sandbox token goes to the sandbox host (APNS_SANDBOX_HOST / APNS_SANDBOX_PORT), a production token to the production one', async (ctx) => {
+  const sandboxJob = job(ctx, { environment: 'sandbox' });
+  const productionJob = job(ctx, { environment: 'production' });
+  const [s, p] = await Promise.all([ctx.sender.send(sandboxJob), ctx.sender.send(productionJob)]);
+  assert.is(s.outcome, 'sent');
+  assert.is(p.outcome, 'sent');
+  assert.equal(ctx.sandbox.requests.map((r) => r.token), [sandboxJob.token]);
+  assert.equal(ctx.production.requests.map((r) => r.token), [productionJob.token]);
+});
+
+sends('410 Unregistered fails at once with tokenInvalid and the timestamp APNs gave', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 410, reason: 'Unregistered', timestamp: 1_700_000_000_000 });
+  const result = await ctx.sender.send(j);
+  assert.equal({ ...result, answers: undefined }, { outcome: 'failed', httpStatus: 410, apnsId: apnsIdFor(j.deliveryId), reason: 'Unregistered', timestamp: 1_700_000_000_000, tokenInvalid: true, attempts: 1, answers: undefined });
+  assert.equal(result.answers.map((a) => [a.httpStatus, a.reason, a.timestamp]), [[410, 'Unregistered', 1_700_000_000_000]]);
+  assert.is(ctx.production.requests.length, 1, 'not retried');
+});
+
+sends('400 BadDeviceToken and DeviceTokenNotForTopic mark the token invalid; another 400 does not', async (ctx) => {
+  const bad = await ctx.sender.send(job(ctx, { token: 'not-a-device-token' }));
+  assert.equal([bad.outcome, bad.httpStatus, bad.reason, bad.tokenInvalid, bad.attempts, bad.timestamp], ['failed', 400, 'BadDeviceToken', true, 1, null]);
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 400, reason: 'DeviceTokenNotForTopic' });
+  const wrongApp = await ctx.sender.send(j);
+  assert.equal([wrongApp.httpStatus, wrongApp.reason, wrongApp.tokenInvalid], [400, 'DeviceTokenNotForTopic', true]);
+  const collapse = await ctx.sender.send(job(ctx, {}, { title: 't', body: 'b', collapseId: 'c'.repeat(65) }));
+  assert.equal([collapse.outcome, collapse.httpStatus, collapse.reason, collapse.tokenInvalid, collapse.attempts], ['failed', 400, 'BadCollapseId', false, 1]);
+});
+
+sends('429 twice then 200: sent on the third attempt after growing waits, every attempt with the same apns-id', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 429, reason: 'TooManyRequests', times: 2 });
+  const result = await ctx.sender.send(j);
+  assert.is(result.outcome, 'sent');
+  assert.is(result.attempts, 3);
+  assert.equal(result.answers.map((a) => [a.httpStatus, a.reason]), [[429, 'TooManyRequests'], [429, 'TooManyRequests'], [200, null]]);
+  const seen = ctx.production.requests;
+  assert.equal(seen.map((r) => r.status), [429, 429, 200]);
+  assert.equal(new Set(seen.map((r) => r.headers['apns-id'])), new Set([apnsIdFor(j.deliveryId)]));
+  const gaps = [seen[1]!.at - seen[0]!.at, seen[2]!.at - seen[1]!.at];
+  assert.ok(gaps[0]! >= BASE_MS * 0.75 - 2, `first wait ${gaps[0]} ms ≥ ${BASE_MS * 0.75}`);
+  assert.ok(gaps[1]! >= BASE_MS * 2 * 0.75 - 2, `second wait ${gaps[1]} ms ≥ ${BASE_MS * 1.5} (doubled)`);
+});
+
+sends('503 on every attempt: failed after APNS_MAX_ATTEMPTS (5) with the last answer', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 503 });
+  const result = await ctx.sender.send(j);
+  assert.equal([result.outcome, result.httpStatus, result.reason, result.attempts, result.tokenInvalid, result.apnsId], ['failed', 503, 'ServiceUnavailable', 5, false, apnsIdFor(j.deliveryId)]);
+  assert.is(result.answers.length, 5);
+  assert.is(ctx.production.requests.length, 5, 'node-apn made no retries of its own');
+});
+
+sends('500 InternalServerError is retried on a new connection and then sent', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 500, reason: 'InternalServerError', times: 1 });
+  const result = await ctx.sender.send(j);
+  assert.equal([result.outcome, result.attempts], ['sent', 2]);
+  assert.equal(result.answers.map((a) => [a.httpStatus, a.reason]), [[500, 'InternalServerError'], [200, null]]);
+});
+
+sends('403 ExpiredProviderToken is retried with a new provider token', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 403, reason: 'ExpiredProviderToken', times: 1 });
+  const result = await ctx.sender.send(j);
+  assert.equal([result.outcome, result.attempts], ['sent', 2]);
+  assert.equal(result.answers[0]!.reason, 'ExpiredProviderToken');
+});
+
+sends('a tenant without APNs credentials fails with apns_not_configured and sends nothing', async (ctx) => {
+  const bare = await tenantWith(ctx, 'bare', null);
+  const result = await ctx.sender.send(job(ctx, { tenantId: bare.id }));
+  assert.equal(result, { outcome: 'failed', httpStatus: null, apnsId: null, reason: 'apns_not_configured', timestamp: null, tokenInvalid: false, attempts: 0, answers: [] });
+  assert.is(ctx.production.received, 0);
+});
+
+sends('the peer checks the provider token: credentials with another key fail 403 InvalidProviderToken, not retried', async (ctx) => {
+  const impostor = await tenantWith(ctx, 'impostor', generateProviderKey());
+  const result = await ctx.sender.send(job(ctx, { tenantId: impostor.id }));
+  assert.equal([result.outcome, result.httpStatus, result.reason, result.attempts, result.tokenInvalid], ['failed', 403, 'InvalidProviderToken', 1, false]);
+  // The right key's team id but another key: the JWT signature fails, not only the kid.
+  const other = generateProviderKey();
+  const forged = await tenantWith(ctx, 'forged', { ...other, keyId: ctx.key.keyId, teamId: ctx.key.teamId });
+  const second = await ctx.sender.send(job(ctx, { tenantId: forged.id }));
+  assert.is(second.reason, 'InvalidProviderToken');
+});
+
+sends('new credentials take effect on the next send; deleted credentials stop sends', async (ctx) => {
+  const rotating = await tenantWith(ctx, 'rotating', ctx.key);
+  assert.is((await ctx.sender.send(job(ctx, { tenantId: rotating.id }))).outcome, 'sent');
+  const wrong = generateProviderKey();
+  await setApnsCredentials(ctx.redis, ctx.keys, ctx.box, ctx.workspace, rotating, { keyId: wrong.keyId, teamId: wrong.teamId, bundleId: BUNDLE, privateKey: wrong.privateKeyPem }, BY_TEST);
+  assert.is((await ctx.sender.send(job(ctx, { tenantId: rotating.id }))).reason, 'InvalidProviderToken', 'the provider was rebuilt from the new (wrong) key');
+  await setApnsCredentials(ctx.redis, ctx.keys, ctx.box, ctx.workspace, rotating, { keyId: ctx.key.keyId, teamId: ctx.key.teamId, bundleId: BUNDLE, privateKey: ctx.key.privateKeyPem }, BY_TEST);
+  assert.is((await ctx.sender.send(job(ctx, { tenantId: rotating.id }))).outcome, 'sent');
+  await deleteApnsCredentials(ctx.redis, ctx.keys, ctx.workspace, rotating, BY_TEST);
+  assert.is((await ctx.sender.send(job(ctx, { tenantId: rotating.id }))).reason, 'apns_not_configured');
+});
+
+sends('with a credentials check interval, a cached provider is reused until it expires', async (ctx) => {
+  const cached = await tenantWith(ctx, 'cached', ctx.key);
+  const sender = senderWith(ctx, { APNS_CREDENTIALS_CHECK_SECONDS: '3600' });
+  assert.is((await sender.send(job(ctx, { tenantId: cached.id }))).outcome, 'sent');
+  await deleteApnsCredentials(ctx.redis, ctx.keys, ctx.workspace, cached, BY_TEST);
+  assert.is((await sender.send(job(ctx, { tenantId: cached.id }))).outcome, 'sent', 'within the interval the provider is not re-checked');
+});
+
+sends('credentials this process cannot decrypt fail with apns_credentials_unreadable', async (ctx) => {
+  const otherKey = senderWith(ctx, { HERALD_ENCRYPTION_KEY: randomBytes(32).toString('hex') });
+  assert.is((await otherKey.send(job(ctx))).reason, 'apns_credentials_unreadable');
+  const noKey = senderWith(ctx, { HERALD_ENCRYPTION_KEY: '' });
+  assert.is((await noKey.send(job(ctx))).reason, 'apns_credentials_unreadable');
+  assert.is(ctx.production.received, 0);
+});
+
+sends('after the encryption key changes, storing the same credentials again re-seals them under the new key', async (ctx) => {
+  const resealed = await tenantWith(ctx, 'resealed', ctx.key);
+  const newKey = randomBytes(32).toString('hex');
+  const sender = senderWith(ctx, { HERALD_ENCRYPTION_KEY: newKey });
+  assert.is((await sender.send(job(ctx, { tenantId: resealed.id }))).reason, 'apns_credentials_unreadable');
+  const { created } = await setApnsCredentials(ctx.redis, ctx.keys, createSecretBox(Buffer.from(newKey, 'hex')), ctx.workspace, resealed, { keyId: ctx.key.keyId, teamId: ctx.key.teamId, bundleId: BUNDLE, privateKey: ctx.key.privateKeyPem }, BY_TEST);
+  assert.is(created, false);
+  assert.is((await sender.send(job(ctx, { tenantId: resealed.id }))).outcome, 'sent');
+  assert.is((await ctx.sender.send(job(ctx, { tenantId: resealed.id }))).reason, 'apns_credentials_unreadable', 'the old key no longer opens them');
+});
+
+sends('a host that does not answer is a connection_error, retried up to the attempt limit', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_PORT: String(await freePort()), APNS_MAX_ATTEMPTS: '3' });
+  const result = await sender.send(job(ctx));
+  assert.equal([result.outcome, result.httpStatus, result.reason, result.attempts, result.apnsId], ['failed', null, 'connection_error', 3, null]);
+  assert.equal(result.answers.map((a) => a.reason), ['connection_error', 'connection_error', 'connection_error']);
+});
+
+sends('a peer certificate not signed by a trusted CA is refused (no APNS_CA_FILE)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_CA_FILE: '', APNS_MAX_ATTEMPTS: '1' });
+  const result = await sender.send(job(ctx));
+  assert.equal([result.outcome, result.reason], ['failed', 'connection_error']);
+  assert.is(ctx.production.received, 0);
+});
+
+sends('an answer slower than APNS_REQUEST_TIMEOUT_MS is a request_timeout, retried', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_REQUEST_TIMEOUT_MS: '200' });
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, delayMs: 600, times: 1 });
+  const result = await sender.send(j);
+  assert.equal([result.outcome, result.attempts], ['sent', 2]);
+  assert.equal(result.answers.map((a) => a.reason), ['request_timeout', null]);
+});
+
+sends('a payload over 4096 bytes is refused before sending', async (ctx) => {
+  const result = await ctx.sender.send(job(ctx, {}, { title: 't', body: 'x'.repeat(5000) }));
+  assert.equal([result.outcome, result.reason, result.attempts], ['failed', 'payload_too_large', 0]);
+  assert.is(ctx.production.received, 0);
+});
+
+sends('2,000 concurrent sends of one tenant all succeed through the limiter, on one provider', async (ctx) => {
+  const jobs = Array.from({ length: 2000 }, (_, i) => job(ctx, { environment: i % 2 ? 'sandbox' : 'production' }));
+  const results = await Promise.all(jobs.map((j) => ctx.sender.send(j)));
+  assert.is(results.filter((r) => r.outcome === 'sent').length, 2000);
+  assert.ok(results.every((r, i) => r.apnsId === apnsIdFor(jobs[i]!.deliveryId) && r.attempts === 1));
+  assert.is(ctx.production.accepted + ctx.sandbox.accepted, 2000);
+  assert.is(ctx.production.accepted, 1000);
+});
+
+sends('APNS_MAX_CONCURRENT_PER_TENANT caps requests in flight', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_MAX_CONCURRENT_PER_TENANT: '2' });
+  ctx.production.respondWith({ delayMs: 150 });
+  const started = Date.now();
+  const results = await Promise.all(Array.from({ length: 6 }, () => sender.send(job(ctx))));
+  const elapsed = Date.now() - started;
+  assert.ok(results.every((r) => r.outcome === 'sent'));
+  assert.ok(elapsed >= 3 * 150 - 10, `6 requests of 150 ms, 2 at a time, took ${elapsed} ms`);
+});
+
+sends('APNS_RATE_PER_TENANT_PER_SECOND caps requests started per second; another tenant has its own budget', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_RATE_PER_TENANT_PER_SECOND: '5' });
+  const other = await tenantWith(ctx, 'rated', ctx.key);
+  const started = Date.now();
+  const [limited, free] = await Promise.all([
+    Promise.all(Array.from({ length: 8 }, () => sender.send(job(ctx)))),
+    Promise.all(Array.from({ length: 5 }, () => sender.send(job(ctx, { tenantId: other.id }))).map((p) => p.then((r) => ({ r, ms: Date.now() - started })))),
+  ]);
+  const elapsed = Date.now() - started;
+  assert.ok(limited.every((r) => r.outcome === 'sent'));
+  assert.ok(elapsed >= 900, `8 sends at 5 per second took ${elapsed} ms`);
+  assert.ok(free.every(({ r, ms }) => r.outcome === 'sent' && ms < 900), `the other tenant's 5 sends were not held back: ${free.map((f) => f.ms)}`);
+});
+
+sends('close() ends a push waiting to retry with sender_closed, and later sends send nothing', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_RETRY_BASE_MS: '5000' });
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 503 });
+  const pending = sender.send(j);
+  while (ctx.production.received === 0) await new Promise((r) => setTimeout(r, 10));
+  await new Promise((r) => setTimeout(r, 20));
+  const started = Date.now();
+  await sender.close();
+  const result = await pending;
+  assert.ok(Date.now() - started < 2000, 'close did not wait out the backoff');
+  assert.equal([result.outcome, result.reason, result.attempts, result.answers.length], ['failed', 'sender_closed', 1, 1]);
+  const after = await sender.send(job(ctx));
+  assert.equal([after.outcome, after.reason, after.attempts], ['failed', 'sender_closed', 0]);
+  assert.is(ctx.production.received, 1);
+});
+
+sends('a missing APNS_CA_FILE is a clear error at start', (ctx) => {
+  assert.throws(() => senderWith(ctx, { APNS_CA_FILE: join(ctx.dir, 'nope.pem') }), (err: Error) => /^APNS_CA_FILE ".*nope\.pem" cannot be read/.test(err.message));
+  const notPem = join(ctx.dir, 'not.pem');
+  writeFileSync(notPem, 'hello');
+  assert.throws(() => senderWith(ctx, { APNS_CA_FILE: notPem }), (err: Error) => /holds no PEM certificate/.test(err.message));
+});
+
+sends('backoff doubles from the base with ±25% jitter and is capped at 30 s', () => {
+  for (let i = 0; i < 200; i++) {
+    for (const [attempt, exact] of [[1, 250], [2, 500], [3, 1000], [4, 2000], [5, 4000]] as const) {
+      const ms = backoffMs(250, attempt);
+      assert.ok(ms >= exact * 0.75 && ms <= exact * 1.25, `attempt ${attempt}: ${ms}`);
+    }
+    assert.ok(backoffMs(250, 20) <= 30_000 * 1.25);
+  }
+});
+
+sends.run();

@@ -1,0 +1,374 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { BY_TEST, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+import { createTenant, ensureWorkspace, findWorkspaceBySlug } from '../../streams/identity.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const CLI = join(ROOT, 'bin', 'cli.ts');
+/** `node -e` puts the arguments after `--` at process.argv[1…]. */
+const INLINE = `import { main } from ${JSON.stringify(CLI)}; process.exitCode = await main(process.argv.slice(1));`;
+
+type Run = { code: number | null; stdout: string; stderr: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; env: Record<string, string>; bad: Map<string, Promise<Run>> };
+
+function spawnNode(args: string[], env: Record<string, string>, timeoutMs: number): Promise<Run> {
+  return new Promise((done, fail) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`node ${args.join(' ')} did not finish within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
+    }, timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      fail(err);
+    });
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      done({ code, stdout, stderr });
+    });
+  });
+}
+
+/** `herald <args>` through bin/cli.ts's `main`, run by tsx in a child process. */
+function herald(env: Record<string, string>, ...args: string[]): Promise<Run> {
+  return spawnNode(['--import', 'tsx', '--input-type=module', '-e', INLINE, '--', ...args], env, 30_000);
+}
+
+function ok(run: Run, what: string): void {
+  assert.is(run.code, 0, `${what} exits 0 (stderr: ${run.stderr})`);
+  assert.is(run.stderr, '', `${what} writes nothing on stderr`);
+}
+
+/** stdout is exactly one line of JSON; returns it parsed. */
+function oneJsonLine(run: Run): any {
+  assert.ok(run.stdout.endsWith('\n'), 'stdout ends with a newline');
+  assert.is(run.stdout.indexOf('\n'), run.stdout.length - 1, `stdout is one line: ${run.stdout}`);
+  const parsed = JSON.parse(run.stdout);
+  assert.is(run.stdout, JSON.stringify(parsed) + '\n', 'stdout is the JSON and nothing else');
+  return parsed;
+}
+
+const WS_ID = /^ws_[0-9a-z]{26}$/;
+const TNT_ID = /^tnt_[0-9a-z]{26}$/;
+const KEY_ID = /^key_[0-9a-z]{26}$/;
+
+function assertBootstrapShape(out: any, slug: string): void {
+  assert.equal(Object.keys(out), ['workspace', 'tenant', 'keys']);
+  assert.equal(Object.keys(out.workspace), ['id', 'slug']);
+  assert.equal(Object.keys(out.tenant), ['id', 'slug']);
+  assert.equal(Object.keys(out.keys), ['workspace', 'tenant', 'client']);
+  assert.match(out.workspace.id, WS_ID);
+  assert.is(out.workspace.slug, slug);
+  assert.match(out.tenant.id, TNT_ID);
+  assert.is(out.tenant.slug, 'default');
+  assert.match(out.keys.workspace, /^svc_ws_[0-9a-f]{48}$/);
+  assert.match(out.keys.tenant, /^svc_tn_[0-9a-f]{48}$/);
+  assert.match(out.keys.client, /^svc_pk_[0-9a-f]{48}$/);
+}
+
+const cli = suite<Ctx>('operator cli');
+
+/**
+ * Command lines an operator gets wrong: each must exit non-zero, print one reason on the first
+ * line of stderr (the usage may follow for a command-line mistake) and nothing on stdout.
+ * Workspace `acme` with tenant `emea` exists; `--name bad-…` lets a later test check nothing was made.
+ */
+const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
+  { what: 'an unknown command', args: ['frobnicate', '--workspace', 'acme'], code: 2, reason: /^herald: unknown command "frobnicate"$/ },
+  { what: 'an unknown subcommand', args: ['key', 'rotate', '--workspace', 'acme'], code: 2, reason: /^herald: unknown command "key rotate"$/ },
+  { what: 'a missing --workspace', args: ['key', 'create', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-missing-ws', '--json'], code: 2, reason: /^herald: --workspace is required$/ },
+  { what: 'a workspace slug that is not a slug', args: ['bootstrap', '--workspace', 'Not A Slug', '--json'], code: 2, reason: /^herald: --workspace "Not A Slug" is not a slug/ },
+  { what: 'a bad --kind', args: ['key', 'create', '--workspace', 'acme', '--kind', 'admin', '--scopes', 'events:read', '--name', 'bad-kind', '--json'], code: 2, reason: /^herald: --kind must be one of workspace, tenant, client$/ },
+  { what: 'a session-only scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read,keys:write', '--name', 'bad-session-scope', '--json'], code: 2, reason: /^herald: --scopes: "keys:write" is session-only/ },
+  { what: 'a malformed scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'Events-Read', '--name', 'bad-scope', '--json'], code: 2, reason: /^herald: --scopes: "Events-Read" is not a scope/ },
+  { what: 'a scope naming an unknown resource', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'spaceships:read', '--name', 'bad-resource', '--json'], code: 2, reason: /^herald: --scopes: "spaceships:read" names an unknown resource "spaceships"$/ },
+  { what: 'an empty --scopes', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', ' , ', '--name', 'bad-empty-scopes', '--json'], code: 2, reason: /^herald: --scopes must name at least one scope$/ },
+  { what: 'an --expires that is not a date', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', 'tomorrow', '--name', 'bad-expires-word', '--json'], code: 2, reason: /^herald: --expires "tomorrow" is not an ISO 8601 date-time$/ },
+  { what: 'an --expires with an impossible month', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2031-13-40T00:00:00Z', '--name', 'bad-expires-month', '--json'], code: 2, reason: /^herald: --expires "2031-13-40T00:00:00Z" is not an ISO 8601 date-time$/ },
+  { what: 'an unknown workspace', args: ['key', 'create', '--workspace', 'nowhere', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-unknown-ws', '--json'], code: 1, reason: /^herald: workspace "nowhere" does not exist \(create it with: herald bootstrap --workspace nowhere\)$/ },
+  { what: 'an unknown tenant', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'mars', '--kind', 'tenant', '--scopes', 'events:read', '--name', 'bad-unknown-tenant', '--json'], code: 1, reason: /^herald: tenant "mars" does not exist in workspace "acme"$/ },
+  { what: '--tenant with --kind workspace', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'emea', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-tenant-on-ws', '--json'], code: 2, reason: /^herald: --tenant does not apply to workspace keys/ },
+  { what: 'an unknown flag', args: ['bootstrap', '--workspace', 'acme', '--colour', 'red', '--json'], code: 2, reason: /^herald: Unknown option '--colour'/ },
+  { what: 'a missing --slug on tenant create', args: ['tenant', 'create', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --slug is required$/ },
+  { what: 'a missing --id on key revoke', args: ['key', 'revoke', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --id is required$/ },
+];
+
+cli.before(async (ctx) => {
+  const prefix = uniquePrefix('cli');
+  ctx.env = { REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: prefix, LOG_LEVEL: 'error' };
+  ctx.service = await startTestService('cli', { REDIS_KEY_PREFIX: prefix });
+  ctx.api = client(ctx.service.url);
+  const { workspace } = await ensureWorkspace(ctx.service.redis, ctx.service.keys, 'acme', BY_TEST);
+  await createTenant(ctx.service.redis, ctx.service.keys, workspace, 'emea', BY_TEST);
+  // The bad command lines do not depend on each other: start them all now, check each in its own test.
+  ctx.bad = new Map(BAD.map((c) => [c.what, herald(ctx.env, ...c.args)]));
+  for (const pending of ctx.bad.values()) pending.catch(() => {});
+});
+cli.after(async (ctx) => {
+  await Promise.allSettled(ctx.bad?.values() ?? []);
+  await ctx.service?.stop();
+});
+
+cli('bootstrap --json prints exactly one line of JSON: the workspace, its default tenant and one key of each kind', async ({ env }) => {
+  const run = await herald(env, 'bootstrap', '--workspace', 'orbit', '--json');
+  ok(run, 'bootstrap');
+  assertBootstrapShape(oneJsonLine(run), 'orbit');
+});
+
+cli('bootstrap a second time keeps the workspace and tenant ids and makes new keys', async ({ env }) => {
+  const first = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'twice', '--json'));
+  const run = await herald(env, 'bootstrap', '--workspace', 'twice', '--json');
+  ok(run, 'the second bootstrap');
+  const second = oneJsonLine(run);
+  assertBootstrapShape(second, 'twice');
+  assert.equal(second.workspace, first.workspace);
+  assert.equal(second.tenant, first.tenant);
+  for (const kind of ['workspace', 'tenant', 'client']) assert.is.not(second.keys[kind], first.keys[kind], `a new ${kind} key`);
+});
+
+cli('the keys bootstrap prints authenticate against the running service', async ({ env, api }) => {
+  const out = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'live', '--json'));
+  const byTenantKey = await api.get('/v1/events/names', out.keys.tenant);
+  assert.is(byTenantKey.status, 200, byTenantKey.text);
+  assert.equal(byTenantKey.body.data.items, []);
+  const byWorkspaceKey = await api.get('/v1/events/names', out.keys.workspace);
+  assert.is(byWorkspaceKey.status, 200, byWorkspaceKey.text);
+  const stranger = await api.get('/v1/events/names', 'svc_tn_' + '0'.repeat(48));
+  assert.is(stranger.status, 401);
+  assert.is(stranger.body.error.code, 'invalid_api_key');
+});
+
+cli('bootstrap without --json prints the keys for a person, once, with a warning to store them', async ({ env }) => {
+  const run = await herald(env, 'bootstrap', '--workspace', 'human');
+  ok(run, 'bootstrap');
+  assert.match(run.stdout, /^workspace human \(ws_[0-9a-z]{26}\), tenant default \(tnt_[0-9a-z]{26}\)\n/);
+  assert.match(run.stdout, /workspace key: svc_ws_[0-9a-f]{48}\n/);
+  assert.match(run.stdout, /tenant key: {4}svc_tn_[0-9a-f]{48}\n/);
+  assert.match(run.stdout, /client key: {4}svc_pk_[0-9a-f]{48}\n/);
+  assert.match(run.stdout, /Keys are shown once; store them now\.\n$/);
+});
+
+cli('the real entry bin/herald.js (building dist/ when it is missing or stale) prints the bootstrap JSON and nothing else on stdout', async ({ env }) => {
+  const run = await spawnNode([join(ROOT, 'bin', 'herald.js'), 'bootstrap', '--workspace', 'x', '--json'], env, 120_000);
+  assert.is(run.code, 0, `exit code (stderr: ${run.stderr})`);
+  // A build, when one is needed, reports on stderr only: stdout belongs to the command.
+  assert.ok(run.stderr === '' || /^herald: building dist\/ with tsc…\n$/.test(run.stderr), `stderr: ${run.stderr}`);
+  assertBootstrapShape(oneJsonLine(run), 'x');
+});
+
+cli('tenant create --json prints the tenant and its workspace; the same slug a second time fails with a clear reason', async ({ env }) => {
+  const boot = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'tenants', '--json'));
+  const run = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'apac', '--json');
+  ok(run, 'tenant create');
+  const out = oneJsonLine(run);
+  assert.equal(Object.keys(out), ['id', 'slug', 'workspace']);
+  assert.match(out.id, TNT_ID);
+  assert.is.not(out.id, boot.tenant.id);
+  assert.is(out.slug, 'apac');
+  assert.equal(out.workspace, boot.workspace);
+
+  const again = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'apac', '--json');
+  assert.is(again.code, 1);
+  assert.is(again.stdout, '');
+  assert.is(again.stderr, `herald: tenant "apac" already exists in workspace "tenants" (${out.id})\n`);
+
+  const defaultAgain = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'default', '--json');
+  assert.is(defaultAgain.code, 1);
+  assert.is(defaultAgain.stderr, `herald: tenant "default" already exists in workspace "tenants" (${boot.tenant.id})\n`);
+});
+
+cli('key create makes a key of each kind with the prefix of its kind, the tenant asked for, the scopes and the expiry', async ({ env, api }) => {
+  const nordics = oneJsonLine(await herald(env, 'tenant', 'create', '--workspace', 'acme', '--slug', 'nordics', '--json'));
+  const made: Record<string, { id: string; key: string }> = {};
+  const expectations = [
+    { kind: 'workspace', prefix: 'svc_ws_', extra: ['--expires', '2999-01-01T02:00:00+02:00'] },
+    { kind: 'tenant', prefix: 'svc_tn_', extra: ['--tenant', 'nordics'] },
+    { kind: 'client', prefix: 'svc_pk_', extra: ['--tenant', 'nordics', '--name', 'ios app'] },
+  ];
+  for (const { kind, prefix, extra } of expectations) {
+    const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', kind, '--scopes', 'events:read,events:write', ...extra, '--json');
+    ok(run, `key create --kind ${kind}`);
+    const out = oneJsonLine(run);
+    assert.equal(Object.keys(out), ['id', 'key']);
+    assert.match(out.id, KEY_ID);
+    assert.ok(out.key.startsWith(prefix), `${kind} key starts with ${prefix}: ${out.key}`);
+    assert.match(out.key.slice(prefix.length), /^[0-9a-f]{48}$/);
+    made[kind] = out;
+  }
+  const list = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'acme', '--json'));
+  const nordicsId = nordics.id;
+  const byId = new Map<string, any>(list.items.map((k: any) => [k.id, k]));
+  const ws = byId.get(made.workspace!.id);
+  assert.is(ws.kind, 'workspace');
+  assert.is(ws.tenantId, null);
+  assert.equal(ws.scopes, ['events:read', 'events:write']);
+  assert.is(ws.expiresAt, '2999-01-01T00:00:00.000Z', '--expires is stored as UTC ISO 8601');
+  const tn = byId.get(made.tenant!.id);
+  assert.is(tn.kind, 'tenant');
+  assert.is(tn.tenantId, nordicsId);
+  assert.is(tn.expiresAt, null);
+  const pk = byId.get(made.client!.id);
+  assert.is(pk.kind, 'client');
+  assert.is(pk.tenantId, nordicsId);
+  assert.is(pk.name, 'ios app');
+
+  // The tenant key reaches its own tenant's data plane, with the scopes it was given.
+  const names = await api.get('/v1/events/names', made.tenant!.key);
+  assert.is(names.status, 200, names.text);
+  const wrongTenant = await api.get('/v1/events/names', made.tenant!.key, { 'service-tenant': 'default' });
+  assert.is(wrongTenant.status, 403);
+  const expiring = await api.get('/v1/events/names', made.workspace!.key, { 'service-tenant': 'nordics' });
+  assert.is(expiring.status, 200, expiring.text);
+});
+
+cli('key create without --tenant gives tenant and client keys the default tenant', async ({ env, service }) => {
+  const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'client', '--json');
+  ok(run, 'key create --kind client');
+  const { id, key } = oneJsonLine(run);
+  assert.ok(key.startsWith('svc_pk_'));
+  const acme = (await findWorkspaceBySlug(service.redis, service.keys, 'acme'))!;
+  const defaultTenant = await service.redis.hget(service.keys.tenantSlugs(acme.id), 'default');
+  const list = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'acme', '--json'));
+  assert.is(list.items.find((k: any) => k.id === id).tenantId, defaultTenant);
+});
+
+for (const c of BAD) {
+  cli(`${c.what} fails with exit code ${c.code}, one clear reason on stderr and nothing on stdout`, async ({ bad }) => {
+    const run = await bad.get(c.what)!;
+    assert.is(run.code, c.code, `exit code (stderr: ${run.stderr})`);
+    assert.is(run.stdout, '');
+    const [reason, next] = run.stderr.split('\n');
+    assert.match(reason!, c.reason);
+    // A usage mistake may be followed by the usage text, after a blank line; nothing else.
+    if (c.code === 2) assert.ok(next === '' && run.stderr.includes('usage: herald <command>'), run.stderr);
+    else assert.is(run.stderr, reason + '\n');
+  });
+}
+
+cli('the rejected command lines created nothing', async ({ env, bad, service }) => {
+  await Promise.all(bad.values());
+  const list = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'acme', '--json'));
+  assert.equal(list.items.filter((k: any) => String(k.name).startsWith('bad-')), []);
+  assert.is(await findWorkspaceBySlug(service.redis, service.keys, 'nowhere'), null);
+  assert.is(await findWorkspaceBySlug(service.redis, service.keys, 'Not A Slug'), null);
+});
+
+cli('key revoke makes the key fail with 401 invalid_api_key at the running service', async ({ env, api }) => {
+  const { id, key } = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', 'tenant', '--scopes', 'events:read', '--json'));
+  const before = await api.get('/v1/events/names', key); // also caches the principal in the service
+  assert.is(before.status, 200, before.text);
+
+  const run = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', id, '--json');
+  ok(run, 'key revoke');
+  const out = oneJsonLine(run);
+  assert.equal(Object.keys(out), ['id', 'revokedAt']);
+  assert.is(out.id, id);
+  assert.ok(!Number.isNaN(Date.parse(out.revokedAt)), out.revokedAt);
+
+  // Revocation is published to every process; allow the message a moment, far below the cache TTL.
+  const after = await waitFor('the revoked key to be refused', async () => {
+    const res = await api.get('/v1/events/names', key);
+    return res.status === 401 ? res : null;
+  }, 2_000);
+  assert.is(after.body.error.code, 'invalid_api_key');
+
+  const again = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', id, '--json');
+  ok(again, 'revoking a revoked key');
+  assert.is(oneJsonLine(again).revokedAt, out.revokedAt, 'a second revoke keeps the first revocation time');
+
+  const text = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', id);
+  ok(text, 'key revoke without --json');
+  assert.is(text.stdout, `key ${id} revoked at ${out.revokedAt}\n`);
+});
+
+cli('revoking an unknown key id, or a key of another workspace, fails and revokes nothing', async ({ env, api }) => {
+  const unknown = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', 'key_0000000000000000000000000z', '--json');
+  assert.is(unknown.code, 1);
+  assert.is(unknown.stdout, '');
+  assert.is(unknown.stderr, 'herald: key "key_0000000000000000000000000z" does not exist in workspace "acme"\n');
+
+  const garbage = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', 'nonsense');
+  assert.is(garbage.code, 1);
+  assert.is(garbage.stderr, 'herald: key "nonsense" does not exist in workspace "acme"\n');
+
+  const other = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'other', '--json'));
+  const { id, key } = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'other', '--kind', 'tenant', '--scopes', 'events:read', '--json'));
+  const cross = await herald(env, 'key', 'revoke', '--workspace', 'acme', '--id', id, '--json');
+  assert.is(cross.code, 1);
+  assert.is(cross.stdout, '');
+  assert.is(cross.stderr, `herald: key "${id}" does not exist in workspace "acme"\n`);
+  const still = await api.get('/v1/events/names', key);
+  assert.is(still.status, 200, 'the other workspace\'s key still works');
+  assert.is((await api.get('/v1/events/names', other.keys.tenant)).status, 200);
+});
+
+cli('key list --json lists keys newest first, marks revoked ones, and never shows a hash or a key', async ({ env }) => {
+  const boot = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'lister', '--json'));
+  const first = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'lister', '--kind', 'workspace', '--scopes', 'events:read', '--json'));
+  const second = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'lister', '--kind', 'tenant', '--scopes', 'events:read,events:write', '--expires', '2999-06-01T00:00:00Z', '--json'));
+  const revoked = oneJsonLine(await herald(env, 'key', 'revoke', '--workspace', 'lister', '--id', first.id, '--json'));
+
+  const run = await herald(env, 'key', 'list', '--workspace', 'lister', '--json');
+  ok(run, 'key list');
+  const out = oneJsonLine(run);
+  assert.equal(Object.keys(out), ['items']);
+  assert.is(out.items.length, 5);
+  assert.is(out.items[0].id, second.id, 'the newest key comes first');
+  assert.is(out.items[1].id, first.id);
+  const createdAt = out.items.map((k: any) => Date.parse(k.createdAt));
+  for (let i = 1; i < createdAt.length; i++) assert.ok(createdAt[i - 1] >= createdAt[i], `newest first by createdAt: ${out.items.map((k: any) => k.createdAt)}`);
+  assert.equal(out.items.slice(2).map((k: any) => k.kind).sort(), ['client', 'tenant', 'workspace'], 'then the three bootstrap keys');
+
+  for (const item of out.items) {
+    assert.equal(Object.keys(item).sort(), ['createdAt', 'expiresAt', 'hint', 'id', 'kind', 'name', 'revokedAt', 'scopes', 'tenantId', 'workspaceId']);
+    assert.is(item.workspaceId, boot.workspace.id);
+    assert.match(item.hint, /^svc_(ws|tn|pk)_…[0-9a-f]{4}$/);
+  }
+  assert.is(out.items[1].revokedAt, revoked.revokedAt);
+  for (const item of [out.items[0], ...out.items.slice(2)]) assert.is(item.revokedAt, null, `${item.id} is not revoked`);
+  assert.is(out.items[0].expiresAt, '2999-06-01T00:00:00.000Z');
+  for (const key of [first.key, second.key, ...Object.values<string>(boot.keys)]) {
+    assert.not.ok(run.stdout.includes(key), 'no key appears in the list');
+    assert.not.ok(run.stdout.includes(key.slice(7, 27)), 'not even a long part of a key');
+  }
+  assert.not.match(run.stdout, /[0-9a-f]{64}/, 'no SHA-256 appears in the list');
+  assert.not.ok(run.stdout.includes('"hash"'));
+
+  const text = await herald(env, 'key', 'list', '--workspace', 'lister');
+  ok(text, 'key list without --json');
+  const lines = text.stdout.trimEnd().split('\n');
+  assert.is(lines.length, 5);
+  assert.ok(lines[0]!.startsWith(`${second.id}  tenant    svc_tn_…`), lines[0]);
+  assert.match(lines[0]!, /scopes=events:read,events:write {2}expires 2999-06-01T00:00:00\.000Z$/);
+  assert.match(lines[1]!, new RegExp(`^${first.id}  workspace svc_ws_…[0-9a-f]{4}  scopes=events:read  revoked ${revoked.revokedAt.replace(/\./g, '\\.')}$`));
+});
+
+cli('key list of a workspace without keys says so', async ({ env, service }) => {
+  await ensureWorkspace(service.redis, service.keys, 'empty', BY_TEST);
+  const json = await herald(env, 'key', 'list', '--workspace', 'empty', '--json');
+  ok(json, 'key list --json');
+  assert.equal(oneJsonLine(json), { items: [] });
+  const text = await herald(env, 'key', 'list', '--workspace', 'empty');
+  assert.is(text.stdout, 'no keys\n');
+});
+
+cli('help prints the usage on stdout; no command is exit 2 with the usage on stderr', async ({ env }) => {
+  const help = await herald(env, '--help');
+  ok(help, '--help');
+  assert.match(help.stdout, /^usage: herald <command> \[options\]\n/);
+  const none = await herald(env);
+  assert.is(none.code, 2);
+  assert.is(none.stdout, '');
+  assert.match(none.stderr, /^herald: no command given\n\nusage: herald <command>/);
+});
+
+cli.run();

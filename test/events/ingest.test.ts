@@ -1,0 +1,155 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setClockOffset } from '../../lib/clock.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string };
+const ingest = suite<Ctx>('POST /v1/events');
+
+ingest.before(async (ctx) => {
+  ctx.service = await startTestService('ingest');
+  ctx.api = client(ctx.service.url);
+  const { keys } = await bootstrapWorkspace(ctx.service, 'ingest');
+  ctx.key = keys.tenant;
+  ctx.clientKey = keys.client;
+});
+ingest.after(async (ctx) => ctx.service.stop());
+
+const inboxLength = async (s: TestService) => {
+  let n = 0;
+  for (let p = 0; p < s.config.partitions; p++) n += await s.redis.xlen(s.keys.inbox(p));
+  return n;
+};
+
+ingest('a bare event is stored and answered as a list of one, with every field of 2.4', async ({ api, key }) => {
+  const res = await api.post('/v1/events', key, { externalId: 'bare-1', name: 'order.completed', data: { total: 42, items: [1, 2] }, timestamp: '2026-11-23T08:00:00.000Z' });
+  assert.is(res.status, 202);
+  const [event] = res.body.data.items;
+  assert.match(event.id, /^evt_/);
+  assert.is(event.sequence, 2, 'sequence 1 is the $subscriber.created written first');
+  assert.is(event.externalId, 'bare-1');
+  assert.is(event.name, 'order.completed');
+  assert.is(event.source, 'server');
+  assert.equal(event.data, { total: 42, items: [1, 2] });
+  assert.is(event.runId, null);
+  assert.is(event.status, 'accepted');
+  assert.is(res.body.data.hasMore, false);
+});
+
+ingest('a batch answers in input order with per-subscriber sequences', async ({ api, key }) => {
+  const events = Array.from({ length: 100 }, (_, i) => ({ externalId: `batch-${i % 7}`, name: 'page.viewed', data: { i } }));
+  const res = await api.post('/v1/events', key, { events });
+  assert.is(res.status, 202);
+  assert.is(res.body.data.items.length, 100);
+  const seen = new Map<string, number>();
+  res.body.data.items.forEach((item: any, i: number) => {
+    assert.equal(item.data, { i });
+    assert.is(item.externalId, `batch-${i % 7}`);
+    const last = seen.get(item.externalId) ?? 1;
+    assert.is(item.sequence, last + 1);
+    seen.set(item.externalId, item.sequence);
+  });
+});
+
+ingest('an unknown externalId writes $subscriber.created exactly once', async ({ api, key, service }) => {
+  const before = await inboxLength(service);
+  await api.post('/v1/events', key, { events: [{ externalId: 'new-1', name: 'a' }, { externalId: 'new-1', name: 'b' }] });
+  await api.post('/v1/events', key, { externalId: 'new-1', name: 'c' });
+  assert.is(await inboxLength(service), before + 4);
+});
+
+ingest('a replayed id returns the original event as duplicate and stores nothing', async ({ api, key, service }) => {
+  const first = await api.post('/v1/events', key, { externalId: 'dup-1', name: 'signup', id: 'client-1', data: { plan: 'pro' } });
+  const before = await inboxLength(service);
+  const again = await api.post('/v1/events', key, { events: [{ externalId: 'dup-1', name: 'signup', id: 'client-1', data: { plan: 'other' } }, { externalId: 'dup-2', name: 'x', id: 'client-1' }] });
+  assert.is(again.status, 202);
+  const [replayed, other] = again.body.data.items;
+  const original = first.body.data.items[0];
+  assert.is(replayed.status, 'duplicate');
+  assert.equal({ ...replayed, status: 'accepted' }, original);
+  assert.is(other.status, 'accepted', 'dedupe ids are per subscriber');
+  assert.is(await inboxLength(service), before + 2, 'only dup-2 and its $subscriber.created');
+});
+
+ingest('the same id twice in one batch stores it once', async ({ api, key }) => {
+  const res = await api.post('/v1/events', key, { events: [{ externalId: 'dup-3', name: 'x', id: 'same' }, { externalId: 'dup-3', name: 'x', id: 'same' }] });
+  assert.equal(res.body.data.items.map((i: any) => i.status), ['accepted', 'duplicate']);
+  assert.is(res.body.data.items[0].id, res.body.data.items[1].id);
+});
+
+ingest('a batch with any invalid event is refused whole with details per item', async ({ api, key, service }) => {
+  const before = await inboxLength(service);
+  const events = [{ externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'Bad Name' }, { externalId: '', name: 'ok' }];
+  const res = await api.post('/v1/events', key, { events });
+  assert.is(res.status, 400);
+  assert.is(res.body.error.code, 'validation');
+  const params = res.body.error.details.map((d: any) => d.param);
+  assert.ok(params.includes('events[3].name'));
+  assert.ok(params.includes('events[4].externalId'));
+  assert.is(await inboxLength(service), before, 'nothing of the batch is stored');
+});
+
+ingest('every bound of 4.3 and Part 8 is a clear error', async ({ api, key }) => {
+  const cases: [unknown, string, string][] = [
+    [{ externalId: 'x', name: '$app.opened' }, 'reserved_event', 'name'],
+    [{ events: [{ externalId: 'x', name: 'ok' }, { externalId: 'x', name: '$custom' }] }, 'reserved_event', 'events[1].name'],
+    [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() - 8 * 86_400_000).toISOString() }, 'invalid_timestamp', 'timestamp'],
+    [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() + 2 * 3_600_000).toISOString() }, 'invalid_timestamp', 'timestamp'],
+    [{ externalId: 'x', name: 'ok', data: { pad: 'x'.repeat(8 * 1024) } }, 'event_data_too_large', 'data'],
+    [{ externalId: 'x', name: 'ok', data: [1, 2] }, 'validation', 'data'],
+    [{ externalId: 'x', name: 'ok', data: 'text' }, 'validation', 'data'],
+    [{ externalId: 'x'.repeat(257), name: 'ok' }, 'validation', 'externalId'],
+    [{ externalId: 'x', name: 'a'.repeat(101) }, 'validation', 'name'],
+    [{ externalId: 'x', name: '-leading' }, 'validation', 'name'],
+    [{ externalId: 'x', name: 'ok', timestamp: 'yesterday' }, 'validation', 'timestamp'],
+    [{ externalId: 'x', name: 'ok', extra: 1 }, 'validation', 'extra'],
+    [{ name: 'ok' }, 'validation', 'externalId'],
+    [{ events: [] }, 'validation', 'events'],
+    [{ events: Array.from({ length: 101 }, () => ({ externalId: 'x', name: 'ok' })) }, 'validation', 'events'],
+  ];
+  for (const [body, code, param] of cases) {
+    const res = await api.post('/v1/events', key, body);
+    assert.is(res.status, 400, JSON.stringify(body).slice(0, 80));
+    assert.is(res.body.error.code, code, JSON.stringify(body).slice(0, 80));
+    assert.ok(res.body.error.details.some((d: any) => d.param === param), `${param} in ${JSON.stringify(res.body.error.details)}`);
+  }
+});
+
+ingest('timestamps at the edges of the window are accepted', async ({ api, key }) => {
+  const old = new Date(Date.now() - 7 * 86_400_000 + 60_000).toISOString();
+  const ahead = new Date(Date.now() + 3_600_000 - 60_000).toISOString();
+  const res = await api.post('/v1/events', key, { events: [{ externalId: 'edge', name: 'ok', timestamp: old }, { externalId: 'edge', name: 'ok', timestamp: ahead }] });
+  assert.is(res.status, 202);
+  assert.is(res.body.data.items[0].timestamp, old);
+});
+
+ingest('data of exactly 8 KB serialized is accepted', async ({ api, key }) => {
+  const pad = 'x'.repeat(8 * 1024 - JSON.stringify({ p: '' }).length);
+  const res = await api.post('/v1/events', key, { externalId: 'big', name: 'ok', data: { p: pad } });
+  assert.is(res.status, 202);
+});
+
+ingest('the timestamp window follows the service clock', async ({ api, key }) => {
+  setClockOffset(-10 * 86_400_000);
+  try {
+    const res = await api.post('/v1/events', key, { externalId: 'clock', name: 'ok', timestamp: new Date(Date.now() - 9 * 86_400_000).toISOString() });
+    assert.is(res.status, 400, 'nine days back is a day ahead of a clock set ten days back');
+  } finally {
+    setClockOffset(0);
+  }
+});
+
+ingest('client events accept only the SDK reserved names and a client source', async ({ api, clientKey }) => {
+  const ok = await api.post('/v1/client/events', clientKey, { externalId: 'app-1', source: 'ios', events: [{ name: '$app.opened' }, { name: 'screen.viewed', data: { screen: 'home' } }] });
+  assert.is(ok.status, 202);
+  assert.equal(ok.body.data.items.map((i: any) => i.source), ['ios', 'ios']);
+  const engine = await api.post('/v1/client/events', clientKey, { externalId: 'app-1', source: 'ios', events: [{ name: '$subscriber.created' }] });
+  assert.is(engine.body.error.code, 'reserved_event');
+  assert.is(engine.body.error.details[0].param, 'events[0].name');
+  const source = await api.post('/v1/client/events', clientKey, { externalId: 'app-1', source: 'server', events: [{ name: 'x' }] });
+  assert.is(source.body.error.code, 'validation');
+  assert.is(source.body.error.details[0].param, 'source');
+});
+
+ingest.run();

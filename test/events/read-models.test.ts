@@ -1,0 +1,155 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setClockOffset } from '../../lib/clock.js';
+import { sweepRetention } from '../../actors/retention-sweeper.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string };
+const reads = suite<Ctx>('event read models');
+
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
+
+reads.before(async (ctx) => {
+  ctx.service = await startTestService('reads', {}, ['web', 'worker']);
+  ctx.api = client(ctx.service.url);
+  ctx.key = (await bootstrapWorkspace(ctx.service, 'reads')).keys.tenant;
+  const events = [
+    ...Array.from({ length: 25 }, (_, i) => ({ externalId: `buyer-${i % 5}`, name: 'order.completed', data: { n: i } })),
+    { externalId: 'buyer-0', name: 'order.refunded', timestamp: ago(2 * DAY) },
+    { externalId: 'buyer-1', name: 'order.refunded', timestamp: ago(2 * DAY) },
+    { externalId: 'buyer-2', name: 'order.refunded', timestamp: ago(2 * DAY) },
+    { externalId: 'buyer-0', name: 'app.opened.custom', timestamp: ago(3 * HOUR) },
+  ];
+  await ctx.api.post('/v1/events', ctx.key, { events: events.slice(0, 20) });
+  await ctx.api.post('/v1/events', ctx.key, { events: events.slice(20) });
+  await ctx.api.post('/v1/client/events', (await bootstrapWorkspace(ctx.service, 'reads')).keys.client, { externalId: 'buyer-0', source: 'ios', events: [{ name: 'order.completed' }] });
+  // 5 $subscriber.created + 25 + 3 + 1 + 1 from the app
+  await waitFor('the worker to apply every event', async () => {
+    const res = await ctx.api.get('/v1/events?limit=100', ctx.key);
+    return res.body.data.items.length === 35;
+  });
+});
+reads.after(async (ctx) => ctx.service.stop());
+
+reads('the tenant log lists newest first with keyset pagination and no total', async ({ api, key }) => {
+  const all = (await api.get('/v1/events?limit=100', key)).body.data;
+  assert.is(all.total, undefined);
+  assert.is(all.hasMore, false);
+  const received = all.items.map((e: any) => Date.parse(e.receivedAt));
+  assert.equal(received, [...received].sort((a, b) => b - a));
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  for (let page = 0; page < 20; page++) {
+    const res: any = await api.get(`/v1/events?limit=4${cursor ? `&cursor=${cursor}` : ''}`, key);
+    ids.push(...res.body.data.items.map((e: any) => e.id));
+    cursor = res.body.data.nextCursor;
+    if (!res.body.data.hasMore) break;
+  }
+  assert.equal(ids, all.items.map((e: any) => e.id), 'pages join into the whole list, nothing twice');
+});
+
+reads('the tenant log filters by name, source and receivedAt', async ({ api, key }) => {
+  const named = (await api.get('/v1/events?name=order.refunded', key)).body.data.items;
+  assert.is(named.length, 3);
+  const ios = (await api.get('/v1/events?source=ios', key)).body.data.items;
+  assert.is(ios.length, 1);
+  assert.is(ios[0].name, 'order.completed');
+  const later = (await api.get(`/v1/events?after=${encodeURIComponent(new Date(Date.now() + 60_000).toISOString())}`, key)).body.data.items;
+  assert.is(later.length, 0);
+  const bad = await api.get('/v1/events?cursor=garbage', key);
+  assert.is(bad.status, 400);
+  assert.is(bad.body.error.code, 'validation');
+  const badSource = await api.get('/v1/events?source=fax', key);
+  assert.is(badSource.body.error.details[0].param, 'source');
+});
+
+reads('the catalog counts every window, orders by 7-day volume and counts distinct subscribers', async ({ api, key }) => {
+  const res = await api.get('/v1/events/names', key);
+  const entries = res.body.data.items;
+  assert.equal(entries.map((e: any) => e.name), ['order.completed', '$subscriber.created', 'order.refunded', 'app.opened.custom']);
+  const completed = entries[0];
+  assert.equal(completed.counts, { last24h: 26, last7d: 26, last30d: 26, allTime: 26 });
+  assert.is(completed.subscribers7d, 5);
+  assert.equal(completed.sources, ['ios', 'server']);
+  assert.equal(completed.providers, []);
+  const refunded = entries[2];
+  assert.equal(refunded.counts, { last24h: 0, last7d: 3, last30d: 3, allTime: 3 });
+  assert.is(refunded.subscribers7d, 3);
+  assert.ok(Date.parse(refunded.firstAt) < Date.now() - DAY);
+  const paged = await api.get('/v1/events/names?limit=2', key);
+  assert.is(paged.body.data.items.length, 2);
+  assert.is(paged.body.data.hasMore, true);
+  const rest = await api.get(`/v1/events/names?limit=2&cursor=${paged.body.data.nextCursor}`, key);
+  assert.equal(rest.body.data.items.map((e: any) => e.name), ['order.refunded', 'app.opened.custom']);
+});
+
+reads('one catalog entry has its series and its 20 newest samples', async ({ api, key }) => {
+  const res = await api.get('/v1/events/names/order.completed', key);
+  assert.is(res.status, 200);
+  assert.is(res.body.data.entry.counts.allTime, 26);
+  assert.is(res.body.data.samples.length, 20);
+  assert.ok(res.body.data.samples.every((e: any) => e.name === 'order.completed'));
+  assert.is(res.body.data.samples[0].source, 'ios', 'newest first: the app event came last');
+  assert.is(res.body.data.series.unit, 'day');
+  assert.is(res.body.data.series.buckets.at(-1).count, 26);
+  assert.is((await api.get('/v1/events/names/never.seen', key)).status, 404);
+});
+
+reads('volume has hourly or daily buckets, omits empty ones and filters by name', async ({ api, key }) => {
+  const day = (await api.get('/v1/events/volume', key)).body.data;
+  assert.is(day.range, '24h');
+  assert.is(day.unit, 'hour');
+  assert.is(day.buckets.reduce((n: number, b: any) => n + b.count, 0), 32, 'all but the three refunds two days ago');
+  assert.ok(day.buckets.every((b: any) => b.count > 0));
+  assert.is(day.buckets.length, 2, 'this hour and three hours ago');
+  const week = (await api.get('/v1/events/volume?range=7d&name=order.refunded', key)).body.data;
+  assert.is(week.unit, 'day');
+  assert.equal(week.buckets.map((b: any) => [b.count, b.subscribers]), [[3, 3]]);
+  const month = (await api.get('/v1/events/volume?range=30d', key)).body.data;
+  assert.is(month.buckets.reduce((n: number, b: any) => n + b.count, 0), 35);
+  assert.is((await api.get('/v1/events/volume?range=1y', key)).body.error.code, 'validation');
+});
+
+reads('a subscriber timeline lists every kind of event newest first and pages by sequence', async ({ api, key }) => {
+  const all = (await api.get('/v1/subscribers/buyer-0/timeline?limit=100', key)).body.data.items;
+  assert.is(all.at(-1).name, '$subscriber.created');
+  assert.equal(all.map((e: any) => e.sequence), Array.from({ length: all.length }, (_, i) => all.length - i));
+  const first = (await api.get('/v1/subscribers/buyer-0/timeline?limit=3', key)).body.data;
+  const second = (await api.get(`/v1/subscribers/buyer-0/timeline?limit=3&cursor=${first.nextCursor}`, key)).body.data;
+  assert.equal([...first.items, ...second.items].map((e: any) => e.id), all.slice(0, 6).map((e: any) => e.id));
+  assert.is((await api.get('/v1/subscribers/nobody/timeline', key)).status, 404);
+});
+
+reads('an externalId with slashes, percent signs, spaces and non-ASCII round-trips through the path', async ({ api, key }) => {
+  const odd = 'a/b %c ü✓';
+  await api.post('/v1/events', key, { externalId: odd, name: 'odd.id' });
+  const res = await waitFor('the odd subscriber timeline', async () => {
+    const r = await api.get(`/v1/subscribers/${encodeURIComponent(odd)}/timeline`, key);
+    return r.status === 200 && r.body.data.items.length === 2 ? r : null;
+  });
+  assert.is(res.body.data.items[0].externalId, odd);
+  const long = await api.get(`/v1/subscribers/${'x'.repeat(257)}/timeline`, key);
+  assert.is(long.body.error.code, 'validation');
+});
+
+reads('expired data really goes after the retention window', async ({ api, key, service }) => {
+  await api.post('/v1/events', key, { externalId: 'old-timer', name: 'kept.briefly', id: 'once' });
+  await waitFor('the event to be applied', async () => (await api.get('/v1/subscribers/old-timer/timeline', key)).body.data.items.length === 2);
+  setClockOffset(31 * DAY);
+  try {
+    await sweepRetention({ config: service.config, redis: service.redis, keys: service.keys, log: console as any, target: { url: '' } });
+    const log = (await api.get('/v1/events?name=kept.briefly', key)).body.data.items;
+    assert.is(log.length, 0, 'the tenant log is trimmed to the window');
+    assert.is((await api.get('/v1/subscribers/old-timer/timeline', key)).body.data.items.length, 0);
+    const again = await api.post('/v1/events', key, { externalId: 'old-timer', name: 'kept.briefly', id: 'once' });
+    assert.is(again.body.data.items[0].status, 'accepted', 'the dedupe key expired with the window');
+  } finally {
+    setClockOffset(0);
+  }
+});
+
+reads.run();

@@ -1,0 +1,36 @@
+import type { Role } from '../../lib/config.js';
+import { loadConfig } from '../../lib/config.js';
+import { createLogger } from '../../lib/log.js';
+import { startService, type Service } from '../../bin/service.js';
+import { createApiKey, ensureWorkspace, createTenant, type Writer } from '../../streams/identity.js';
+import type { KeyKind } from '../../lib/key-kinds.js';
+import { testRedisUrl, uniquePrefix } from './redis.js';
+
+export const BY_TEST: Writer = { actor: { type: 'system', id: null }, request: null };
+
+export type TestService = Service & { url: string; env: Record<string, string> };
+
+/** Starts the service in this process against the test Redis, under a key prefix of its own. */
+export async function startTestService(name: string, overrides: Record<string, string> = {}, roles: Role[] = ['web']): Promise<TestService> {
+  const env = { REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix(name), PORT: '0', LOG_LEVEL: 'error', KEY_CACHE_TTL_SECONDS: '30', HERALD_PARTITIONS: '8', ...overrides };
+  const config = loadConfig(env, {});
+  const service = await startService(config, roles, createLogger(config.logLevel, { test: name }));
+  return { ...service, url: service.url ?? '', env };
+}
+
+/** A workspace with its default tenant and keys of every kind holding `scopes`. */
+export async function bootstrapWorkspace(service: Service, slug: string, scopes: string[] = ['*']) {
+  const { workspace, tenant } = await ensureWorkspace(service.redis, service.keys, slug, BY_TEST);
+  const keys: Record<KeyKind, string> = { workspace: '', tenant: '', client: '' };
+  for (const kind of ['workspace', 'tenant', 'client'] as const) {
+    keys[kind] = (await createApiKey(service.redis, service.keys, { workspace, tenant, kind, scopes, expiresAt: null, name: null }, BY_TEST)).key;
+  }
+  return { workspace, tenant, keys };
+}
+
+/** One more key in `workspace`. */
+export async function makeKey(service: Service, workspaceSlug: string, kind: KeyKind, scopes: string[], options: { tenant?: string; expiresAt?: string | null } = {}) {
+  const { workspace, tenant: defaultTenant } = await ensureWorkspace(service.redis, service.keys, workspaceSlug, BY_TEST);
+  const tenant = options.tenant ? (await createTenant(service.redis, service.keys, workspace, options.tenant, BY_TEST)).tenant : defaultTenant;
+  return createApiKey(service.redis, service.keys, { workspace, tenant: kind === 'workspace' ? null : tenant, kind, scopes, expiresAt: options.expiresAt ?? null, name: null }, BY_TEST);
+}

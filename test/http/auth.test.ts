@@ -1,0 +1,415 @@
+import { randomBytes } from 'node:crypto';
+import { SignJWT } from 'jose';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { hasScope, isSessionOnly, scopeProblem, SESSION_ONLY_SCOPES } from '../../lib/scopes.js';
+import { signEventsToken } from '../../lib/events-token.js';
+import { createTenant, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
+import { eventsTokenSecret } from '../../streams/secrets.js';
+import { client, type Reply } from '../helpers/api.js';
+import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Api = ReturnType<typeof client>;
+type Ctx = {
+  service: TestService;
+  /** a second web process on the same Redis and key prefix */
+  peer: TestService;
+  api: Api;
+  peerApi: Api;
+  /** workspace `acme` with its default tenant; keys of every kind holding `*` */
+  acme: { workspace: Workspace; tenant: Tenant; keys: Record<'workspace' | 'tenant' | 'client', string> };
+  /** workspace `globex`; keys of every kind holding `*` */
+  globex: { workspace: Workspace; tenant: Tenant; keys: Record<'workspace' | 'tenant' | 'client', string> };
+  /** a tenant key (scope `*`) of tenant `second` of `acme` */
+  secondKey: string;
+};
+
+const auth = suite<Ctx>('http auth');
+
+const EVENT = { externalId: 'u1', name: 'app.open' };
+const CLIENT_EVENTS = { externalId: 'u1', source: 'ios', events: [{ name: '$app.opened' }] };
+
+/** Asserts an error answer in the envelope with `status` and `code`. */
+function isError(res: Reply, status: number, code: string): void {
+  assert.is(res.status, status, `expected ${status} ${code}, got ${res.status}: ${res.text.slice(0, 300)}`);
+  assert.is(res.body.success, false);
+  assert.is(res.body.data, null);
+  assert.is(res.body.error.code, code);
+  assert.type(res.body.error.message, 'string');
+}
+
+/** Asserts a success answer with `status`. */
+function isOk(res: Reply, status = 200): void {
+  assert.is(res.status, status, `expected ${status}, got ${res.status}: ${res.text.slice(0, 300)}`);
+  assert.is(res.body.success, true);
+  assert.is(res.body.error, null);
+}
+
+auth.before(async (ctx) => {
+  ctx.service = await startTestService('auth');
+  ctx.peer = await startTestService('auth-peer', { REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX! });
+  ctx.api = client(ctx.service.url);
+  ctx.peerApi = client(ctx.peer.url);
+  ctx.acme = await bootstrapWorkspace(ctx.service, 'acme');
+  ctx.globex = await bootstrapWorkspace(ctx.service, 'globex');
+  ctx.secondKey = (await makeKey(ctx.service, 'acme', 'tenant', ['*'], { tenant: 'second' })).key;
+  // a tenant that exists only in the other workspace
+  await createTenant(ctx.service.redis, ctx.service.keys, ctx.globex.workspace, 'elsewhere', BY_TEST);
+});
+auth.after(async (ctx) => {
+  await ctx.peer?.stop();
+  await ctx.service?.stop();
+});
+
+// ---- Part 5 rule 1 / 401 missing_authorization ------------------------------------------------
+
+auth('a request without an Authorization header is 401 missing_authorization', async ({ api }) => {
+  isError(await api.get('/v1/events/names'), 401, 'missing_authorization');
+  isError(await api.post('/v1/events', undefined, EVENT), 401, 'missing_authorization');
+  isError(await api.post('/v1/client/events', undefined, CLIENT_EVENTS), 401, 'missing_authorization');
+  isError(await api.del('/v1/workspaces/acme/keys/key_x'), 401, 'missing_authorization');
+});
+
+auth('the health endpoint answers without a credential', async ({ api }) => {
+  const res = await api.get('/v1/health');
+  isOk(res);
+  assert.is(res.body.data.status, 'ok');
+});
+
+// ---- 401 invalid_api_key ----------------------------------------------------------------------
+
+auth('a garbage bearer credential is 401 invalid_api_key', async ({ api }) => {
+  isError(await api.get('/v1/events/names', 'not-a-key'), 401, 'invalid_api_key');
+  isError(await api.get('/v1/events/names', 'sk_live_1234567890'), 401, 'invalid_api_key');
+});
+
+auth('a key sent under the Basic scheme is 401 invalid_api_key', async ({ api, acme }) => {
+  const basic = `Basic ${Buffer.from(`${acme.keys.workspace}:`).toString('base64')}`;
+  isError(await api.call('GET', '/v1/events/names', { headers: { authorization: basic } }), 401, 'invalid_api_key');
+  // the key itself, unencoded, under another scheme is refused too
+  isError(await api.call('GET', '/v1/events/names', { headers: { authorization: `Token ${acme.keys.workspace}` } }), 401, 'invalid_api_key');
+});
+
+auth('an unknown key with a valid prefix is 401 invalid_api_key', async ({ api }) => {
+  for (const prefix of ['svc_ws_', 'svc_tn_', 'svc_pk_']) {
+    isError(await api.get('/v1/events/names', prefix + randomBytes(24).toString('hex')), 401, 'invalid_api_key');
+  }
+});
+
+auth('a valid key presented under another kind\'s prefix is 401 invalid_api_key', async ({ api, acme }) => {
+  const body = acme.keys.workspace.slice('svc_ws_'.length);
+  // the key itself works
+  isOk(await api.get('/v1/events/names', acme.keys.workspace));
+  isError(await api.get('/v1/events/names', `svc_tn_${body}`), 401, 'invalid_api_key');
+  isError(await api.get('/v1/events/names', `svc_pk_${body}`), 401, 'invalid_api_key');
+  const tenantBody = acme.keys.tenant.slice('svc_tn_'.length);
+  isError(await api.get('/v1/events/names', `svc_ws_${tenantBody}`), 401, 'invalid_api_key');
+  const clientBody = acme.keys.client.slice('svc_pk_'.length);
+  isError(await api.post('/v1/events', `svc_ws_${clientBody}`, EVENT), 401, 'invalid_api_key');
+});
+
+auth('a revoked key is 401 invalid_api_key', async ({ service, api, acme }) => {
+  const { key, record } = await makeKey(service, 'acme', 'tenant', ['events:read']);
+  isOk(await api.get('/v1/events/names', key));
+  const revoked = await revokeApiKey(service.redis, service.keys, acme.workspace, record.id, BY_TEST);
+  assert.ok(revoked?.revokedAt);
+  isError(await api.get('/v1/events/names', key), 401, 'invalid_api_key');
+});
+
+auth('a revocation takes effect at once in every process through the key-cache invalidation, not the 30 s TTL', async ({ service, peer, api, peerApi, acme }) => {
+  assert.is(peer.env.REDIS_KEY_PREFIX, service.env.REDIS_KEY_PREFIX);
+  assert.is(peer.config.keyCacheTtlMs, 30_000);
+  const revokedKey = await makeKey(service, 'acme', 'workspace', ['events:read']);
+  const controlKey = await makeKey(service, 'acme', 'workspace', ['events:read']);
+  // both keys are now cached in the peer process
+  isOk(await peerApi.get('/v1/events/names', revokedKey.key));
+  isOk(await peerApi.get('/v1/events/names', controlKey.key));
+  // control: marking a record revoked WITHOUT the published invalidation leaves the peer's cached
+  // entry in use, so the cache really serves these keys and only the message can refuse them early
+  await service.redis.hset(service.keys.apiKey(controlKey.record.id), 'revokedAt', new Date().toISOString());
+  isOk(await peerApi.get('/v1/events/names', controlKey.key));
+  // revoke through the first process's Redis client
+  const started = Date.now();
+  assert.ok(await revokeApiKey(service.redis, service.keys, acme.workspace, revokedKey.record.id, BY_TEST));
+  await waitFor('the peer to refuse the revoked key', async () => (await peerApi.get('/v1/events/names', revokedKey.key)).status === 401, 2_000, 20);
+  assert.ok(Date.now() - started < 2_000);
+  isError(await peerApi.get('/v1/events/names', revokedKey.key), 401, 'invalid_api_key');
+  isError(await api.get('/v1/events/names', revokedKey.key), 401, 'invalid_api_key');
+  // the control key is still served from the peer's cache: the refusal above was not the TTL
+  isOk(await peerApi.get('/v1/events/names', controlKey.key));
+});
+
+// ---- 401 api_key_expired ----------------------------------------------------------------------
+
+auth('a key whose expiresAt has passed is 401 api_key_expired', async ({ service, api }) => {
+  const past = new Date(Date.now() - 60_000).toISOString();
+  const tenant = await makeKey(service, 'acme', 'tenant', ['*'], { expiresAt: past });
+  isError(await api.get('/v1/events/names', tenant.key), 401, 'api_key_expired');
+  const workspace = await makeKey(service, 'acme', 'workspace', ['*'], { expiresAt: past });
+  isError(await api.post('/v1/events', workspace.key, EVENT), 401, 'api_key_expired');
+  const clientKey = await makeKey(service, 'acme', 'client', ['client'], { expiresAt: past });
+  isError(await api.post('/v1/client/events', clientKey.key, CLIENT_EVENTS), 401, 'api_key_expired');
+});
+
+auth('a key with a future expiry works', async ({ service, api }) => {
+  const future = new Date(Date.now() + 3_600_000).toISOString();
+  const { key } = await makeKey(service, 'acme', 'tenant', ['*'], { expiresAt: future });
+  isOk(await api.get('/v1/events/names', key));
+  isOk(await api.post('/v1/events', key, EVENT), 202);
+});
+
+// ---- 401 invalid_session and the events token --------------------------------------------------
+
+auth('a malformed JWT-looking bearer is 401 invalid_session', async ({ api }) => {
+  isError(await api.get('/v1/events/names', 'eyJhbGciOiJIUzI1NiJ9.eyJub3QiOiJ2YWxpZA.c2lnbmF0dXJl'), 401, 'invalid_session');
+  isError(await api.get('/v1/events/names', 'eyJ.x.y'), 401, 'invalid_session');
+  // on a route that takes no token too: an invalid session is 401 before any route rule
+  isError(await api.post('/v1/events', 'eyJ.x.y', EVENT), 401, 'invalid_session');
+});
+
+auth('an events token signed with another secret is 401 invalid_session', async ({ api, acme }) => {
+  const { token } = await signEventsToken(randomBytes(32), { workspaceId: acme.workspace.id, tenantId: acme.tenant.id });
+  isError(await api.get('/v1/events/names', token), 401, 'invalid_session');
+});
+
+auth('an expired events token is 401 invalid_session', async ({ service, api, acme }) => {
+  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const iat = Math.floor(Date.now() / 1000) - 7200;
+  const expired = await new SignJWT({ wid: acme.workspace.id, scope: 'events:read' })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat).setExpirationTime(iat + 3600)
+    .sign(secret);
+  isError(await api.get('/v1/events/names', expired), 401, 'invalid_session');
+  // the same claims, not expired, with the same secret are accepted: only the expiry differs
+  const fresh = await new SignJWT({ wid: acme.workspace.id, scope: 'events:read' })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat + 7200).setExpirationTime(iat + 7200 + 3600)
+    .sign(secret);
+  isOk(await api.get('/v1/events/names', fresh));
+});
+
+auth('a valid events token reads the catalog, volume, recent events and timelines of its tenant', async ({ api, acme }) => {
+  isOk(await api.post('/v1/events', acme.keys.tenant, { externalId: 'token-reader', name: 'app.open' }), 202);
+  const issued = await api.get('/v1/events/token', acme.keys.tenant);
+  isOk(issued);
+  const token = issued.body.data.token as string;
+  assert.match(token, /^eyJ[^.]+\.[^.]+\.[^.]+$/);
+  isOk(await api.get('/v1/events/names', token));
+  const volume = await api.get('/v1/events/volume?range=7d', token);
+  isOk(volume);
+  assert.is(volume.body.data.range, '7d');
+  isOk(await api.get('/v1/events', token));
+  isOk(await api.get('/v1/subscribers/token-reader/timeline', token));
+  // its own tenant named in the header is fine; another tenant is refused
+  isOk(await api.get('/v1/events/names', token, { 'Service-Tenant': 'default' }));
+  isError(await api.get('/v1/events/names', token, { 'Service-Tenant': 'second' }), 403, 'forbidden');
+});
+
+auth('an events token cannot ingest: POST /v1/events is 403 forbidden', async ({ api, acme }) => {
+  const token = (await api.get('/v1/events/token', acme.keys.workspace)).body.data.token as string;
+  isError(await api.post('/v1/events', token, EVENT), 403, 'forbidden');
+});
+
+auth('an events token cannot mint another token: GET /v1/events/token is 403 forbidden', async ({ api, acme }) => {
+  const token = (await api.get('/v1/events/token', acme.keys.tenant)).body.data.token as string;
+  isError(await api.get('/v1/events/token', token), 403, 'forbidden');
+});
+
+// ---- 403 missing_permission -----------------------------------------------------------------
+
+auth('a key with only events:read posting events is 403 missing_permission', async ({ service, api }) => {
+  const tenant = await makeKey(service, 'acme', 'tenant', ['events:read']);
+  isError(await api.post('/v1/events', tenant.key, EVENT), 403, 'missing_permission');
+  const workspace = await makeKey(service, 'acme', 'workspace', ['events:read', 'messages:send']);
+  isError(await api.post('/v1/events', workspace.key, EVENT), 403, 'missing_permission');
+  // it reads
+  isOk(await api.get('/v1/events/names', tenant.key));
+});
+
+auth('a key with events:* may post and read events', async ({ service, api }) => {
+  const { key } = await makeKey(service, 'acme', 'tenant', ['events:*']);
+  isOk(await api.post('/v1/events', key, EVENT), 202);
+  isOk(await api.get('/v1/events/names', key));
+  isOk(await api.get('/v1/events/token', key));
+});
+
+auth('a key of another resource\'s wildcard lacks the events scopes (403 missing_permission)', async ({ service, api }) => {
+  const { key } = await makeKey(service, 'acme', 'tenant', ['messages:*', 'subscribers:read']);
+  isError(await api.post('/v1/events', key, EVENT), 403, 'missing_permission');
+  isError(await api.get('/v1/events/names', key), 403, 'missing_permission');
+});
+
+auth('a key with * still gets 403 missing_permission on the session-only keys:write route', async ({ api, acme }) => {
+  isOk(await api.post('/v1/events', acme.keys.workspace, EVENT), 202);
+  const res = await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.workspace);
+  isError(res, 403, 'missing_permission');
+  assert.match(res.body.error.message, /keys:write/);
+});
+
+auth('a client key holding scopes other than client or * is 403 missing_permission on client routes', async ({ service, api }) => {
+  const { key } = await makeKey(service, 'acme', 'client', ['events:write', 'events:read']);
+  isError(await api.post('/v1/client/events', key, CLIENT_EVENTS), 403, 'missing_permission');
+});
+
+auth('a client key holding client or * may track from the app', async ({ service, api, acme }) => {
+  isOk(await api.post('/v1/client/events', acme.keys.client, CLIENT_EVENTS), 202);
+  const { key } = await makeKey(service, 'acme', 'client', ['client']);
+  isOk(await api.post('/v1/client/events', key, CLIENT_EVENTS), 202);
+});
+
+// ---- 403 forbidden ---------------------------------------------------------------------------
+
+auth('a tenant key on a workspace route is 403 forbidden', async ({ api, acme }) => {
+  isError(await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.tenant), 403, 'forbidden');
+});
+
+auth('a client key on a tenant route is 403 forbidden', async ({ api, acme }) => {
+  isError(await api.post('/v1/events', acme.keys.client, EVENT), 403, 'forbidden');
+  isError(await api.get('/v1/events/names', acme.keys.client), 403, 'forbidden');
+  isError(await api.get('/v1/subscribers/u1/timeline', acme.keys.client), 403, 'forbidden');
+});
+
+auth('a client key on a workspace route is 403 forbidden', async ({ api, acme }) => {
+  isError(await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.client), 403, 'forbidden');
+});
+
+auth('workspace and tenant keys on /v1/client/events are 403 forbidden', async ({ api, acme }) => {
+  isError(await api.post('/v1/client/events', acme.keys.workspace, CLIENT_EVENTS), 403, 'forbidden');
+  isError(await api.post('/v1/client/events', acme.keys.tenant, CLIENT_EVENTS), 403, 'forbidden');
+});
+
+auth('a workspace key of another workspace on a workspace route is 403 forbidden', async ({ api, globex }) => {
+  isError(await api.del('/v1/workspaces/acme/keys/key_x', globex.keys.workspace), 403, 'forbidden');
+  // the same key on its own workspace passes the workspace check and stops at the scope
+  isError(await api.del('/v1/workspaces/globex/keys/key_x', globex.keys.workspace), 403, 'missing_permission');
+});
+
+auth('a workspace key naming a tenant that does not exist in Service-Tenant is 403 forbidden', async ({ api, acme }) => {
+  isError(await api.get('/v1/events/names', acme.keys.workspace, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
+  isError(await api.post('/v1/events', acme.keys.workspace, EVENT, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
+});
+
+auth('a workspace key naming a tenant of another workspace in Service-Tenant is 403 forbidden', async ({ api, acme, globex }) => {
+  // `elsewhere` exists, but only in globex
+  isOk(await api.get('/v1/events/names', globex.keys.workspace, { 'Service-Tenant': 'elsewhere' }));
+  isError(await api.get('/v1/events/names', acme.keys.workspace, { 'Service-Tenant': 'elsewhere' }), 403, 'forbidden');
+  isError(await api.post('/v1/events', acme.keys.workspace, EVENT, { 'Service-Tenant': 'elsewhere' }), 403, 'forbidden');
+});
+
+auth('a tenant key naming another tenant in Service-Tenant is 403 forbidden, its own slug is fine', async ({ api, acme, secondKey }) => {
+  isError(await api.get('/v1/events/names', acme.keys.tenant, { 'Service-Tenant': 'second' }), 403, 'forbidden');
+  isError(await api.post('/v1/events', secondKey, EVENT, { 'Service-Tenant': 'default' }), 403, 'forbidden');
+  isOk(await api.get('/v1/events/names', acme.keys.tenant, { 'Service-Tenant': 'default' }));
+  isOk(await api.post('/v1/events', secondKey, EVENT, { 'Service-Tenant': 'second' }), 202);
+});
+
+auth('a client key naming another tenant in Service-Tenant is 403 forbidden, its own slug is fine', async ({ api, acme }) => {
+  isError(await api.post('/v1/client/events', acme.keys.client, CLIENT_EVENTS, { 'Service-Tenant': 'second' }), 403, 'forbidden');
+  isOk(await api.post('/v1/client/events', acme.keys.client, CLIENT_EVENTS, { 'Service-Tenant': 'default' }), 202);
+});
+
+// ---- Part 5 rule 4: tenant selection ---------------------------------------------------------
+
+auth('a workspace key without Service-Tenant works in the default tenant', async ({ api, acme, secondKey }) => {
+  isOk(await api.post('/v1/events', acme.keys.workspace, { externalId: 'in-default', name: 'app.open' }), 202);
+  isOk(await api.get('/v1/subscribers/in-default/timeline', acme.keys.tenant));
+  isOk(await api.get('/v1/subscribers/in-default/timeline', acme.keys.workspace));
+  isError(await api.get('/v1/subscribers/in-default/timeline', secondKey), 404, 'not_found');
+});
+
+auth('a workspace key with Service-Tenant: second works in tenant second', async ({ api, acme, secondKey }) => {
+  isOk(await api.post('/v1/events', acme.keys.workspace, { externalId: 'in-second', name: 'app.open' }, { 'Service-Tenant': 'second' }), 202);
+  isOk(await api.get('/v1/subscribers/in-second/timeline', secondKey));
+  isOk(await api.get('/v1/subscribers/in-second/timeline', acme.keys.workspace, { 'Service-Tenant': 'second' }));
+  isError(await api.get('/v1/subscribers/in-second/timeline', acme.keys.tenant), 404, 'not_found');
+  isError(await api.get('/v1/subscribers/in-second/timeline', acme.keys.workspace), 404, 'not_found');
+});
+
+// ---- 404 not_found --------------------------------------------------------------------------
+
+auth('an unknown route is 404 not_found with or without a credential', async ({ api, acme }) => {
+  isError(await api.get('/v1/nothing-here'), 404, 'not_found');
+  isError(await api.get('/v1/nothing-here', acme.keys.workspace), 404, 'not_found');
+  isError(await api.get('/v1/nothing-here', 'garbage'), 404, 'not_found');
+});
+
+auth('an unknown subscriber\'s timeline is 404 not_found', async ({ api, acme }) => {
+  isError(await api.get('/v1/subscribers/never-seen/timeline', acme.keys.tenant), 404, 'not_found');
+});
+
+auth('an event name the tenant has not seen is 404 not_found', async ({ api, acme }) => {
+  isError(await api.get('/v1/events/names/never.seen', acme.keys.tenant), 404, 'not_found');
+});
+
+auth('a subscriber of another tenant is 404 not_found', async ({ api, acme, globex, secondKey }) => {
+  isOk(await api.post('/v1/events', secondKey, { externalId: 'only-second', name: 'app.open' }), 202);
+  isOk(await api.get('/v1/subscribers/only-second/timeline', secondKey));
+  isError(await api.get('/v1/subscribers/only-second/timeline', acme.keys.tenant), 404, 'not_found');
+  // the same externalId in another workspace's default tenant
+  isError(await api.get('/v1/subscribers/only-second/timeline', globex.keys.tenant), 404, 'not_found');
+});
+
+// ---- scope rules as units -------------------------------------------------------------------
+
+auth('hasScope: exact scopes, resource:* and * match', () => {
+  assert.ok(hasScope(['events:write'], 'events:write'));
+  assert.not.ok(hasScope(['events:read'], 'events:write'));
+  assert.ok(hasScope(['events:*'], 'events:write'));
+  assert.ok(hasScope(['events:*'], 'events:read'));
+  assert.not.ok(hasScope(['events:*'], 'messages:send'));
+  assert.not.ok(hasScope(['event:*'], 'events:read'));
+  assert.ok(hasScope(['*'], 'messages:send'));
+  assert.ok(hasScope(['*'], 'client'));
+  assert.ok(hasScope(['client'], 'client'));
+  assert.not.ok(hasScope(['events:*'], 'client'));
+  assert.not.ok(hasScope([], 'events:read'));
+});
+
+auth('session-only scopes are never matched, not even by * or their own wildcard', () => {
+  for (const scope of ['keys:*', 'keys:write', 'keys:read', 'invites:*', 'invites:send', 'members:write', 'workspace:delete', 'tenants:secrets', 'account:*', 'account:read']) {
+    assert.ok(isSessionOnly(scope), scope);
+    assert.not.ok(hasScope(['*'], scope), `* matched ${scope}`);
+    assert.not.ok(hasScope([scope], scope), `${scope} matched itself`);
+    const wildcard = `${scope.split(':')[0]}:*`;
+    assert.not.ok(hasScope([wildcard], scope), `${wildcard} matched ${scope}`);
+  }
+  for (const scope of ['events:read', 'events:*', 'messages:send', 'tenants:read', 'members:read', '*', 'client']) assert.not.ok(isSessionOnly(scope), scope);
+});
+
+auth('scopeProblem never lets a session-only scope be granted and checks the shape and resource', () => {
+  for (const scope of [...SESSION_ONLY_SCOPES, 'keys:write', 'account:read', 'tenants:*']) assert.match(scopeProblem(scope) ?? '', /session-only/, scope);
+  for (const scope of ['*', 'client', 'events:*', 'events:read', 'messages:send', 'topics:*', 'subscribers:read']) assert.is(scopeProblem(scope), null, scope);
+  assert.match(scopeProblem('Events:Read') ?? '', /is not a scope/);
+  assert.match(scopeProblem('events') ?? '', /is not a scope/);
+  assert.match(scopeProblem('bogus:read') ?? '', /unknown resource/);
+});
+
+// KeyCache.lookup reads the key, then its workspace and tenant, then caches: a revocation announced in
+// between must not leave the stale record cached for the TTL.
+auth('a revocation published while a lookup of that key is in flight still refuses the key afterwards', async ({ service, api, acme }) => {
+  const { key, record } = await makeKey(service, 'acme', 'workspace', ['events:read']);
+  const redis = service.redis as unknown as { hgetall: (key: string) => Promise<Record<string, string>> };
+  const original = redis.hgetall;
+  let armed = true;
+  // test hook on the service's own Redis client: revoke right after the lookup has read the key record
+  redis.hgetall = async function (this: unknown, k: string) {
+    const out = await original.call(service.redis, k);
+    if (armed && k === service.keys.apiKey(record.id)) {
+      armed = false;
+      await revokeApiKey(service.redis, service.keys, acme.workspace, record.id, BY_TEST);
+      await new Promise((done) => setTimeout(done, 100)); // the published invalidation reaches the subscriber
+    }
+    return out;
+  };
+  try {
+    await api.get('/v1/events/names', key); // in flight during the revocation: either answer is acceptable
+  } finally {
+    redis.hgetall = original;
+  }
+  assert.not.ok(armed);
+  // the revocation has completed and been published: the key must be refused from now on
+  isError(await api.get('/v1/events/names', key), 401, 'invalid_api_key');
+});
+
+auth.run();

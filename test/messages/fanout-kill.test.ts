@@ -1,0 +1,78 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import type { ApnsPeer } from '../helpers/apns-peer.js';
+import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; peer: ApnsPeer; env: Record<string, string>; dispatchers: RoleProcess[] };
+const kill = suite<Ctx>('fan-out survives a dispatcher SIGKILL');
+
+const MEMBERS = 400;
+
+kill.before(async (ctx) => {
+  const { peer, key, env } = await pushSetup();
+  ctx.peer = peer;
+  ctx.env = { ...env, FANOUT_CHUNK_SIZE: '25', DISPATCHER_CLAIM_IDLE_MS: '1000' };
+  ctx.service = await startTestService('fanout-kill', ctx.env, ['web']);
+  ctx.dispatchers = [];
+  const api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, 'kill');
+  await api.call('PUT', '/v1/apps/apns', { key: boot.keys.tenant, body: apnsCredentials(key) });
+  (ctx as any).boot = boot;
+});
+kill.after(async (ctx) => {
+  for (const d of ctx.dispatchers) await stopRoleProcess(d);
+  await ctx.service.stop();
+  await ctx.peer.close();
+});
+
+kill('a dispatcher killed mid-fan-out is resumed by another: every device gets the message, none twice', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const ids = Array.from({ length: MEMBERS }, (_, i) => `k-${i}`);
+  const tokens = new Set<string>();
+  for (const id of ids) {
+    const token = (0x5000 + tokens.size).toString(16).padStart(64, 'c');
+    tokens.add(token);
+    await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token, platform: 'ios' });
+  }
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'kill-all' });
+  await api.post('/v1/topics/kill-all/subscribers', boot.keys.tenant, { externalIds: ids });
+  ctx.peer.respondWith({ delayMs: 15 }); // slow answers: the kill lands with pushes in flight
+  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const sent = await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'kill-all' }, title: 'Survive', body: 'a SIGKILL' });
+  const id = sent.body.data.id;
+  await waitFor('the first dispatcher to be mid-fan-out', async () => {
+    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+    return m.counts.sent >= 60;
+  }, 30_000, 5);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  const atKill = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+  assert.ok(atKill.counts.sent < MEMBERS, `killed before the end (${atKill.counts.sent} sent)`);
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await waitFor('the second dispatcher to finish', async () => {
+    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+    return m.status === 'completed' ? m : null;
+  }, 60_000, 100);
+  assert.equal(done.counts, { total: MEMBERS, pending: 0, sent: MEMBERS, failed: 0, skipped: 0, canceled: 0 });
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
+  const byToken = new Map<string, Set<string>>();
+  for (const r of received) {
+    const seen = byToken.get(r.token) ?? new Set<string>();
+    seen.add(`${r.apnsId}|${r.headers['apns-collapse-id']}`);
+    byToken.set(r.token, seen);
+  }
+  assert.equal(new Set(byToken.keys()), tokens, 'every device got the message');
+  for (const [token, seen] of byToken) assert.is(seen.size, 1, `${token}: one apns-id and collapse id, so the device shows it once`);
+  const resent = received.length - MEMBERS;
+  assert.ok(resent <= 25, `only pushes in flight at the kill are sent again (${resent})`);
+  if (process.env.HERALD_TEST_VERBOSE) console.log(`killed at ${atKill.counts.sent} sent; ${resent} in-flight pushes sent again`);
+});
+
+kill.run();

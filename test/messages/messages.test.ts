@@ -1,0 +1,211 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import type { ApnsPeer } from '../helpers/apns-peer.js';
+import { inboxEvents, names } from '../helpers/inbox.js';
+import { apnsCredentials, BUNDLE_ID, pushSetup } from '../helpers/push-setup.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string };
+const m = suite<Ctx>('messages and APNs delivery');
+
+const hex = (n: number, width = 64) => n.toString(16).padStart(width, '0');
+let tokenCounter = 1000;
+const nextToken = () => hex(tokenCounter++);
+
+m.before(async (ctx) => { try {
+  const { peer, key, env } = await pushSetup();
+  ctx.peer = peer;
+  ctx.service = await startTestService('messages', { ...env, FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher']);
+  ctx.api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, 'messages');
+  ctx.key = boot.keys.tenant;
+  ctx.pk = boot.keys.client;
+  ctx.tenantId = boot.tenant.id;
+  const res = await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(key) });
+  assert.ok(res.status === 200 || res.status === 201, JSON.stringify(res.body));
+  } catch (err) {
+    console.error('setup failed', err); // uvu reports a failing hook without its error
+    throw err;
+  }
+});
+m.after(async (ctx) => {
+  await ctx.service.stop();
+  await ctx.peer.close();
+});
+
+async function device(ctx: Ctx, externalId: string, extra: Record<string, unknown> = {}) {
+  const res = await ctx.api.post('/v1/client/subscriptions', ctx.pk, { externalId, channel: 'push', token: nextToken(), platform: 'ios', ...extra });
+  assert.ok(res.status === 201 || res.status === 200, JSON.stringify(res.body));
+  return res.body.data;
+}
+
+const finished = (ctx: Ctx, id: string) => waitFor(`message ${id} to finish`, async () => {
+  const res = await ctx.api.get(`/v1/messages/${id}`, ctx.key);
+  return ['completed', 'failed', 'canceled'].includes(res.body.data.status) ? res.body.data : null;
+}, 15_000);
+
+m('a message to one subscriber reaches each of its devices once, with the APNs answer recorded', async (ctx) => {
+  const a = await device(ctx, 'alice');
+  const b = await device(ctx, 'alice', { environment: 'sandbox' });
+  const res = await ctx.api.post('/v1/messages', ctx.key, {
+    to: 'alice', title: 'Order shipped', body: 'Your order is on its way', data: { orderId: 7 }, badge: 3, sound: 'default',
+    threadId: 'orders', collapseId: 'order-7', url: 'app://orders/7', priority: 'normal', ttl: 3600,
+  });
+  assert.is(res.status, 202);
+  assert.match(res.body.data.id, /^msg_/);
+  assert.is(res.body.data.status, 'queued');
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.status, 'completed');
+  assert.equal(done.counts, { total: 2, pending: 0, sent: 2, failed: 0, skipped: 0, canceled: 0 });
+  const seen: any[] = ctx.peer.requests.filter((r) => r.token === a.token || r.token === b.token);
+  assert.is(seen.length, 2);
+  const one = seen[0]!;
+  assert.is(one.headers['apns-topic'], BUNDLE_ID);
+  assert.is(one.headers['apns-push-type'], 'alert');
+  assert.is(one.headers['apns-priority'], '5');
+  assert.is(one.headers['apns-collapse-id'], 'order-7');
+  assert.ok(Number(one.headers['apns-expiration']) > Date.now() / 1000);
+  assert.equal(one.payload.aps.alert, { title: 'Order shipped', body: 'Your order is on its way' });
+  assert.is(one.payload.aps.badge, 3);
+  assert.is(one.payload.orderId, 7);
+  assert.is(one.payload.herald.messageId, res.body.data.id);
+  const deliveries = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data;
+  assert.is(deliveries.total, 2);
+  for (const d of deliveries.items) {
+    assert.is(d.status, 'sent');
+    assert.is(d.provider.status, 200);
+    assert.ok(seen.some((r) => r.apnsId === d.provider.apnsId));
+    assert.is((await ctx.api.get(`/v1/deliveries/${d.id}`, ctx.key)).body.data.id, d.id);
+  }
+  const events = await inboxEvents(ctx.service, ctx.tenantId, 'alice');
+  const send = events.filter((e) => e.name === '$send');
+  assert.is(send.length, 1, '$send once per subscriber and message');
+  assert.is(send[0]!.data.messageId, res.body.data.id);
+});
+
+m('disabled subscriptions, opt-outs and missing subscriptions become skipped deliveries with a reason', async (ctx) => {
+  const off = await device(ctx, 'bob');
+  await ctx.api.patch(`/v1/client/subscriptions/${off.id}`, ctx.pk, { enabled: false });
+  await device(ctx, 'carol');
+  await ctx.api.patch('/v1/subscribers/carol/preferences', ctx.key, { categories: { promos: { push: false } } });
+  await device(ctx, 'dave');
+  await ctx.api.patch('/v1/subscribers/dave/preferences', ctx.key, { channels: { push: false } });
+  await ctx.api.post('/v1/subscribers', ctx.key, { externalId: 'erin' });
+  await ctx.api.post('/v1/client/subscriptions', ctx.pk, { externalId: 'frank', channel: 'email', address: 'frank@example.com' });
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'promos-list' });
+  await ctx.api.post('/v1/topics/promos-list/subscribers', ctx.key, { externalIds: ['bob', 'carol', 'dave', 'erin', 'frank'] });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'promos-list' }, title: 'Sale', body: '50% off', category: 'promos' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.counts.skipped, 5);
+  assert.is(done.counts.sent, 0);
+  const reasons = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?status=skipped`, ctx.key)).body.data.items.map((d: any) => `${d.externalId}:${d.reason}`).sort();
+  assert.equal(reasons, ['bob:subscription_disabled', 'carol:category_opt_out', 'dave:channel_opt_out', 'erin:no_subscription', 'frank:channel_not_supported']);
+});
+
+m('a topic fan-out in many chunks delivers to every member exactly once', async (ctx) => {
+  const members = Array.from({ length: 150 }, (_, i) => `fan-${i}`);
+  const tokens = new Set<string>();
+  for (const id of members) tokens.add((await device(ctx, id)).token);
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'everyone' });
+  await ctx.api.post('/v1/topics/everyone/subscribers', ctx.key, { externalIds: members });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'everyone' }, title: 'Hello', body: 'All of you' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.counts.sent, 150);
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === res.body.data.id);
+  assert.is(received.length, 150);
+  assert.equal(new Set(received.map((r) => r.token)), tokens);
+  const page = await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=100`, ctx.key);
+  assert.is(page.body.data.total, 150);
+  assert.is(page.body.data.hasMore, true);
+});
+
+m('the same Idempotency-Key and body replays the original; another body is 409; concurrent requests make one message', async (ctx) => {
+  await device(ctx, 'idem-user');
+  const body = { to: 'idem-user', title: 'Once', body: 'only once' };
+  const first = await ctx.api.post('/v1/messages', ctx.key, body, { 'Idempotency-Key': 'order-1' });
+  const again = await ctx.api.post('/v1/messages', ctx.key, { body: 'only once', title: 'Once', to: 'idem-user' }, { 'Idempotency-Key': 'order-1' });
+  assert.is(again.status, 202);
+  assert.is(again.headers.get('idempotent-replayed'), 'true');
+  assert.is(again.body.data.id, first.body.data.id);
+  assert.is(first.headers.get('idempotent-replayed'), null);
+  const other = await ctx.api.post('/v1/messages', ctx.key, { ...body, title: 'Twice?' }, { 'Idempotency-Key': 'order-1' });
+  assert.is(other.status, 409);
+  assert.is(other.body.error.code, 'idempotency_key_reused');
+  await finished(ctx, first.body.data.id);
+  assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === first.body.data.id).length, 1, 'nothing sent again');
+  const racers = await Promise.all(Array.from({ length: 20 }, () => ctx.api.post('/v1/messages', ctx.key, body, { 'Idempotency-Key': 'race-1' })));
+  assert.ok(racers.every((r) => r.status === 202));
+  assert.is(new Set(racers.map((r) => r.body.data.id)).size, 1);
+  assert.is(racers.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 19);
+});
+
+m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates the subscription', async (ctx) => {
+  const dead = await device(ctx, 'gone-device');
+  const bad = await device(ctx, 'gone-device');
+  ctx.peer.respondWith({ token: dead.token, status: 410, reason: 'Unregistered' });
+  ctx.peer.respondWith({ token: bad.token, status: 400, reason: 'BadDeviceToken' });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'gone-device', title: 't', body: 'b' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.counts.failed, 2);
+  const ds = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  assert.equal(ds.map((d: any) => d.provider.reason).sort(), ['BadDeviceToken', 'Unregistered']);
+  const subs = (await ctx.api.get('/v1/subscribers/gone-device/subscriptions', ctx.key)).body.data.items;
+  assert.ok(subs.every((s: any) => s.enabled === false && s.invalidatedAt));
+  assert.is(names(await inboxEvents(ctx.service, ctx.tenantId, 'gone-device')).filter((n) => n === '$subscription.invalidated').length, 2);
+  const next = await ctx.api.post('/v1/messages', ctx.key, { to: 'gone-device', title: 't', body: 'b' });
+  assert.is((await finished(ctx, next.body.data.id)).counts.skipped, 2, 'invalidated tokens are skipped afterwards');
+});
+
+m('APNs 429 and 5xx are retried with backoff', async (ctx) => {
+  const d = await device(ctx, 'busy');
+  ctx.peer.respondWith({ token: d.token, status: 429, reason: 'TooManyRequests', times: 1 });
+  ctx.peer.respondWith({ token: d.token, status: 503, reason: 'ServiceUnavailable', times: 1 });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'busy', title: 't', body: 'b' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.counts.sent, 1);
+  const [delivery] = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  assert.is(delivery.attempts, 3);
+});
+
+m('a scheduled message waits for sendAt and can be canceled until then', async (ctx) => {
+  await device(ctx, 'later');
+  const soon = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'soon', body: 'b', sendAt: new Date(Date.now() + 1500).toISOString() });
+  assert.is(soon.body.data.status, 'scheduled');
+  const cancelMe = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'never', body: 'b', sendAt: new Date(Date.now() + 60_000).toISOString() });
+  const canceled = await ctx.api.post(`/v1/messages/${cancelMe.body.data.id}/cancel`, ctx.key);
+  assert.is(canceled.body.data.status, 'canceled');
+  assert.ok(canceled.body.data.canceledAt);
+  assert.is((await ctx.api.get(`/v1/messages?status=canceled`, ctx.key)).body.data.total, 1);
+  const done = await finished(ctx, soon.body.data.id);
+  assert.is(done.counts.sent, 1);
+  assert.ok(Date.parse(done.startedAt) >= Date.parse(done.sendAt));
+  assert.is((await ctx.api.post(`/v1/messages/${soon.body.data.id}/cancel`, ctx.key)).body.error.code, 'conflict');
+  assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === cancelMe.body.data.id).length, 0);
+});
+
+m('bad requests are clear errors', async (ctx) => {
+  const cases: [unknown, number, string, string][] = [
+    [{ to: { segment: 'vips' }, title: 't', body: 'b' }, 400, 'bad_request', 'to.segment'],
+    [{ to: { where: { attribute: 'plan', eq: 'pro' } }, title: 't', body: 'b' }, 400, 'bad_request', 'to.where'],
+    [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b' }, 400, 'validation', 'to.topic'],
+    [{ to: 'x', title: 't' }, 400, 'validation', 'body'],
+    [{ to: 'x', title: 't', body: 'b', data: { aps: {} } }, 400, 'validation', 'data'],
+    [{ to: 'x', title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, 400, 'validation', 'data'],
+    [{ to: 'x', title: 't', body: 'b', priority: 'urgent' }, 400, 'validation', 'priority'],
+    [{ to: 'x', title: 't', body: 'b', sendAt: new Date(Date.now() + 40 * 86_400_000).toISOString() }, 400, 'validation', 'sendAt'],
+    [{ to: { topic: 'a', externalId: 'b' }, title: 't', body: 'b' }, 400, 'validation', 'to'],
+  ];
+  for (const [body, status, code, param] of cases) {
+    const res = await ctx.api.post('/v1/messages', ctx.key, body);
+    assert.is(res.status, status, JSON.stringify(body).slice(0, 80));
+    assert.is(res.body.error.code, code, JSON.stringify(body).slice(0, 80));
+    assert.ok(res.body.error.param === param || res.body.error.details?.some((d: any) => d.param === param), `${param}: ${JSON.stringify(res.body.error)}`);
+  }
+  assert.is((await ctx.api.get('/v1/messages/msg_nope', ctx.key)).status, 404);
+  assert.is((await ctx.api.get('/v1/deliveries/dlv_nope', ctx.key)).status, 404);
+  assert.is((await ctx.api.post('/v1/messages', ctx.pk, { to: 'x', title: 't', body: 'b' })).body.error.code, 'forbidden');
+});
+
+m.run();

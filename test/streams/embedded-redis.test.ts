@@ -1,0 +1,202 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { ConfigError, loadConfig } from '../../lib/config.js';
+import { answersPing, INSTALL_HINT, resolveRedis, type ResolvedRedis } from '../../streams/embedded-redis.js';
+import { connectRedis } from '../../streams/redis.js';
+import { freePort, testRedisUrl } from '../helpers/redis.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+type Ctx = { temps: string[]; started: ResolvedRedis[] };
+const embedded = suite<Ctx>('embedded redis');
+
+/** A temporary directory removed after the suite. */
+function temp(ctx: Ctx, name: string): string {
+  const dir = mkdtempSync(join(tmpdir(), `herald-${name}-`));
+  ctx.temps.push(dir);
+  return dir;
+}
+
+/** Resolves with a config that has no REDIS_URL and data under `dataDir`; remembers what it starts. */
+async function resolveEmbedded(ctx: Ctx, dataDir: string, local: { host: string; port: number }): Promise<ResolvedRedis> {
+  const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir }, {}), local);
+  ctx.started.push(resolved);
+  return resolved;
+}
+
+/** Somewhere nothing listens: a port that was free a moment ago. */
+async function nobody(): Promise<{ host: string; port: number }> {
+  return { host: '127.0.0.1', port: await freePort() };
+}
+
+embedded.before((ctx) => {
+  ctx.temps = [];
+  ctx.started = [];
+});
+
+embedded.after(async (ctx) => {
+  for (const resolved of ctx.started) await resolved.stop();
+  for (const dir of ctx.temps) rmSync(dir, { recursive: true, force: true });
+});
+
+embedded('with REDIS_URL set it uses that URL and starts nothing', async (ctx) => {
+  const dataDir = temp(ctx, 'url');
+  // Not even reachable: REDIS_URL is taken as given, without a probe.
+  const config = loadConfig({ REDIS_URL: 'redis://127.0.0.1:1/3', HERALD_DATA_DIR: dataDir }, {});
+  const resolved = await resolveRedis(config, await nobody());
+  assert.equal(resolved.target, { url: 'redis://127.0.0.1:1/3' });
+  assert.is(resolved.embedded, false);
+  assert.not.ok(existsSync(join(dataDir, 'redis')), 'no data directory is made');
+  await resolved.stop();
+});
+
+embedded('without REDIS_URL it uses the local Redis when that answers', async (ctx) => {
+  const dataDir = temp(ctx, 'local');
+  const { hostname, port } = new URL(await testRedisUrl());
+  const resolved = await resolveEmbedded(ctx, dataDir, { host: hostname, port: Number(port) });
+  assert.equal(resolved.target, { url: `redis://${hostname}:${port}` });
+  assert.is(resolved.embedded, false);
+  assert.not.ok(existsSync(join(dataDir, 'redis')), 'no data directory is made');
+  await resolved.stop();
+  assert.ok(await answersPing({ host: hostname, port: Number(port) }), 'stop leaves a Redis it did not start alone');
+});
+
+embedded('with nothing reachable it starts a private redis-server with append-only persistence under <dataDir>/redis, over a unix socket, and data survives a restart', async (ctx) => {
+  const dataDir = temp(ctx, 'data');
+  const socket = join(dataDir, 'redis', 'redis.sock');
+  const first = await resolveEmbedded(ctx, dataDir, await nobody());
+  assert.equal(first.target, { path: socket });
+  assert.is(first.embedded, true);
+  assert.ok(await answersPing({ path: socket }));
+
+  const redis = connectRedis(first.target);
+  try {
+    assert.is(await redis.config('GET', 'appendonly').then((r) => (r as string[])[1]), 'yes');
+    assert.is(await redis.config('GET', 'port').then((r) => (r as string[])[1]), '0', 'no TCP port is opened');
+    await redis.set('herald-embedded-test', 'kept');
+    await redis.rpush('herald-embedded-list', 'a', 'b', 'c');
+  } finally {
+    redis.disconnect();
+  }
+  await first.stop();
+  assert.not.ok(await answersPing({ path: socket }), 'after stop() nothing answers on the socket');
+
+  const files = readdirSync(join(dataDir, 'redis'));
+  assert.ok(files.includes('redis.log'), `files: ${files}`);
+  // Redis 7 keeps the append-only file as a directory of base and incremental files plus a manifest.
+  const aof = files.includes('appendonlydir') ? readdirSync(join(dataDir, 'redis', 'appendonlydir')) : files.filter((f) => f.endsWith('.aof'));
+  assert.ok(aof.some((f) => /\.aof$/.test(f)), `append-only files: ${aof}`);
+
+  const second = await resolveEmbedded(ctx, dataDir, await nobody());
+  assert.equal(second.target, { path: socket });
+  assert.is(second.embedded, true);
+  const again = connectRedis(second.target);
+  try {
+    assert.is(await again.get('herald-embedded-test'), 'kept');
+    assert.equal(await again.lrange('herald-embedded-list', 0, -1), ['a', 'b', 'c']);
+  } finally {
+    again.disconnect();
+  }
+  await second.stop();
+  assert.not.ok(await answersPing({ path: socket }));
+});
+
+embedded('a second resolve while the embedded server runs reuses it, and its stop() leaves it running', async (ctx) => {
+  const dataDir = temp(ctx, 'reuse');
+  const first = await resolveEmbedded(ctx, dataDir, await nobody());
+  const second = await resolveEmbedded(ctx, dataDir, await nobody());
+  assert.equal(second.target, first.target);
+  assert.is(second.embedded, true);
+
+  const a = connectRedis(first.target);
+  const b = connectRedis(second.target);
+  try {
+    const pid = (info: string) => /process_id:(\d+)/.exec(info)?.[1];
+    const pidA = pid(await a.info('server'));
+    assert.ok(pidA);
+    assert.is(pid(await b.info('server')), pidA, 'one redis-server serves both');
+    await second.stop();
+    assert.ok(await answersPing(first.target as { path: string }), 'the reused server is still up');
+    assert.is(await a.ping(), 'PONG');
+  } finally {
+    a.disconnect();
+    b.disconnect();
+  }
+  await first.stop();
+  assert.not.ok(await answersPing(first.target as { path: string }), 'the server is stopped by the resolve that started it');
+  await first.stop(); // a second stop is harmless
+});
+
+embedded('without redis-server on PATH it rejects with a ConfigError whose message is the install hint', async (ctx) => {
+  const dataDir = temp(ctx, 'nopath');
+  const emptyBin = temp(ctx, 'empty-bin');
+  const local = await nobody();
+  const path = process.env.PATH;
+  let error: unknown;
+  try {
+    process.env.PATH = emptyBin;
+    await resolveEmbedded(ctx, dataDir, local);
+  } catch (err) {
+    error = err;
+  } finally {
+    process.env.PATH = path;
+  }
+  assert.instance(error, ConfigError);
+  assert.is((error as Error).message, INSTALL_HINT);
+  assert.not.match(INSTALL_HINT, /\n/, 'the hint is one line');
+  assert.match(INSTALL_HINT, /apt-get install -y redis-server/);
+  assert.match(INSTALL_HINT, /REDIS_URL/);
+});
+
+/*
+ * bin/start.ts (through bin/run.ts and startService) calls resolveRedis(config) with the fixed
+ * local address 127.0.0.1:6379, which no environment variable moves. On a machine where that
+ * port answers, the process would use it, so the real entry cannot be tested here without the
+ * shared Redis being down. Instead a child process without redis-server on its PATH runs the same
+ * calls as bin/run.ts (loadConfig from its environment, resolveRedis, the error printed as run.ts
+ * prints it) against a local address nobody answers on.
+ */
+embedded('a process without redis-server on PATH stops with exit 1 and the one-line install hint on stderr', async (ctx) => {
+  const bin = temp(ctx, 'node-only-bin');
+  symlinkSync(process.execPath, join(bin, 'node'));
+  const dataDir = temp(ctx, 'child-data');
+  const { port } = await nobody();
+  const script = `
+    import { ConfigError, loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    try {
+      const resolved = await resolveRedis(loadConfig(), { host: '127.0.0.1', port: ${port} });
+      await resolved.stop();
+      process.stdout.write('resolved\\n');
+    } catch (err) {
+      process.stderr.write('herald: ' + (err instanceof ConfigError ? err.message : 'cannot start: ' + err.message) + '\\n');
+      process.exit(1);
+    }`;
+  const env: Record<string, string> = { PATH: bin, HERALD_DATA_DIR: dataDir, HOME: process.env.HOME ?? '/tmp' };
+  const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>((done, fail) => {
+    const child = spawn(join(bin, 'node'), ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`child did not finish: ${stderr}`));
+    }, 30_000);
+    child.on('error', fail);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      done({ code, stdout, stderr });
+    });
+  });
+  assert.is(run.code, 1, run.stderr);
+  assert.is(run.stdout, '');
+  assert.is(run.stderr, `herald: ${INSTALL_HINT}\n`);
+  assert.not.ok(existsSync(join(dataDir, 'redis')), 'nothing is created before the hint');
+});
+
+embedded.run();

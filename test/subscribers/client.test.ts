@@ -1,0 +1,194 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { identityHash } from '../../lib/identity-hash.js';
+import { setIdentityRequired, tenantIdentity } from '../../streams/identity.js';
+import { client } from '../helpers/api.js';
+import { inboxEvents, names } from '../helpers/inbox.js';
+import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; boot: Awaited<ReturnType<typeof bootstrapWorkspace>> };
+const c = suite<Ctx>('client API and subscriptions');
+
+const token = (n: number) => n.toString(16).padStart(64, 'a');
+
+c.before(async (ctx) => {
+  ctx.service = await startTestService('client');
+  ctx.api = client(ctx.service.url);
+  ctx.boot = await bootstrapWorkspace(ctx.service, 'client');
+  ctx.key = ctx.boot.keys.tenant;
+  ctx.pk = ctx.boot.keys.client;
+});
+c.after(async (ctx) => ctx.service.stop());
+
+c('registering a device creates the subscriber and the subscription with every field of 4.4', async ({ api, pk, service, boot }) => {
+  const res = await api.post('/v1/client/subscriptions', pk, {
+    externalId: 'dev-1', channel: 'push', token: token(1), platform: 'ios', environment: 'sandbox', authorizationStatus: 'provisional',
+    device: { appVersion: '2.1.0', appBuild: '210', sdkVersion: '1.0.0', osVersion: '18.1', model: 'iPhone16,2', locale: 'en_US', installedAt: '2026-11-01T00:00:00Z' },
+  });
+  assert.is(res.status, 201);
+  const s = res.body.data;
+  assert.match(s.id, /^scr_/);
+  assert.is(s.externalId, 'dev-1');
+  assert.is(s.environment, 'sandbox');
+  assert.is(s.authorizationStatus, 'provisional');
+  assert.is(s.enabled, true);
+  assert.is(s.device.model, 'iPhone16,2');
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'dev-1')), ['$subscriber.created', '$subscription.registered']);
+  const listed = await api.get('/v1/subscribers/dev-1/subscriptions', boot.keys.tenant);
+  assert.is(listed.body.data.total, 1);
+});
+
+c('registering an existing token updates it instead of duplicating it', async ({ api, pk, service, boot }) => {
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), platform: 'ios', device: { appVersion: '1.0' } });
+  const again = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), platform: 'ios', device: { appVersion: '1.1' } });
+  assert.is(again.status, 200);
+  assert.is(again.body.data.id, first.body.data.id);
+  assert.is(again.body.data.device.appVersion, '1.1');
+  assert.is((await api.get('/v1/subscribers/dev-2/subscriptions', boot.keys.tenant)).body.data.total, 1);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'dev-2')), ['$subscriber.created', '$subscription.registered']);
+});
+
+c('a token registered by another user moves to the new subscriber', async ({ api, pk, service, boot }) => {
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'old-user', channel: 'push', token: token(3), platform: 'ios' });
+  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: 'new-user', channel: 'push', token: token(3), platform: 'ios' });
+  assert.is(moved.status, 201);
+  assert.is(moved.body.data.id, first.body.data.id, 'one subscription, same id');
+  assert.is((await api.get('/v1/subscribers/old-user/subscriptions', boot.keys.tenant)).body.data.total, 0);
+  assert.is((await api.get('/v1/subscribers/new-user/subscriptions', boot.keys.tenant)).body.data.total, 1);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'old-user')), ['$subscriber.created', '$subscription.registered', '$subscription.removed']);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'new-user')), ['$subscriber.created', '$subscription.registered']);
+});
+
+c('50 parallel registrations of the same token end with exactly one subscription', async ({ api, pk, service, boot }) => {
+  const replies = await Promise.all(Array.from({ length: 50 }, () => api.post('/v1/client/subscriptions', pk, { externalId: 'racer', channel: 'push', token: token(4), platform: 'ios' })));
+  assert.ok(replies.every((r) => r.status === 200 || r.status === 201));
+  assert.is(new Set(replies.map((r) => r.body.data.id)).size, 1);
+  assert.is(replies.filter((r) => r.status === 201).length, 1);
+  assert.is((await api.get('/v1/subscribers/racer/subscriptions', boot.keys.tenant)).body.data.total, 1);
+  assert.is(names(await inboxEvents(service, boot.tenant.id, 'racer')).filter((n) => n === '$subscription.registered').length, 1);
+});
+
+c('50 parallel identical enabled:false updates write exactly one $subscription.muted', async ({ api, pk, service, boot }) => {
+  const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'muter', channel: 'push', token: token(5), platform: 'ios' });
+  const replies = await Promise.all(Array.from({ length: 50 }, () => api.patch(`/v1/client/subscriptions/${body.data.id}`, pk, { enabled: false })));
+  assert.ok(replies.every((r) => r.status === 200 && r.body.data.enabled === false));
+  await api.patch(`/v1/client/subscriptions/${body.data.id}`, pk, { enabled: true });
+  await api.patch(`/v1/subscribers/muter/subscriptions/${body.data.id}`, boot.keys.tenant, { enabled: true });
+  const events = names(await inboxEvents(service, boot.tenant.id, 'muter'));
+  assert.is(events.filter((n) => n === '$subscription.muted').length, 1);
+  assert.is(events.filter((n) => n === '$subscription.unmuted').length, 1);
+});
+
+c('backend routes disable and remove a subscription; removal writes $subscription.removed', async ({ api, pk, service, boot }) => {
+  const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'backend', channel: 'email', address: 'Backend@Example.com' });
+  assert.is(body.data.address, 'backend@example.com');
+  const off = await api.patch(`/v1/subscribers/backend/subscriptions/${body.data.id}`, boot.keys.tenant, { enabled: false });
+  assert.is(off.body.data.enabled, false);
+  const removed = await api.del(`/v1/subscribers/backend/subscriptions/${body.data.id}`, boot.keys.tenant);
+  assert.is(removed.status, 200);
+  assert.is((await api.del(`/v1/subscribers/backend/subscriptions/${body.data.id}`, boot.keys.tenant)).status, 404);
+  assert.is((await api.get(`/v1/subscribers/backend/subscriptions/scr_nope`, boot.keys.tenant)).status, 404);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'backend')), ['$subscriber.created', '$subscription.registered', '$subscription.muted', '$subscription.removed']);
+});
+
+c('every bound of 4.4 is a validation error naming the field', async ({ api, pk }) => {
+  const base = { externalId: 'bounds', channel: 'push', platform: 'ios' };
+  const cases: [unknown, string][] = [
+    [{ ...base, token: 'short' }, 'token'],
+    [{ ...base, token: 'a'.repeat(1025) }, 'token'],
+    [{ externalId: 'bounds', channel: 'email', address: `${'a'.repeat(250)}@x.io` }, 'address'],
+    [{ ...base, token: token(6), channel: 'sms' }, 'channel'],
+    [{ ...base, token: token(6), platform: 'windows' }, 'platform'],
+    [{ ...base, token: token(6), environment: 'staging' }, 'environment'],
+    [{ ...base, token: token(6), authorizationStatus: 'maybe' }, 'authorizationStatus'],
+    [{ ...base, token: token(6), device: { model: 'x'.repeat(129) } }, 'device.model'],
+    [{ ...base, token: token(6), device: { color: 'red' } }, 'device.color'],
+    [{ ...base, token: token(6), extra: true }, 'extra'],
+    [{ ...base, token: token(6), externalId: '' }, 'externalId'],
+    [{ ...base, token: token(6), anonymousId: 'x'.repeat(257) }, 'anonymousId'],
+    [{ ...base }, 'token'],
+    [{ externalId: 'bounds', channel: 'email', token: token(6) }, 'address'],
+  ];
+  for (const [body, param] of cases) {
+    const res = await api.post('/v1/client/subscriptions', pk, body);
+    assert.is(res.status, 400, JSON.stringify(body).slice(0, 80));
+    assert.is(res.body.error.code, 'validation');
+    assert.ok(res.body.error.details.some((d: any) => d.param === param), `${param}: ${JSON.stringify(res.body.error.details)}`);
+  }
+  assert.is((await api.patch('/v1/client/subscriptions/scr_x', pk, { enabled: 'no' })).body.error.details[0].param, 'enabled');
+});
+
+c('identify writes $identify, sets attributes and merges the anonymous subscriber', async ({ api, pk, service, boot }) => {
+  const anon = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-123', channel: 'push', token: token(7), platform: 'ios' });
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'anon-123', locale: 'de', properties: { seenOnboarding: true } });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'user-42', anonymousId: 'anon-123', attributes: { email: 'u42@example.com' } });
+  assert.is(res.status, 200);
+  assert.is(res.body.data.email, 'u42@example.com');
+  assert.is(res.body.data.locale, 'de', 'missing attributes come from the anonymous subscriber');
+  assert.equal(res.body.data.properties, { seenOnboarding: true });
+  const subs = await api.get('/v1/subscribers/user-42/subscriptions', boot.keys.tenant);
+  assert.equal(subs.body.data.items.map((s: any) => s.id), [anon.body.data.id]);
+  assert.is((await api.get('/v1/subscribers/anon-123', boot.keys.tenant)).status, 404);
+  assert.ok(names(await inboxEvents(service, boot.tenant.id, 'user-42')).includes('$identify'));
+  assert.is(names(await inboxEvents(service, boot.tenant.id, 'anon-123')).at(-1), '$subscriber.deleted');
+});
+
+c('a client key cannot change another subscriber\'s subscription', async ({ api, pk }) => {
+  const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'owner', channel: 'push', token: token(8), platform: 'ios' });
+  const res = await api.call('PATCH', `/v1/client/subscriptions/${body.data.id}?externalId=intruder`, { key: pk, body: { enabled: false } });
+  assert.is(res.status, 404);
+  assert.is((await api.patch('/v1/client/subscriptions/scr_unknown', pk, { enabled: false })).status, 404);
+  assert.is((await api.del(`/v1/client/subscriptions/${body.data.id}?externalId=intruder`, pk)).status, 404);
+});
+
+c('client preferences read and change the app user\'s own preferences', async ({ api, pk, service, boot }) => {
+  const res = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-app', channels: { push: false } });
+  assert.equal(res.body.data.channels, { push: false, email: true });
+  const read = await api.get('/v1/client/preferences?externalId=pref-app', pk);
+  assert.equal(read.body.data.channels, { push: false, email: true });
+  assert.is((await api.get('/v1/client/preferences?externalId=nobody-here', pk)).status, 404);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-app')), ['$subscriber.created', '$preferences.updated']);
+});
+
+c('widgets: register, list own, delete answers the widget then null', async ({ api, pk }) => {
+  const made = await api.post('/v1/client/widgets', pk, { externalId: 'w-user', kind: 'com.example.Orders', family: 'systemSmall', configuration: { orderId: 7 } });
+  assert.is(made.status, 201);
+  assert.match(made.body.data.id, /^wdg_/);
+  const list = await api.get('/v1/client/widgets?externalId=w-user', pk);
+  assert.equal(list.body.data.items.map((w: any) => w.id), [made.body.data.id]);
+  assert.is((await api.get('/v1/client/widgets?externalId=other', pk)).body.data.total, 0);
+  assert.is((await api.del(`/v1/client/widgets/${made.body.data.id}?externalId=other`, pk)).status, 404);
+  const deleted = await api.del(`/v1/client/widgets/${made.body.data.id}?externalId=w-user`, pk);
+  assert.is(deleted.status, 200);
+  assert.is(deleted.body.data.id, made.body.data.id);
+  const again = await api.del(`/v1/client/widgets/${made.body.data.id}?externalId=w-user`, pk);
+  assert.is(again.status, 200);
+  assert.is(again.body.data, null);
+  assert.is((await api.del('/v1/client/widgets/not-an-id?externalId=w-user', pk)).status, 404);
+  assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'w-user', kind: 'k', configuration: { pad: 'x'.repeat(5000) } })).body.error.details[0].param, 'configuration');
+});
+
+c('identity verification: a valid hash marks verified, a wrong one is refused, and a tenant can require it', async ({ api, pk, service, boot }) => {
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const good = identityHash(secret, 'verified-user');
+  const ok = await api.post('/v1/client/identify', pk, { externalId: 'verified-user', identityHash: good });
+  assert.is(ok.body.data.verified, true);
+  const bad = await api.post('/v1/client/identify', pk, { externalId: 'verified-user', identityHash: identityHash(secret, 'someone-else') });
+  assert.is(bad.status, 403);
+  assert.is(bad.body.error.code, 'invalid_identity_hash');
+  await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, true, BY_TEST);
+  try {
+    const missing = await api.post('/v1/client/events', pk, { externalId: 'verified-user', source: 'ios', events: [{ name: '$app.opened' }] });
+    assert.is(missing.status, 403);
+    assert.is(missing.body.error.code, 'identity_verification_required');
+    const with_ = await api.post('/v1/client/events', pk, { externalId: 'verified-user', identityHash: good.toUpperCase(), source: 'ios', events: [{ name: '$app.opened' }] });
+    assert.is(with_.status, 202);
+    assert.is((await api.get('/v1/client/preferences?externalId=verified-user', pk)).body.error.code, 'identity_verification_required');
+    const filtered = await api.get('/v1/subscribers?limit=100', boot.keys.tenant);
+    assert.ok(filtered.body.data.items.find((s: any) => s.externalId === 'verified-user').verified);
+  } finally {
+    await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, false, BY_TEST);
+  }
+});
+
+c.run();

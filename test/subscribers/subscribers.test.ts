@@ -1,0 +1,162 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import { inboxEvents, names } from '../helpers/inbox.js';
+import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; tenantId: string; workspaceId: string };
+const subs = suite<Ctx>('subscribers');
+
+subs.before(async (ctx) => {
+  ctx.service = await startTestService('subscribers');
+  ctx.api = client(ctx.service.url);
+  const { keys, tenant, workspace } = await bootstrapWorkspace(ctx.service, 'subs');
+  ctx.key = keys.tenant;
+  ctx.tenantId = tenant.id;
+  ctx.workspaceId = workspace.id;
+});
+subs.after(async (ctx) => ctx.service.stop());
+
+subs('POST creates a subscriber (201) and writes $subscriber.created once', async ({ api, key, service, tenantId }) => {
+  const res = await api.post('/v1/subscribers', key, { externalId: 'ada', email: 'Ada@Example.com', locale: 'en-GB', timezone: 'Europe/London', properties: { plan: 'pro' } });
+  assert.is(res.status, 201);
+  assert.match(res.body.data.id, /^sub_/);
+  assert.is(res.body.data.email, 'Ada@Example.com');
+  assert.equal(res.body.data.properties, { plan: 'pro' });
+  assert.is(res.body.data.verified, false);
+  const again = await api.post('/v1/subscribers', key, { externalId: 'ada', email: 'Ada@Example.com' });
+  assert.is(again.status, 200);
+  assert.is(again.body.data.id, res.body.data.id);
+  assert.equal(names(await inboxEvents(service, tenantId, 'ada')), ['$subscriber.created'], 'an unchanged upsert writes nothing');
+});
+
+subs('an update writes $subscriber.updated with only the changed fields, and nothing when nothing changes', async ({ api, key, service, tenantId }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'bob', email: 'bob@example.com', properties: { plan: 'free', seats: 1 } });
+  const res = await api.patch('/v1/subscribers/bob', key, { phone: '+14155550100', properties: { plan: 'pro', seats: null } });
+  assert.is(res.status, 200);
+  assert.equal(res.body.data.properties, { plan: 'pro' });
+  await api.patch('/v1/subscribers/bob', key, { phone: '+14155550100' });
+  const events = await inboxEvents(service, tenantId, 'bob');
+  assert.equal(names(events), ['$subscriber.created', '$subscriber.updated']);
+  assert.equal(events[1]!.data, { changes: { phone: '+14155550100', properties: { plan: 'pro' } }, previousAttributes: { phone: null, properties: { plan: 'free', seats: 1 } } });
+  assert.is(events[1]!.source, 'system');
+});
+
+subs('a null attribute removes it', async ({ api, key }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'nulls', email: 'n@example.com' });
+  const res = await api.patch('/v1/subscribers/nulls', key, { email: null });
+  assert.is(res.body.data.email, null);
+});
+
+subs('bad attributes are validation errors naming the field, and unknown fields are refused', async ({ api, key }) => {
+  const cases: [unknown, string][] = [
+    [{ externalId: 'v', email: 'not-an-email' }, 'email'],
+    [{ externalId: 'v', phone: '555-1234' }, 'phone'],
+    [{ externalId: 'v', timezone: 'Mars/Olympus' }, 'timezone'],
+    [{ externalId: 'v', locale: 'english please' }, 'locale'],
+    [{ externalId: 'v', properties: [1] }, 'properties'],
+    [{ externalId: 'v', properties: { pad: 'x'.repeat(9000) } }, 'properties'],
+    [{ externalId: 'v', nickname: 'x' }, 'nickname'],
+    [{ externalId: '' }, 'externalId'],
+    [{ externalId: 'x'.repeat(257) }, 'externalId'],
+  ];
+  for (const [body, param] of cases) {
+    const res = await api.post('/v1/subscribers', key, body);
+    assert.is(res.status, 400, JSON.stringify(body).slice(0, 60));
+    assert.is(res.body.error.code, 'validation');
+    assert.ok(res.body.error.details.some((d: any) => d.param === param), `${param}: ${JSON.stringify(res.body.error.details)}`);
+  }
+  assert.is((await api.patch('/v1/subscribers/v', key, {})).body.error.code, 'validation');
+});
+
+subs('an externalId with /, %, spaces and non-ASCII round-trips through paths', async ({ api, key }) => {
+  const odd = 'team/α %20 ü ✓';
+  await api.post('/v1/subscribers', key, { externalId: odd, email: 'odd@example.com' });
+  const res = await api.get(`/v1/subscribers/${encodeURIComponent(odd)}`, key);
+  assert.is(res.status, 200);
+  assert.is(res.body.data.externalId, odd);
+  assert.is((await api.patch(`/v1/subscribers/${encodeURIComponent(odd)}`, key, { locale: 'fr' })).body.data.locale, 'fr');
+  assert.is((await api.get(`/v1/subscribers/${encodeURIComponent('team/other')}`, key)).status, 404);
+});
+
+subs('the list is newest first with total, pages by cursor and filters by email', async ({ api, key }) => {
+  for (let i = 0; i < 7; i++) await api.post('/v1/subscribers', key, { externalId: `list-${i}`, email: i % 2 ? 'odd@list.example' : `even${i}@list.example` });
+  const all = (await api.get('/v1/subscribers?limit=100', key)).body.data;
+  assert.ok(all.total >= 7);
+  assert.is(all.items.length, all.total);
+  const ids = all.items.map((s: any) => s.id);
+  assert.equal(ids, [...ids].sort().reverse());
+  const seen: string[] = [];
+  let cursor = '';
+  for (let page = 0; page < 50; page++) {
+    const res: any = await api.get(`/v1/subscribers?limit=3${cursor ? `&cursor=${cursor}` : ''}`, key);
+    assert.is(res.body.data.total, all.total);
+    seen.push(...res.body.data.items.map((s: any) => s.id));
+    if (!res.body.data.hasMore) break;
+    cursor = res.body.data.nextCursor;
+  }
+  assert.equal(seen, ids);
+  const odd = (await api.get('/v1/subscribers?email=ODD@list.example', key)).body.data;
+  assert.is(odd.total, 3);
+  assert.equal(odd.items.map((s: any) => s.externalId).sort(), ['list-1', 'list-3', 'list-5']);
+});
+
+subs('an email change moves the subscriber between email filters', async ({ api, key }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'mover', email: 'before@example.com' });
+  await api.patch('/v1/subscribers/mover', key, { email: 'after@example.com' });
+  assert.is((await api.get('/v1/subscribers?email=before@example.com', key)).body.data.total, 0);
+  assert.is((await api.get('/v1/subscribers?email=after@example.com', key)).body.data.total, 1);
+});
+
+subs('a subscriber created by an event is listed and readable', async ({ api, key }) => {
+  await api.post('/v1/events', key, { externalId: 'from-event', name: 'app.open' });
+  const res = await api.get('/v1/subscribers/from-event', key);
+  assert.is(res.status, 200);
+  assert.is(res.body.data.email, null);
+});
+
+subs('delete writes $subscriber.deleted, removes subscriptions and the record; a later event creates it anew', async ({ api, key, service, tenantId, workspaceId }) => {
+  const clientKey = (await makeKey(service, 'subs', 'client', ['client'])).key;
+  await api.post('/v1/subscribers', key, { externalId: 'gone', email: 'gone@example.com' });
+  const reg = await api.post('/v1/client/subscriptions', clientKey, { externalId: 'gone', channel: 'push', token: 'a'.repeat(64), platform: 'ios' });
+  assert.is(reg.status, 201);
+  const del = await api.del('/v1/subscribers/gone', key);
+  assert.is(del.status, 200);
+  assert.is((await api.get('/v1/subscribers/gone', key)).status, 404);
+  assert.is((await api.get('/v1/subscribers?email=gone@example.com', key)).body.data.total, 0);
+  assert.is((await api.del('/v1/subscribers/gone', key)).status, 404);
+  assert.equal(names(await inboxEvents(service, tenantId, 'gone')), ['$subscriber.created', '$subscription.registered', '$subscriber.deleted']);
+  // the token is free again: registering it for someone else creates a new subscription
+  const again = await api.post('/v1/client/subscriptions', clientKey, { externalId: 'someone', channel: 'push', token: 'a'.repeat(64), platform: 'ios' });
+  assert.is(again.status, 201);
+  await api.post('/v1/events', key, { externalId: 'gone', name: 'back' });
+  assert.is((await api.get('/v1/subscribers/gone', key)).status, 200);
+  const ledger = (await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!).type);
+  assert.ok(ledger.includes('subscriber.created') && ledger.includes('subscriber.updated') && ledger.includes('subscriber.deleted'));
+});
+
+subs('preferences default to on, change per channel and category, and write $preferences.updated only on a real change', async ({ api, key, service, tenantId }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'prefs' });
+  const initial = await api.get('/v1/subscribers/prefs/preferences', key);
+  assert.equal(initial.body.data, { channels: { push: true, email: true }, categories: {} });
+  const changed = await api.patch('/v1/subscribers/prefs/preferences', key, { channels: { email: false }, categories: { marketing: { push: false } } });
+  assert.equal(changed.body.data, { channels: { push: true, email: false }, categories: { marketing: { push: false } } });
+  await api.patch('/v1/subscribers/prefs/preferences', key, { channels: { email: false } });
+  const reset = await api.patch('/v1/subscribers/prefs/preferences', key, { categories: { marketing: null } });
+  assert.equal(reset.body.data.categories, {});
+  const events = (await inboxEvents(service, tenantId, 'prefs')).filter((e) => e.name === '$preferences.updated');
+  assert.is(events.length, 2);
+  assert.equal(events[0]!.data.previous, { channels: { push: true, email: true }, categories: {} });
+  assert.is((await api.get('/v1/subscribers/nobody/preferences', key)).status, 404);
+  assert.is((await api.patch('/v1/subscribers/prefs/preferences', key, { channels: { sms: true } })).body.error.code, 'validation');
+});
+
+subs('scopes: subscribers:read cannot write, and another tenant does not see the subscriber', async ({ api, service }) => {
+  const reader = (await makeKey(service, 'subs', 'tenant', ['subscribers:read'])).key;
+  assert.is((await api.post('/v1/subscribers', reader, { externalId: 'x' })).body.error.code, 'missing_permission');
+  assert.is((await api.get('/v1/subscribers/ada', reader)).status, 200);
+  const other = (await makeKey(service, 'subs', 'tenant', ['*'], { tenant: 'other' })).key;
+  assert.is((await api.get('/v1/subscribers/ada', other)).status, 404);
+});
+
+subs.run();

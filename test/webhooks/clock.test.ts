@@ -1,0 +1,189 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { now, setClockOffset } from '../../lib/clock.js';
+import { DISABLE_AFTER_MS } from '../../lib/webhook-policy.js';
+import { OLD_SECRET_VALIDITY_MS } from '../../lib/webhook-signing.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { startReceiver, verifier, type Behaviour, type Receiver } from '../helpers/webhook-receiver.js';
+import { waitFor } from '../helpers/wait.js';
+
+/**
+ * Rules that take days, with the service's clock moved (`setClockOffset`): the dispatcher runs in
+ * this process so it sees the moved clock, and the receivers check the signature timestamp against
+ * the same clock (a receiver whose clock agrees with the sender's).
+ */
+type Api = ReturnType<typeof client>;
+type Ctx = { service: TestService; api: Api; receivers: Receiver[] };
+type Workspace = Awaited<ReturnType<typeof bootstrapWorkspace>>;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const wheOf = (eventId: string) => 'whe_' + eventId.slice('evt_'.length);
+
+const clock = suite<Ctx>('webhook rules over days (moved clock)');
+
+clock.before(async (ctx) => {
+  ctx.service = await startTestService('wh-clock', { WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8', WEBHOOK_RETRY_SCHEDULE: '1s', WEBHOOK_ATTEMPT_TIMEOUT_MS: '1000' }, ['web', 'worker', 'dispatcher']);
+  ctx.api = client(ctx.service.url);
+});
+clock.before.each((ctx) => {
+  ctx.receivers = [];
+});
+clock.after.each(async (ctx) => {
+  setClockOffset(0);
+  for (const r of ctx.receivers) await r.close();
+});
+clock.after(async (ctx) => ctx.service.stop());
+
+async function receiver(ctx: Ctx, behaviour: Behaviour): Promise<Receiver> {
+  const r = await startReceiver({ behaviour, clockMs: now });
+  ctx.receivers.push(r);
+  return r;
+}
+
+async function endpoint(ctx: Ctx, ws: Workspace, r: Receiver, events: string[]) {
+  const res = await ctx.api.post(`/v1/workspaces/${ws.workspace.slug}/webhooks`, ws.keys.workspace, { url: `${r.url}/hook`, events });
+  assert.is(res.status, 201, res.text);
+  r.secrets.push(res.body.data.secret);
+  return res.body.data as { id: string; secret: string };
+}
+
+async function track(ctx: Ctx, ws: Workspace, name: string) {
+  const res = await ctx.api.post('/v1/events', ws.keys.tenant, { externalId: 'clock-1', name });
+  assert.is(res.status, 202, res.text);
+  return res.body.data.items.at(-1) as { id: string };
+}
+
+const getEndpoint = async (ctx: Ctx, ws: Workspace, id: string) => (await ctx.api.get(`/v1/workspaces/${ws.workspace.slug}/webhooks/${id}`, ws.keys.workspace)).body.data;
+
+async function attemptsOf(ctx: Ctx, ws: Workspace, endpointId: string, eventId: string): Promise<any | null> {
+  const list = (await ctx.api.get(`/v1/workspaces/${ws.workspace.slug}/webhooks/${endpointId}/deliveries`, ws.keys.workspace)).body.data.items as any[];
+  const found = list.find((d) => d.eventId === eventId);
+  if (!found) return null;
+  return (await ctx.api.get(`/v1/workspaces/${ws.workspace.slug}/webhooks/${endpointId}/deliveries/${found.id}`, ws.keys.workspace)).body.data;
+}
+
+const waitAttempts = (ctx: Ctx, ws: Workspace, endpointId: string, eventId: string, n: number) =>
+  waitFor(`${n} attempts of ${eventId}`, async () => {
+    const d = await attemptsOf(ctx, ws, endpointId, eventId);
+    return d && d.attempts.length >= n ? d : null;
+  }, 10_000, 50);
+
+clock('three days of continuous failure disable the endpoint; its attempts then wait; re-enabling clears the streak and re-queues them', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-disable');
+  let status = 500;
+  const r = await receiver(ctx, () => ({ status }));
+  const e = await endpoint(ctx, ws, r, ['fail.*']);
+  const one = wheOf((await track(ctx, ws, 'fail.one')).id);
+  await waitAttempts(ctx, ws, e.id, one, 1);
+  const started = (await getEndpoint(ctx, ws, e.id)).failingSince;
+  assert.ok(started, 'the first failure starts the streak');
+
+  setClockOffset(DISABLE_AFTER_MS - 60_000);
+  await waitAttempts(ctx, ws, e.id, one, 2);
+  let current = await getEndpoint(ctx, ws, e.id);
+  assert.equal([current.enabled, current.failingSince], [true, started], 'one minute short of three days: still enabled');
+
+  setClockOffset(DISABLE_AFTER_MS + 60_000);
+  current = await waitFor('the endpoint to be disabled', async () => {
+    const got = await getEndpoint(ctx, ws, e.id);
+    return got.enabled ? null : got;
+  });
+  assert.ok(current.disabledAt);
+  assert.is(current.failingSince, started);
+  const audit = (await ctx.service.redis.xrange(ctx.service.keys.ledger(ws.workspace.id), '-', '+')).map(([, f]) => JSON.parse(f[3]!)).find((p) => p.type === 'webhook.disabled');
+  assert.ok(audit, 'webhook.disabled is written to the ledger');
+  assert.equal([audit.target.id, audit.actor.type, audit.data.object.enabled], [e.id, 'system', false]);
+
+  const sent = r.requests.length;
+  const two = wheOf((await track(ctx, ws, 'fail.two')).id);
+  await sleep(1500);
+  assert.is(r.requests.length, sent, 'a disabled endpoint is sent nothing: due attempts wait, new events make no delivery');
+  const waiting = await attemptsOf(ctx, ws, e.id, one);
+  assert.is(waiting.status, 'failed');
+  assert.is(waiting.attempts.length, sent, 'waiting attempts are not consumed');
+
+  status = 204;
+  const enabled = await ctx.api.patch(`/v1/workspaces/whc-disable/webhooks/${e.id}`, ws.keys.workspace, { enabled: true });
+  assert.equal([enabled.body.data.enabled, enabled.body.data.failingSince, enabled.body.data.disabledAt], [true, null, null]);
+  const requeued = await waitFor('the re-queued delivery to succeed', async () => {
+    const d = await attemptsOf(ctx, ws, e.id, one);
+    return d?.status === 'success' ? d : null;
+  });
+  assert.is(requeued.attemptCount, sent + 1);
+  await sleep(500);
+  assert.not.ok(r.requests.some((q) => q.id === two), 'an event from the disabled time is never delivered');
+  assert.is(await attemptsOf(ctx, ws, e.id, two), null);
+  for (const q of r.requests) assert.equal(q.failures, []);
+});
+
+clock('the disable clock runs from the endpoint\'s first failure, across deliveries; a success restarts it', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-streak');
+  const failing = await receiver(ctx, () => ({ status: 500 }));
+  const flaky = await receiver(ctx, (_req, i) => ({ status: i === 1 ? 204 : 500 })); // fails, recovers, fails again
+  const e1 = await endpoint(ctx, ws, failing, ['streak.*']);
+  const e2 = await endpoint(ctx, ws, flaky, ['reset.*']);
+  const a = wheOf((await track(ctx, ws, 'streak.a')).id);
+  const reset = wheOf((await track(ctx, ws, 'reset.one')).id);
+  await waitAttempts(ctx, ws, e1.id, a, 1);
+  const streakStart = Date.parse((await getEndpoint(ctx, ws, e1.id)).failingSince);
+  const recovered = await waitFor('reset.one to fail then succeed', async () => {
+    const d = await attemptsOf(ctx, ws, e2.id, reset);
+    return d?.status === 'success' ? d : null;
+  });
+  assert.equal(recovered.attempts.map((x: any) => x.statusCode), [500, 204]);
+  assert.is((await getEndpoint(ctx, ws, e2.id)).failingSince, null, 'any success resets the streak');
+
+  setClockOffset(2 * 86_400_000);
+  const b = wheOf((await track(ctx, ws, 'streak.b')).id);
+  const bFirst = await waitAttempts(ctx, ws, e1.id, b, 1);
+  assert.ok(Date.parse(bFirst.attempts[0].startedAt) - streakStart >= 2 * 86_400_000 - 60_000, 'streak.b first failed two days into the streak');
+
+  setClockOffset(DISABLE_AFTER_MS + 60_000);
+  // e2 fails again, three days after its first failure, but after a success
+  const late = wheOf((await track(ctx, ws, 'reset.two')).id);
+  await waitFor('e1 disabled', async () => !(await getEndpoint(ctx, ws, e1.id)).enabled);
+  const d1 = await getEndpoint(ctx, ws, e1.id);
+  assert.is(Date.parse(d1.failingSince), streakStart, 'disabled by the streak begun with streak.a, one day after streak.b\'s first failure');
+  await waitAttempts(ctx, ws, e2.id, late, 1);
+  const d2 = await getEndpoint(ctx, ws, e2.id);
+  assert.is(d2.enabled, true, 'e2\'s streak restarted at its success');
+  assert.ok(Date.parse(d2.failingSince) > now() - 60_000, 'e2\'s new streak starts now');
+});
+
+clock('after a rotation both secrets sign every request for 24 hours, each verifies alone; then only the new one', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-rotate');
+  const r = await receiver(ctx, () => ({ status: 204 }));
+  const e = await endpoint(ctx, ws, r, ['rot.*']);
+  const oldSecret = e.secret;
+  await track(ctx, ws, 'rot.one');
+  await waitFor('rot.one', async () => r.requests.length === 1);
+  assert.equal([r.requests[0]!.signatures.length, r.requests[0]!.verifiedBy], [1, [oldSecret]]);
+
+  const rotated = await ctx.api.post(`/v1/workspaces/whc-rotate/webhooks/${e.id}/rotate`, ws.keys.workspace);
+  const newSecret = rotated.body.data.secret as string;
+  r.secrets.push(newSecret);
+  await track(ctx, ws, 'rot.two');
+  await waitFor('rot.two', async () => r.requests.length === 2);
+  const during = r.requests[1]!;
+  assert.is(during.signatures.length, 2, 'two signatures during the window');
+  assert.equal(during.verifiedBy.sort(), [oldSecret, newSecret].sort(), 'a receiver holding either secret verifies it');
+  const headers = { 'webhook-id': during.id, 'webhook-timestamp': String(during.timestamp) };
+  assert.ok(verifier(newSecret, now).verify(during.raw, { ...headers, 'webhook-signature': during.signatures[0]! }), 'the new secret signs first');
+  assert.ok(verifier(oldSecret, now).verify(during.raw, { ...headers, 'webhook-signature': during.signatures[1]! }));
+
+  setClockOffset(OLD_SECRET_VALIDITY_MS - 60_000);
+  await track(ctx, ws, 'rot.three');
+  await waitFor('rot.three', async () => r.requests.length === 3);
+  assert.is(r.requests[2]!.signatures.length, 2, 'still two just before 24 hours');
+
+  setClockOffset(OLD_SECRET_VALIDITY_MS + 60_000);
+  await track(ctx, ws, 'rot.four');
+  await waitFor('rot.four', async () => r.requests.length === 4);
+  const after = r.requests[3]!;
+  assert.is(after.signatures.length, 1, 'one signature after the window');
+  assert.equal(after.verifiedBy, [newSecret]);
+  assert.match(after.failures.join(), /No matching signature/, 'the old secret no longer verifies');
+});
+
+clock.run();

@@ -1,0 +1,372 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setWebhookResolver } from '../../lib/webhook-resolver.js';
+import { createTenant } from '../../streams/identity.js';
+import { WEBHOOK_GROUP } from '../../actors/webhook-dispatcher.js';
+import { client } from '../helpers/api.js';
+import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
+import { startReceiver, type Behaviour, type Receiver } from '../helpers/webhook-receiver.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Api = ReturnType<typeof client>;
+type Ctx = { service: TestService; api: Api; receivers: Receiver[] };
+type Workspace = Awaited<ReturnType<typeof bootstrapWorkspace>>;
+
+const ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8,::1/128', WEBHOOK_RETRY_SCHEDULE: '1s', WEBHOOK_ATTEMPT_TIMEOUT_MS: '1000' };
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const delivery = suite<Ctx>('webhook delivery');
+
+delivery.before(async (ctx) => {
+  ctx.service = await startTestService('wh-delivery', ENV, ['web', 'worker', 'dispatcher']);
+  ctx.api = client(ctx.service.url);
+});
+delivery.before.each((ctx) => {
+  ctx.receivers = [];
+});
+delivery.after.each(async (ctx) => {
+  for (const r of ctx.receivers) await r.close();
+  setWebhookResolver(null);
+});
+delivery.after(async (ctx) => ctx.service.stop());
+
+async function receiver(ctx: Ctx, behaviour?: Behaviour): Promise<Receiver> {
+  const r = await startReceiver({ behaviour });
+  ctx.receivers.push(r);
+  return r;
+}
+
+/** Creates an endpoint for `r` and teaches `r` its secret. */
+async function endpoint(ctx: Ctx, ws: Workspace, r: Receiver, body: Record<string, unknown> = {}, path = '/hook') {
+  const res = await ctx.api.post(`/v1/workspaces/${ws.workspace.slug}/webhooks`, ws.keys.workspace, { url: r.url + path, ...body });
+  assert.is(res.status, 201, res.text);
+  r.secrets.push(res.body.data.secret);
+  return res.body.data as { id: string; secret: string };
+}
+
+async function track(ctx: Ctx, key: string, name: string, externalId = 'u1', data: Record<string, unknown> = {}) {
+  const res = await ctx.api.post('/v1/events', key, { externalId, name, data });
+  assert.is(res.status, 202, res.text);
+  return res.body.data.items.at(-1) as { id: string; receivedAt: string };
+}
+
+const wheOf = (eventId: string) => 'whe_' + eventId.slice('evt_'.length);
+
+/** The deliveries of an endpoint (newest first), optionally with a status filter. */
+async function deliveries(ctx: Ctx, ws: Workspace, endpointId: string, status?: string) {
+  const res = await ctx.api.get(`/v1/workspaces/${ws.workspace.slug}/webhooks/${endpointId}/deliveries${status ? `?status=${status}` : ''}`, ws.keys.workspace);
+  assert.is(res.status, 200, res.text);
+  return res.body.data as { items: any[]; total: number };
+}
+
+async function deliveryOf(ctx: Ctx, ws: Workspace, endpointId: string, eventId: string) {
+  const list = await waitFor(`a delivery of ${eventId}`, async () => (await deliveries(ctx, ws, endpointId)).items.find((d) => d.eventId === eventId));
+  const res = await ctx.api.get(`/v1/workspaces/${ws.workspace.slug}/webhooks/${endpointId}/deliveries/${list.id}`, ws.keys.workspace);
+  assert.is(res.status, 200, res.text);
+  return res.body.data;
+}
+
+async function waitDelivery(ctx: Ctx, ws: Workspace, endpointId: string, eventId: string, done: (d: any) => boolean, what: string, timeoutMs = 10_000) {
+  return waitFor(what, async () => {
+    const d = await deliveryOf(ctx, ws, endpointId, eventId);
+    return done(d) ? d : null;
+  }, timeoutMs, 100);
+}
+
+function assertVerified(r: Receiver) {
+  for (const req of r.requests) assert.equal(req.failures, [], `request ${req.id} verified by standardwebhooks with the endpoint secret`);
+}
+
+delivery('an audit event and a stream event arrive as the signed 2.6 payload, verified by standardwebhooks, and stay readable', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-basic');
+  const r = await receiver(ctx);
+  const e = await endpoint(ctx, ws, r);
+  const tracked = await track(ctx, ws.keys.tenant, 'order.completed', 'buyer-1', { total: 42 });
+  const { tenant: eu } = await createTenant(ctx.service.redis, ctx.service.keys, ws.workspace, 'eu', BY_TEST);
+  await waitFor('three deliveries', async () => r.requests.length >= 3);
+  assertVerified(r);
+  const byType = new Map(r.requests.map((req) => [req.body.type, req]));
+  const stream = byType.get('order.completed')!;
+  assert.is(stream.id, wheOf(tracked.id));
+  assert.is(stream.body.id, stream.id);
+  assert.is(stream.headers['content-type'], 'application/json');
+  assert.ok(Math.abs(stream.timestamp - Date.now() / 1000) < 10, 'webhook-timestamp is unix seconds, now');
+  assert.match(stream.signatures[0]!, /^v1,[A-Za-z0-9+/]+=*$/);
+  assert.equal(Object.keys(stream.body), ['id', 'type', 'apiVersion', 'createdAt', 'workspace', 'tenant', 'data']);
+  assert.is(stream.body.apiVersion, 'v1');
+  assert.is(stream.body.createdAt, tracked.receivedAt);
+  assert.equal(stream.body.workspace, { id: ws.workspace.id, slug: 'whd-basic' });
+  assert.equal(stream.body.tenant, { id: ws.tenant.id, slug: 'default' });
+  const object = stream.body.data.object;
+  assert.equal([object.id, object.sequence, object.name, object.source, object.data, object.subscriber.externalId], [tracked.id, 2, 'order.completed', 'server', { total: 42 }, 'buyer-1']);
+  assert.match(object.subscriber.id, /^sub_/);
+  assert.ok(byType.get('$subscriber.created'), 'engine events are stream events too');
+  const audit = byType.get('tenant.created')!;
+  assert.equal(audit.body.tenant, { id: eu.id, slug: 'eu' });
+  assert.equal(audit.body.target, { type: 'tenant', id: eu.id });
+  assert.equal(audit.body.actor, { type: 'system', id: null });
+  assert.ok('request' in audit.body);
+  assert.not.ok(r.requests.some((req) => /^(key|webhook)\./.test(req.body.type)), 'private audit events never arrive');
+
+  const stored = await ctx.api.get(`/v1/workspaces/whd-basic/webhooks/events/${stream.id}`, ws.keys.workspace);
+  assert.is(stored.status, 200);
+  assert.is(JSON.stringify(stored.body.data), stream.raw.toString('utf8'), 'the stored event is the delivered one');
+  const d = await waitDelivery(ctx, ws, e.id, stream.id, (x) => x.status === 'success', 'the delivery recorded');
+  assert.is(d.attemptCount, 1);
+  assert.is(d.lastStatusCode, 204);
+  assert.equal(d.event, stream.body);
+  assert.is(d.attempts.length, 1);
+  const [a] = d.attempts;
+  assert.equal([a.attempt, a.trigger, a.statusCode, a.success, a.error, a.response], [1, 'schedule', 204, true, null, '']);
+  assert.type(a.durationMs, 'number');
+});
+
+delivery('filters pick events by exact name, resource.*, $ names and tenant; private events never match', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-filters');
+  const { tenant: eu } = await createTenant(ctx.service.redis, ctx.service.keys, ws.workspace, 'eu', BY_TEST);
+  const euKey = (await makeKey(ctx.service, 'whd-filters', 'tenant', ['*'], { tenant: 'eu' })).key;
+  const [ra, rb, rc, rd] = [await receiver(ctx), await receiver(ctx), await receiver(ctx), await receiver(ctx)];
+  await endpoint(ctx, ws, ra, { events: ['order.*'] });
+  await endpoint(ctx, ws, rb, { events: ['$subscriber.created'] });
+  await endpoint(ctx, ws, rc, { events: ['tenant.*', 'page.viewed'] });
+  await endpoint(ctx, ws, rd, { events: ['*'], tenant: 'eu' });
+  await track(ctx, ws.keys.tenant, 'order.completed', 'd-1');
+  await track(ctx, ws.keys.tenant, 'page.viewed', 'd-1');
+  await track(ctx, euKey, 'order.placed', 'e-1');
+  await createTenant(ctx.service.redis, ctx.service.keys, ws.workspace, 'apac', BY_TEST);
+  await makeKey(ctx.service, 'whd-filters', 'tenant', ['*'], { tenant: 'eu' }); // key.created: private
+  const names = (r: Receiver) => r.requests.map((q) => `${q.body.type}@${q.body.tenant?.slug ?? '-'}`).sort();
+  await waitFor('every endpoint to receive its events', async () => ra.requests.length >= 2 && rb.requests.length >= 2 && rc.requests.length >= 2 && rd.requests.length >= 2);
+  await sleep(500);
+  assert.equal(names(ra), ['order.completed@default', 'order.placed@eu']);
+  assert.equal(names(rb), ['$subscriber.created@default', '$subscriber.created@eu']);
+  assert.equal(names(rc), ['page.viewed@default', 'tenant.created@apac']);
+  assert.equal(names(rd), ['$subscriber.created@eu', 'order.placed@eu']);
+  for (const r of [ra, rb, rc, rd]) assertVerified(r);
+  assert.ok(eu.id);
+
+  const catalog = await waitFor('the catalog to list the names sent', async () => {
+    const res = await ctx.api.get('/v1/workspaces/whd-filters/webhooks/catalog', ws.keys.workspace);
+    const groups = res.body.data.groups as any[];
+    const seen = groups.filter((g) => g.source === 'stream' && !g.resource.startsWith('$')).flatMap((g) => g.events.map((x: any) => x.name));
+    return ['order.completed', 'order.placed', 'page.viewed'].every((n) => seen.includes(n)) ? groups : null;
+  });
+  assert.is(catalog.find((g: any) => g.resource === 'order' && g.source === 'stream').pattern, 'order.*');
+});
+
+delivery('an endpoint never receives events from before its creation, an edit or a re-enable', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-since');
+  const { slug } = ws.workspace;
+  const before = await track(ctx, ws.keys.tenant, 'b.zero', 'since-1');
+  const r = await receiver(ctx);
+  const e = await endpoint(ctx, ws, r, { events: ['a.*', 'b.*'] });
+  const first = await track(ctx, ws.keys.tenant, 'b.one', 'since-1');
+  // b.one arriving means b.zero (the same subscriber's earlier event) was read too: ledger order
+  await waitFor('b.one', async () => r.requests.some((q) => q.body.type === 'b.one'));
+
+  await ctx.api.patch(`/v1/workspaces/${slug}/webhooks/${e.id}`, ws.keys.workspace, { events: ['a.*'] });
+  const outside = await track(ctx, ws.keys.tenant, 'b.two', 'since-1');
+  await ctx.api.patch(`/v1/workspaces/${slug}/webhooks/${e.id}`, ws.keys.workspace, { events: ['b.*'] });
+  const afterEdit = await track(ctx, ws.keys.tenant, 'b.three', 'since-1');
+  await waitFor('b.three', async () => r.requests.some((q) => q.body.type === 'b.three'));
+
+  await ctx.api.patch(`/v1/workspaces/${slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  const whileDisabled = await track(ctx, ws.keys.tenant, 'b.four', 'since-1');
+  await sleep(300);
+  await ctx.api.patch(`/v1/workspaces/${slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: true });
+  const afterEnable = await track(ctx, ws.keys.tenant, 'b.five', 'since-1');
+  await waitFor('b.five', async () => r.requests.some((q) => q.body.type === 'b.five'));
+  await sleep(500);
+  assert.equal(r.requests.map((q) => q.id), [wheOf(first.id), wheOf(afterEdit.id), wheOf(afterEnable.id)]);
+  for (const skipped of [before, outside, whileDisabled]) assert.is((await ctx.api.get(`/v1/workspaces/${slug}/webhooks/events/${wheOf(skipped.id)}`, ws.keys.workspace)).status, 404);
+  assertVerified(r);
+});
+
+delivery('a receiver answering 500 then 200 gets the same webhook-id and identical bytes, freshly signed, and the delivery succeeds', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-retry');
+  const r = await receiver(ctx, (_req, i) => (i === 0 ? { status: 500, body: 'try again' } : { status: 200, body: '{"ok":true}' }));
+  const e = await endpoint(ctx, ws, r, { events: ['retry.me'] });
+  const tracked = await track(ctx, ws.keys.tenant, 'retry.me');
+  await waitFor('two requests', async () => r.requests.length >= 2);
+  const [one, two] = r.requests as [any, any];
+  assert.is(one.id, wheOf(tracked.id));
+  assert.is(two.id, one.id);
+  assert.ok(Buffer.compare(one.raw, two.raw) === 0, 'identical bytes');
+  assert.ok(two.timestamp >= one.timestamp + 1, 'a fresh webhook-timestamp');
+  assert.is.not(two.signatures[0], one.signatures[0]);
+  assertVerified(r);
+  const d = await waitDelivery(ctx, ws, e.id, one.id, (x) => x.status === 'success', 'success on attempt 2');
+  assert.is(d.attemptCount, 2);
+  assert.equal(d.attempts.map((a: any) => [a.attempt, a.statusCode, a.success, a.response]), [[1, 500, false, 'try again'], [2, 200, true, '{"ok":true}']]);
+  await sleep(1300);
+  assert.is(r.requests.length, 2, 'nothing after success');
+});
+
+delivery('a 302 is a failed attempt and the redirect is not followed', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-redirect');
+  const r = await receiver(ctx, (req) => (req.path === '/hook' ? { status: 302, headers: { location: '/elsewhere' } } : { status: 204 }));
+  const e = await endpoint(ctx, ws, r, { events: ['moved.*'] });
+  const tracked = await track(ctx, ws.keys.tenant, 'moved.away');
+  const d = await waitDelivery(ctx, ws, e.id, wheOf(tracked.id), (x) => x.attempts.length >= 1, 'the first attempt');
+  await ctx.api.patch(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  assert.is(d.status, 'failed');
+  assert.equal([d.attempts[0].statusCode, d.attempts[0].success], [302, false]);
+  assert.match(d.attempts[0].error, /redirect not followed \(302 to \/elsewhere\)/);
+  assert.ok(d.nextAttemptAt, 'a retry is scheduled');
+  assert.not.ok(r.requests.some((q) => q.path !== '/hook'), 'nothing went to the Location');
+});
+
+delivery('a receiver that never answers times out; one that closes the socket is a network error; only 4 KB of an answer is kept', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-broken');
+  const hang = await receiver(ctx, () => ({ hang: true }));
+  const drop = await receiver(ctx, () => ({ destroy: true }));
+  const big = await receiver(ctx, () => ({ status: 200, body: 'x'.repeat(10_000) }));
+  const eh = await endpoint(ctx, ws, hang, { events: ['broken.*'] });
+  const ed = await endpoint(ctx, ws, drop, { events: ['broken.*'] });
+  const eb = await endpoint(ctx, ws, big, { events: ['broken.*'] });
+  const tracked = await track(ctx, ws.keys.tenant, 'broken.one');
+  const id = wheOf(tracked.id);
+  const hung = await waitDelivery(ctx, ws, eh.id, id, (x) => x.attempts.length >= 1, 'the timed-out attempt');
+  const dropped = await waitDelivery(ctx, ws, ed.id, id, (x) => x.attempts.length >= 1, 'the dropped attempt');
+  const long = await waitDelivery(ctx, ws, eb.id, id, (x) => x.status === 'success', 'the long answer');
+  for (const e of [eh, ed]) await ctx.api.patch(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  const t = hung.attempts[0];
+  assert.equal([t.statusCode, t.success, t.response], [null, false, null]);
+  assert.match(t.error, /^timeout: no complete answer within 1000 ms/);
+  assert.ok(t.durationMs >= 950 && t.durationMs < 3000, `took ${t.durationMs} ms`);
+  assert.is(hung.status, 'failed');
+  const n = dropped.attempts[0];
+  assert.equal([n.statusCode, n.success], [null, false]);
+  assert.match(n.error, /socket hang up|ECONNRESET/);
+  assert.is(long.attempts[0].response.length, 4096);
+  assert.is(long.attempts[0].response, 'x'.repeat(4096));
+  assertVerified(big);
+});
+
+delivery('replay resends the stored payload as one extra attempt; a 2xx replay marks a failed delivery success; disabled is 400 endpoint_disabled', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-replay');
+  const { slug } = ws.workspace;
+  let failures = 0;
+  const r = await receiver(ctx, (req) => (req.body.type === 'replay.fails' && failures++ === 0 ? { status: 500 } : { status: 204 }));
+  const e = await endpoint(ctx, ws, r, { events: ['replay.*'] });
+  const ok = await track(ctx, ws.keys.tenant, 'replay.ok');
+  const okId = wheOf(ok.id);
+  const done = await waitDelivery(ctx, ws, e.id, okId, (x) => x.status === 'success', 'the first delivery');
+  const replay = await ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/deliveries/${done.id}/replay`, ws.keys.workspace);
+  assert.is(replay.status, 202);
+  assert.is(replay.body.data.id, done.id);
+  await waitFor('the replay', async () => r.withId(okId).length === 2);
+  const [first, again] = r.withId(okId) as [any, any];
+  assert.ok(Buffer.compare(first.raw, again.raw) === 0, 'the stored bytes');
+  const replayed = await waitDelivery(ctx, ws, e.id, okId, (x) => x.attempts.length === 2, 'the replay recorded');
+  assert.equal(replayed.attempts.map((a: any) => a.trigger), ['schedule', 'replay']);
+  assert.equal([replayed.status, replayed.attemptCount, replayed.replayCount], ['success', 1, 1]);
+
+  const failing = await track(ctx, ws.keys.tenant, 'replay.fails');
+  const failedId = wheOf(failing.id);
+  const failed = await waitDelivery(ctx, ws, e.id, failedId, (x) => x.status === 'failed', 'the failed delivery');
+  await ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/deliveries/${failed.id}/replay`, ws.keys.workspace);
+  const fixed = await waitDelivery(ctx, ws, e.id, failedId, (x) => x.status === 'success', 'success after the replay');
+  assert.is(fixed.attempts[0].statusCode, 500);
+  assert.ok(fixed.attempts.some((a: any) => a.success), 'a 2xx attempt');
+
+  const listed = await deliveries(ctx, ws, e.id);
+  assert.equal(listed.items.map((x) => x.eventId), [failedId, okId], 'newest first');
+  assert.is((await deliveries(ctx, ws, e.id, 'success')).total, 2);
+  assert.is((await deliveries(ctx, ws, e.id, 'failed')).total, 0);
+
+  await ctx.api.patch(`/v1/workspaces/${slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  const refused = await ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/deliveries/${done.id}/replay`, ws.keys.workspace);
+  assert.is(refused.status, 400);
+  assert.is(refused.body.error.code, 'endpoint_disabled');
+  assertVerified(r);
+});
+
+delivery('the status filter lists each status with its total', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-status');
+  const r = await receiver(ctx, (req) => (req.body.type === 'status.bad' ? { status: 503 } : { status: 204 }));
+  const e = await endpoint(ctx, ws, r, { events: ['status.*'] });
+  const good1 = await track(ctx, ws.keys.tenant, 'status.good');
+  const bad = await track(ctx, ws.keys.tenant, 'status.bad');
+  const good2 = await track(ctx, ws.keys.tenant, 'status.good');
+  await waitDelivery(ctx, ws, e.id, wheOf(bad.id), (x) => x.status === 'failed', 'the failed one');
+  await waitDelivery(ctx, ws, e.id, wheOf(good2.id), (x) => x.status === 'success', 'the good ones');
+  await ctx.api.patch(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  const success = await deliveries(ctx, ws, e.id, 'success');
+  assert.equal([success.total, success.items.map((x) => x.eventId)], [2, [wheOf(good2.id), wheOf(good1.id)]]);
+  const failed = await deliveries(ctx, ws, e.id, 'failed');
+  assert.equal([failed.total, failed.items.map((x) => x.eventId)], [1, [wheOf(bad.id)]]);
+  assert.is((await deliveries(ctx, ws, e.id, 'exhausted')).total, 0);
+  assert.is((await deliveries(ctx, ws, e.id)).total, 3);
+});
+
+delivery('a host name whose DNS answer moves to a private address is refused at send time, and the attempt says why', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-dns');
+  let answer = '127.0.0.1';
+  setWebhookResolver(async (hostname) => {
+    if (hostname !== 'receiver.example.test') throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' });
+    return [{ address: answer, family: answer.includes(':') ? 6 : 4 }];
+  });
+  // Connection: close, so every attempt connects (and resolves) again
+  const r = await receiver(ctx, () => ({ status: 204, headers: { connection: 'close' } }));
+  const res = await ctx.api.post(`/v1/workspaces/whd-dns/webhooks`, ws.keys.workspace, { url: `http://receiver.example.test:${r.port}/hook`, events: ['dns.*'] });
+  assert.is(res.status, 201, res.text);
+  r.secrets.push(res.body.data.secret);
+  const e = res.body.data;
+  const ok = await track(ctx, ws.keys.tenant, 'dns.one');
+  await waitDelivery(ctx, ws, e.id, wheOf(ok.id), (x) => x.status === 'success', 'delivery while the name is allowed');
+  answer = '10.20.30.40';
+  const moved = await track(ctx, ws.keys.tenant, 'dns.two');
+  const refused = await waitDelivery(ctx, ws, e.id, wheOf(moved.id), (x) => x.attempts.length >= 1, 'the refused attempt');
+  assert.equal([refused.status, refused.attempts[0].statusCode], ['failed', null]);
+  assert.match(refused.attempts[0].error, /refusing to connect to 10\.20\.30\.40 \(private\)/);
+  answer = '::ffff:169.254.169.254';
+  const mapped = await track(ctx, ws.keys.tenant, 'dns.three');
+  const refusedMapped = await waitDelivery(ctx, ws, e.id, wheOf(mapped.id), (x) => x.attempts.length >= 1, 'the refused IPv4-mapped attempt');
+  assert.match(refusedMapped.attempts[0].error, /refusing to connect to ::ffff:169\.254\.169\.254 \(link-local\)/);
+  await ctx.api.patch(`/v1/workspaces/whd-dns/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
+  assert.equal(r.requests.map((q) => q.body.type), ['dns.one'], 'nothing reached a refused address');
+  assertVerified(r);
+});
+
+delivery('a consumer group lost (NOGROUP) is recreated and delivery goes on, without sending anything twice', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-nogroup');
+  const r = await receiver(ctx);
+  await endpoint(ctx, ws, r, { events: ['nogroup.*'] });
+  const one = await track(ctx, ws.keys.tenant, 'nogroup.one');
+  await waitFor('the first event', async () => r.requests.length === 1);
+  const ledger = ctx.service.keys.ledger(ws.workspace.id);
+  await waitFor('the group to have consumed it', async () => {
+    const groups = (await ctx.service.redis.xinfo('GROUPS', ledger)) as unknown[][];
+    return groups.some((g) => g.includes(WEBHOOK_GROUP));
+  });
+  assert.is(await ctx.service.redis.xgroup('DESTROY', ledger, WEBHOOK_GROUP), 1);
+  const two = await track(ctx, ws.keys.tenant, 'nogroup.two');
+  await waitFor('the event after the loss', async () => r.requests.length >= 2);
+  await sleep(500);
+  assert.equal(r.requests.map((q) => q.id), [wheOf(one.id), wheOf(two.id)], 're-reading the ledger sent nothing twice');
+});
+
+delivery('ten failed attempts make a delivery exhausted, then nothing more is sent; a replay can still succeed', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-exhaust');
+  let status = 503;
+  const r = await receiver(ctx, () => ({ status }));
+  const e = await endpoint(ctx, ws, r, { events: ['doomed.*'] });
+  const tracked = await track(ctx, ws.keys.tenant, 'doomed.event');
+  const id = wheOf(tracked.id);
+  const d = await waitDelivery(ctx, ws, e.id, id, (x) => x.status === 'exhausted', 'exhausted', 20_000);
+  assert.is(d.attemptCount, 10);
+  assert.equal(d.attempts.map((a: any) => a.statusCode), Array(10).fill(503));
+  assert.is(d.nextAttemptAt, null);
+  await sleep(1500);
+  assert.is(r.requests.length, 10, 'no eleventh attempt');
+  assert.ok(r.requests.every((q) => q.id === id && Buffer.compare(q.raw, r.requests[0]!.raw) === 0), 'same id and bytes every time');
+  assertVerified(r);
+  assert.is((await deliveries(ctx, ws, e.id, 'exhausted')).total, 1);
+  status = 200;
+  await ctx.api.post(`/v1/workspaces/whd-exhaust/webhooks/${e.id}/deliveries/${d.id}/replay`, ws.keys.workspace);
+  const replayed = await waitDelivery(ctx, ws, e.id, id, (x) => x.status === 'success', 'success after replay');
+  assert.equal([replayed.attemptCount, replayed.attempts.length, replayed.attempts[10].trigger], [10, 11, 'replay']);
+});
+
+delivery.run();

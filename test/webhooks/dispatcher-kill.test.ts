@@ -1,0 +1,89 @@
+import { hostname } from 'node:os';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { startReceiver, type Receiver } from '../helpers/webhook-receiver.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; dispatchers: RoleProcess[]; receiver: Receiver | null };
+
+const EVENTS = 30;
+const ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8', WEBHOOK_RETRY_SCHEDULE: '1s', WEBHOOK_ATTEMPT_TIMEOUT_MS: '2000' };
+
+const kill = suite<Ctx>('webhook dispatcher processes');
+
+kill.before.each(async (ctx) => {
+  // web and worker here; dispatchers are child processes, as an operator scales them
+  ctx.service = await startTestService('wh-kill', ENV, ['web', 'worker']);
+  ctx.dispatchers = [];
+  ctx.receiver = null;
+});
+kill.after.each(async (ctx) => {
+  for (const d of ctx.dispatchers) await stopRoleProcess(d);
+  await ctx.receiver?.close();
+  await ctx.service.stop();
+});
+
+function startDispatcher(ctx: Ctx): RoleProcess {
+  const s = ctx.service;
+  const d = startRoleProcess('dispatcher', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV });
+  ctx.dispatchers.push(d);
+  return d;
+}
+
+const running = (ctx: Ctx, d: RoleProcess) =>
+  waitFor('the dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${d.child.pid}`)) === 1, 20_000, 50);
+
+kill('a dispatcher killed with SIGKILL mid-delivery: another sends every delivery, same webhook-id and identical bytes, each recorded once', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-kill');
+  let killed = false;
+  // answers slowly until the kill, so the kill lands while requests are in flight
+  const r = (ctx.receiver = await startReceiver({ behaviour: () => (killed ? { status: 204 } : { status: 204, delayMs: 1_500 }) }));
+  const created = await api.post('/v1/workspaces/whk-kill/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['kill.*'] });
+  assert.is(created.status, 201, created.text);
+  r.secrets.push(created.body.data.secret);
+  const endpointId = created.body.data.id as string;
+
+  const first = startDispatcher(ctx);
+  await running(ctx, first);
+  const events = Array.from({ length: EVENTS }, (_, i) => ({ externalId: `k-${i % 5}`, name: 'kill.event', data: { i } }));
+  const res = await api.post('/v1/events', ws.keys.tenant, { events });
+  assert.is(res.status, 202);
+  const ids = (res.body.data.items as { id: string }[]).map((e) => 'whe_' + e.id.slice('evt_'.length));
+
+  await waitFor('requests in flight at the first dispatcher', async () => r.requests.length >= 5, 15_000, 10);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  const inFlight = new Set(r.requests.map((q) => q.id));
+  killed = true;
+  if (process.env.HERALD_TEST_VERBOSE) console.log(`killed with ${inFlight.size} requests unanswered`);
+
+  const second = startDispatcher(ctx);
+  await running(ctx, second);
+  await waitFor('every delivery to succeed', async () => {
+    const list = await api.get(`/v1/workspaces/whk-kill/webhooks/${endpointId}/deliveries?status=success&limit=100`, ws.keys.workspace);
+    return list.body.data.total === EVENTS;
+  }, 30_000, 200);
+
+  for (const id of ids) {
+    const got = r.withId(id);
+    assert.ok(got.length >= 1, `${id} arrived`);
+    for (const q of got) {
+      assert.ok(Buffer.compare(q.raw, got[0]!.raw) === 0, `${id}: identical bytes on every send`);
+      assert.equal(q.failures, [], `${id}: verified`);
+    }
+  }
+  for (const id of inFlight) assert.ok(r.withId(id).length >= 2, `${id}, in flight at the kill, was sent again by the second dispatcher`);
+  const list = await api.get(`/v1/workspaces/whk-kill/webhooks/${endpointId}/deliveries?limit=100`, ws.keys.workspace);
+  assert.is(list.body.data.total, EVENTS, 'one delivery per event');
+  for (const d of list.body.data.items) {
+    assert.is(d.status, 'success');
+    assert.is(d.attemptCount, 1, `${d.id}: the interrupted attempt was recorded once, by the dispatcher that finished it`);
+  }
+  assert.ok(second.child.exitCode === null, second.output());
+});
+
+kill.run();
