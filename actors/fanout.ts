@@ -6,7 +6,10 @@ import { partitionOf } from '../lib/partition.js';
 import { ingestEvents } from '../streams/ingest.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
-import { moveMessage, toMessage, type DeliveryStatus, type Message } from '../streams/messages.js';
+import { moveMessage, toMessage, type DeliveryStatus, type Message, type Target } from '../streams/messages.js';
+import { DefinitionsCache, needsOf } from '../streams/automation-definitions.js';
+import { selectWhere } from '../streams/subject-state.js';
+import type { Expression } from '../lib/expressions.js';
 import { allows, readPreferences } from '../streams/preferences.js';
 import type { TenantScope } from '../streams/subscriber-writes.js';
 import { invalidateSubscription, toSubscription, type Subscription } from '../streams/subscriptions.js';
@@ -103,8 +106,9 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Mes
   // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a duplicate
   if (existing.length) {
     await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, existing.map((externalId) => ({
-      externalId, name: '$send', source: 'system', timestampMs: now(), data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null }),
-      callerId: `$send:${message.id}`, runId: null, messageId: message.id, step: null,
+      externalId, name: '$send', source: 'system', timestampMs: now(),
+      data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
+      callerId: `$send:${message.id}`, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
     })));
   }
   // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and
@@ -129,9 +133,37 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Mes
   await Promise.all(toSend.map((d, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
 }
 
+type PartitionCursor = { p: number; after: string | null };
+type Selector = { index: (p: number) => string; pick: (p: number, members: string[]) => Promise<string[]> };
+
+const definitionsCaches = new WeakMap<Redis, DefinitionsCache>();
+
+/**
+ * How a segment or `where` audience is walked: the index read per partition and how its members
+ * become externalIds. Null when the segment is gone.
+ */
+async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Target): Promise<Selector | null> {
+  const { redis, keys } = ctx;
+  if ('segment' in to) {
+    const id = await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment);
+    if (!id) return null;
+    return { index: (p) => keys.segmentMembers(p, scope.tenantId, id), pick: async (_p, members) => members };
+  }
+  const where = (to as { where: Expression }).where;
+  let cache = definitionsCaches.get(redis);
+  if (!cache) definitionsCaches.set(redis, (cache = new DefinitionsCache(redis, keys)));
+  const version = await redis.get(keys.automationVersion(scope.tenantId));
+  const kept = version ? (await cache.get(scope.tenantId, version)).kept : new Map();
+  const needs = needsOf([where]);
+  return {
+    index: (p) => keys.subscriberIndex(p, scope.tenantId),
+    pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map((m) => m.slice(m.indexOf('|') + 1)), where, kept, { ...needs.needs, topicSlugs: needs.topicSlugs }),
+  };
+}
+
 /**
  * Fans a queued message out to its audience, resumably: the audience is walked in chunks (a topic
- * page by page, never loaded whole), each chunk's deliveries are created once (ids derived from the
+ * page by page, a segment or `where` audience partition by partition; never loaded whole), each chunk's deliveries are created once (ids derived from the
  * message and subscription), sent, and settled before the cursor moves past it. A dispatcher killed
  * mid-chunk leaves the queue entry unacked; the next one resumes at the stored cursor, finds the
  * chunk's deliveries already made and sends only those still pending.
@@ -147,7 +179,7 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: 
   if (record.fanout !== 'done') {
     if ('externalId' in message.to) {
       if (record.cursor !== 'done') await processChunk(ctx, scope, message, [message.to.externalId]);
-    } else {
+    } else if ('topic' in message.to) {
       const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
       if (!topic) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'topic_not_found', completedAt: isoNow() });
@@ -161,6 +193,23 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: 
         if (!next) break;
         after = next;
         await redis.hset(recordKey, 'cursor', JSON.stringify(after));
+        if ((await redis.hget(recordKey, 'status')) !== 'sending') return;
+      }
+    } else if (record.cursor !== 'done') {
+      const select = await audienceSelector(ctx, scope, message.to);
+      if (!select) {
+        await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'segment_not_found', completedAt: isoNow() });
+        return;
+      }
+      // partition by partition, a chunk of members (segment) or of subscribers (where) at a time
+      let at: PartitionCursor = record.cursor ? JSON.parse(record.cursor) : { p: 0, after: null };
+      for (let page = 0; page < 10_000_000 && at.p < scope.partitions; page++) {
+        const members = await redis.zrange(select.index(at.p), at.after === null ? '-' : `(${at.after}`, '+', 'BYLEX', 'LIMIT', 0, ctx.chunkSize);
+        const audience = await select.pick(at.p, members);
+        if (audience.length) await processChunk(ctx, scope, message, audience);
+        await ctx.touch?.();
+        at = members.length < ctx.chunkSize ? { p: at.p + 1, after: null } : { p: at.p, after: members[members.length - 1]! };
+        await redis.hset(recordKey, 'cursor', JSON.stringify(at));
         if ((await redis.hget(recordKey, 'status')) !== 'sending') return;
       }
     }

@@ -7,6 +7,7 @@ import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js'
 import { PartitionLeases } from '../streams/partition-leases.js';
 import { connectRedis } from '../streams/redis.js';
 import { forwardToLedger } from '../streams/stream-ledger.js';
+import { Automation } from './automation.js';
 
 /** Inbox fields in the order lua/applyEvents reads them. */
 export const INBOX_FIELDS = ['t', 'x', 'id', 'q', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st'] as const;
@@ -16,7 +17,9 @@ export const ACTOR_GROUP = 'actors';
  * The subscriber actors of the worker role. The worker leases partitions; for each batch read
  * from a partition inbox it applies every event in order in one atomic script (read models plus
  * the subscriber's last applied sequence, so a redelivered event changes nothing), then forwards
- * the batch to the workspace ledgers for outbound webhooks, then acks.
+ * the batch to the workspace ledgers for outbound webhooks, then acks. Between the two, the
+ * automation step (actors/automation.ts) keeps segments and workflow runs, and handles the timer
+ * entries the scheduler appends to the inbox.
  */
 export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   const { config, redis, keys, log } = ctx;
@@ -25,12 +28,17 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   await leases.start();
 
   const partitionOfStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.inbox(p), p]));
+  const automation = new Automation(redis, keys, log);
   const handle = async (stream: string, entries: StreamEntry[]) => {
     const p = partitionOfStream.get(stream)!;
-    const args: (string | number)[] = [keys.partitionBase(p), config.retentionMs, now(), entries.length];
-    for (const entry of entries) for (const f of INBOX_FIELDS) args.push(entry.fields[f] ?? '');
-    await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p)], args);
-    await forwardToLedger(redis, keys, entries);
+    const events = entries.filter((entry) => entry.fields.k !== 'timer');
+    if (events.length) {
+      const args: (string | number)[] = [keys.partitionBase(p), config.retentionMs, now(), events.length];
+      for (const entry of events) for (const f of INBOX_FIELDS) args.push(entry.fields[f] ?? '');
+      await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p)], args);
+    }
+    await automation.handle(p, entries);
+    if (events.length) await forwardToLedger(redis, keys, events);
   };
 
   const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });

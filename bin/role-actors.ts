@@ -5,10 +5,12 @@ import { startRetentionSweeper } from '../actors/retention-sweeper.js';
 import { startMessageDispatcher } from '../actors/message-dispatcher.js';
 import { PushSender } from '../actors/push-sender.js';
 import { startWebhookDispatcher } from '../actors/webhook-dispatcher.js';
+import { startTimerScheduler } from '../actors/timer-scheduler.js';
+import { startSegmentBackfills } from '../actors/segment-backfill.js';
 
 /** The long-running actors each non-web role runs. The only place roles are wired to actors. */
 export const ROLE_ACTORS: Record<Exclude<Role, 'web'>, StartActor[]> = {
   worker: [startSubscriberActors, startRetentionSweeper],
   dispatcher: [(ctx) => startMessageDispatcher(ctx, (c) => new PushSender({ redis: c.redis, keys: c.keys, config: c.config, log: c.log })), startWebhookDispatcher],
-  scheduler: [],
+  scheduler: [startTimerScheduler, startSegmentBackfills],
 };

@@ -12,10 +12,12 @@ import { registerHealth } from './routes/health.js';
 import { registerMessages } from './routes/messages.js';
 import { registerKeys } from './routes/keys.js';
 import { registerOpenApi } from './routes/openapi.js';
+import { registerSegments } from './routes/segments.js';
 import { registerSubscribers } from './routes/subscribers.js';
 import { registerTopics } from './routes/topics.js';
 import { registerWebhooks } from './routes/webhooks.js';
 import { registerWhoami } from './routes/whoami.js';
+import { registerWorkflows } from './routes/workflows.js';
 
 /** Bodies are JSON only; anything else with a body is 415. */
 function jsonOnly(ctx: Context, next: Next): Promise<void> {
@@ -38,6 +40,8 @@ export function createApp(deps: AppDeps): Koa {
   registerEvents(router, deps);
   registerSubscribers(router, deps);
   registerTopics(router, deps);
+  registerSegments(router, deps);
+  registerWorkflows(router, deps);
   registerApps(router, deps);
   registerClient(router, deps);
   registerWebhooks(router, deps);

@@ -1,4 +1,4 @@
-import { parseDuration } from './duration.js';
+import { parseDuration } from './durations.js';
 import { parseEncryptionKey } from './secret-box.js';
 
 /**

@@ -16,6 +16,10 @@ export const ID_PREFIX = {
   webhookEndpoint: 'whk_',
   webhookDelivery: 'whd_',
   widget: 'wdg_',
+  segment: 'seg_',
+  workflow: 'wfl_',
+  workflowVersion: 'wfv_',
+  run: 'run_',
   request: 'req_',
 } as const;
 export type IdKind = keyof typeof ID_PREFIX;

@@ -51,6 +51,16 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
     { name: 'topic.updated', description: 'A topic changed (with changes and previousAttributes).' },
     { name: 'topic.deleted', description: 'A topic was deleted.' },
   ],
+  segment: [
+    { name: 'segment.created', description: 'A segment was created.' },
+    { name: 'segment.updated', description: 'A segment changed (with changes and previousAttributes).' },
+    { name: 'segment.deleted', description: 'A segment was deleted.' },
+  ],
+  workflow: [
+    { name: 'workflow.created', description: 'A workflow was created.' },
+    { name: 'workflow.updated', description: 'A workflow changed: renamed, enabled or disabled, or a new version (with changes and previousAttributes).' },
+    { name: 'workflow.deleted', description: 'A workflow was deleted.' },
+  ],
 };
 
 const RESERVED_NAMES: readonly string[] = [...SDK_EVENT_NAMES, ...ENGINE_EVENT_NAMES];

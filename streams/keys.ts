@@ -105,6 +105,23 @@ export function createKeys(prefix: string) {
     subscriberSubscriptions: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub-scrs:${tenantId}:${externalId}`,
     /** set of the topic ids a subscriber belongs to */
     subscriberTopics: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub-topics:${tenantId}:${externalId}`,
+    // --- segments and workflows (issue 8): a subscriber's automation state lives in its partition ---
+    /** hash: a subscriber's automation state: `v` (version, compare-and-set), `seq` (last sequence the
+     *  automation step handled), `segs` (JSON array of segment ids it belongs to), `runs` (JSON array of
+     *  its active run ids), `win` (due ms of its armed segment-window timer, '' when none) */
+    automation: (n: number, tenantId: string, externalId: string) => `${p(n)}:auto:${tenantId}:${externalId}`,
+    /** hash: a subscriber's time-bucketed event counters, `<condition key>|<bucket start ms>` (or `|all`)
+     *  → count, and `<condition key>|init` → 1 once the counter was seeded from the timeline */
+    counters: (n: number, tenantId: string, externalId: string) => `${p(n)}:cnt:${tenantId}:${externalId}`,
+    /** zset (score 0) of the externalIds of a segment's members in this partition */
+    segmentMembers: (n: number, tenantId: string, segmentId: string) => `${p(n)}:segm:${tenantId}:${segmentId}`,
+    /** hash: a workflow run (see streams/workflow-runs.ts for the fields) */
+    run: (n: number, tenantId: string, runId: string) => `${p(n)}:run:${tenantId}:${runId}`,
+    /** zset (score 0) of a workflow's run ids in this partition; with `status`, those in that status */
+    workflowRuns: (n: number, tenantId: string, workflowId: string, status?: string) => `${p(n)}:wfr:${tenantId}:${workflowId}${status ? `:${status}` : ''}`,
+    /** zset timer member → due ms: the partition's timers, fired by the scheduler role
+     *  (member `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>`) */
+    timers: (n: number) => `${p(n)}:timers`,
     /** zset of tenant ids with data in this partition (retention sweeps walk it) */
     partitionTenants: (n: number) => `${p(n)}:tenants`,
     /** zset of live members of a leasing group (`worker`, `scheduler`), score = last heartbeat ms */
@@ -150,6 +167,26 @@ export function createKeys(prefix: string) {
     messageDeliveriesByStatus: (tenantId: string, messageId: string, status: string) => `${t(tenantId)}:msg-dlv:${messageId}:${status}`,
     /** zset of `<tenantId>|<workspaceId>` of every tenant that ever sent a message: the dispatchers read their queues */
     messageTenants: `${prefix}message-tenants`,
+    /** string: bumped on every segment or workflow change, so workers reload their copy of the definitions */
+    automationVersion: (tenantId: string) => `${t(tenantId)}:auto:v`,
+    /** hash: a segment (slug, name, description, where JSON, backfill progress) */
+    segment: (tenantId: string, segmentId: string) => `${t(tenantId)}:seg:${segmentId}`,
+    /** zset (score 0) of segment ids, by creation */
+    segmentIndex: (tenantId: string) => `${t(tenantId)}:segs`,
+    /** hash segment slug → segment id */
+    segmentSlugs: (tenantId: string) => `${t(tenantId)}:segs:by-slug`,
+    /** zset (score 0) of `<tenantId>|<workspaceId>|<segmentId>` of segments whose backfill is not finished */
+    segmentBackfills: `${prefix}segment-backfills`,
+    /** hash: a workflow (slug, name, description, enabled, current version number and id) */
+    workflow: (tenantId: string, workflowId: string) => `${t(tenantId)}:wfl:${workflowId}`,
+    /** zset (score 0) of workflow ids, by creation */
+    workflowIndex: (tenantId: string) => `${t(tenantId)}:wfls`,
+    /** hash workflow slug → workflow id */
+    workflowSlugs: (tenantId: string) => `${t(tenantId)}:wfls:by-slug`,
+    /** hash: one immutable version of a workflow (id, workflowId, version, definition JSON, createdAt) */
+    workflowVersion: (tenantId: string, versionId: string) => `${t(tenantId)}:wfv:${versionId}`,
+    /** zset version number → version id, of a workflow's versions */
+    workflowVersions: (tenantId: string, workflowId: string) => `${t(tenantId)}:wfl:${workflowId}:versions`,
     /** string: a short lock so one process of a role does a periodic job */
     lock: (name: string) => `${prefix}lock:${name}`,
     /** the tenant tag with the prefix: Lua scripts build message and delivery key names from it as above */

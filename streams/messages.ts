@@ -12,7 +12,9 @@ export const DELIVERY_STATUSES = ['pending', 'sent', 'failed', 'skipped', 'cance
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 export const MAX_SEND_AHEAD_MS = 30 * 86_400_000;
 
-export type Target = { externalId: string } | { topic: string };
+export type Target = { externalId: string } | { topic: string } | { segment: string } | { where: Record<string, unknown> };
+/** The workflow run step a message was sent from (its `$send` carries `runId` and `step`). */
+export type RunRef = { runId: string; step: string; workflowId: string; workflow: string; versionId: string };
 export type MessageContent = {
   title: string; body: string; data?: Record<string, unknown>; category?: string; badge?: number; sound?: string; threadId?: string;
   collapseId?: string; image?: string; url?: string; priority?: 'high' | 'normal'; ttl?: number;
@@ -20,6 +22,7 @@ export type MessageContent = {
 export type Message = {
   id: string; status: MessageStatus; to: Target; content: MessageContent; counts: Record<'total' | DeliveryStatus, number>; error: string | null;
   createdAt: string; sendAt: string | null; startedAt: string | null; completedAt: string | null; canceledAt: string | null; updatedAt: string;
+  run: RunRef | null;
 };
 export type Delivery = {
   id: string; messageId: string; externalId: string; subscriptionId: string | null; channel: 'push' | 'email'; status: DeliveryStatus; reason: string | null;
@@ -33,7 +36,7 @@ export function toMessage(h: Record<string, string>): Message {
     id: h.id!, status: h.status as MessageStatus, to: JSON.parse(h.to!), content: JSON.parse(h.content!),
     counts: { total: count('total'), pending: count('pending'), sent: count('sent'), failed: count('failed'), skipped: count('skipped'), canceled: count('canceled') },
     error: h.error || null, createdAt: h.createdAt!, sendAt: h.sendAt || null, startedAt: h.startedAt || null, completedAt: h.completedAt || null,
-    canceledAt: h.canceledAt || null, updatedAt: h.updatedAt ?? h.createdAt!,
+    canceledAt: h.canceledAt || null, updatedAt: h.updatedAt ?? h.createdAt!, run: h.run ? JSON.parse(h.run) : null,
   };
 }
 
@@ -64,7 +67,7 @@ export type TenantRef = { workspaceId: string; tenantId: string };
  * `idempotency_key_reused`. Keys are per tenant and never expire.
  */
 export async function createMessage(
-  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null },
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
   idempotency: { key: string | null; request: unknown },
 ): Promise<{ message: Message; replayed: boolean }> {
   const id = newId('message');
@@ -72,7 +75,7 @@ export async function createMessage(
   const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
   const fields: Record<string, string> = {
     id, status, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
-    sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
+    sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   const hash = createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex');
   // registered first, so a dispatcher finds this tenant's queue even if this process dies right after

@@ -33,9 +33,17 @@ export function streamLedgerPayload(f: Record<string, string>): Record<string, u
         runId: f.ru || null,
         messageId: f.m || null,
         step: f.st || null,
+        ...runOf(f),
       },
     },
   };
+}
+
+/** Spec 6.1 rule 5: events of a workflow run carry `workflow` and `versionId` in webhook payloads. */
+function runOf(f: Record<string, string>): { workflow?: string | null; versionId?: string | null } {
+  if (!f.ru) return {};
+  const data = JSON.parse(f.d || '{}') as Record<string, unknown>;
+  return { workflow: typeof data.workflow === 'string' ? data.workflow : null, versionId: typeof data.versionId === 'string' ? data.versionId : null };
 }
 
 // Stands in for the event's data while the payload is serialized; the data's JSON text from the inbox
@@ -46,7 +54,9 @@ const DATA_SLOT_JSON = JSON.stringify(DATA_SLOT);
 /** The ledger payload as JSON text, without parsing and re-serializing the event's data. */
 export function streamLedgerJson(fields: Record<string, string>): string {
   const payload = streamLedgerPayload({ ...fields, d: '{}' });
-  ((payload.data as { object: Record<string, unknown> }).object).data = DATA_SLOT;
+  const object = (payload.data as { object: Record<string, unknown> }).object;
+  Object.assign(object, runOf(fields));
+  object.data = DATA_SLOT;
   return JSON.stringify(payload).replace(DATA_SLOT_JSON, () => fields.d || '{}');
 }
 

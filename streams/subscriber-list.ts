@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from './keys.js';
 import type { TenantScope } from './subscriber-writes.js';
-import { toSubscriber, type Subscriber } from './subscribers.js';
+import { loadSubscribers, type Subscriber } from './subscribers.js';
 
 /**
  * One page of a tenant's subscribers, newest first, merged across partitions. Each partition keeps
@@ -27,10 +27,7 @@ export async function listSubscribers(
   }
   candidates.sort((a, b) => (a.member < b.member ? 1 : a.member > b.member ? -1 : 0));
   const page = candidates.slice(0, limit);
-  const load = redis.pipeline();
   const externalIds = page.map(({ member }) => member.slice(member.indexOf('|') + 1));
-  page.forEach(({ p }, i) => load.hgetall(keys.subscriber(p, scope.tenantId, externalIds[i]!)));
-  const records = ((await load.exec()) ?? []).map(([, h]) => h as Record<string, string>);
-  const items = records.flatMap((h, i) => (h?.id ? [toSubscriber(externalIds[i]!, h)] : []));
+  const items = (await loadSubscribers(redis, keys, scope, externalIds)).filter((s): s is Subscriber => s !== null);
   return { items, next: candidates.length > limit ? page[page.length - 1]!.member : null, total };
 }

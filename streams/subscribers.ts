@@ -14,14 +14,52 @@ export type Attributes = { email?: string | null; phone?: string | null; locale?
 export type Subscriber = {
   id: string; externalId: string; email: string | null; phone: string | null; locale: string | null; timezone: string | null;
   properties: Record<string, unknown>; verified: boolean; createdAt: string; updatedAt: string;
+  /** slugs of the segments the subscriber belongs to (kept by the workers) */
+  segments: string[];
 };
 
-/** The public view of a stored subscriber record. */
-export function toSubscriber(externalId: string, h: Record<string, string>): Subscriber {
+/** The public view of a stored subscriber record; `segments` from `segmentSlugs`. */
+export function toSubscriber(externalId: string, h: Record<string, string>, segments: string[] = []): Subscriber {
   return {
     id: h.id!, externalId, email: h.email || null, phone: h.phone || null, locale: h.locale || null, timezone: h.timezone || null,
     properties: h.properties ? JSON.parse(h.properties) : {}, verified: h.verified === '1', createdAt: h.createdAt!, updatedAt: h.updatedAt ?? h.createdAt!,
+    segments,
   };
+}
+
+/**
+ * The sorted slugs of a subscriber's segments: `segs` is the `segs` field of its automation state
+ * (JSON array of segment ids, kept by the workers), `slugs` the tenant's segment slug index
+ * (HGETALL); ids of deleted segments are dropped.
+ */
+export function segmentSlugs(segs: string | null | undefined, slugs: Record<string, string>): string[] {
+  const ids = new Set(segs ? (JSON.parse(segs) as string[]) : []);
+  if (ids.size === 0) return [];
+  return Object.entries(slugs).filter(([, id]) => ids.has(id)).map(([slug]) => slug).sort();
+}
+
+/** One subscriber's segment slugs (two reads sent at once: one round trip). */
+async function segmentsOf(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<string[]> {
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  const [segs, slugs] = await Promise.all([redis.hget(keys.automation(p, scope.tenantId, externalId), 'segs'), redis.hgetall(keys.segmentSlugs(scope.tenantId))]);
+  return segmentSlugs(segs, slugs);
+}
+
+/** Subscribers by externalId with their segments, in one pipeline; null for one that does not exist. */
+export async function loadSubscribers(redis: Redis, keys: Keys, scope: TenantScope, externalIds: string[]): Promise<(Subscriber | null)[]> {
+  if (externalIds.length === 0) return [];
+  const pipeline = redis.pipeline().hgetall(keys.segmentSlugs(scope.tenantId));
+  for (const x of externalIds) {
+    const p = partitionOf(scope.tenantId, x, scope.partitions);
+    pipeline.hgetall(keys.subscriber(p, scope.tenantId, x)).hget(keys.automation(p, scope.tenantId, x), 'segs');
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+  const slugs = replies[0]![1] as Record<string, string>;
+  return externalIds.map((x, i) => {
+    const h = replies[1 + i * 2]![1] as Record<string, string>;
+    return h.id ? toSubscriber(x, h, segmentSlugs(replies[2 + i * 2]![1] as string | null, slugs)) : null;
+  });
 }
 
 /** Checks what a schema cannot: a real IANA time zone and the size of `properties`. */
@@ -41,7 +79,7 @@ export function checkAttributes(attributes: Attributes, base = ''): void {
 }
 
 /** The attribute values after applying `input` (properties merge key by key; null removes). */
-function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Subscriber, 'id' | 'externalId' | 'verified' | 'createdAt' | 'updatedAt'> {
+function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Subscriber, 'id' | 'externalId' | 'verified' | 'createdAt' | 'updatedAt' | 'segments'> {
   const base = current ?? { email: null, phone: null, locale: null, timezone: null, properties: {} };
   const properties: Record<string, unknown> = { ...base.properties };
   if (input.properties === null) for (const k of Object.keys(properties)) delete properties[k];
@@ -100,16 +138,16 @@ export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
     return { create: true, events: change.events, ops: change.ops, result: { created: !snapshot.exists, changes: change.changes, previous: change.previous } };
   });
-  const after = await readSubscriber(redis, keys, scope, externalId);
+  const [after, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
   if (!after.exists) throw notFound('Subscriber');
-  return { subscriber: toSubscriber(externalId, after.record), ...outcome };
+  return { subscriber: toSubscriber(externalId, after.record, segments), ...outcome };
 }
 
 /** Reads one subscriber, or throws 404. */
 export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
-  const snapshot = await readSubscriber(redis, keys, scope, externalId);
+  const [snapshot, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
   if (!snapshot.exists || !snapshot.record.id) throw notFound('Subscriber');
-  return toSubscriber(externalId, snapshot.record);
+  return toSubscriber(externalId, snapshot.record, segments);
 }
 
 /**
@@ -119,12 +157,12 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string }[]; topicIds: string[] };
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string }[]; topicIds: string[]; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
   const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
     if (!snapshot.exists) throw notFound('Subscriber');
-    const subscriber = toSubscriber(externalId, snapshot.record);
+    const subscriber = toSubscriber(externalId, snapshot.record, owned.segments);
     const member = `$SUB|${externalId}`;
     const ops: RecordOp[] = [
       ['del', keys.subscriber(p, scope.tenantId, externalId)],
@@ -138,12 +176,13 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
     return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, result: { subscriber, owned } };
   }, async () => {
-    const [ids, topicIds] = await Promise.all([
+    const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
+      segmentsOf(redis, keys, scope, externalId),
     ]);
     const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel')));
-    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds };
+    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds, segments };
   });
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
   await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, s)));

@@ -1,7 +1,8 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { now } from '../../lib/clock.js';
-import { ApiError, validationError } from '../../lib/errors.js';
+import { validationError } from '../../lib/errors.js';
+import { validateExpression } from '../../lib/expressions.js';
 import { checkBody } from '../../lib/validator.js';
 import { assertApnsContent } from '../../lib/apns-payload.js';
 import {
@@ -17,13 +18,15 @@ import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
 type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
 const CONTENT_FIELDS = ['title', 'body', 'data', 'category', 'badge', 'sound', 'threadId', 'collapseId', 'image', 'url', 'priority', 'ttl'] as const;
 
-/** `to` as an object; `segment` and `where` answer 400 until segments exist. */
+/** `to` as an object (an inline `where` is checked by the expression validator, with its path). */
 function targetOf(to: CreateBody['to']): Target {
   if (typeof to === 'string') return { externalId: to };
-  if ('segment' in to || 'where' in to) {
-    const param = 'segment' in to ? 'to.segment' : 'to.where';
-    throw new ApiError(400, 'bad_request', `${param}: targeting segments and inline expressions is not available yet; target an externalId or a topic`, { param, details: [{ param, message: 'is not available yet' }] });
+  if ('where' in to) {
+    const details = validateExpression(to.where, 'to.where');
+    if (details.length) throw validationError(details);
+    return { where: to.where as Record<string, unknown> };
   }
+  if ('segment' in to) return { segment: to.segment as string };
   return 'topic' in to ? { topic: to.topic as string } : { externalId: to.externalId as string };
 }
 
@@ -37,8 +40,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     operationId: sendMessage
    *     summary: Send a push message
    *     description: |
-   *       Scope `messages:send`. `to` is an externalId, or `{ externalId }`, or `{ topic }` (a topic slug); `{ segment }` and
-   *       `{ where }` answer 400 `bad_request` until segments arrive. Answers 202 with the message; the dispatcher then
+   *       Scope `messages:send`. `to` is an externalId, or `{ externalId }`, or `{ topic }` (a topic slug), `{ segment }` (a segment
+   *       slug: its members when the fan-out walks them) or `{ where }` (an inline expression, docs/expressions.md, evaluated
+   *       over the tenant's subscribers in chunks when the message fans out). Answers 202 with the message; the dispatcher then
    *       creates one delivery per subscription of the audience (skipped ones with a reason) and sends them over APNs.
    *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
    *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
@@ -81,6 +85,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
       if (sendAtMs <= now()) sendAtMs = null; // due already: send now
     }
     if ('topic' in to && !(await findTopic(redis, keys, tenantOf(ctx).id, to.topic))) throw validationError([{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }]);
+    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantOf(ctx).id), to.segment))) throw validationError([{ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` }]);
     const content = Object.fromEntries(CONTENT_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])) as MessageContent;
     assertApnsContent(content); // the APNs payload must fit in 4 KB
     const auth = ctx.state.auth as AuthState;

@@ -4,7 +4,7 @@ const slug: Schema = { type: 'string', minLength: 3, maxLength: 48, pattern: '^[
 const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
 
 export const MessageTarget: Schema = {
-  description: 'An externalId, or an object with exactly one of `externalId`, `topic`, `segment`, `where` (the last two arrive with segments and answer 400 `bad_request` until then).',
+  description: 'An externalId, or an object with exactly one of `externalId`, `topic` (a topic slug), `segment` (a segment slug) or `where` (an inline expression, docs/expressions.md, evaluated over the tenant\'s subscribers when the message fans out).',
   oneOf: [
     externalId,
     { type: 'object', additionalProperties: false, required: ['externalId'], properties: { externalId } },
@@ -64,7 +64,7 @@ const counts: Schema = {
 export const Message: Schema = {
   type: 'object',
   additionalProperties: false,
-  required: ['id', 'status', 'to', 'content', 'counts', 'error', 'createdAt', 'sendAt', 'startedAt', 'completedAt', 'canceledAt', 'updatedAt'],
+  required: ['id', 'status', 'to', 'content', 'counts', 'error', 'createdAt', 'sendAt', 'startedAt', 'completedAt', 'canceledAt', 'updatedAt', 'run'],
   properties: {
     id: { type: 'string', pattern: '^msg_' },
     status: { type: 'string', enum: ['scheduled', 'queued', 'sending', 'completed', 'canceled', 'failed'] },
@@ -78,6 +78,11 @@ export const Message: Schema = {
     completedAt: { type: 'string', format: 'date-time', nullable: true },
     canceledAt: { type: 'string', format: 'date-time', nullable: true },
     updatedAt: { type: 'string', format: 'date-time' },
+    run: {
+      type: 'object', nullable: true, additionalProperties: false, required: ['runId', 'step', 'workflowId', 'workflow', 'versionId'],
+      description: 'The workflow run step that sent this message (null for messages sent through the API).',
+      properties: { runId: { type: 'string' }, step: { type: 'string' }, workflowId: { type: 'string' }, workflow: { type: 'string' }, versionId: { type: 'string' } },
+    },
   },
 };
 

@@ -41,7 +41,7 @@ export const SubscribersQuery: Schema = {
 export const Subscriber: Schema = {
   type: 'object',
   additionalProperties: false,
-  required: ['id', 'externalId', 'email', 'phone', 'locale', 'timezone', 'properties', 'verified', 'createdAt', 'updatedAt'],
+  required: ['id', 'externalId', 'email', 'phone', 'locale', 'timezone', 'properties', 'verified', 'segments', 'createdAt', 'updatedAt'],
   properties: {
     id: { type: 'string', pattern: '^sub_' },
     externalId: { type: 'string' },
@@ -51,6 +51,7 @@ export const Subscriber: Schema = {
     timezone: { type: 'string', nullable: true },
     properties: { type: 'object' },
     verified: { type: 'boolean', description: 'True once a client call carried a valid identityHash.' },
+    segments: { type: 'array', items: { type: 'string' }, description: 'Slugs of the segments the subscriber belongs to, sorted (kept by the workers, so it trails events by a moment).' },
     createdAt: { type: 'string', format: 'date-time' },
     updatedAt: { type: 'string', format: 'date-time' },
   },

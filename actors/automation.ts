@@ -1,0 +1,321 @@
+import type { Redis } from 'ioredis';
+import { now } from '../lib/clock.js';
+import { counterField, expiredFields, initField, nextExpiry } from '../lib/event-counters.js';
+import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
+import { derivedId, newId } from '../lib/ids.js';
+import type { Logger } from '../lib/log.js';
+import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondition } from '../streams/automation-definitions.js';
+import type { Keys } from '../streams/keys.js';
+import { callScript } from '../streams/lua-scripts.js';
+import { createMessage } from '../streams/messages.js';
+import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
+import type { StreamEntry } from '../streams/stream-consumer.js';
+import { cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
+
+/** A subscriber runs at most this many workflow runs at once; further triggers are skipped (logged). */
+export const MAX_ACTIVE_RUNS = 100;
+
+type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; runId: string } } | { kind: 'timer'; member: string };
+type Op = [string, string, string | number, string | number];
+type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[] };
+
+/** The timer member of a kind for a subscriber: `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>` (lua/fireTimers parses it). */
+export function timerMember(kind: 'run' | 'seg', workspaceId: string, tenantId: string, ref: string, externalId: string): string {
+  return `${kind}|${workspaceId}|${tenantId}|${ref}|${externalId}`;
+}
+
+function itemOf(fields: Record<string, string>): Item {
+  if (fields.k === 'timer') return { kind: 'timer', member: fields.tm! };
+  return {
+    kind: 'event', q: Number(fields.q),
+    event: { id: fields.id!, name: fields.n!, data: JSON.parse(fields.d || '{}'), ts: Number(fields.ts), runId: fields.ru ?? '' },
+  };
+}
+
+/**
+ * The automation step of the subscriber actors, after the read models of a batch are applied:
+ * per subscriber, in sequence order, it keeps the event counters of the tenant's kept conditions,
+ * advances and starts workflow runs, handles fired timers, then re-evaluates segment membership,
+ * and commits all of it with the run events in one compare-and-set script per partition batch
+ * (lua/commitAutomation). The subscriber's automation cursor `seq` makes a redelivered event a no-op;
+ * messages of `send` steps are created with an idempotency key per run and step, so a retried step
+ * finds its message instead of sending twice.
+ */
+export class Automation {
+  private readonly definitions: DefinitionsCache;
+
+  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger) {
+    this.definitions = new DefinitionsCache(redis, keys);
+  }
+
+  async handle(p: number, entries: StreamEntry[]): Promise<void> {
+    const byTenant = new Map<string, { workspaceId: string; subscribers: Map<string, Item[]> }>();
+    for (const { fields } of entries) {
+      if (!fields.t || fields.x === undefined) continue;
+      let tenant = byTenant.get(fields.t);
+      if (!tenant) byTenant.set(fields.t, (tenant = { workspaceId: fields.w ?? '', subscribers: new Map() }));
+      let items = tenant.subscribers.get(fields.x);
+      if (!items) tenant.subscribers.set(fields.x, (items = []));
+      items.push(itemOf(fields));
+    }
+    if (byTenant.size === 0) return;
+    const tenantIds = [...byTenant.keys()];
+    const versions = tenantIds.length === 1
+      ? [await this.redis.get(this.keys.automationVersion(tenantIds[0]!))]
+      : await this.redis.mget(...tenantIds.map((t) => this.keys.automationVersion(t)));
+    const commits: Commit[] = [];
+    await Promise.all(tenantIds.map(async (tenantId, i) => {
+      const version = versions[i];
+      if (!version) return; // the tenant never defined a segment or workflow
+      const tenant = byTenant.get(tenantId)!;
+      const defs = await this.definitions.get(tenantId, version);
+      commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
+    }));
+    if (commits.length) await this.commit(p, commits);
+  }
+
+  private async handleTenant(p: number, tenantId: string, workspaceId: string, defs: Definitions, subscribers: Map<string, Item[]>): Promise<Commit[]> {
+    const { redis, keys } = this;
+    const externalIds = [...subscribers.keys()];
+    const [states, topicIds] = await Promise.all([
+      loadStates(redis, keys, p, tenantId, externalIds, { topics: defs.needs.topics, subscriptions: defs.needs.subscriptions, counters: true, automation: true }),
+      defs.topicSlugs.length ? redis.hmget(keys.topicSlugs(tenantId), ...defs.topicSlugs) : Promise.resolve([] as (string | null)[]),
+    ]);
+    const topicIdBySlug = new Map<string, string>();
+    defs.topicSlugs.forEach((slug, i) => topicIds[i] && topicIdBySlug.set(slug, topicIds[i]!));
+    // the active runs of these subscribers
+    const runIds = new Map<string, string[]>();
+    const pipeline = redis.pipeline();
+    for (const [x, state] of states) {
+      const ids = state.automation.runs ? (JSON.parse(state.automation.runs) as string[]) : [];
+      runIds.set(x, ids);
+      for (const id of ids) pipeline.hgetall(keys.run(p, tenantId, id));
+    }
+    const runReplies = [...runIds.values()].some((ids) => ids.length) ? ((await pipeline.exec()) ?? []) : [];
+    let r = 0;
+    const out: Commit[] = [];
+    await Promise.all(externalIds.map(async (x) => {
+      const runs: Run[] = [];
+      for (const _ of runIds.get(x)!) {
+        const h = runReplies[r++]?.[1] as Record<string, string> | undefined;
+        if (h?.id) runs.push(runOf(h));
+      }
+      const commit = await this.handleSubscriber(p, tenantId, workspaceId, defs, states.get(x)!, subscribers.get(x)!, runs, topicIdBySlug);
+      if (commit) out.push(commit);
+    }));
+    return out;
+  }
+
+  private async handleSubscriber(
+    p: number, tenantId: string, workspaceId: string, defs: Definitions, state: SubjectState, items: Item[], runs: Run[], topicIdBySlug: Map<string, string>,
+  ): Promise<Commit | null> {
+    const { redis, keys } = this;
+    const x = state.externalId;
+    const cursor = Number(state.automation.seq ?? 0);
+    const todo = items.filter((item) => item.kind === 'timer' || item.q > cursor);
+    if (todo.length === 0) return null;
+    const nowMs = now();
+    const ops: Op[] = [];
+    const events: RunEvent[] = [];
+    const countersKey = keys.counters(p, tenantId, x);
+    const kept = defs.kept;
+
+    // the versions of the active runs, and whether any condition needs the subscriber's history
+    const versionOf = new Map<string, Awaited<ReturnType<DefinitionsCache['version']>>>();
+    for (const run of runs) if (!versionOf.has(run.versionId)) versionOf.set(run.versionId, await this.definitions.version(tenantId, run.versionId));
+    const conditions: EventCondition[] = [...[...kept.values()].map((k) => k.condition)];
+    for (const v of versionOf.values()) if (v) for (const e of workflowExpressions(v.definition)) conditions.push(...eventConditions(e));
+    const firstEvent = todo.find((i) => i.kind === 'event');
+    if (needsHistory(state, conditions, kept)) {
+      state.history = await loadHistory(redis, keys, p, tenantId, x, firstEvent && firstEvent.kind === 'event' ? firstEvent.q - 1 : null);
+      seedCounters(state, kept, ops, countersKey);
+    }
+
+    let reevaluate = false;
+    let windowTimerFired = false;
+    let deleted = false;
+    const changed = new Set<Run>();
+    const statusBefore = new Map(runs.map((run) => [run, run.status]));
+    const armed: Op[] = [];
+    let currentEvent: EventLike | undefined;
+    const host: EngineHost = {
+      now: nowMs,
+      evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
+      send: async (run, step, content) => {
+        const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
+          to: { externalId: x }, content, sendAtMs: null,
+          run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
+        }, { key: `run:${run.id}:${step}`, request: { run: run.id, step } });
+        return message.id;
+      },
+      armTimer: (run, dueMs) => {
+        const member = timerMember('run', workspaceId, tenantId, `${run.id}~${run.history.length}`, x);
+        armed.push(['zadd', keys.timers(p), dueMs, member]);
+        return member;
+      },
+      disarmTimer: (member) => armed.push(['zrem', keys.timers(p), member, '-']),
+      emit: (event) => events.push(event),
+    };
+    let lastSeq = cursor;
+
+    for (const item of todo) {
+      if (item.kind === 'timer') {
+        const kind = item.member.slice(0, item.member.indexOf('|'));
+        if (kind === 'seg') {
+          reevaluate = true;
+          windowTimerFired = true;
+          continue;
+        }
+        const runId = item.member.split('|')[3]!.split('~')[0];
+        const run = runs.find((candidate) => candidate.id === runId);
+        if (!run) continue;
+        const version = versionOf.get(run.versionId);
+        currentEvent = undefined;
+        if (!version) {
+          cancelRun(run, host, 'workflow_deleted');
+          changed.add(run);
+        } else if (await onTimer(run, version.definition, host, item.member)) changed.add(run);
+        continue;
+      }
+      const { event } = item;
+      lastSeq = Math.max(lastSeq, item.q);
+      reevaluate = true;
+      currentEvent = event;
+      // counters of the kept conditions (and the in-memory history for conditions that are not kept)
+      for (const k of kept.values()) {
+        if (!matchesEvent(k.condition, event)) continue;
+        const field = counterField(k.key, k.withinMs, event.ts);
+        ops.push(['hincrby', countersKey, field, 1]);
+        state.counters[field] = String(Number(state.counters[field] ?? 0) + 1);
+      }
+      state.history?.unshift({ name: event.name, data: event.data, ts: event.ts, sequence: item.q });
+      if (event.name === '$subscriber.deleted') {
+        deleted = true;
+        state.exists = false;
+        for (const run of runs) {
+          cancelRun(run, host, 'subscriber_deleted');
+          changed.add(run);
+        }
+        continue;
+      }
+      if (event.name === '$subscriber.created') {
+        deleted = false;
+        state.exists = true;
+      }
+      // active runs: cancelOn, or the event a wait is for
+      for (const run of runs) {
+        const version = versionOf.get(run.versionId);
+        if (!version) {
+          cancelRun(run, host, 'workflow_deleted');
+          changed.add(run);
+        } else if (await onEvent(run, version.definition, host, event, event.runId)) changed.add(run);
+      }
+      // triggers: one run per workflow and trigger event; a run's own events never start its workflow again
+      for (const wf of defs.workflows) {
+        if (!wf.enabled || wf.definition.trigger.event !== event.name || event.data.workflowId === wf.id) continue;
+        if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
+        if (runs.filter((run) => run.status === 'running' || run.status === 'sleeping' || run.status === 'waiting').length >= MAX_ACTIVE_RUNS) {
+          this.log.warn('workflow run not started: too many active runs', { tenantId, externalId: x, workflow: wf.slug });
+          continue;
+        }
+        const run = newRun(derivedId('run', event.ts, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs);
+        if (runs.some((existing) => existing.id === run.id)) continue;
+        runs.push(run);
+        versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });
+        statusBefore.set(run, 'new' as Run['status']);
+        ops.push(['zadd', keys.workflowRuns(p, tenantId, wf.id), 0, run.id]);
+        await startRun(run, wf.definition, host, event);
+        changed.add(run);
+      }
+    }
+    currentEvent = undefined;
+
+    // runs: records, status indexes, the subscriber's active list
+    for (const run of changed) {
+      const before = statusBefore.get(run);
+      for (const [field, value] of Object.entries(runFields(run))) ops.push(['hset', keys.run(p, tenantId, run.id), field, value]);
+      if (before !== run.status) {
+        if (before && (before as string) !== 'new') ops.push(['zrem', keys.workflowRuns(p, tenantId, run.workflowId, before), run.id, '-']);
+        ops.push(['zadd', keys.workflowRuns(p, tenantId, run.workflowId, run.status), 0, run.id]);
+      }
+    }
+    ops.push(...armed);
+    const active = runs.filter((run) => run.status === 'running' || run.status === 'sleeping' || run.status === 'waiting').map((run) => run.id);
+    const autoKey = keys.automation(p, tenantId, x);
+    ops.push(['hset', autoKey, 'runs', JSON.stringify(active)]);
+
+    // segment membership, re-evaluated after the subscriber's items, and its window timer
+    if (reevaluate) this.segments(p, tenantId, workspaceId, defs, state, topicIdBySlug, nowMs, windowTimerFired, ops);
+    // counters that fell out of every window
+    for (const k of kept.values()) for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
+    if (deleted) ops.push(['del', countersKey, '-', '-']);
+    if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
+    return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };
+  }
+
+  /** Segment membership of one subscriber, and the timer that re-checks it when a window can expire it. */
+  private segments(p: number, tenantId: string, workspaceId: string, defs: Definitions, state: SubjectState, topicIdBySlug: Map<string, string>, nowMs: number, timerFired: boolean, ops: Op[]): void {
+    const { keys } = this;
+    const x = state.externalId;
+    const autoKey = keys.automation(p, tenantId, x);
+    const before = new Set<string>(state.automation.segs ? JSON.parse(state.automation.segs) : []);
+    const subject = subjectOf(state, topicIdBySlug, defs.kept, nowMs);
+    const after = new Set<string>();
+    if (state.exists) for (const segment of defs.segments) if (evaluate(segment.where, subject)) after.add(segment.id);
+    for (const id of after) if (!before.has(id)) ops.push(['zadd', keys.segmentMembers(p, tenantId, id), 0, x]);
+    for (const id of before) if (!after.has(id)) ops.push(['zrem', keys.segmentMembers(p, tenantId, id), x, '-']);
+    if (before.size !== after.size || [...after].some((id) => !before.has(id))) ops.push(['hset', autoKey, 'segs', JSON.stringify([...after])]);
+    // the earliest moment a counted event of a windowed segment condition leaves its window
+    let due: number | null = null;
+    if (state.exists) {
+      for (const segment of defs.segments) {
+        for (const k of segment.windows) {
+          const next = nextExpiry(state.counters, k.key, k.withinMs, nowMs);
+          if (next !== null && (due === null || next < due)) due = next;
+        }
+      }
+    }
+    const member = timerMember('seg', workspaceId, tenantId, '-', x);
+    const armed = timerFired ? '' : (state.automation.win ?? '');
+    const wanted = due === null ? '' : String(due);
+    if (armed !== wanted) {
+      if (due === null) ops.push(['zrem', keys.timers(p), member, '-']);
+      else ops.push(['zadd', keys.timers(p), due, member]);
+      ops.push(['hset', autoKey, 'win', wanted]);
+    }
+  }
+
+  private async commit(p: number, commits: Commit[]): Promise<void> {
+    const { keys } = this;
+    const at = now();
+    const args: (string | number)[] = [at, commits.length];
+    for (const c of commits) {
+      args.push(c.tenantId, c.workspaceId, c.externalId, keys.automation(p, c.tenantId, c.externalId), c.expected, c.events.length);
+      for (const e of c.events) args.push(newId('event', at), e.name, JSON.stringify(e.data), e.runId, e.messageId, e.step, '-');
+      args.push(c.ops.length);
+      for (const op of c.ops) args.push(op[0], op[1], op[2], op[3]);
+    }
+    await callScript<number[]>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
+  }
+}
+
+/** Seeds the counters of kept conditions not yet seeded for this subscriber from its loaded history. */
+function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptCondition>, ops: Op[], countersKey: string): void {
+  const history: HistoryEvent[] = state.history ?? [];
+  for (const k of kept.values()) {
+    const init = initField(k.key);
+    if (state.counters[init]) continue;
+    const counts = new Map<string, number>();
+    for (const e of history) {
+      if (!matchesEvent(k.condition, e)) continue;
+      const field = counterField(k.key, k.withinMs, e.ts);
+      counts.set(field, (counts.get(field) ?? 0) + 1);
+    }
+    for (const [field, n] of counts) {
+      ops.push(['hincrby', countersKey, field, n]);
+      state.counters[field] = String(Number(state.counters[field] ?? 0) + n);
+    }
+    ops.push(['hset', countersKey, init, 1]);
+    state.counters[init] = '1';
+  }
+}

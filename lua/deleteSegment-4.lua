@@ -1,0 +1,24 @@
+--[[
+  Deletes a segment's tenant-slot state: its record, its slug (only while the slug still names
+  this segment) and its index entry, and bumps the automation version. The caller then removes
+  the per-partition member sets and the backfill queue entry (other slots).
+
+  KEYS[1] segment slug index of the tenant (hash slug -> segment id)
+  KEYS[2] segment index of the tenant      (zset of segment ids)
+  KEYS[3] the segment's record             (hash)
+  KEYS[4] the tenant's automation version  (string counter)
+
+  ARGV[1] segment id
+
+  Returns { 1, record } when deleted (record as HGETALL's flat list as it was), { 0 } when the
+          segment did not exist.
+]]
+local rcall = redis.call
+local record = rcall('HGETALL', KEYS[3])
+if #record == 0 then return { 0 } end
+local slug = rcall('HGET', KEYS[3], 'slug')
+if slug and rcall('HGET', KEYS[1], slug) == ARGV[1] then rcall('HDEL', KEYS[1], slug) end
+rcall('ZREM', KEYS[2], ARGV[1])
+rcall('DEL', KEYS[3])
+rcall('INCR', KEYS[4])
+return { 1, record }

@@ -1,0 +1,142 @@
+import type { Redis } from 'ioredis';
+import { conditionKey, eventConditions, type EventCondition, type Expression } from '../lib/expressions.js';
+import { parseDuration } from '../lib/durations.js';
+import type { WorkflowDefinition } from '../lib/workflow-definition.js';
+import type { Keys } from './keys.js';
+
+/** A kept event condition: its counter key and the longest window any condition sharing the key counts over. */
+export type KeptCondition = { key: string; withinMs: number | null; condition: EventCondition };
+/** A segment with the windowed conditions whose expiry can drop a member (re-checked by a timer). */
+export type SegmentDef = { id: string; slug: string; where: Expression; windows: KeptCondition[] };
+export type WorkflowDef = { id: string; slug: string; enabled: boolean; versionId: string; version: number; definition: WorkflowDefinition };
+export type VersionDef = { id: string; workflowId: string; slug: string; version: number; definition: WorkflowDefinition };
+
+/** What the automation step of a tenant works from, at one definitions version. */
+export type Definitions = {
+  version: string;
+  segments: SegmentDef[];
+  workflows: WorkflowDef[];
+  /** event conditions whose counters the actors keep: those of segments and current workflow versions */
+  kept: Map<string, KeptCondition>;
+  /** topic slugs any definition names */
+  topicSlugs: string[];
+  needs: { topics: boolean; subscriptions: boolean };
+};
+
+/** Bounds on what one tenant defines (the worker loads all of it on every definitions change). */
+export const MAX_SEGMENTS = 100;
+export const MAX_WORKFLOWS = 100;
+
+/** The counter key and window of an event condition. */
+export function keptCondition(condition: EventCondition): KeptCondition {
+  return { key: conditionKey(condition), withinMs: condition.within ? parseDuration(condition.within) : null, condition };
+}
+
+/** Every expression of a workflow definition (trigger, cancelOn, waits and branches). */
+export function workflowExpressions(def: WorkflowDefinition): Expression[] {
+  const out: Expression[] = [];
+  if (def.trigger.where) out.push(def.trigger.where);
+  if (def.cancelOn?.where) out.push(def.cancelOn.where);
+  const walk = (steps: WorkflowDefinition['steps'] | undefined) => {
+    for (const step of steps ?? []) {
+      if (step.type === 'branch') {
+        out.push(step.if);
+        walk(step.then);
+        walk(step.else);
+      } else if (step.type === 'wait') {
+        if (step.where) out.push(step.where);
+        walk(step.onEvent);
+        walk(step.onTimeout);
+      }
+    }
+  };
+  walk(def.steps);
+  return out;
+}
+
+/** Walks an expression for topic and subscription conditions. */
+function scan(expr: Expression, found: { topics: Set<string>; subscriptions: boolean }): void {
+  const e = expr as Record<string, unknown>;
+  if (Array.isArray(e.all)) for (const c of e.all as Expression[]) scan(c, found);
+  else if (Array.isArray(e.any)) for (const c of e.any as Expression[]) scan(c, found);
+  else if (e.not) scan(e.not as Expression, found);
+  else if (typeof e.topic === 'string') found.topics.add(e.topic);
+  else if (e.subscription) found.subscriptions = true;
+}
+
+/** What a set of expressions needs loaded: kept conditions, topic slugs, subscriptions. */
+export function needsOf(expressions: Expression[]): Pick<Definitions, 'kept' | 'topicSlugs' | 'needs'> {
+  const kept = new Map<string, KeptCondition>();
+  const found = { topics: new Set<string>(), subscriptions: false };
+  for (const expr of expressions) {
+    for (const c of eventConditions(expr)) {
+      // conditions sharing a key (same name, filters and bucket width) share the counter: keep the
+      // longest window, so expiry never drops a bucket a longer window still counts
+      const k = keptCondition(c);
+      const current = kept.get(k.key);
+      if (!current || (current.withinMs !== null && (k.withinMs === null || k.withinMs > current.withinMs))) kept.set(k.key, k);
+    }
+    scan(expr, found);
+  }
+  return { kept, topicSlugs: [...found.topics], needs: { topics: found.topics.size > 0, subscriptions: found.subscriptions } };
+}
+
+/**
+ * Caches each tenant's definitions by `automationVersion` (bumped on every segment or workflow
+ * change) and the immutable workflow versions by id.
+ */
+export class DefinitionsCache {
+  private readonly tenants = new Map<string, Definitions>();
+  private readonly versions = new Map<string, VersionDef>();
+
+  constructor(private readonly redis: Redis, private readonly keys: Keys) {}
+
+  /** The tenant's definitions at `version` (the value of its automationVersion key). */
+  async get(tenantId: string, version: string): Promise<Definitions> {
+    const cached = this.tenants.get(tenantId);
+    if (cached && cached.version === version) return cached;
+    const defs = await this.load(tenantId, version);
+    this.tenants.set(tenantId, defs);
+    return defs;
+  }
+
+  /** One workflow version (immutable), or null when it is gone (its workflow was deleted). */
+  async version(tenantId: string, versionId: string): Promise<VersionDef | null> {
+    const cached = this.versions.get(versionId);
+    if (cached) return cached;
+    const h = await this.redis.hgetall(this.keys.workflowVersion(tenantId, versionId));
+    if (!h.id) return null;
+    const wf = await this.redis.hget(this.keys.workflow(tenantId, h.workflowId!), 'slug');
+    const def: VersionDef = { id: h.id, workflowId: h.workflowId!, slug: wf ?? '', version: Number(h.version), definition: JSON.parse(h.definition!) };
+    if (this.versions.size > 10_000) this.versions.clear();
+    this.versions.set(versionId, def);
+    return def;
+  }
+
+  private async load(tenantId: string, version: string): Promise<Definitions> {
+    const { redis, keys } = this;
+    const [segmentIds, workflowIds] = await Promise.all([
+      redis.zrange(keys.segmentIndex(tenantId), 0, MAX_SEGMENTS - 1),
+      redis.zrange(keys.workflowIndex(tenantId), 0, MAX_WORKFLOWS - 1),
+    ]);
+    const pipeline = redis.pipeline();
+    for (const id of segmentIds) pipeline.hgetall(keys.segment(tenantId, id));
+    for (const id of workflowIds) pipeline.hgetall(keys.workflow(tenantId, id));
+    const replies = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>);
+    const segments: SegmentDef[] = [];
+    replies.slice(0, segmentIds.length).forEach((h) => {
+      if (!h?.id || !h.where) return;
+      const where = JSON.parse(h.where) as Expression;
+      segments.push({ id: h.id, slug: h.slug!, where, windows: eventConditions(where).filter((c) => c.within !== undefined).map(keptCondition) });
+    });
+    const workflowRecords = replies.slice(segmentIds.length).filter((h) => h?.id && h.versionId);
+    const versions = await Promise.all(workflowRecords.map((h) => this.version(tenantId, h.versionId!)));
+    const workflows: WorkflowDef[] = [];
+    workflowRecords.forEach((h, i) => {
+      const v = versions[i];
+      if (v) workflows.push({ id: h.id!, slug: h.slug!, enabled: h.enabled !== '0', versionId: v.id, version: v.version, definition: v.definition });
+    });
+    const needs = needsOf([...segments.map((s) => s.where), ...workflows.flatMap((w) => workflowExpressions(w.definition))]);
+    return { version, segments, workflows, ...needs };
+  }
+}

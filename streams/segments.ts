@@ -1,0 +1,222 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import type { Expression } from '../lib/expressions.js';
+import { newId } from '../lib/ids.js';
+import { isSlug } from '../lib/slugs.js';
+import type { Writer } from './identity.js';
+import type { Keys } from './keys.js';
+import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
+import { callScript } from './lua-scripts.js';
+import { loadSubscribers, type Subscriber } from './subscribers.js';
+
+/** Progress of the pass that computes a segment's membership over the existing subscribers. */
+export type Backfill = { status: 'pending' | 'running' | 'completed'; processed: number; total: number | null; startedAt: string | null; completedAt: string | null };
+
+/**
+ * A segment: a saved expression over a tenant's subscribers, addressed by its slug. Membership is
+ * kept by the workers (per-partition member sets), not computed when read.
+ */
+export type Segment = {
+  id: string;
+  slug: string;
+  name: string | null;
+  description: string | null;
+  where: Expression;
+  /** members now: the sum of the partitions' member-set sizes */
+  memberCount: number;
+  backfill: Backfill;
+  createdAt: string;
+  updatedAt: string;
+};
+
+/** The tenant a segment write works in, the refs its audit entries carry, and the partition count. */
+export type SegmentScope = { workspace: Ref; tenant: Ref; partitions: number };
+export type SegmentInput = { slug: string; name?: string | null; description?: string | null; where: Expression };
+export type SegmentPatch = { name?: string | null; description?: string | null; where?: Expression };
+
+/** What a create, or a change of `where`, sets the backfill to; a job runner takes it from there. */
+const PENDING: Backfill = { status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null };
+
+/** `HGETALL`'s flat list (as a script returns it) as a record. */
+function record(flat: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
+  return out;
+}
+
+function toSegment(h: Record<string, string>, memberCount: number): Segment {
+  return {
+    id: h.id!,
+    slug: h.slug!,
+    name: h.name || null,
+    description: h.description || null,
+    where: JSON.parse(h.where!) as Expression,
+    memberCount,
+    backfill: h.backfill ? (JSON.parse(h.backfill) as Backfill) : { ...PENDING },
+    createdAt: h.createdAt!,
+    updatedAt: h.updatedAt!,
+  };
+}
+
+const editable = (s: Segment) => ({ name: s.name, description: s.description, where: s.where });
+
+/** The member of the global backfill queue naming one segment. */
+export function backfillMember(scope: SegmentScope, segmentId: string): string {
+  return `${scope.tenant.id}|${scope.workspace.id}|${segmentId}`;
+}
+
+/** Queues on `pipeline` the ZCARD of each partition's member set of a segment. */
+function countMembers(pipeline: ReturnType<Redis['pipeline']>, keys: Keys, tenantId: string, partitions: number, id: string): void {
+  for (let p = 0; p < partitions; p++) pipeline.zcard(keys.segmentMembers(p, tenantId, id));
+}
+
+async function memberCount(redis: Redis, keys: Keys, tenantId: string, partitions: number, id: string): Promise<number> {
+  const pipeline = redis.pipeline();
+  countMembers(pipeline, keys, tenantId, partitions, id);
+  return ((await pipeline.exec()) ?? []).reduce((sum, [err, n]) => {
+    if (err) throw err;
+    return sum + Number(n);
+  }, 0);
+}
+
+/** Loads segments by id in one round trip (record and member counts); null for an id whose segment no longer exists. */
+export async function loadSegments(redis: Redis, keys: Keys, tenantId: string, partitions: number, ids: string[]): Promise<(Segment | null)[]> {
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) {
+    pipeline.hgetall(keys.segment(tenantId, id));
+    countMembers(pipeline, keys, tenantId, partitions, id);
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+  const stride = partitions + 1;
+  return ids.map((_, i) => {
+    const h = replies[i * stride]![1] as Record<string, string>;
+    if (!h.id) return null;
+    let count = 0;
+    for (let p = 1; p <= partitions; p++) count += Number(replies[i * stride + p]![1]);
+    return toSegment(h, count);
+  });
+}
+
+/** Reads a segment by slug, or null (a malformed slug is null too: it cannot exist). */
+export async function findSegment(redis: Redis, keys: Keys, tenantId: string, partitions: number, slug: string): Promise<Segment | null> {
+  if (!isSlug(slug)) return null;
+  const id = await redis.hget(keys.segmentSlugs(tenantId), slug);
+  return id ? ((await loadSegments(redis, keys, tenantId, partitions, [id]))[0] ?? null) : null;
+}
+
+/**
+ * Creates a segment with its backfill pending, and queues the backfill; 409 `conflict` when the
+ * tenant already has a segment with this slug. Audited as `segment.created`.
+ */
+export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScope, input: SegmentInput, by: Writer): Promise<Segment> {
+  const tenantId = scope.tenant.id;
+  const id = newId('segment');
+  const at = isoNow();
+  const [created] = await callScript<[number, string]>(
+    redis, 'createSegment',
+    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId)],
+    [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at],
+  );
+  if (created !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
+  await redis.zadd(keys.segmentBackfills, 0, backfillMember(scope, id));
+  const segment: Segment = {
+    id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, where: input.where,
+    memberCount: 0, backfill: { ...PENDING }, createdAt: at, updatedAt: at,
+  };
+  await appendAudit(redis, keys, { type: 'segment.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
+  return segment;
+}
+
+/**
+ * Changes a segment's name, description or rule (null clears name and description). A new rule
+ * restarts the backfill. Audited as `segment.updated` with `changes` and `previousAttributes` only
+ * when a value actually changed. 404 for an unknown slug.
+ */
+export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScope, slug: string, patch: SegmentPatch, by: Writer): Promise<Segment> {
+  const tenantId = scope.tenant.id;
+  const current = await findSegment(redis, keys, tenantId, scope.partitions, slug);
+  if (!current) throw notFound('Segment');
+  const args: string[] = [isoNow(), JSON.stringify(PENDING)];
+  const fields: [string, string][] = [];
+  if (patch.name !== undefined) fields.push(['name', patch.name ?? '']);
+  if (patch.description !== undefined) fields.push(['description', patch.description ?? '']);
+  // the same rule spelled with other key order is no change
+  if (patch.where !== undefined && !sameJson(patch.where, current.where)) fields.push(['where', JSON.stringify(patch.where)]);
+  args.push(String(fields.length), ...fields.flat());
+  const reply = await callScript<[number, string[]?, string[]?, number?]>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId)], args);
+  if (reply[0] !== 1) throw notFound('Segment');
+  if (reply[3] === 1) await redis.zadd(keys.segmentBackfills, 0, backfillMember(scope, current.id));
+  const count = await memberCount(redis, keys, tenantId, scope.partitions, current.id);
+  const before = toSegment(record(reply[1]!), count);
+  const after = toSegment(record(reply[2]!), count);
+  const changed = diff(editable(before), editable(after));
+  if (changed) {
+    await appendAudit(redis, keys, {
+      type: 'segment.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id: after.id }, request: by.request,
+      object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
+    });
+  }
+  return after;
+}
+
+/**
+ * Deletes a segment: record, slug, index entry, backfill queue entry and every partition's member
+ * set. Members get no stream event; their automation state keeps the id until the workers next
+ * touch it, and readers drop ids of segments that no longer exist. Returns the segment as it was;
+ * 404 for an unknown slug.
+ */
+export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScope, slug: string, by: Writer): Promise<Segment> {
+  const tenantId = scope.tenant.id;
+  const id = isSlug(slug) ? await redis.hget(keys.segmentSlugs(tenantId), slug) : null;
+  if (!id) throw notFound('Segment');
+  const reply = await callScript<[number, string[]?]>(
+    redis, 'deleteSegment',
+    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId)],
+    [id],
+  );
+  if (reply[0] !== 1) throw notFound('Segment');
+  // other slots: each partition's member set (counted as it goes) and the global backfill queue
+  const cleanup = redis.pipeline().zrem(keys.segmentBackfills, backfillMember(scope, id));
+  for (let p = 0; p < scope.partitions; p++) cleanup.zcard(keys.segmentMembers(p, tenantId, id)).del(keys.segmentMembers(p, tenantId, id));
+  const replies = (await cleanup.exec()) ?? [];
+  let count = 0;
+  for (let p = 0; p < scope.partitions; p++) count += Number(replies[1 + p * 2]?.[1] ?? 0);
+  const segment = toSegment(record(reply[1]!), count);
+  await appendAudit(redis, keys, { type: 'segment.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
+  return segment;
+}
+
+/**
+ * One page of a segment's members, by externalId ascending (byte order) across all partitions:
+ * each partition's member set is read from `after` on (`limit + 1` of them), merged, and cut.
+ * `total` is the member count; `next` the last externalId of the page when there are more.
+ * Members whose subscriber no longer exists are left out of the page.
+ */
+export async function segmentMemberPage(
+  redis: Redis, keys: Keys, scope: SegmentScope, segmentId: string, limit: number, after: string | null,
+): Promise<{ items: Subscriber[]; next: string | null; total: number }> {
+  const tenantId = scope.tenant.id;
+  const min = after === null ? '-' : `(${after}`;
+  const pipeline = redis.pipeline();
+  for (let p = 0; p < scope.partitions; p++) {
+    pipeline.zrange(keys.segmentMembers(p, tenantId, segmentId), min, '+', 'BYLEX', 'LIMIT', 0, limit + 1);
+    pipeline.zcard(keys.segmentMembers(p, tenantId, segmentId));
+  }
+  const replies = (await pipeline.exec()) ?? [];
+  const candidates: string[] = [];
+  let total = 0;
+  for (let p = 0; p < scope.partitions; p++) {
+    const [err, members] = replies[2 * p]!;
+    if (err) throw err;
+    candidates.push(...(members as string[]));
+    total += Number(replies[2 * p + 1]![1]);
+  }
+  // Redis orders members by their bytes; so must the merge
+  candidates.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const page = candidates.slice(0, limit);
+  const items = (await loadSubscribers(redis, keys, { workspaceId: scope.workspace.id, tenantId, partitions: scope.partitions }, page)).filter((s): s is Subscriber => s !== null);
+  return { items, next: candidates.length > limit ? page[page.length - 1]! : null, total };
+}

@@ -1,0 +1,233 @@
+import type { Redis } from 'ioredis';
+import { isoNow } from '../lib/clock.js';
+import { ApiError, notFound } from '../lib/errors.js';
+import { newId } from '../lib/ids.js';
+import { isSlug } from '../lib/slugs.js';
+import type { WorkflowDefinition } from '../lib/workflow-definition.js';
+import type { Writer } from './identity.js';
+import type { Keys } from './keys.js';
+import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
+import { callScript } from './lua-scripts.js';
+
+/**
+ * A workflow: a trigger and steps run per subscriber, addressed by its slug. Its definition lives
+ * in immutable versions; the workflow record points at the current one, with which new runs start.
+ */
+export type Workflow = {
+  id: string;
+  slug: string;
+  name: string | null;
+  description: string | null;
+  enabled: boolean;
+  version: number;
+  versionId: string;
+  trigger: WorkflowDefinition['trigger'];
+  steps: WorkflowDefinition['steps'];
+  cancelOn: NonNullable<WorkflowDefinition['cancelOn']> | null;
+  createdAt: string;
+  updatedAt: string;
+};
+
+/** One immutable version of a workflow's definition. */
+export type WorkflowVersion = {
+  id: string;
+  workflowId: string;
+  version: number;
+  trigger: WorkflowDefinition['trigger'];
+  steps: WorkflowDefinition['steps'];
+  cancelOn: NonNullable<WorkflowDefinition['cancelOn']> | null;
+  createdAt: string;
+};
+
+/** The tenant a workflow write works in, and the refs its audit entries carry. */
+export type WorkflowScope = { workspace: Ref; tenant: Ref };
+export type WorkflowInput = { slug: string; name?: string | null; description?: string | null; enabled?: boolean } & WorkflowDefinition;
+export type WorkflowPatch = {
+  name?: string | null; description?: string | null; enabled?: boolean;
+  trigger?: WorkflowDefinition['trigger']; steps?: WorkflowDefinition['steps']; cancelOn?: WorkflowDefinition['cancelOn'] | null;
+};
+
+/** Tries of a PATCH that loses the compare-and-set against a concurrent definition change. */
+const UPDATE_ATTEMPTS = 10;
+
+/** `HGETALL`'s flat list (as a script returns it) as a record. */
+function record(flat: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
+  return out;
+}
+
+/** The stored definition: only `trigger`, `steps` and `cancelOn` (absent when none). */
+function definitionOf(parts: { trigger: WorkflowDefinition['trigger']; steps: WorkflowDefinition['steps']; cancelOn?: WorkflowDefinition['cancelOn'] | null }): WorkflowDefinition {
+  return parts.cancelOn ? { trigger: parts.trigger, steps: parts.steps, cancelOn: parts.cancelOn } : { trigger: parts.trigger, steps: parts.steps };
+}
+
+function toVersion(h: Record<string, string>): WorkflowVersion {
+  const def = JSON.parse(h.definition!) as WorkflowDefinition;
+  return { id: h.id!, workflowId: h.workflowId!, version: Number(h.version), trigger: def.trigger, steps: def.steps, cancelOn: def.cancelOn ?? null, createdAt: h.createdAt! };
+}
+
+/** A workflow from its record and the definition of its current version. */
+function toWorkflow(h: Record<string, string>, version: Pick<WorkflowVersion, 'trigger' | 'steps' | 'cancelOn'>): Workflow {
+  return {
+    id: h.id!,
+    slug: h.slug!,
+    name: h.name || null,
+    description: h.description || null,
+    enabled: h.enabled !== '0',
+    version: Number(h.version),
+    versionId: h.versionId!,
+    trigger: version.trigger,
+    steps: version.steps,
+    cancelOn: version.cancelOn,
+    createdAt: h.createdAt!,
+    updatedAt: h.updatedAt!,
+  };
+}
+
+const editable = (w: Workflow) => ({ name: w.name, description: w.description, enabled: w.enabled, version: w.version, trigger: w.trigger, steps: w.steps, cancelOn: w.cancelOn });
+
+/** Loads versions by id in one round trip; null for one that no longer exists. */
+export async function loadVersions(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(WorkflowVersion | null)[]> {
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.workflowVersion(tenantId, id));
+  return ((await pipeline.exec()) ?? []).map(([err, h]) => {
+    if (err) throw err;
+    return (h as Record<string, string>).id ? toVersion(h as Record<string, string>) : null;
+  });
+}
+
+/** Loads workflows by id (records, then their current versions: two round trips); null for one that no longer exists. */
+export async function loadWorkflows(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Workflow | null)[]> {
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hgetall(keys.workflow(tenantId, id));
+  const records = ((await pipeline.exec()) ?? []).map(([err, h]) => {
+    if (err) throw err;
+    return h as Record<string, string>;
+  });
+  const versions = await loadVersions(redis, keys, tenantId, records.map((h) => h.versionId ?? ''));
+  return records.map((h, i) => (h.id && versions[i] ? toWorkflow(h, versions[i]!) : null));
+}
+
+/** Reads a workflow by slug, or null (a malformed slug is null too: it cannot exist). */
+export async function findWorkflow(redis: Redis, keys: Keys, tenantId: string, slug: string): Promise<Workflow | null> {
+  if (!isSlug(slug)) return null;
+  const id = await redis.hget(keys.workflowSlugs(tenantId), slug);
+  return id ? ((await loadWorkflows(redis, keys, tenantId, [id]))[0] ?? null) : null;
+}
+
+/** Creates a workflow at version 1; 409 `conflict` when the tenant already has one with this slug. Audited as `workflow.created`. */
+export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, input: WorkflowInput, by: Writer): Promise<Workflow> {
+  const tenantId = scope.tenant.id;
+  const id = newId('workflow');
+  const versionId = newId('workflowVersion');
+  const at = isoNow();
+  const definition = definitionOf(input);
+  const enabled = input.enabled ?? true;
+  const [created] = await callScript<[number, string]>(
+    redis, 'createWorkflow',
+    [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersion(tenantId, versionId), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId)],
+    [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at],
+  );
+  if (created !== 1) throw new ApiError(409, 'conflict', `A workflow with slug "${input.slug}" already exists`, { param: 'slug' });
+  const workflow: Workflow = {
+    id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, enabled, version: 1, versionId,
+    trigger: definition.trigger, steps: definition.steps, cancelOn: definition.cancelOn ?? null, createdAt: at, updatedAt: at,
+  };
+  await appendAudit(redis, keys, { type: 'workflow.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id }, request: by.request, object: { ...workflow } });
+  return workflow;
+}
+
+/**
+ * Changes a workflow. `name`, `description` and `enabled` change its record; a change of
+ * `trigger`, `steps` or `cancelOn` (compared with the current version; what the patch leaves out
+ * is taken from it, `cancelOn: null` removes it) makes version n+1 current. Audited as
+ * `workflow.updated` with `changes` and `previousAttributes` only when something changed.
+ */
+export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, slug: string, patch: WorkflowPatch, by: Writer): Promise<Workflow> {
+  const tenantId = scope.tenant.id;
+  for (let attempt = 0; attempt < UPDATE_ATTEMPTS; attempt++) {
+    const current = await findWorkflow(redis, keys, tenantId, slug);
+    if (!current) throw notFound('Workflow');
+    const next = definitionOf({
+      trigger: patch.trigger ?? current.trigger,
+      steps: patch.steps ?? current.steps,
+      cancelOn: patch.cancelOn === undefined ? current.cancelOn : patch.cancelOn,
+    });
+    const changesDefinition = !sameJson(next, definitionOf(current));
+    const versionId = changesDefinition ? newId('workflowVersion') : '';
+    const at = isoNow();
+    const fields: [string, string][] = [];
+    if (patch.name !== undefined) fields.push(['name', patch.name ?? '']);
+    if (patch.description !== undefined) fields.push(['description', patch.description ?? '']);
+    if (patch.enabled !== undefined) fields.push(['enabled', patch.enabled ? '1' : '0']);
+    const reply = await callScript<[number, string[]?, string[]?]>(
+      redis, 'updateWorkflow',
+      [keys.workflow(tenantId, current.id), keys.workflowVersions(tenantId, current.id), keys.workflowVersion(tenantId, versionId || current.versionId), keys.automationVersion(tenantId)],
+      [at, current.versionId, versionId, changesDefinition ? JSON.stringify(next) : '', String(fields.length), ...fields.flat()],
+    );
+    if (reply[0] === -1) continue; // another change made a new version first: recompute from it
+    if (reply[0] !== 1) throw notFound('Workflow');
+    const before = toWorkflow(record(reply[1]!), current);
+    const after = toWorkflow(record(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
+    const changed = diff(editable(before), editable(after));
+    if (changed) {
+      await appendAudit(redis, keys, {
+        type: 'workflow.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id: after.id }, request: by.request,
+        object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
+      });
+    }
+    return after;
+  }
+  throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
+}
+
+/**
+ * Deletes a workflow: record, slug, index entry and every version. No run starts afterwards;
+ * active runs are canceled by the workers at their next step (reason `workflow_deleted`).
+ * Returns the workflow as it was; 404 for an unknown slug.
+ */
+export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, slug: string, by: Writer): Promise<Workflow> {
+  const tenantId = scope.tenant.id;
+  const id = isSlug(slug) ? await redis.hget(keys.workflowSlugs(tenantId), slug) : null;
+  if (!id) throw notFound('Workflow');
+  const reply = await callScript<[number, string[]?, string[]?]>(
+    redis, 'deleteWorkflow',
+    [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId)],
+    [id],
+  );
+  if (reply[0] !== 1) throw notFound('Workflow');
+  const h = record(reply[1]!);
+  // the current version is read for the answer, then every version record goes
+  const cleanup = redis.pipeline().hgetall(keys.workflowVersion(tenantId, h.versionId!));
+  for (const versionId of reply[2] ?? []) cleanup.del(keys.workflowVersion(tenantId, versionId));
+  const replies = (await cleanup.exec()) ?? [];
+  const [err, current] = replies[0]!;
+  if (err) throw err;
+  const workflow = toWorkflow(h, toVersion(current as Record<string, string>));
+  await appendAudit(redis, keys, { type: 'workflow.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id }, request: by.request, object: { ...workflow } });
+  return workflow;
+}
+
+/**
+ * One page of a workflow's versions, newest first: `after` is the version number the previous page
+ * ended with. `total` is the number of versions.
+ */
+export async function versionPage(redis: Redis, keys: Keys, tenantId: string, workflowId: string, limit: number, after: number | null): Promise<{ items: WorkflowVersion[]; next: number | null; total: number }> {
+  const index = keys.workflowVersions(tenantId, workflowId);
+  const [ids, total] = await Promise.all([
+    redis.zrange(index, after === null ? '+inf' : `(${after}`, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, limit + 1),
+    redis.zcard(index),
+  ]);
+  const page = ids.slice(0, limit);
+  const items = (await loadVersions(redis, keys, tenantId, page)).filter((v): v is WorkflowVersion => v !== null);
+  return { items, next: ids.length > limit && items.length ? items[items.length - 1]!.version : null, total };
+}
+
+/** One version of a workflow by its number, or null. */
+export async function findVersion(redis: Redis, keys: Keys, tenantId: string, workflowId: string, version: number): Promise<WorkflowVersion | null> {
+  const [id] = await redis.zrange(keys.workflowVersions(tenantId, workflowId), version, version, 'BYSCORE');
+  return id ? ((await loadVersions(redis, keys, tenantId, [id]))[0] ?? null) : null;
+}

@@ -1,0 +1,120 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setClockOffset } from '../../lib/clock.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string };
+const seg = suite<Ctx>('segment membership kept by the actors');
+const DAY = 86_400_000;
+
+seg.before(async (ctx) => {
+  ctx.service = await startTestService('segment-membership', { PARTITION_LEASE_MS: '1000' }, ['web', 'worker', 'scheduler']);
+  ctx.api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, 'seg-members');
+  ctx.key = boot.keys.tenant;
+  ctx.client = boot.keys.client;
+});
+seg.after(async (ctx) => {
+  setClockOffset(0);
+  await ctx.service.stop();
+});
+
+const members = async (ctx: Ctx, slug: string): Promise<string[]> => {
+  const res = await ctx.api.get(`/v1/segments/${slug}/members?limit=100`, ctx.key);
+  assert.is(res.status, 200, res.text);
+  return res.body.data.items.map((s: any) => s.externalId).sort();
+};
+const until = (ctx: Ctx, slug: string, expected: string[], what: string, timeoutMs = 10_000) =>
+  waitFor(what, async () => {
+    const now = await members(ctx, slug);
+    return JSON.stringify(now) === JSON.stringify([...expected].sort()) ? now : null;
+  }, timeoutMs, 50);
+
+seg('an attribute segment gains and loses members as attributes change, and the subscriber record names it', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/segments', key, { slug: 'pro-users', name: 'Pro', where: { attribute: 'plan', eq: 'pro' } })).status, 201);
+  await api.post('/v1/subscribers', key, { externalId: 'ann', properties: { plan: 'pro' } });
+  await api.post('/v1/subscribers', key, { externalId: 'bob', properties: { plan: 'free' } });
+  await until(ctx, 'pro-users', ['ann'], 'ann in pro-users');
+  const ann = (await api.get('/v1/subscribers/ann', key)).body.data;
+  assert.equal(ann.segments, ['pro-users']);
+  await api.patch('/v1/subscribers/ann', key, { properties: { plan: 'free' } });
+  await api.patch('/v1/subscribers/bob', key, { properties: { plan: 'pro' } });
+  await until(ctx, 'pro-users', ['bob'], 'bob replaces ann');
+  const seg = (await api.get('/v1/segments/pro-users', key)).body.data;
+  assert.is(seg.memberCount, 1);
+  await api.del('/v1/subscribers/bob', key);
+  await until(ctx, 'pro-users', [], 'a deleted subscriber leaves');
+});
+
+seg('an event-count segment with a property filter counts matching events only', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/segments', key, {
+    slug: 'big-spenders', where: { event: 'order.completed', count: { gte: 2 }, within: '30d', where: [{ property: 'total', gt: 50 }] },
+  });
+  const track = (externalId: string, total: number) => api.post('/v1/events', key, { externalId, name: 'order.completed', data: { total } });
+  await track('cara', 80);
+  await track('cara', 10);
+  await track('dan', 60);
+  await track('dan', 70);
+  await until(ctx, 'big-spenders', ['dan'], 'dan has two big orders');
+  await track('cara', 99);
+  await until(ctx, 'big-spenders', ['cara', 'dan'], 'cara joins with a second big order');
+});
+
+seg('topic and subscription conditions follow memberships and registrations', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/topics', key, { slug: 'news' });
+  await api.post('/v1/segments', key, { slug: 'news-readers-with-push', where: { all: [{ topic: 'news' }, { subscription: { channel: 'push', enabled: true } }] } });
+  await api.post('/v1/topics/news/subscribers', key, { externalIds: ['eve', 'fay'] });
+  const reg = await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'eve', channel: 'push', token: 'a'.repeat(64), platform: 'ios' });
+  assert.is(reg.status, 201, reg.text);
+  await until(ctx, 'news-readers-with-push', ['eve'], 'eve: in news with push');
+  await api.patch(`/v1/subscribers/eve/subscriptions/${reg.body.data.id}`, key, { enabled: false });
+  await until(ctx, 'news-readers-with-push', [], 'eve muted her device');
+  await api.post('/v1/topics/news/subscribers/remove', key, { externalIds: ['eve'] });
+  await api.patch(`/v1/subscribers/eve/subscriptions/${reg.body.data.id}`, key, { enabled: true });
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(await members(ctx, 'news-readers-with-push'), [], 'no longer in the topic');
+});
+
+seg('a segment created over an existing population is backfilled, with progress, and resumes nothing twice', async (ctx) => {
+  const { api, key } = ctx;
+  const ids = Array.from({ length: 30 }, (_, i) => `pop-${String(i).padStart(2, '0')}`);
+  await api.post('/v1/events', key, { events: ids.map((externalId, i) => ({ externalId, name: 'app.opened', data: { n: i } })) });
+  await api.post('/v1/events', key, { events: ids.filter((_, i) => i % 3 === 0).map((externalId) => ({ externalId, name: 'app.opened', data: {} })) });
+  await waitFor('the population to be applied', async () => (await api.get('/v1/events?name=app.opened&limit=100', key)).body.data.items.length === 40, 10_000);
+  const created = await api.post('/v1/segments', key, { slug: 'regulars', where: { event: 'app.opened', count: { gte: 2 } } });
+  assert.is(created.body.data.backfill.status, 'pending');
+  const done = await waitFor('the backfill to complete', async () => {
+    const s = (await api.get('/v1/segments/regulars', key)).body.data;
+    return s.backfill.status === 'completed' ? s : null;
+  }, 20_000, 100);
+  assert.ok(done.backfill.total >= 30, `total ${done.backfill.total}`);
+  assert.is(done.backfill.processed, done.backfill.total);
+  assert.ok(done.backfill.startedAt && done.backfill.completedAt);
+  assert.equal(await members(ctx, 'regulars'), ids.filter((_, i) => i % 3 === 0));
+  // counters were seeded once: one more event makes a third opener a member, nobody counts twice
+  await api.post('/v1/events', key, { externalId: 'pop-01', name: 'app.opened', data: {} });
+  await until(ctx, 'regulars', [...ids.filter((_, i) => i % 3 === 0), 'pop-01'], 'pop-01 opens a second time');
+});
+
+seg('a member whose 7-day window expires is dropped without any new event', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/segments', key, { slug: 'active-week', where: { event: 'session.started', within: '7d' } });
+  await api.post('/v1/events', key, { externalId: 'gil', name: 'session.started', data: {} });
+  await until(ctx, 'active-week', ['gil'], 'gil active this week');
+  setClockOffset(6 * DAY);
+  await new Promise((r) => setTimeout(r, 800));
+  assert.equal(await members(ctx, 'active-week'), ['gil'], 'still inside the window after 6 days');
+  try {
+    setClockOffset(7 * DAY + 2 * 3_600_000);
+    await until(ctx, 'active-week', [], 'gil dropped when the window expired', 10_000);
+  } finally {
+    setClockOffset(0);
+  }
+});
+
+seg.run();

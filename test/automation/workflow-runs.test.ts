@@ -1,0 +1,158 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import type { ApnsPeer } from '../helpers/apns-peer.js';
+import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; peer: ApnsPeer };
+const wf = suite<Ctx>('workflow runs');
+
+wf.before(async (ctx) => {
+  const { peer, key, env } = await pushSetup();
+  ctx.peer = peer;
+  ctx.service = await startTestService('workflow-runs', { ...env, PARTITION_LEASE_MS: '1000' }, ['web', 'worker', 'scheduler', 'dispatcher']);
+  ctx.api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, 'wf-runs');
+  ctx.key = boot.keys.tenant;
+  ctx.client = boot.keys.client;
+  ctx.tenantId = boot.tenant.id;
+  await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(key) });
+});
+wf.after(async (ctx) => {
+  await ctx.service.stop();
+  await ctx.peer.close();
+});
+
+let tokens = 0;
+async function device(ctx: Ctx, externalId: string): Promise<string> {
+  const token = (0x9000 + tokens++).toString(16).padStart(64, 'e');
+  const res = await ctx.api.post('/v1/client/subscriptions', ctx.client, { externalId, channel: 'push', token, platform: 'ios' });
+  assert.is(res.status, 201, res.text);
+  return token;
+}
+const runsOf = async (ctx: Ctx, slug: string, query = '') => (await ctx.api.get(`/v1/workflows/${slug}/runs?limit=100${query}`, ctx.key)).body.data;
+const runOf = async (ctx: Ctx, slug: string, externalId: string, status?: string) => {
+  const page = await runsOf(ctx, slug, status ? `&status=${status}` : '');
+  return page.items.find((r: any) => r.externalId === externalId) ?? null;
+};
+const pushesTo = (ctx: Ctx, token: string) => ctx.peer.requests.filter((r) => r.token === token);
+
+wf('a trigger starts a run that sleeps, branches on an attribute and sends once, with its events on the stream', async (ctx) => {
+  const { api, key } = ctx;
+  const created = await api.post('/v1/workflows', key, {
+    slug: 'welcome', name: 'Welcome',
+    trigger: { event: 'signed.up' },
+    steps: [
+      { type: 'sleep', duration: '2s' },
+      { type: 'branch', if: { attribute: 'plan', eq: 'pro' }, then: [{ type: 'send', name: 'pro-hello', message: { title: 'Welcome, pro', body: 'Thanks' } }], else: [{ type: 'send', message: { title: 'Welcome', body: 'Try pro' } }] },
+    ],
+  });
+  assert.is(created.status, 201, created.text);
+  const token = await device(ctx, 'wf-ann');
+  await api.post('/v1/subscribers', key, { externalId: 'wf-ann', properties: { plan: 'pro' } });
+  await api.post('/v1/events', key, { externalId: 'wf-ann', name: 'signed.up', data: {} });
+  const sleeping = await waitFor('the run to sleep', () => runOf(ctx, 'welcome', 'wf-ann', 'sleeping'), 10_000);
+  assert.is(sleeping.step, 'steps[0]');
+  assert.ok(sleeping.wakeAt, 'wakeAt is set');
+  const done = await waitFor('the run to complete', () => runOf(ctx, 'welcome', 'wf-ann', 'completed'), 15_000);
+  const one = (await api.get(`/v1/workflows/welcome/runs/${done.id}`, key)).body.data;
+  assert.equal(one.history.map((h: any) => `${h.step}:${h.outcome}`), ['steps[0]:sleeping', 'steps[0]:woke', 'steps[1]:then', 'steps[1].then[0]:sent']);
+  const messageId = one.history[3].messageId;
+  assert.match(messageId, /^msg_/);
+  const message = await waitFor('the message to be sent', async () => {
+    const m = (await api.get(`/v1/messages/${messageId}`, key)).body.data;
+    return m.status === 'completed' ? m : null;
+  }, 10_000);
+  assert.is(message.content.title, 'Welcome, pro');
+  assert.equal(message.run, { runId: done.id, step: 'steps[1].then[0]', workflowId: created.body.data.id, workflow: 'welcome', versionId: created.body.data.versionId });
+  assert.is(pushesTo(ctx, token).length, 1);
+  const timeline = await waitFor('the run events on the timeline', async () => {
+    const items = (await api.get('/v1/subscribers/wf-ann/timeline?limit=100', key)).body.data.items as any[];
+    return items.some((e) => e.name === '$send') && items.some((e) => e.name === '$run.completed') ? [...items].reverse() : null;
+  }, 10_000);
+  assert.equal(timeline.map((e: any) => e.name).filter((n: string) => n.startsWith('$run')), ['$run.started', '$run.step', '$run.step', '$run.step', '$run.step', '$run.completed']);
+  const send = timeline.find((e: any) => e.name === '$send');
+  assert.is(send.data.workflow, 'welcome');
+  assert.is(send.runId, done.id);
+  assert.is(send.step, 'steps[1].then[0]');
+  const started = timeline.find((e: any) => e.name === '$run.started');
+  assert.is(started.runId, done.id);
+  const sentStep = timeline.find((e: any) => e.name === '$run.step' && e.messageId);
+  assert.is(sentStep.step, 'steps[1].then[0]');
+  assert.is(sentStep.messageId, messageId);
+});
+
+wf('a wait resumes on the awaited event, times out to its other branch, and cancelOn ends a waiting run', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, {
+    slug: 'cart-nudge',
+    trigger: { event: 'cart.updated' },
+    cancelOn: { event: 'account.closed' },
+    steps: [{
+      type: 'wait', event: 'checkout.completed', where: { property: 'total', gte: 1 }, timeout: '2s',
+      onEvent: [{ type: 'exit' }],
+      onTimeout: [{ type: 'send', message: { title: 'Your cart', body: 'is waiting' } }],
+    }],
+  });
+  for (const x of ['buyer', 'idler', 'leaver']) await api.post('/v1/events', key, { externalId: x, name: 'cart.updated', data: {} });
+  await waitFor('three waiting runs', async () => (await runsOf(ctx, 'cart-nudge', '&status=waiting')).total === 3, 10_000);
+  await api.post('/v1/events', key, { externalId: 'buyer', name: 'checkout.completed', data: { total: 0 } }); // where false: still waiting
+  await api.post('/v1/events', key, { externalId: 'buyer', name: 'checkout.completed', data: { total: 30 } });
+  await api.post('/v1/events', key, { externalId: 'leaver', name: 'account.closed', data: {} });
+  const buyer = await waitFor('buyer completes by the event', () => runOf(ctx, 'cart-nudge', 'buyer', 'completed'), 10_000);
+  assert.equal(buyer.history.map((h: any) => h.outcome), ['waiting', 'event', 'exit']);
+  const leaver = await waitFor('leaver canceled', () => runOf(ctx, 'cart-nudge', 'leaver', 'canceled'), 10_000);
+  assert.is(leaver.reason, 'canceled_by_event');
+  const idler = await waitFor('idler times out and is nudged', () => runOf(ctx, 'cart-nudge', 'idler', 'completed'), 15_000);
+  assert.equal(idler.history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sent']);
+  const page = await runsOf(ctx, 'cart-nudge');
+  assert.is(page.total, 3);
+  assert.is((await runsOf(ctx, 'cart-nudge', '&status=canceled')).total, 1);
+  assert.is((await runsOf(ctx, 'cart-nudge', '&status=waiting')).total, 0);
+});
+
+wf('two versions run side by side: runs keep the version they started on', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'versions', trigger: { event: 'v.start' }, steps: [{ type: 'sleep', duration: '3s' }, { type: 'send', message: { title: 'v1', body: 'first' } }] });
+  await device(ctx, 'ver-old');
+  await device(ctx, 'ver-new');
+  await api.post('/v1/events', key, { externalId: 'ver-old', name: 'v.start', data: {} });
+  await waitFor('the v1 run sleeps', () => runOf(ctx, 'versions', 'ver-old', 'sleeping'), 10_000);
+  const patched = await api.patch('/v1/workflows/versions', key, { steps: [{ type: 'send', message: { title: 'v2', body: 'second' } }] });
+  assert.is(patched.body.data.version, 2);
+  await api.post('/v1/events', key, { externalId: 'ver-new', name: 'v.start', data: {} });
+  const newer = await waitFor('the v2 run completes', () => runOf(ctx, 'versions', 'ver-new', 'completed'), 10_000);
+  assert.is(newer.version, 2);
+  const older = await waitFor('the v1 run completes on v1', () => runOf(ctx, 'versions', 'ver-old', 'completed'), 15_000);
+  assert.is(older.version, 1);
+  const titles = async (run: any) => (await api.get(`/v1/messages/${run.history.find((h: any) => h.messageId).messageId}`, key)).body.data.content.title;
+  assert.is(await titles(older), 'v1');
+  assert.is(await titles(newer), 'v2');
+});
+
+wf('a run never starts its own workflow again, a deleted subscriber cancels its run, a disabled workflow starts nothing', async (ctx) => {
+  const { api, key } = ctx;
+  await device(ctx, 'echo');
+  // triggered by $send: its own send must not start it again (it would loop forever)
+  await api.post('/v1/workflows', key, { slug: 'echo', trigger: { event: '$send' }, steps: [{ type: 'send', message: { title: 'echo', body: 'once' } }] });
+  await api.post('/v1/messages', key, { to: 'echo', title: 'hello', body: 'world' });
+  await waitFor('the echo run completes', () => runOf(ctx, 'echo', 'echo', 'completed'), 15_000);
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.is((await runsOf(ctx, 'echo')).total, 1, 'exactly one run');
+  await api.patch('/v1/workflows/echo', key, { enabled: false });
+
+  await api.post('/v1/workflows', key, { slug: 'long-sleep', trigger: { event: 'nap' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'exit' }] });
+  await api.post('/v1/events', key, { externalId: 'sleeper', name: 'nap', data: {} });
+  await waitFor('the sleeper sleeps', () => runOf(ctx, 'long-sleep', 'sleeper', 'sleeping'), 10_000);
+  await api.del('/v1/subscribers/sleeper', key);
+  const canceled = await waitFor('the run is canceled', () => runOf(ctx, 'long-sleep', 'sleeper', 'canceled'), 10_000);
+  assert.is(canceled.reason, 'subscriber_deleted');
+
+  await api.post('/v1/messages', key, { to: 'echo', title: 'again', body: 'disabled now' });
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.is((await runsOf(ctx, 'echo')).total, 1, 'a disabled workflow starts no run');
+});
+
+wf.run();
