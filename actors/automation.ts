@@ -246,8 +246,9 @@ export class Automation {
 
     // segment membership, re-evaluated after the subscriber's items, and its window timer
     if (reevaluate) this.segments(p, tenantId, workspaceId, defs, state, topicIdBySlug, nowMs, windowTimerFired, ops);
-    // counters that fell out of every window
+    // counters that fell out of every window, and those of conditions no longer kept (seeded again if kept again)
     for (const k of kept.values()) for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
+    for (const field of Object.keys(state.counters)) if (!kept.has(field.slice(0, field.indexOf('|')))) ops.push(['hdel', countersKey, field, '-']);
     if (deleted) ops.push(['del', countersKey, '-', '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };

@@ -36,7 +36,7 @@ export const MIN_STEP_DURATION_MS = 1_000;
 export const MAX_STEP_DURATION_MS = 90 * 86_400_000;
 export const STEP_NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,47}$';
 
-/** The fields each step type takes (besides `type` and `name`), and which of them are step lists. */
+/** The fields each step type takes besides `type` and `name`, and those it requires. */
 const FIELDS: Record<Step['type'], readonly string[]> = {
   sleep: ['duration'],
   wait: ['event', 'where', 'timeout', 'onEvent', 'onTimeout'],

@@ -187,8 +187,8 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
 
 m('bad requests are clear errors', async (ctx) => {
   const cases: [unknown, number, string, string][] = [
-    [{ to: { segment: 'vips' }, title: 't', body: 'b' }, 400, 'bad_request', 'to.segment'],
-    [{ to: { where: { attribute: 'plan', eq: 'pro' } }, title: 't', body: 'b' }, 400, 'bad_request', 'to.where'],
+    [{ to: { segment: 'vips' }, title: 't', body: 'b' }, 400, 'validation', 'to.segment'],
+    [{ to: { where: { attribute: 'plan', op: 'pro' } }, title: 't', body: 'b' }, 400, 'validation', 'to.where'],
     [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b' }, 400, 'validation', 'to.topic'],
     [{ to: 'x', title: 't' }, 400, 'validation', 'body'],
     [{ to: 'x', title: 't', body: 'b', data: { aps: {} } }, 400, 'validation', 'data'],

@@ -1,0 +1,55 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { formatPath, nextPath, parsePath, stepAt } from '../../actors/workflow-engine.js';
+import type { WorkflowDefinition } from '../../lib/workflow-definition.js';
+import { streamLedgerJson, streamLedgerPayload } from '../../streams/stream-ledger.js';
+
+const engine = suite('workflow engine paths and run payloads');
+
+const def: WorkflowDefinition = {
+  trigger: { event: 'go' },
+  steps: [
+    { type: 'sleep', duration: '1m' },
+    { type: 'branch', if: { attribute: 'plan', eq: 'pro' }, then: [{ type: 'send', message: { title: 'a', body: 'b' } }, { type: 'sleep', duration: '1h' }], else: [{ type: 'exit' }] },
+    { type: 'wait', event: 'opened', timeout: '1d', onTimeout: [{ type: 'send', message: { title: 'c', body: 'd' } }] },
+  ],
+};
+
+engine('paths parse, print and lead to their steps', () => {
+  const parts = parsePath('steps[1].then[1]');
+  assert.equal(parts, [{ list: 'steps', index: 1 }, { list: 'then', index: 1 }]);
+  assert.is(formatPath(parts), 'steps[1].then[1]');
+  assert.equal(stepAt(def, parts), { type: 'sleep', duration: '1h' });
+  assert.is(stepAt(def, parsePath('steps[9]')), null);
+  assert.is(stepAt(def, parsePath('other[0]')), null);
+  assert.is(stepAt(def, parsePath('steps[1].else[3]')), null);
+});
+
+engine('the next step leaves finished nested lists and ends after the last step', () => {
+  const next = (path: string) => {
+    const n = nextPath(def, parsePath(path));
+    return n ? formatPath(n) : null;
+  };
+  assert.is(next('steps[0]'), 'steps[1]');
+  assert.is(next('steps[1].then[0]'), 'steps[1].then[1]');
+  assert.is(next('steps[1].then[1]'), 'steps[2]');
+  assert.is(next('steps[1].else[0]'), 'steps[2]');
+  assert.is(next('steps[2].onTimeout[0]'), null);
+  assert.is(next('steps[2]'), null);
+});
+
+engine('webhook payloads of run events carry workflow and versionId (spec 6.1 rule 5); other events do not', () => {
+  const fields = { t: 'tnt_1', w: 'ws_1', id: 'evt_1', q: '3', x: 'ann', u: 'sub_1', n: '$run.step', o: 'system', ts: '1700000000000', r: '1700000000000',
+    d: JSON.stringify({ workflowId: 'wfl_1', workflow: 'welcome', versionId: 'wfv_1', version: 1, step: 'steps[0]' }), ru: 'run_1', m: '', st: 'steps[0]' };
+  const object = (streamLedgerPayload(fields).data as any).object;
+  assert.is(object.workflow, 'welcome');
+  assert.is(object.versionId, 'wfv_1');
+  assert.is(object.runId, 'run_1');
+  assert.is(object.step, 'steps[0]');
+  assert.equal(JSON.parse(streamLedgerJson(fields)), streamLedgerPayload(fields));
+  const plain = (streamLedgerPayload({ ...fields, n: 'app.opened', ru: '', st: '', d: '{}' }).data as any).object;
+  assert.not.ok('workflow' in plain);
+  assert.not.ok('versionId' in plain);
+});
+
+engine.run();
