@@ -10,7 +10,7 @@ import { callScript } from '../streams/lua-scripts.js';
 import { createMessage } from '../streams/messages.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
-import { cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
+import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
 
 /** A subscriber runs at most this many workflow runs at once; further triggers are skipped (logged). */
 export const MAX_ACTIVE_RUNS = 100;
@@ -214,7 +214,7 @@ export class Automation {
       for (const wf of defs.workflows) {
         if (!wf.enabled || wf.definition.trigger.event !== event.name || event.data.workflowId === wf.id) continue;
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
-        if (runs.filter((run) => run.status === 'running' || run.status === 'sleeping' || run.status === 'waiting').length >= MAX_ACTIVE_RUNS) {
+        if (runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).length >= MAX_ACTIVE_RUNS) {
           this.log.warn('workflow run not started: too many active runs', { tenantId, externalId: x, workflow: wf.slug });
           continue;
         }
@@ -240,7 +240,7 @@ export class Automation {
       }
     }
     ops.push(...armed);
-    const active = runs.filter((run) => run.status === 'running' || run.status === 'sleeping' || run.status === 'waiting').map((run) => run.id);
+    const active = runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).map((run) => run.id);
     const autoKey = keys.automation(p, tenantId, x);
     ops.push(['hset', autoKey, 'runs', JSON.stringify(active)]);
 

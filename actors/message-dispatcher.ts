@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { now } from '../lib/clock.js';
-import { moveMessage } from '../streams/messages.js';
 import { connectRedis } from '../streams/redis.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
@@ -9,13 +7,12 @@ import { fanOut, type Pusher } from './fanout.js';
 
 export const FANOUT_GROUP = 'fanout';
 const REFRESH_TENANTS_MS = 2_000;
-const DUE_EVERY_MS = 500;
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
  * queue through the consumer group `fanout` (each message goes to one of them; one that dies
- * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`),
- * and releases scheduled messages when their `sendAt` is due.
+ * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`).
+ * Scheduled messages are released by the scheduler role (actors/scheduled-messages.ts).
  */
 export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx: RoleContext) => Pusher & { close?: () => Promise<void> }): Promise<Stop> {
   const { redis, keys, config, log } = ctx;
@@ -54,25 +51,9 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
   const consumer = new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize: 10 });
   consumer.start();
 
-  let releasing = false;
-  const dueTimer = setInterval(async () => {
-    if (releasing) return;
-    releasing = true;
-    try {
-      for (const { tenantId } of tenants) {
-        const due = await redis.zrangebyscore(keys.messageDue(tenantId), '-inf', now(), 'LIMIT', 0, 100);
-        for (const id of due) await moveMessage(redis, keys, tenantId, id, ['scheduled'], 'queued');
-      }
-    } catch (err) {
-      log.warn('releasing scheduled messages failed', { err: (err as Error).message });
-    } finally {
-      releasing = false;
-    }
-  }, DUE_EVERY_MS);
   log.info('message dispatcher started', { owner });
   return async () => {
     clearInterval(refreshTimer);
-    clearInterval(dueTimer);
     await consumer.stop();
     await pusher.close?.();
   };

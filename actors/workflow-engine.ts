@@ -2,6 +2,7 @@ import { isoNow } from '../lib/clock.js';
 import { parseDuration } from '../lib/durations.js';
 import type { EventLike, Expression } from '../lib/expressions.js';
 import type { SendContent, Step, WorkflowDefinition } from '../lib/workflow-definition.js';
+import type { RunHistoryItem, RunStatus } from '../streams/workflow-runs.js';
 
 /**
  * The workflow run state machine (docs/workflows.md has the transition table). Pure apart from
@@ -9,9 +10,8 @@ import type { SendContent, Step, WorkflowDefinition } from '../lib/workflow-defi
  * per run and step), arm and disarm timers, emit the run's engine events. The subscriber actor
  * hosts it and commits the resulting state atomically.
  */
-export type RunStatus = 'running' | 'sleeping' | 'waiting' | 'completed' | 'canceled' | 'failed';
 export const ACTIVE_STATUSES: readonly RunStatus[] = ['running', 'sleeping', 'waiting'];
-export type HistoryItem = { step: string; type: string; outcome: string; at: string; messageId?: string; branch?: 'then' | 'else'; eventId?: string };
+type HistoryItem = RunHistoryItem;
 export type Run = {
   id: string; workflowId: string; workflow: string; versionId: string; version: number; externalId: string; status: RunStatus;
   step: string; triggerEventId: string; reason: string; wakeAt: number | null; timer: string;
@@ -230,7 +230,7 @@ export function cancelRun(run: Run, host: EngineHost, reason: string): void {
   if (ACTIVE_STATUSES.includes(run.status)) end(run, host, 'canceled', reason);
 }
 
-/** The run hash fields (see streams/workflow-runs.ts). */
+/** The run hash fields (streams/workflow-runs.ts reads them for the API). */
 export function runFields(run: Run): Record<string, string> {
   return {
     id: run.id, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: String(run.version), externalId: run.externalId,

@@ -7,10 +7,11 @@ import { PushSender } from '../actors/push-sender.js';
 import { startWebhookDispatcher } from '../actors/webhook-dispatcher.js';
 import { startTimerScheduler } from '../actors/timer-scheduler.js';
 import { startSegmentBackfills } from '../actors/segment-backfill.js';
+import { startScheduledMessages } from '../actors/scheduled-messages.js';
 
 /** The long-running actors each non-web role runs. The only place roles are wired to actors. */
 export const ROLE_ACTORS: Record<Exclude<Role, 'web'>, StartActor[]> = {
   worker: [startSubscriberActors, startRetentionSweeper],
   dispatcher: [(ctx) => startMessageDispatcher(ctx, (c) => new PushSender({ redis: c.redis, keys: c.keys, config: c.config, log: c.log })), startWebhookDispatcher],
-  scheduler: [startTimerScheduler, startSegmentBackfills],
+  scheduler: [startTimerScheduler, startSegmentBackfills, startScheduledMessages],
 };

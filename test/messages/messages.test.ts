@@ -17,7 +17,7 @@ const nextToken = () => hex(tokenCounter++);
 m.before(async (ctx) => { try {
   const { peer, key, env } = await pushSetup();
   ctx.peer = peer;
-  ctx.service = await startTestService('messages', { ...env, FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher']);
+  ctx.service = await startTestService('messages', { ...env, FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher', 'scheduler']);
   ctx.api = client(ctx.service.url);
   const boot = await bootstrapWorkspace(ctx.service, 'messages');
   ctx.key = boot.keys.tenant;
