@@ -78,8 +78,7 @@ export async function createMessage(
     sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   const hash = createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex');
-  // registered first, so a dispatcher finds this tenant's queue even if this process dies right after
-  await redis.zadd(keys.messageTenants, 'NX', now(), `${ref.tenantId}|${ref.workspaceId}`);
+  await registerSender(redis, keys, ref);
   const flat = Object.entries(fields).flat();
   const [outcome, messageId] = await callScript<[number, string]>(
     redis, 'createMessage',
@@ -87,7 +86,28 @@ export async function createMessage(
     [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', flat.length / 2, ...flat],
   );
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
-  return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: outcome === 2 };
+  // a new message is what was just written (no second read); a replay answers the stored original
+  if (outcome === 1) return { message: toMessage(fields), replayed: false };
+  return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
+}
+
+/** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */
+const registered = new Map<string, number>();
+const REGISTER_EVERY_MS = 60_000;
+
+/**
+ * Registers the tenant in `messageTenants` before its first message, so dispatchers read its queue
+ * even if this process dies right after. Members are never removed; this process skips the write
+ * while its last one is recent (a Redis that lost its data is registered again within a minute).
+ */
+async function registerSender(redis: Redis, keys: Keys, ref: TenantRef): Promise<void> {
+  const member = `${ref.tenantId}|${ref.workspaceId}`;
+  const cacheKey = `${keys.messageTenants}|${member}`;
+  const at = now();
+  if (at - (registered.get(cacheKey) ?? -Infinity) < REGISTER_EVERY_MS) return;
+  await redis.zadd(keys.messageTenants, 'NX', at, member);
+  if (registered.size > 100_000) registered.clear();
+  registered.set(cacheKey, at);
 }
 
 export async function getMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Message> {

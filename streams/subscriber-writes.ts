@@ -63,17 +63,21 @@ export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[
 /**
  * Runs read → compute → compare-and-set until it applies (bounded): the way every subscriber
  * change is made, so a change is decided once even under concurrent writers. `read` loads more of
- * the subscriber's partition state (its subscriptions, topics) after the version: every write
- * bumps the version, so state read after it is still current when the version still matches.
+ * the subscriber's partition state (its subscriptions, topics), sent right after the version reads
+ * on the same connection (one round trip with auto-pipelining; Redis runs them in order): every
+ * write bumps the version, so state read after it is still current when the version still matches.
  */
 export async function changeSubscriber<T, X = undefined>(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
   compute: (snapshot: SubscriberSnapshot, extra: X) => Change<T>,
   read?: (partition: number) => Promise<X>,
 ): Promise<T> {
+  const partition = partitionOf(scope.tenantId, externalId, scope.partitions);
   for (let attempt = 0; attempt < 50; attempt++) {
-    const snapshot = await readSubscriber(redis, keys, scope, externalId);
-    const extra = (read ? await read(snapshot.partition) : undefined) as X;
+    // both reads leave in one round trip, the version first: commands of one connection run in order
+    const reading = readSubscriber(redis, keys, scope, externalId);
+    const extraReading = read ? read(partition) : Promise.resolve(undefined);
+    const [snapshot, extra] = (await Promise.all([reading, extraReading])) as [SubscriberSnapshot, X];
     const change = compute(snapshot, extra);
     if ('skip' in change) return change.skip;
     try {

@@ -94,7 +94,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
   );
   if (claim === 'moved' && previous !== undefined) await detach(redis, keys, scope, previous, id, 'moved');
   const wanted = fieldsOf(input);
-  const outcome = await changeSubscriber<{ created: boolean }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
+  const outcome = await changeSubscriber<{ created: boolean; record: Record<string, string> }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const at = isoNow();
@@ -105,23 +105,23 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
         create: true,
         events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
         ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
-        result: { created: true },
+        result: { created: true, record },
       };
     }
     const changed = Object.entries(wanted).filter(([k, v]) => (current[k] ?? '') !== v);
     // a token the provider had invalidated is valid again once the app registers it anew
     const revived = Boolean(current.invalidatedAt);
     if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
-    if (changed.length === 0) return { skip: { created: false } };
+    if (changed.length === 0) return { skip: { created: false, record: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
-    return { create: true, events, ops: [...changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['hset', recordKey, 'updatedAt', at]], result: { created: false } };
+    return { create: true, events, ops: [...changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['hset', recordKey, 'updatedAt', at]], result: { created: false, record: { ...current, ...Object.fromEntries(changed), updatedAt: at } } };
   }, async (p) => {
     const [record, count] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
     return { record, count };
   });
   if (claim === 'moved') await redis.hdel(keys.tokenMoves(scope.tenantId), field);
-  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  return { subscription: toSubscription(externalId, await redis.hgetall(keys.subscription(p, scope.tenantId, id))), ...outcome };
+  // the record as written (no second read)
+  return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
 }
 
 /** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
