@@ -7,6 +7,8 @@ import { fanOut, type Pusher } from './fanout.js';
 
 export const FANOUT_GROUP = 'fanout';
 const REFRESH_TENANTS_MS = 2_000;
+/** Messages one dispatcher process fans out at once (a batch read from a queue is worked by this many lanes). */
+const MESSAGES_IN_FLIGHT = 32;
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
@@ -34,21 +36,27 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
   const handle = async (stream: string, entries: StreamEntry[]) => {
     const tenant = streams.get(stream);
     if (!tenant) return;
-    for (const entry of entries) {
-      await fanOut(
-        {
-          redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize,
-          touch: () => redis.xclaim(stream, FANOUT_GROUP, owner, 0, entry.id, 'JUSTID'),
-        },
-        { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions },
-        entry.fields.m!,
-      );
-    }
+    // messages are independent: up to MESSAGES_IN_FLIGHT fan out at once (each resumable on its own)
+    let next = 0;
+    const lane = async () => {
+      for (let entry = entries[next++]; entry; entry = entries[next++]) {
+        const id = entry.id;
+        await fanOut(
+          {
+            redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize,
+            touch: () => redis.xclaim(stream, FANOUT_GROUP, owner, 0, id, 'JUSTID'),
+          },
+          { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions },
+          entry.fields.m!,
+        );
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(MESSAGES_IN_FLIGHT, entries.length) }, lane));
   };
   const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
   blocking.on('error', () => undefined);
   const source = { mode: 'shared' as const, claimIdleMs: config.dispatcherClaimIdleMs, streams: () => [...streams.keys()] };
-  const consumer = new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize: 10 });
+  const consumer = new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize: MESSAGES_IN_FLIGHT * 2 });
   consumer.start();
 
   log.info('message dispatcher started', { owner });

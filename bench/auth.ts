@@ -8,10 +8,12 @@ import { startKoaHello } from './lib/koa-hello.js';
 import { redisBenchmark, startRedis } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startService } from './lib/service.js';
+import { cpuProfEnv } from './lib/cpu-prof.js';
+import { resolve } from 'node:path';
 
 export const description = 'requests/s and p50/p99 of an authenticated route of the web role vs a Koa hello-world';
 
-export const usage = `auth [--route whoami|keys-delete|events-list|"METHOD /path"] [--key workspace|tenant] [--expect <status>]
+export const usage = `auth [--route whoami|keys-delete|events-list|"METHOD /path"] [--key workspace|tenant] [--expect <status>] [--cpu-prof <dir>]
      [--connections 50] [--duration 10] [--rounds 2] [--warmup 2] [--redis-requests 100000]
   --route         whoami (default): GET /v1/whoami with a tenant key; keys-delete: DELETE /v1/workspaces/{workspace}/keys/key_x with a workspace key,
                     403 missing_permission by design (keys:write is session-only) after full authentication;
@@ -70,6 +72,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       warmup: { type: 'string' },
       rounds: { type: 'string' },
       'redis-requests': { type: 'string' },
+      'cpu-prof': { type: 'string' },
     },
   });
   const route = parseRoute(values.route!, values.key, values.expect);
@@ -95,7 +98,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     const apiKey = (await createApiKey(client, keys, { workspace, tenant, kind: route.key, scopes: ['*'], expiresAt: null, name: 'bench' }, BY_BENCH)).key;
     await client.quit();
 
-    const service = await startService({ redisUrl: redis.url, keyPrefix: prefix });
+    const service = await startService({ redisUrl: redis.url, keyPrefix: prefix, env: values['cpu-prof'] ? cpuProfEnv(resolve(values['cpu-prof'], 'auth')) : {} });
     stops.push(service.stop);
     const hello = await startKoaHello();
     stops.push(hello.stop);

@@ -19,14 +19,20 @@ import { registerWebhooks } from './routes/webhooks.js';
 import { registerWhoami } from './routes/whoami.js';
 import { registerWorkflows } from './routes/workflows.js';
 
-/** Bodies are JSON only; anything else with a body is 415. */
-function jsonOnly(ctx: Context, next: Next): Promise<void> {
-  if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
-  const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
-  if (hasBody && ['POST', 'PUT', 'PATCH', 'DELETE'].includes(ctx.method) && !ctx.is('application/json', '+json')) {
-    throw new ApiError(415, 'unsupported_media_type', 'Send the request body as application/json');
-  }
-  return next();
+/**
+ * Request bodies: none read for GET and HEAD (one step, no parsing); otherwise JSON only (anything
+ * else with a body is 415), parsed by koa-body within the size limit.
+ */
+function jsonBodies(deps: AppDeps) {
+  const parse = koaBody({ json: true, urlencoded: false, text: false, multipart: false, jsonLimit: deps.config.bodyLimitBytes, jsonStrict: true, parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
+  return function bodies(ctx: Context, next: Next): Promise<void> {
+    if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
+    const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
+    if (hasBody && ['POST', 'PUT', 'PATCH', 'DELETE'].includes(ctx.method) && !ctx.is('application/json', '+json')) {
+      throw new ApiError(415, 'unsupported_media_type', 'Send the request body as application/json');
+    }
+    return parse(ctx, next) as Promise<void>;
+  };
 }
 
 /** The Koa application of the web role. */
@@ -48,9 +54,7 @@ export function createApp(deps: AppDeps): Koa {
   registerMessages(router, deps);
 
   app.use(envelopeErrors(deps.log));
-  app.use(jsonOnly);
-  const body = koaBody({ json: true, urlencoded: false, text: false, multipart: false, jsonLimit: deps.config.bodyLimitBytes, jsonStrict: true, parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
-  app.use((ctx, next) => (ctx.method === 'GET' || ctx.method === 'HEAD' ? next() : body(ctx, next)));
+  app.use(jsonBodies(deps));
   app.use(router.middleware());
   return app;
 }
