@@ -89,14 +89,15 @@ function runData(run: Run, extra: Record<string, unknown> = {}): Record<string, 
   return { workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: run.version, ...extra };
 }
 
-function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at'>, emit = true): void {
+function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null, emit = true): void {
   const at = isoNow(host.now);
-  run.history.push({ ...item, at });
+  const { step: path, ...rest } = item;
+  run.history.push({ step: path, ...(step?.name ? { name: step.name } : {}), ...rest, at });
   run.updatedAt = at;
   if (emit) {
     host.emit({
       name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
-      data: runData(run, { step: item.step, type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
+      data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
     });
   }
 }
@@ -149,19 +150,19 @@ async function advance(run: Run, def: WorkflowDefinition, host: EngineHost, from
         run.status = 'sleeping';
         run.wakeAt = host.now + (parseDuration(step.duration) ?? 0);
         run.timer = host.armTimer(run, run.wakeAt);
-        note(run, host, { step: path, type: 'sleep', outcome: 'sleeping' });
+        note(run, host, { step: path, type: 'sleep', outcome: 'sleeping' }, step);
         return;
       }
       case 'wait': {
         run.status = 'waiting';
         run.wakeAt = host.now + (parseDuration(step.timeout) ?? 0);
         run.timer = host.armTimer(run, run.wakeAt);
-        note(run, host, { step: path, type: 'wait', outcome: 'waiting' });
+        note(run, host, { step: path, type: 'wait', outcome: 'waiting' }, step);
         return;
       }
       case 'branch': {
         const taken = host.evaluate(step.if, event) ? 'then' : 'else';
-        note(run, host, { step: path, type: 'branch', outcome: taken, branch: taken });
+        note(run, host, { step: path, type: 'branch', outcome: taken, branch: taken }, step);
         parts = enter(def, parts, taken);
         break;
       }
@@ -170,16 +171,16 @@ async function advance(run: Run, def: WorkflowDefinition, host: EngineHost, from
         try {
           messageId = await host.send(run, path, step.message);
         } catch {
-          note(run, host, { step: path, type: 'send', outcome: 'failed' }, false);
+          note(run, host, { step: path, type: 'send', outcome: 'failed' }, step, false);
           end(run, host, 'failed', 'send_failed');
           return;
         }
-        note(run, host, { step: path, type: 'send', outcome: 'sent', messageId });
+        note(run, host, { step: path, type: 'send', outcome: 'sent', messageId }, step);
         parts = nextPath(def, parts);
         break;
       }
       case 'exit': {
-        note(run, host, { step: path, type: 'exit', outcome: 'exit' });
+        note(run, host, { step: path, type: 'exit', outcome: 'exit' }, step);
         end(run, host, 'completed', '');
         return;
       }
@@ -195,10 +196,10 @@ export async function onTimer(run: Run, def: WorkflowDefinition, host: EngineHos
   const parts = parsePath(run.step);
   const step = stepAt(def, parts);
   if (run.status === 'sleeping') {
-    note(run, host, { step: run.step, type: 'sleep', outcome: 'woke' });
+    note(run, host, { step: run.step, type: 'sleep', outcome: 'woke' }, step);
     await advance(run, def, host, nextPath(def, parts));
   } else {
-    note(run, host, { step: run.step, type: 'wait', outcome: 'timeout' });
+    note(run, host, { step: run.step, type: 'wait', outcome: 'timeout' }, step);
     await advance(run, def, host, step ? enter(def, parts, 'onTimeout') : null);
   }
   return true;
@@ -220,7 +221,7 @@ export async function onEvent(run: Run, def: WorkflowDefinition, host: EngineHos
   if (step?.type !== 'wait' || step.event !== event.name || (step.where && !host.evaluate(step.where, event))) return false;
   if (run.timer) host.disarmTimer(run.timer);
   run.timer = '';
-  note(run, host, { step: run.step, type: 'wait', outcome: 'event', eventId: event.id });
+  note(run, host, { step: run.step, type: 'wait', outcome: 'event', eventId: event.id }, step);
   await advance(run, def, host, enter(def, parts, 'onEvent'), event);
   return true;
 }

@@ -19,7 +19,7 @@ import type { Keys } from './keys.js';
 export const RUN_STATUSES = ['running', 'sleeping', 'waiting', 'completed', 'canceled', 'failed'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 
-export type RunHistoryItem = { step: string; type: string; outcome: string; at: string; messageId?: string; branch?: 'then' | 'else'; eventId?: string };
+export type RunHistoryItem = { step: string; name?: string; type: string; outcome: string; at: string; messageId?: string; branch?: 'then' | 'else'; eventId?: string };
 
 /** A run as the API answers it. */
 export type Run = {

@@ -158,9 +158,10 @@ export const WorkflowRun: Schema = {
         additionalProperties: false,
         required: ['step', 'type', 'outcome', 'at'],
         properties: {
-          step: { type: 'string' },
+          step: { type: 'string', description: 'The step\'s path, e.g. `steps[1].then[0]`.' },
+          name: { type: 'string', description: 'The step\'s `name`, when it has one.' },
           type: { type: 'string' },
-          outcome: { type: 'string' },
+          outcome: { type: 'string', description: 'sleep: sleeping, woke; wait: waiting, event, timeout; branch: then, else; send: sent, failed; exit: exit.' },
           at: time,
           messageId: { type: 'string', description: 'send: the message created.' },
           branch: { type: 'string', enum: ['then', 'else'] },

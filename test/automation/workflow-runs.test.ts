@@ -59,6 +59,7 @@ wf('a trigger starts a run that sleeps, branches on an attribute and sends once,
   const done = await waitFor('the run to complete', () => runOf(ctx, 'welcome', 'wf-ann', 'completed'), 15_000);
   const one = (await api.get(`/v1/workflows/welcome/runs/${done.id}`, key)).body.data;
   assert.equal(one.history.map((h: any) => `${h.step}:${h.outcome}`), ['steps[0]:sleeping', 'steps[0]:woke', 'steps[1]:then', 'steps[1].then[0]:sent']);
+  assert.is(one.history[3].name, 'pro-hello', 'a named step is named in the history');
   const messageId = one.history[3].messageId;
   assert.match(messageId, /^msg_/);
   const message = await waitFor('the message to be sent', async () => {
