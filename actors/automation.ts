@@ -7,6 +7,7 @@ import type { Logger } from '../lib/log.js';
 import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondition } from '../streams/automation-definitions.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
+import { isRedisUnavailable } from '../streams/redis.js';
 import { createMessage } from '../streams/messages.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
@@ -68,10 +69,30 @@ export class Automation {
       const version = versions[i];
       if (!version) return; // the tenant never defined a segment or workflow
       const tenant = byTenant.get(tenantId)!;
-      const defs = await this.definitions.get(tenantId, version);
-      commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
+      try {
+        const defs = await this.definitions.get(tenantId, version);
+        commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
+      } catch (err) {
+        this.skipUnlessUnavailable(err, { partition: p, tenantId });
+      }
     }));
-    if (commits.length) await this.commit(p, commits);
+    if (commits.length) {
+      try {
+        await this.commit(p, commits);
+      } catch (err) {
+        this.skipUnlessUnavailable(err, { partition: p });
+      }
+    }
+  }
+
+  /**
+   * Redis being unreachable fails the batch (it is read again and retried); any other error is a
+   * fault that would fail every retry the same way and stall the partition, so it is logged and the
+   * automation of those entries is skipped (the read models and webhooks still get them).
+   */
+  private skipUnlessUnavailable(err: unknown, where: Record<string, unknown>): void {
+    if (isRedisUnavailable(err)) throw err;
+    this.log.error('automation step failed; entries skipped', { ...where, err: (err as Error)?.message ?? String(err) });
   }
 
   private async handleTenant(p: number, tenantId: string, workspaceId: string, defs: Definitions, subscribers: Map<string, Item[]>): Promise<Commit[]> {

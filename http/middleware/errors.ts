@@ -3,6 +3,7 @@ import { ApiError } from '../../lib/errors.js';
 import { newRequestId } from '../../lib/ids.js';
 import type { Logger } from '../../lib/log.js';
 import { respondError } from '../envelope.js';
+import { isRedisUnavailable } from '../../streams/redis.js';
 
 /** Turns what body parsing and routing throw (http-errors shaped) into the service's errors. */
 function toApiError(err: unknown): ApiError | null {
@@ -35,7 +36,7 @@ export function envelopeErrors(log: Logger) {
       const known = toApiError(err);
       if (known) return respondError(ctx, known);
       log.error('unexpected error', { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, err });
-      const status = (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|max retries/i.test(String((err as Error)?.message)) ? 503 : 500;
+      const status = isRedisUnavailable(err) ? 503 : 500;
       respondError(ctx, status === 503
         ? new ApiError(503, 'unavailable', 'The service is temporarily unavailable; retry later')
         : new ApiError(500, 'internal', 'Internal error; quote the request id when reporting it'));
