@@ -97,9 +97,11 @@ export class Automation {
 
   private async handleTenant(p: number, tenantId: string, workspaceId: string, defs: Definitions, subscribers: Map<string, Item[]>): Promise<Commit[]> {
     const { redis, keys } = this;
-    const externalIds = [...subscribers.keys()];
+    // only subscribers with a timer or an event the definitions act on are read and handled
+    const externalIds = [...subscribers.keys()].filter((x) => subscribers.get(x)!.some((item) => item.kind === 'timer' || defs.relevant.has(item.event.name)));
+    if (externalIds.length === 0) return [];
     const [states, topicIds] = await Promise.all([
-      loadStates(redis, keys, p, tenantId, externalIds, { topics: defs.needs.topics, subscriptions: defs.needs.subscriptions, counters: true, automation: true }),
+      loadStates(redis, keys, p, tenantId, externalIds, { topics: defs.needs.topics, subscriptions: defs.needs.subscriptions, automation: true }),
       defs.topicSlugs.length ? redis.hmget(keys.topicSlugs(tenantId), ...defs.topicSlugs) : Promise.resolve([] as (string | null)[]),
     ]);
     const topicIdBySlug = new Map<string, string>();
@@ -138,7 +140,8 @@ export class Automation {
     const nowMs = now();
     const ops: Op[] = [];
     const events: RunEvent[] = [];
-    const countersKey = keys.counters(p, tenantId, x);
+    const autoKey = keys.automation(p, tenantId, x);
+    const countersKey = autoKey; // counters are the `<key>|…` fields of the automation hash
     const kept = defs.kept;
 
     // the versions of the active runs, and whether any condition needs the subscriber's history
@@ -157,6 +160,7 @@ export class Automation {
     let deleted = false;
     const changed = new Set<Run>();
     const statusBefore = new Map(runs.map((run) => [run, run.status]));
+    const fieldsBefore = new Map(runs.map((run) => [run, runFields(run)]));
     const armed: Op[] = [];
     let currentEvent: EventLike | undefined;
     const host: EngineHost = {
@@ -254,23 +258,23 @@ export class Automation {
     // runs: records, status indexes, the subscriber's active list
     for (const run of changed) {
       const before = statusBefore.get(run);
-      for (const [field, value] of Object.entries(runFields(run))) ops.push(['hset', keys.run(p, tenantId, run.id), field, value]);
+      const written = fieldsBefore.get(run) ?? {};
+      for (const [field, value] of Object.entries(runFields(run))) if (written[field] !== value) ops.push(['hset', keys.run(p, tenantId, run.id), field, value]);
       if (before !== run.status) {
         if (before && (before as string) !== 'new') ops.push(['zrem', keys.workflowRuns(p, tenantId, run.workflowId, before), run.id, '-']);
         ops.push(['zadd', keys.workflowRuns(p, tenantId, run.workflowId, run.status), 0, run.id]);
       }
     }
     ops.push(...armed);
-    const active = runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).map((run) => run.id);
-    const autoKey = keys.automation(p, tenantId, x);
-    ops.push(['hset', autoKey, 'runs', JSON.stringify(active)]);
+    const active = JSON.stringify(runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).map((run) => run.id));
+    if (active !== (state.automation.runs ?? '[]')) ops.push(['hset', autoKey, 'runs', active]);
 
     // segment membership, re-evaluated after the subscriber's items, and its window timer
     if (reevaluate) this.segments(p, tenantId, workspaceId, defs, state, topicIdBySlug, nowMs, windowTimerFired, ops);
     // counters that fell out of every window, and those of conditions no longer kept (seeded again if kept again)
     for (const k of kept.values()) for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
     for (const field of Object.keys(state.counters)) if (!kept.has(field.slice(0, field.indexOf('|')))) ops.push(['hdel', countersKey, field, '-']);
-    if (deleted) ops.push(['del', countersKey, '-', '-']);
+    if (deleted) for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };
   }

@@ -152,6 +152,8 @@ export async function run(args: string[]): Promise<BenchResult> {
           + `${fmt(r.steadyPerS).padStart(8)} events/s steady; posted in ${r.postSeconds.toFixed(1)} s; first applied ${r.startToFirstS.toFixed(2)} s after the worker was spawned`
           + `${r.completed ? '' : '  (NOT complete: timed out)'}`);
         say(`    ${r.cpu}`);
+        const other = r.cpuRows.find((c) => c.label === 'other processes')?.cores ?? 0;
+        if (other > 0.25) say(`    WARNING: other processes on the machine took ${other.toFixed(2)} cores during this drain: its figure is not comparable (repeat the run)`);
         await stopWorker();
       }
     }
@@ -206,7 +208,10 @@ export async function run(args: string[]): Promise<BenchResult> {
       whole_drain_events_per_s: round(withWhole, 1),
       whole_drain_baseline_events_per_s: round(withoutWhole, 1),
       whole_drain_ratio: ratioOf(withWhole, withoutWhole),
-      drains: results.map((x) => ({ round: x.round, segments: x.tenant === 'on', events_per_s: round(x.r.ratePerS, 1), steady_events_per_s: round(x.r.steadyPerS, 1), drain_s: round(x.r.drainS, 2) })),
+      drains: results.map((x) => ({
+        round: x.round, segments: x.tenant === 'on', events_per_s: round(x.r.ratePerS, 1), steady_events_per_s: round(x.r.steadyPerS, 1), drain_s: round(x.r.drainS, 2),
+        other_processes_cores: round(x.r.cpuRows.find((c) => c.label === 'other processes')?.cores ?? 0, 2),
+      })),
       segment_members: Object.fromEntries(SEGMENTS.map((s) => [s.slug, bySlug.get(s.slug)?.memberCount ?? 0])),
       segments_without_members: empty.length,
       automation_bytes_per_subscriber: round(memory.perSubscriber, 0),
@@ -248,7 +253,6 @@ async function automationMemory(redis: import('ioredis').Redis, keys: ReturnType
     const x = externalIdOf(n);
     const p = partitionOf(tenantId, x, partitions);
     auto.push(keys.automation(p, tenantId, x));
-    counters.push(keys.counters(p, tenantId, x));
   }
   const segmentIds = await redis.zrange(keys.segmentIndex(tenantId), 0, segments + 10);
   const memberKeys: string[] = [];
@@ -260,7 +264,7 @@ async function automationMemory(redis: import('ioredis').Redis, keys: ReturnType
   for (let p = 0; p < partitions; p++) pipeline.zcard(keys.timers(p));
   const timers = ((await pipeline.exec()) ?? []).reduce((a, [, v]) => a + Number(v ?? 0), 0);
   const autoPer = autoBytes / auto.length;
-  const countersPer = counterBytes / counters.length;
+  const countersPer = counters.length ? counterBytes / counters.length : 0; // counters now live in the automation hash (autoPer)
   const membersPer = memberBytes / subscribers;
   const timersPer = timerBytes / subscribers;
   return { autoPer, countersPer, membersPer, timersPer, timers, sampled: auto.length, perSubscriber: autoPer + countersPer + membersPer + timersPer };

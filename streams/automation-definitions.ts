@@ -21,7 +21,41 @@ export type Definitions = {
   /** topic slugs any definition names */
   topicSlugs: string[];
   needs: { topics: boolean; subscriptions: boolean };
+  /**
+   * The event names the automation step acts on (a subscriber whose batch holds none of them, and
+   * no timer, is skipped without a read): names of kept conditions; subscriber and subscription
+   * changes when there are segments; triggers of enabled workflows; the `wait` and `cancelOn`
+   * names of every version that may still have runs; `$subscriber.deleted` when there are workflows.
+   */
+  relevant: Set<string>;
 };
+
+/** Engine events that change what segments read (attributes, topics, subscriptions, existence). */
+export const STATE_EVENT_NAMES = [
+  '$subscriber.created', '$subscriber.updated', '$subscriber.deleted', '$identify',
+  '$subscription.registered', '$subscription.muted', '$subscription.unmuted', '$subscription.removed', '$subscription.invalidated',
+] as const;
+
+/** Versions per workflow whose `wait` and `cancelOn` names are watched (runs of older ones miss them). */
+export const WATCHED_VERSIONS = 100;
+
+/** The `wait` and `cancelOn` event names of a definition. */
+function watchedNames(def: WorkflowDefinition, into: Set<string>): void {
+  if (def.cancelOn) into.add(def.cancelOn.event);
+  const walk = (steps: WorkflowDefinition['steps'] | undefined) => {
+    for (const step of steps ?? []) {
+      if (step.type === 'wait') {
+        into.add(step.event);
+        walk(step.onEvent);
+        walk(step.onTimeout);
+      } else if (step.type === 'branch') {
+        walk(step.then);
+        walk(step.else);
+      }
+    }
+  };
+  walk(def.steps);
+}
 
 /** Bounds on what one tenant defines (the worker loads all of it on every definitions change). */
 export const MAX_SEGMENTS = 100;
@@ -137,6 +171,14 @@ export class DefinitionsCache {
       if (v) workflows.push({ id: h.id!, slug: h.slug!, enabled: h.enabled !== '0', versionId: v.id, version: v.version, definition: v.definition });
     });
     const needs = needsOf([...segments.map((s) => s.where), ...workflows.flatMap((w) => workflowExpressions(w.definition))]);
-    return { version, segments, workflows, ...needs };
+    const relevant = new Set<string>([...needs.kept.values()].map((k) => k.condition.event));
+    if (segments.length) for (const name of STATE_EVENT_NAMES) relevant.add(name);
+    if (workflowRecords.length) relevant.add('$subscriber.deleted');
+    for (const wf of workflows) if (wf.enabled) relevant.add(wf.definition.trigger.event);
+    // every version that may still have runs: their waits and cancelOn
+    const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, WATCHED_VERSIONS - 1)));
+    const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
+    for (const v of all) if (v) watchedNames(v.definition, relevant);
+    return { version, segments, workflows, ...needs, relevant };
   }
 }

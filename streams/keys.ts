@@ -108,11 +108,10 @@ export function createKeys(prefix: string) {
     // --- segments and workflows (issue 8): a subscriber's automation state lives in its partition ---
     /** hash: a subscriber's automation state: `v` (version, compare-and-set), `seq` (last sequence the
      *  automation step handled), `segs` (JSON array of segment ids it belongs to), `runs` (JSON array of
-     *  its active run ids), `win` (due ms of its armed segment-window timer, '' when none) */
+     *  its active run ids), `win` (due ms of its armed segment-window timer, '' when none); and its
+     *  time-bucketed event counters, `<condition key>|<bucket start ms>` (or `|all`) → count, with
+     *  `<condition key>|init` → 1 once the counter was seeded from the timeline (fields with a `|`) */
     automation: (n: number, tenantId: string, externalId: string) => `${p(n)}:auto:${tenantId}:${externalId}`,
-    /** hash: a subscriber's time-bucketed event counters, `<condition key>|<bucket start ms>` (or `|all`)
-     *  → count, and `<condition key>|init` → 1 once the counter was seeded from the timeline */
-    counters: (n: number, tenantId: string, externalId: string) => `${p(n)}:cnt:${tenantId}:${externalId}`,
     /** zset (score 0) of the externalIds of a segment's members in this partition */
     segmentMembers: (n: number, tenantId: string, segmentId: string) => `${p(n)}:segm:${tenantId}:${segmentId}`,
     /** hash: a workflow run (see streams/workflow-runs.ts for the fields) */

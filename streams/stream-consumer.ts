@@ -48,7 +48,7 @@ function toEntries(raw: [string, string[]][]): StreamEntry[] {
 
 /**
  * The one consumer runtime: reads streams through a consumer group, hands each stream's entries to
- * `handle` in stream order, acks them after the handler returns, and trims what the group has
+ * `handle` in stream order (different streams' batches concurrently), acks them after the handler returns, and trims what the group has
  * acked. Entries another process read but never acked are claimed (see `StreamSource`), so nothing
  * is lost when a process dies mid-batch; handlers make their effects idempotent. A group lost with
  * a Redis restart (`NOGROUP`) is recreated instead of looping on the error.
@@ -137,7 +137,11 @@ export class StreamConsumer {
           'GROUP', this.o.group, this.o.consumer, 'COUNT', this.o.batchSize ?? 500, 'BLOCK', this.o.blockMs ?? 1_000,
           'STREAMS', ...streams, ...streams.map(() => '>'),
         )) as [string, [string, string[]][]][] | null;
-        for (const [stream, raw] of reply ?? []) await this.process(stream, toEntries(raw));
+        // streams are independent (partitions, tenants' queues): their batches are handled at once,
+        // so one stream's Redis round trips overlap another's; each stream's entries stay in order
+        const settled = await Promise.allSettled((reply ?? []).map(([stream, raw]) => this.process(stream, toEntries(raw))));
+        const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failed) throw failed.reason; // after every batch finished: none runs on into the next read
         for (const s of streams) await this.trim(s);
         backoff = 100;
       } catch (err) {
@@ -149,6 +153,9 @@ export class StreamConsumer {
           continue;
         }
         log.warn('consumer loop error', { group: this.o.group, err: message });
+        // a batch that failed stays pending: adopting the streams again claims it first (exclusive
+        // mode), so it is retried before anything after it and nothing is left behind
+        this.adopted.clear();
         await new Promise((r) => setTimeout(r, backoff));
         backoff = Math.min(backoff * 2, 5_000);
       }

@@ -25,17 +25,19 @@ export type SubjectState = {
   history: HistoryEvent[] | null;
 };
 
-export type StateNeeds = { topics: boolean; subscriptions: boolean; counters: boolean; automation: boolean };
+export type StateNeeds = { topics: boolean; subscriptions: boolean; automation: boolean };
 
-/** Loads the states of a partition's subscribers in two pipelined round trips (the second only for subscriptions). */
+/**
+ * Loads the states of a partition's subscribers in one pipelined round trip (a second one only for
+ * their subscriptions). The subscriber exists while its record does; the automation hash holds the
+ * automation state and, in its `<condition key>|…` fields, the event counters.
+ */
 export async function loadStates(redis: Redis, keys: Keys, p: number, tenantId: string, externalIds: string[], needs: StateNeeds): Promise<Map<string, SubjectState>> {
   const pipeline = redis.pipeline();
   for (const x of externalIds) {
-    pipeline.hexists(keys.subscribers(p), `${tenantId}|${x}`);
     pipeline.hgetall(keys.subscriber(p, tenantId, x));
     if (needs.topics) pipeline.smembers(keys.subscriberTopics(p, tenantId, x));
     if (needs.subscriptions) pipeline.smembers(keys.subscriberSubscriptions(p, tenantId, x));
-    if (needs.counters) pipeline.hgetall(keys.counters(p, tenantId, x));
     if (needs.automation) pipeline.hgetall(keys.automation(p, tenantId, x));
   }
   const replies = (await pipeline.exec()) ?? [];
@@ -48,13 +50,13 @@ export async function loadStates(redis: Redis, keys: Keys, p: number, tenantId: 
   const states = new Map<string, SubjectState>();
   const subscriptionIds = new Map<string, string[]>();
   for (const x of externalIds) {
-    const exists = next<number>() === 1;
     const record = next<Record<string, string>>();
     const topicIds = needs.topics ? new Set(next<string[]>()) : new Set<string>();
     if (needs.subscriptions) subscriptionIds.set(x, next<string[]>());
-    const counters = needs.counters ? next<Record<string, string>>() : {};
-    const automation = needs.automation ? next<Record<string, string>>() : {};
-    states.set(x, { externalId: x, exists, record, topicIds, subscriptions: [], counters, automation, history: null });
+    const automation: Record<string, string> = {};
+    const counters: Record<string, string> = {};
+    if (needs.automation) for (const [field, value] of Object.entries(next<Record<string, string>>())) (field.includes('|') ? counters : automation)[field] = value;
+    states.set(x, { externalId: x, exists: Boolean(record.id), record, topicIds, subscriptions: [], counters, automation, history: null });
   }
   if (needs.subscriptions) {
     const second = redis.pipeline();
@@ -149,7 +151,7 @@ export async function selectWhere(
 ): Promise<string[]> {
   if (externalIds.length === 0) return [];
   const [states, topicIds] = await Promise.all([
-    loadStates(redis, keys, p, tenantId, externalIds, { topics: needs.topics, subscriptions: needs.subscriptions, counters: true, automation: false }),
+    loadStates(redis, keys, p, tenantId, externalIds, { topics: needs.topics, subscriptions: needs.subscriptions, automation: true }),
     needs.topicSlugs.length ? redis.hmget(keys.topicSlugs(tenantId), ...needs.topicSlugs) : Promise.resolve([] as (string | null)[]),
   ]);
   const topicIdBySlug = new Map<string, string>();
