@@ -69,7 +69,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:
-   *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {
@@ -83,7 +83,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
     }]);
     if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
-    respond(ctx, 200, await getSubscriber(redis, keys, scope, body.externalId));
+    const { segments: _segments, ...own } = await getSubscriber(redis, keys, scope, body.externalId);
+    respond(ctx, 200, own);
   });
 
   /**

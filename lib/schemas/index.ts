@@ -12,7 +12,7 @@ import type { Schema } from './common.js';
 export type { Schema } from './common.js';
 
 /** Schemas whose envelopes (`<Name>Response`, `<Name>ListResponse`) the document also carries. */
-export const DATA_SCHEMAS: string[] = ['Health', 'Caller', 'ApiKey', 'ApnsCredentials', 'Message', 'Delivery', 'Subscriber', 'Subscription', 'Preferences', 'Widget', 'NullableWidget', 'Topic', 'TopicMember', 'TopicMembersAdded', 'TopicMembersRemoved', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'Event', 'TrackedEvent', 'CatalogEntry', 'CatalogEntryDetail', 'Volume', 'EventsToken', 'WebhookEndpoint', 'WebhookEndpointWithSecret', 'WebhookCatalog', 'WebhookEvent', 'WebhookDelivery', 'WebhookDeliveryDetail'];
+export const DATA_SCHEMAS: string[] = ['Health', 'Caller', 'ApiKey', 'ApnsCredentials', 'Message', 'Delivery', 'Subscriber', 'ClientSubscriber', 'Subscription', 'Preferences', 'Widget', 'NullableWidget', 'Topic', 'TopicMember', 'TopicMembersAdded', 'TopicMembersRemoved', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'Event', 'TrackedEvent', 'CatalogEntry', 'CatalogEntryDetail', 'Volume', 'EventsToken', 'WebhookEndpoint', 'WebhookEndpointWithSecret', 'WebhookCatalog', 'WebhookEvent', 'WebhookDelivery', 'WebhookDeliveryDetail'];
 /** Of those, the lists that carry `total` (record lists); the others paginate by keyset. */
 export const RECORD_LISTS: string[] = ['ApiKey', 'Message', 'Delivery', 'Subscriber', 'Subscription', 'Widget', 'Topic', 'TopicMember', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'WebhookEndpoint', 'WebhookDelivery'];
 

@@ -57,6 +57,13 @@ export const Subscriber: Schema = {
   },
 };
 
+/** The subscriber as the app sees it (client routes): without `segments`, which are the backend's business. */
+export const ClientSubscriber: Schema = {
+  ...Subscriber,
+  required: (Subscriber.required as string[]).filter((f) => f !== 'segments'),
+  properties: Object.fromEntries(Object.entries(Subscriber.properties as Record<string, Schema>).filter(([f]) => f !== 'segments')),
+};
+
 const channelPreference: Schema = {
   type: 'object',
   additionalProperties: false,
