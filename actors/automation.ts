@@ -27,9 +27,12 @@ export function timerMember(kind: 'run' | 'seg', workspaceId: string, tenantId: 
 
 function itemOf(fields: Record<string, string>): Item {
   if (fields.k === 'timer') return { kind: 'timer', member: fields.tm! };
+  const raw = fields.d || '{}';
+  let data: Record<string, unknown> | undefined;
   return {
     kind: 'event', q: Number(fields.q),
-    event: { id: fields.id!, name: fields.n!, data: JSON.parse(fields.d || '{}'), ts: Number(fields.ts), runId: fields.ru ?? '' },
+    // the data is parsed only when read: most entries of a batch are never looked into
+    event: { id: fields.id!, name: fields.n!, get data() { return (data ??= JSON.parse(raw) as Record<string, unknown>); }, ts: Number(fields.ts), runId: fields.ru ?? '' },
   };
 }
 
@@ -147,8 +150,11 @@ export class Automation {
     // the versions of the active runs, and whether any condition needs the subscriber's history
     const versionOf = new Map<string, Awaited<ReturnType<DefinitionsCache['version']>>>();
     for (const run of runs) if (!versionOf.has(run.versionId)) versionOf.set(run.versionId, await this.definitions.version(tenantId, run.versionId));
-    const conditions: EventCondition[] = [...[...kept.values()].map((k) => k.condition)];
-    for (const v of versionOf.values()) if (v) for (const e of workflowExpressions(v.definition)) conditions.push(...eventConditions(e));
+    let conditions: readonly EventCondition[] = defs.keptConditions;
+    if (versionOf.size) {
+      conditions = [...conditions];
+      for (const v of versionOf.values()) if (v) (conditions as EventCondition[]).push(...conditionsOf(v));
+    }
     const firstEvent = todo.find((i) => i.kind === 'event');
     if (needsHistory(state, conditions, kept)) {
       state.history = await loadHistory(redis, keys, p, tenantId, x, firstEvent && firstEvent.kind === 'event' ? firstEvent.q - 1 : null);
@@ -323,6 +329,14 @@ export class Automation {
     }
     await callScript<number[]>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
   }
+}
+
+const versionConditions = new WeakMap<object, EventCondition[]>();
+/** The event conditions of a workflow version's expressions (computed once per version). */
+function conditionsOf(version: { definition: Parameters<typeof workflowExpressions>[0] }): EventCondition[] {
+  let out = versionConditions.get(version);
+  if (!out) versionConditions.set(version, (out = workflowExpressions(version.definition).flatMap((e) => eventConditions(e))));
+  return out;
 }
 
 /** Seeds the counters of kept conditions not yet seeded for this subscriber from its loaded history. */

@@ -18,6 +18,8 @@ export type Definitions = {
   workflows: WorkflowDef[];
   /** event conditions whose counters the actors keep: those of segments and current workflow versions */
   kept: Map<string, KeptCondition>;
+  /** the conditions of `kept`, as a list */
+  keptConditions: EventCondition[];
   /** topic slugs any definition names */
   topicSlugs: string[];
   needs: { topics: boolean; subscriptions: boolean };
@@ -179,6 +181,6 @@ export class DefinitionsCache {
     const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, WATCHED_VERSIONS - 1)));
     const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
     for (const v of all) if (v) watchedNames(v.definition, relevant);
-    return { version, segments, workflows, ...needs, relevant };
+    return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant };
   }
 }

@@ -131,7 +131,7 @@ export function subjectOf(state: SubjectState, topicIdBySlug: ReadonlyMap<string
 }
 
 /** True when evaluating these conditions for this state needs its history (a condition not kept or not yet seeded). */
-export function needsHistory(state: SubjectState, conditions: EventCondition[], kept: ReadonlyMap<string, KeptCondition>): boolean {
+export function needsHistory(state: SubjectState, conditions: readonly EventCondition[], kept: ReadonlyMap<string, KeptCondition>): boolean {
   if (state.history) return false;
   return conditions.some((c) => {
     const key = conditionKey(c);
