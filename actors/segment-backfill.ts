@@ -6,10 +6,9 @@ import { ACTOR_GROUP } from './subscriber-actor.js';
 import { timerMember } from './automation.js';
 import type { Redis } from 'ioredis';
 
-const CHUNK = 500;
 const CHUNKS_PER_TURN = 20;
 const TURN_EVERY_MS = 250;
-const LOCK_MS = 30_000;
+const LOCK_MS = 10_000; // a turn takes well under a second; a killed holder delays the next by at most this
 
 type Backfill = { status: 'pending' | 'running' | 'completed'; processed: number; total: number | null; startedAt: string | null; completedAt: string | null };
 type Cursor = { p: number; after: string | null; marks?: string[] };
@@ -74,13 +73,13 @@ export async function backfillTurn(ctx: RoleContext, member: string): Promise<'d
   const token = backfill.startedAt!;
   for (let chunk = 0; chunk < CHUNKS_PER_TURN && cursor.p < config.partitions; chunk++) {
     const p = cursor.p;
-    const members = await redis.zrange(keys.subscriberIndex(p, tenantId), cursor.after === null ? '-' : `(${cursor.after}`, '+', 'BYLEX', 'LIMIT', 0, CHUNK);
+    const members = await redis.zrange(keys.subscriberIndex(p, tenantId), cursor.after === null ? '-' : `(${cursor.after}`, '+', 'BYLEX', 'LIMIT', 0, config.segmentBackfillChunk);
     if (members.length) {
       const pipeline = redis.pipeline();
       for (const m of members) pipeline.zadd(keys.timers(p), 0, timerMember('seg', workspaceId, tenantId, '-', m.slice(m.indexOf('|') + 1)));
       await pipeline.exec();
     }
-    cursor = members.length < CHUNK ? { p: p + 1, after: null } : { p, after: members[members.length - 1]! };
+    cursor = members.length < config.segmentBackfillChunk ? { p: p + 1, after: null } : { p, after: members[members.length - 1]! };
     backfill = { ...backfill, processed: backfill.processed + members.length };
     if ((await callScript<number>(redis, 'updateBackfill', [segmentKey], [token, JSON.stringify(backfill), JSON.stringify(cursor)])) !== 1) return 'more';
   }

@@ -42,6 +42,8 @@ export type Config = {
   leaseMs: number;
   /** Subscribers per fan-out chunk (deliveries are created, sent and settled chunk by chunk). `FANOUT_CHUNK_SIZE`, default 500. */
   fanoutChunkSize: number;
+  /** Subscribers per segment backfill chunk (progress and cursor are saved after each). `SEGMENT_BACKFILL_CHUNK`, default 500. */
+  segmentBackfillChunk: number;
   /** How long a message being fanned out may sit unacked before another dispatcher takes it over. `DISPATCHER_CLAIM_IDLE_MS`, default 60000. */
   dispatcherClaimIdleMs: number;
   /** Directory of the embedded redis-server's data. `HERALD_DATA_DIR`, default `./var`. */
@@ -162,6 +164,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     tokenSecret: e.HERALD_TOKEN_SECRET || null,
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),
     fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),
+    segmentBackfillChunk: integer(e, 'SEGMENT_BACKFILL_CHUNK', 500, 1, 10_000),
     dispatcherClaimIdleMs: integer(e, 'DISPATCHER_CLAIM_IDLE_MS', 60_000, 500, 3_600_000),
     encryptionKey: encryptionKey(e.HERALD_ENCRYPTION_KEY),
     apnsHost: hostName(e, 'APNS_HOST', 'api.push.apple.com'),
