@@ -1,4 +1,6 @@
 import { parseArgs } from 'node:util';
+import { resolve } from 'node:path';
+import { cpuProfEnv } from './lib/cpu-prof.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
 import { connectRedis } from '../streams/redis.js';
@@ -12,7 +14,7 @@ import { startWorker } from './lib/worker.js';
 
 export const description = 'client registrations/s (POST /v1/client/subscriptions over many subscribers) against events/s of batch ingest in the same run';
 
-export const usage = `register [--subscribers 200000] [--connections 32] [--duration 10] [--warmup 2]
+export const usage = `register [--subscribers 200000] [--connections 32] [--duration 10] [--warmup 2] [--cpu-prof <dir>]
   --subscribers  distinct externalIds (each registration is a new device of one of them)
   --duration     seconds measured for each phase (registrations, then batch ingest for comparison)`;
 
@@ -32,7 +34,7 @@ function registrationBodies(count: number, subscribers: number, offset: number):
 }
 
 export async function run(args: string[]): Promise<BenchResult> {
-  const { values } = parseArgs({ args, options: { subscribers: { type: 'string' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { subscribers: { type: 'string' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, 'cpu-prof': { type: 'string' } } });
   const subscribers = numberOption(values.subscribers, 'subscribers', 200_000, 100, 10_000_000);
   const connections = numberOption(values.connections, 'connections', 32, 1, 500);
   const duration = numberOption(values.duration, 'duration', 10, 1, 60);
@@ -46,7 +48,7 @@ export async function run(args: string[]): Promise<BenchResult> {
   const { workspace, tenant } = await ensureWorkspace(redis, keys, SLUG, BY_BENCH);
   const clientKey = (await createApiKey(redis, keys, { workspace, tenant, kind: 'client', scopes: ['client'], expiresAt: null, name: null }, BY_BENCH)).key;
   const tenantKey = (await createApiKey(redis, keys, { workspace, tenant, kind: 'tenant', scopes: ['*'], expiresAt: null, name: null }, BY_BENCH)).key;
-  const service = await startService({ redisUrl: redisServer.url, keyPrefix });
+  const service = await startService({ redisUrl: redisServer.url, keyPrefix, env: values['cpu-prof'] ? cpuProfEnv(resolve(values['cpu-prof'], 'register')) : {} });
   const worker = await startWorker({ redisUrl: redisServer.url, keyPrefix });
   try {
     const url = `${service.url}/v1/client/subscriptions`;
