@@ -20,6 +20,7 @@
   Returns one 1 (applied) or 0 (version mismatch, skipped) per subscriber, in order.
 ]]
 -- @include "appendInboxEvent"
+-- @include "applyOp"
 local rcall = redis.call
 local nowMs = ARGV[1]
 local out = {}
@@ -50,17 +51,8 @@ for s = 1, tonumber(ARGV[2]) do
   i = i + 1
   if ok then
     for _ = 1, ops do
-      local op, key, a, b = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-      if op == 'hset' then rcall('HSET', key, a, b)
-      elseif op == 'hdel' then rcall('HDEL', key, a)
-      elseif op == 'del' then rcall('DEL', key)
-      elseif op == 'sadd' then rcall('SADD', key, a)
-      elseif op == 'srem' then rcall('SREM', key, a)
-      elseif op == 'zadd' then rcall('ZADD', key, a, b)
-      elseif op == 'zrem' then rcall('ZREM', key, a)
-      elseif op == 'hincrby' then rcall('HINCRBY', key, a, b)
-      elseif op == 'pexpireat' then rcall('PEXPIREAT', key, a)
-      else return redis.error_reply('commitAutomation: unknown op ' .. tostring(op)) end
+      local failed = applyOp(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+      if failed then return failed end
       i = i + 4
     end
     rcall('HINCRBY', autoKey, 'v', 1)

@@ -23,6 +23,7 @@
           { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0.
 ]]
 -- @include "ensureSubscriber"
+-- @include "applyOp"
 local rcall = redis.call
 local tenant, externalId = ARGV[1], ARGV[6]
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[4], tenant = tenant, workspace = ARGV[2], received = ARGV[3], receivedIso = ARGV[5] }
@@ -50,14 +51,8 @@ for _ = 1, ops do
   -- '$SUB' in an argument stands for the subscriber id (unknown to the caller when this call creates it)
   local op, key = ARGV[i], ARGV[i + 1]
   local a, b = string.gsub(ARGV[i + 2], '%$SUB', sub), string.gsub(ARGV[i + 3], '%$SUB', sub)
-  if op == 'hset' then rcall('HSET', key, a, b)
-  elseif op == 'hdel' then rcall('HDEL', key, a)
-  elseif op == 'del' then rcall('DEL', key)
-  elseif op == 'sadd' then rcall('SADD', key, a)
-  elseif op == 'srem' then rcall('SREM', key, a)
-  elseif op == 'zadd' then rcall('ZADD', key, a, b)
-  elseif op == 'zrem' then rcall('ZREM', key, a)
-  else return redis.error_reply('writeSubscriber: unknown op ' .. tostring(op)) end
+  local failed = applyOp(op, key, a, b)
+  if failed then return failed end
   i = i + 4
 end
 
