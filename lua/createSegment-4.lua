@@ -15,12 +15,15 @@
   ARGV[5] where (JSON of the expression)
   ARGV[6] backfill (JSON of the pending progress)
   ARGV[7] createdAt (ISO 8601)
+  ARGV[8] most segments a tenant may have
 
-  Returns { 1, id } when created, { 0, existingId } when the slug was taken (nothing written).
+  Returns { 1, id } when created, { 0, existingId } when the slug was taken, { -1 } when the tenant
+  has the most segments it may have (nothing written).
 ]]
 local rcall = redis.call
 local existing = rcall('HGET', KEYS[1], ARGV[2])
 if existing then return { 0, existing } end
+if rcall('ZCARD', KEYS[2]) >= tonumber(ARGV[8]) then return { -1 } end
 rcall('HSET', KEYS[1], ARGV[2], ARGV[1])
 rcall('ZADD', KEYS[2], 0, ARGV[1])
 rcall('HSET', KEYS[3], 'id', ARGV[1], 'slug', ARGV[2], 'name', ARGV[3], 'description', ARGV[4], 'where', ARGV[5],

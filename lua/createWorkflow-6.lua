@@ -17,12 +17,15 @@
   ARGV[6] version id of version 1
   ARGV[7] definition (JSON { trigger, steps, cancelOn? })
   ARGV[8] createdAt (ISO 8601)
+  ARGV[9] most workflows a tenant may have
 
-  Returns { 1, id } when created, { 0, existingId } when the slug was taken (nothing written).
+  Returns { 1, id } when created, { 0, existingId } when the slug was taken, { -1 } when the tenant
+  has the most workflows it may have (nothing written).
 ]]
 local rcall = redis.call
 local existing = rcall('HGET', KEYS[1], ARGV[2])
 if existing then return { 0, existing } end
+if rcall('ZCARD', KEYS[2]) >= tonumber(ARGV[9]) then return { -1 } end
 rcall('HSET', KEYS[1], ARGV[2], ARGV[1])
 rcall('ZADD', KEYS[2], 0, ARGV[1])
 rcall('HSET', KEYS[3], 'id', ARGV[1], 'slug', ARGV[2], 'name', ARGV[3], 'description', ARGV[4], 'enabled', ARGV[5],

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { MAX_SEGMENTS } from './automation-definitions.js';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import type { Expression } from '../lib/expressions.js';
@@ -118,8 +119,9 @@ export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScop
   const [created] = await callScript<[number, string]>(
     redis, 'createSegment',
     [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId)],
-    [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at],
+    [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at, MAX_SEGMENTS],
   );
+  if (created === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
   if (created !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
   await redis.zadd(keys.segmentBackfills, 0, backfillMember(scope, id));
   const segment: Segment = {

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { MAX_WORKFLOWS } from './automation-definitions.js';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
@@ -129,8 +130,9 @@ export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   const [created] = await callScript<[number, string]>(
     redis, 'createWorkflow',
     [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersion(tenantId, versionId), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId)],
-    [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at],
+    [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at, MAX_WORKFLOWS],
   );
+  if (created === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_WORKFLOWS} workflows; delete one first`);
   if (created !== 1) throw new ApiError(409, 'conflict', `A workflow with slug "${input.slug}" already exists`, { param: 'slug' });
   const workflow: Workflow = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, enabled, version: 1, versionId,
