@@ -187,7 +187,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     if (empty.length) say(`  WARNING: no members in ${empty.join(', ')}`);
 
     const memory = await automationMemory(client, keys, partitions, on.tenant.id, subscribers, SEGMENTS.length);
-    say(`automation memory (MEMORY USAGE, tenant with segments): ${fmt(memory.perSubscriber)} bytes per subscriber: automation state ${fmt(memory.autoPer)} + counters ${fmt(memory.countersPer)} `
+    say(`automation memory (MEMORY USAGE, tenant with segments): ${fmt(memory.perSubscriber)} bytes per subscriber: automation state with its counters ${fmt(memory.autoPer)} `
       + `(averages over ${fmt(memory.sampled)} subscribers) + member sets ${fmt(memory.membersPer)} + timers ${fmt(memory.timersPer)}; ${fmt(memory.timers)} timers armed`);
 
     const ratio = withSteady / withoutSteady;
@@ -215,7 +215,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       segment_members: Object.fromEntries(SEGMENTS.map((s) => [s.slug, bySlug.get(s.slug)?.memberCount ?? 0])),
       segments_without_members: empty.length,
       automation_bytes_per_subscriber: round(memory.perSubscriber, 0),
-      automation_memory_breakdown_bytes: { automation_state: round(memory.autoPer, 0), counters: round(memory.countersPer, 0), member_sets: round(memory.membersPer, 0), timers: round(memory.timersPer, 0) },
+      automation_memory_breakdown_bytes: { automation_state_with_counters: round(memory.autoPer, 0), member_sets: round(memory.membersPer, 0), timers: round(memory.timersPer, 0) },
       timers_armed: memory.timers,
       segments: SEGMENTS.length,
       subscribers,
@@ -241,14 +241,13 @@ async function dueTimers(redis: import('ioredis').Redis, keys: ReturnType<typeof
 
 /**
  * Redis memory of the automation keys of one tenant, per subscriber: the per-subscriber hashes
- * (`auto:` state, `cnt:` counters), from up to 20,000 subscribers spread over the range
+ * (`auto:` state with its counters), from up to 20,000 subscribers spread over the range
  * (MEMORY USAGE … SAMPLES 0), and the partition-wide member sets and timer sets exactly.
  */
 async function automationMemory(redis: import('ioredis').Redis, keys: ReturnType<typeof createKeys>, partitions: number, tenantId: string, subscribers: number, segments: number) {
   const state = new HeraldState(redis, keys, partitions);
   const step = Math.max(1, Math.floor(subscribers / 20_000));
   const auto: string[] = [];
-  const counters: string[] = [];
   for (let n = 0; n < subscribers; n += step) {
     const x = externalIdOf(n);
     const p = partitionOf(tenantId, x, partitions);
@@ -257,16 +256,15 @@ async function automationMemory(redis: import('ioredis').Redis, keys: ReturnType
   const segmentIds = await redis.zrange(keys.segmentIndex(tenantId), 0, segments + 10);
   const memberKeys: string[] = [];
   for (const id of segmentIds) for (let p = 0; p < partitions; p++) memberKeys.push(keys.segmentMembers(p, tenantId, id));
-  const [autoBytes, counterBytes, memberBytes, timerBytes] = await Promise.all([
-    state.memoryOf(auto), state.memoryOf(counters), state.memoryOf(memberKeys), state.memoryOf(state.partitionKeys((p) => keys.timers(p))),
+  const [autoBytes, memberBytes, timerBytes] = await Promise.all([
+    state.memoryOf(auto), state.memoryOf(memberKeys), state.memoryOf(state.partitionKeys((p) => keys.timers(p))),
   ]);
   const pipeline = redis.pipeline();
   for (let p = 0; p < partitions; p++) pipeline.zcard(keys.timers(p));
   const timers = ((await pipeline.exec()) ?? []).reduce((a, [, v]) => a + Number(v ?? 0), 0);
   const autoPer = autoBytes / auto.length;
-  const countersPer = counters.length ? counterBytes / counters.length : 0; // counters now live in the automation hash (autoPer)
   const membersPer = memberBytes / subscribers;
   const timersPer = timerBytes / subscribers;
-  return { autoPer, countersPer, membersPer, timersPer, timers, sampled: auto.length, perSubscriber: autoPer + countersPer + membersPer + timersPer };
+  return { autoPer, membersPer, timersPer, timers, sampled: auto.length, perSubscriber: autoPer + membersPer + timersPer };
 }
 
