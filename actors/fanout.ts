@@ -52,13 +52,21 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
   });
   const planned: Planned[] = [];
   const existing: string[] = [];
-  await Promise.all(externalIds.map(async (externalId) => {
+  // Two auto-pipelined batches for the whole chunk (no pipeline object per subscriber): first what
+  // each subscriber is, then every subscription record.
+  const subscribers = await Promise.all(externalIds.map(async (externalId) => {
     const p = partitionOf(scope.tenantId, externalId, scope.partitions);
     const [exists, preferences, ids] = await Promise.all([
       redis.hexists(keys.subscribers(p), `${scope.tenantId}|${externalId}`),
       redis.hget(keys.subscriber(p, scope.tenantId, externalId), 'preferences'),
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
     ]);
+    return { externalId, p, exists, preferences, ids };
+  }));
+  const records = await Promise.all(subscribers.map(({ externalId, p, exists, ids }) =>
+    (exists ? Promise.all(ids.map((id) => redis.hgetall(keys.subscription(p, scope.tenantId, id)))) : Promise.resolve([])).then((hs) =>
+      hs.filter((h) => h.id).map((h) => toSubscription(externalId, h)))));
+  subscribers.forEach(({ externalId, exists, preferences }, i) => {
     const skip = (subscriptionId: string | null, reason: string) => {
       const d = base(externalId, subscriptionId);
       planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
@@ -68,9 +76,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
     const prefs = readPreferences(preferences ?? undefined);
     const pushAllowed = allows(prefs, 'push', null);
     const categoryAllowed = allows(prefs, 'push', message.content.category ?? null);
-    const pipeline = redis.pipeline();
-    for (const id of ids) pipeline.hgetall(keys.subscription(p, scope.tenantId, id));
-    const subscriptions = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id).map((h) => toSubscription(externalId, h));
+    const subscriptions = records[i]!;
     if (subscriptions.length === 0) return skip(null, 'no_subscription');
     for (const s of subscriptions) {
       const reason = skipReason(s, pushAllowed, categoryAllowed);
@@ -80,7 +86,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
         planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
       }
     }
-  }));
+  });
   return { planned, existing };
 }
 
@@ -161,12 +167,70 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   };
 }
 
+/** Chunks of one message in flight at once: while one chunk's pushes are out, the next is planned and created. */
+export const CHUNKS_IN_FLIGHT = 3;
+
+/** One page of an audience walk: the externalIds to process and the cursor that follows them (null: the walk ends). */
+type Page = { audience: string[]; cursor: string | null };
+
+/**
+ * Runs the pages of an audience walk with up to CHUNKS_IN_FLIGHT chunks at once, and stores the
+ * cursor past a chunk only once it and every chunk before it are settled, so a resumed fan-out never
+ * skips an unsettled chunk. False when the message stopped being `sending` (canceled).
+ */
+async function walk(ctx: FanoutContext, scope: TenantScope, message: Message, recordKey: string, pages: AsyncGenerator<Page>): Promise<boolean> {
+  const { redis } = ctx;
+  const inFlight: { done: Promise<unknown>; cursor: string | null }[] = [];
+  const failures: unknown[] = [];
+  const settleHead = async (): Promise<boolean> => {
+    const head = inFlight.shift()!;
+    const err = await head.done;
+    if (err !== undefined) failures.push(err);
+    if (failures.length) return true;
+    await ctx.touch?.();
+    if (head.cursor !== null) await redis.hset(recordKey, 'cursor', head.cursor);
+    return (await redis.hget(recordKey, 'status')) === 'sending';
+  };
+  let sending = true;
+  for await (const page of pages) {
+    const done = page.audience.length ? processChunk(ctx, scope, message, page.audience).then(() => undefined, (err: unknown) => err ?? new Error('fan-out chunk failed')) : Promise.resolve(undefined);
+    inFlight.push({ done, cursor: page.cursor });
+    if (inFlight.length >= CHUNKS_IN_FLIGHT && !(sending = await settleHead())) break;
+    if (failures.length) break;
+  }
+  while (inFlight.length) if (!(await settleHead())) sending = false;
+  if (failures.length) throw failures[0];
+  return sending;
+}
+
+async function* topicPages(ctx: FanoutContext, scope: TenantScope, topicId: string, cursor: string | undefined): AsyncGenerator<Page> {
+  let after: MemberPosition | null = cursor ? JSON.parse(cursor) : null;
+  for (let page = 0; page < 10_000_000; page++) {
+    const { items, next } = await topicMemberPage(ctx.redis, ctx.keys, scope.tenantId, topicId, ctx.chunkSize, after);
+    yield { audience: items.map((m) => m.externalId), cursor: next ? JSON.stringify(next) : null };
+    if (!next) return;
+    after = next;
+  }
+}
+
+async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: Selector, cursor: string | undefined): AsyncGenerator<Page> {
+  // partition by partition, a chunk of members (segment) or of subscribers (where) at a time
+  let at: PartitionCursor = cursor ? JSON.parse(cursor) : { p: 0, after: null };
+  for (let page = 0; page < 10_000_000 && at.p < scope.partitions; page++) {
+    const members = await ctx.redis.zrange(select.index(at.p), at.after === null ? '-' : `(${at.after}`, '+', 'BYLEX', 'LIMIT', 0, ctx.chunkSize);
+    const audience = await select.pick(at.p, members);
+    at = members.length < ctx.chunkSize ? { p: at.p + 1, after: null } : { p: at.p, after: members[members.length - 1]! };
+    yield { audience, cursor: JSON.stringify(at) };
+  }
+}
+
 /**
  * Fans a queued message out to its audience, resumably: the audience is walked in chunks (a topic
- * page by page, a segment or `where` audience partition by partition; never loaded whole), each chunk's deliveries are created once (ids derived from the
- * message and subscription), sent, and settled before the cursor moves past it. A dispatcher killed
- * mid-chunk leaves the queue entry unacked; the next one resumes at the stored cursor, finds the
- * chunk's deliveries already made and sends only those still pending.
+ * page by page, a segment or `where` audience partition by partition; never loaded whole), each
+ * chunk's deliveries are created once (ids derived from the message and subscription), sent, and
+ * settled before the cursor moves past it (a few chunks overlap; the cursor only moves past settled
+ * ones). A dispatcher killed mid-chunk leaves the queue entry unacked; the next one resumes at the
+ * stored cursor, finds those chunks' deliveries already made and sends only those still pending.
  */
 export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: string): Promise<void> {
   const { redis, keys } = ctx;
@@ -176,42 +240,24 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: 
   if (record.status === 'queued') await moveMessage(redis, keys, scope.tenantId, messageId, ['queued'], 'sending', { startedAt: isoNow() });
   else if (record.status !== 'sending') return; // canceled, completed, failed, or still scheduled
   const message = toMessage({ ...record, status: 'sending' });
-  if (record.fanout !== 'done') {
+  if (record.fanout !== 'done' && record.cursor !== 'done') {
+    const cursor = record.cursor || undefined;
     if ('externalId' in message.to) {
-      if (record.cursor !== 'done') await processChunk(ctx, scope, message, [message.to.externalId]);
+      await processChunk(ctx, scope, message, [message.to.externalId]);
     } else if ('topic' in message.to) {
       const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
       if (!topic) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'topic_not_found', completedAt: isoNow() });
         return;
       }
-      let after: MemberPosition | null = record.cursor && record.cursor !== 'done' ? JSON.parse(record.cursor) : null;
-      for (let page = 0; page < 10_000_000 && record.cursor !== 'done'; page++) {
-        const { items, next } = await topicMemberPage(redis, keys, scope.tenantId, topic.id, ctx.chunkSize, after);
-        if (items.length) await processChunk(ctx, scope, message, items.map((m) => m.externalId));
-        await ctx.touch?.();
-        if (!next) break;
-        after = next;
-        await redis.hset(recordKey, 'cursor', JSON.stringify(after));
-        if ((await redis.hget(recordKey, 'status')) !== 'sending') return;
-      }
-    } else if (record.cursor !== 'done') {
+      if (!(await walk(ctx, scope, message, recordKey, topicPages(ctx, scope, topic.id, cursor)))) return;
+    } else {
       const select = await audienceSelector(ctx, scope, message.to);
       if (!select) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'segment_not_found', completedAt: isoNow() });
         return;
       }
-      // partition by partition, a chunk of members (segment) or of subscribers (where) at a time
-      let at: PartitionCursor = record.cursor ? JSON.parse(record.cursor) : { p: 0, after: null };
-      for (let page = 0; page < 10_000_000 && at.p < scope.partitions; page++) {
-        const members = await redis.zrange(select.index(at.p), at.after === null ? '-' : `(${at.after}`, '+', 'BYLEX', 'LIMIT', 0, ctx.chunkSize);
-        const audience = await select.pick(at.p, members);
-        if (audience.length) await processChunk(ctx, scope, message, audience);
-        await ctx.touch?.();
-        at = members.length < ctx.chunkSize ? { p: at.p + 1, after: null } : { p: at.p, after: members[members.length - 1]! };
-        await redis.hset(recordKey, 'cursor', JSON.stringify(at));
-        if ((await redis.hget(recordKey, 'status')) !== 'sending') return;
-      }
+      if (!(await walk(ctx, scope, message, recordKey, partitionPages(ctx, scope, select, cursor)))) return;
     }
     await redis.hset(recordKey, 'cursor', 'done');
   }
