@@ -11,7 +11,7 @@ export async function audit(
   const { workspace, tenant } = ctx.state.auth as AuthState;
   const { actor, request } = writerOf(ctx);
   await appendAudit(deps.redis, deps.keys, {
-    ...event,
+    type: event.type, target: event.target, object: event.object, changes: event.changes, previousAttributes: event.previousAttributes,
     workspace: { id: workspace.id, slug: workspace.slug },
     tenant: tenant ? { id: tenant.id, slug: tenant.slug } : null,
     actor, request,

@@ -1,7 +1,6 @@
 import type { Context } from 'koa';
 import { ApiError } from '../lib/errors.js';
 import { verifyIdentityHash } from '../lib/identity-hash.js';
-import { tenantIdentity } from '../streams/identity.js';
 import { upsertSubscriber } from '../streams/subscribers.js';
 import type { AppDeps } from './deps.js';
 import { tenantOf } from './middleware/auth.js';
@@ -11,16 +10,22 @@ import { scopeOf } from './routes/subscribers.js';
  * Identity verification of a client call: a presented `identityHash` must be the hex HMAC-SHA256 of
  * the externalId under the tenant's identity secret (403 `invalid_identity_hash` otherwise); when the
  * tenant requires verification, a call without one is 403 `identity_verification_required`.
- * Returns whether the call is verified.
+ * Returns whether the call is verified. The settings come from the key cache (no Redis read per
+ * call; a rotation or a change of `identityRequired` invalidates them in every process at once); a
+ * hash that does not match the cached secret is checked once more against the stored one before
+ * it is refused, so a hash made right after a rotation never waits for the invalidation.
  */
 export async function verifyClient(deps: AppDeps, ctx: Context, externalId: string, presented: string | undefined): Promise<boolean> {
-  const settings = await tenantIdentity(deps.redis, deps.keys, tenantOf(ctx));
+  const tenant = tenantOf(ctx);
+  const settings = await deps.keyCache.identity(tenant);
   if (presented === undefined) {
     if (settings.required) throw new ApiError(403, 'identity_verification_required', 'This tenant requires identityHash on client calls', { param: 'identityHash' });
     return false;
   }
-  if (!verifyIdentityHash(settings.secret, externalId, presented)) throw new ApiError(403, 'invalid_identity_hash', 'identityHash does not match externalId', { param: 'identityHash' });
-  return true;
+  if (verifyIdentityHash(settings.secret, externalId, presented)) return true;
+  const stored = await deps.keyCache.identity(tenant, { fresh: true });
+  if (stored.secret !== settings.secret && verifyIdentityHash(stored.secret, externalId, presented)) return true;
+  throw new ApiError(403, 'invalid_identity_hash', 'identityHash does not match externalId', { param: 'identityHash' });
 }
 
 /** Marks the subscriber verified after a verified call (creating it when the call creates subscribers). */

@@ -2,8 +2,8 @@
   The one write path for a subscriber's own state in its partition, after the caller has read it
   and computed the change: ensures the subscriber (optionally creating it), checks the record's
   version (compare-and-set, so concurrent writers of one subscriber never both apply a change
-  computed from the same state), appends the change's engine events to the inbox with the next
-  sequences, then applies the record operations, all atomically.
+  computed from the same state) and the change's guards, appends the change's engine events to the
+  inbox with the next sequences, then applies the record operations, all atomically.
 
   KEYS[1] partition inbox ({pN}:in)
   KEYS[2] sequence hash   ({pN}:seq)
@@ -16,11 +16,15 @@
   ARGV[11] number of events E, then E groups of 3: evt id, name, data (JSON)
   then the number of operations O, then O groups of 4: op, key, a, b
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
-            | zadd key score member | zrem key member -); every key is in this partition; `$SUB` in a or b
-       is replaced by the subscriber id
+            | zadd key score member | zrem key member - | hmset key n - followed by n field/value pairs);
+       every key is in this partition; `$SUB` in a or b (and in hmset's pairs) is replaced by the subscriber id
+  then the number of guards G (may be absent: none), then G groups of 3: kind, key, n
+       (absent key - : the key must not exist | scardBelow key n : the set must hold fewer than n members),
+       checked after the version, before anything is written
 
   Returns { 1, subscriberId, createdSequence, newVersion } when applied,
-          { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0.
+          { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0,
+          { -3, g } when guard g (1-based) does not hold (nothing written).
 ]]
 -- @include "ensureSubscriber"
 -- @include "applyOp"
@@ -33,11 +37,31 @@ local record = ARGV[4] .. ':sub:' .. tenant .. ':' .. externalId
 if ARGV[9] ~= '1' and not rcall('HEXISTS', KEYS[3], field) then return { -2 } end
 local version = tonumber(rcall('HGET', record, 'v') or '0')
 if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then return { 0, version } end
+
+-- where the operations start, then the guards (after the events and the operations)
+local events = tonumber(ARGV[11])
+local opsAt = 12 + 3 * events
+local ops = tonumber(ARGV[opsAt])
+local g = opsAt + 1
+for _ = 1, ops do
+  if ARGV[g] == 'hmset' then g = g + 4 + 2 * tonumber(ARGV[g + 2]) else g = g + 4 end
+end
+local guards = tonumber(ARGV[g] or '0')
+for n = 1, guards do
+  local kind, key, limit = ARGV[g + 1], ARGV[g + 2], ARGV[g + 3]
+  if kind == 'absent' then
+    if rcall('EXISTS', key) == 1 then return { -3, n } end
+  elseif kind == 'scardBelow' then
+    if rcall('SCARD', key) >= tonumber(limit) then return { -3, n } end
+  else
+    return redis.error_reply('unknown write guard ' .. tostring(kind))
+  end
+  g = g + 3
+end
+
 local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])
 
-local i = 11
-local events = tonumber(ARGV[i])
-i = i + 1
+local i = 12
 for _ = 1, events do
   local seq = rcall('HINCRBY', KEYS[2], field, 1)
   appendInboxEvent(KEYS[1], { t = tenant, w = ARGV[2], id = ARGV[i], q = seq, x = externalId, u = sub, n = ARGV[i + 1], o = 'system',
@@ -45,15 +69,22 @@ for _ = 1, events do
   i = i + 3
 end
 
-local ops = tonumber(ARGV[i])
-i = i + 1
+i = opsAt + 1
 for _ = 1, ops do
   -- '$SUB' in an argument stands for the subscriber id (unknown to the caller when this call creates it)
   local op, key = ARGV[i], ARGV[i + 1]
-  local a, b = string.gsub(ARGV[i + 2], '%$SUB', sub), string.gsub(ARGV[i + 3], '%$SUB', sub)
-  local failed = applyOp(op, key, a, b)
-  if failed then return failed end
-  i = i + 4
+  if op == 'hmset' then
+    local n = tonumber(ARGV[i + 2])
+    local fv = {}
+    for j = 1, 2 * n do fv[j] = (string.gsub(ARGV[i + 3 + j], '%$SUB', sub)) end
+    rcall('HSET', key, unpack(fv))
+    i = i + 4 + 2 * n
+  else
+    local a, b = string.gsub(ARGV[i + 2], '%$SUB', sub), string.gsub(ARGV[i + 3], '%$SUB', sub)
+    local failed = applyOp(op, key, a, b)
+    if failed then return failed end
+    i = i + 4
+  end
 end
 
 local newVersion = version

@@ -79,9 +79,22 @@ export async function createTenant(redis: Redis, keys: Keys, workspace: Workspac
 
 /** Reads a tenant of a workspace by id, or null. */
 export async function findTenant(redis: Redis, keys: Keys, workspaceId: string, tenantId: string): Promise<Tenant | null> {
+  return (await findTenantWithIdentity(redis, keys, workspaceId, tenantId))?.tenant ?? null;
+}
+
+/**
+ * Reads a tenant and, from the same record, its identity settings (null while the tenant has no
+ * identity secret yet: `tenantIdentity` makes it). The settings never go into the `Tenant` object,
+ * which is copied into audit entries.
+ */
+export async function findTenantWithIdentity(redis: Redis, keys: Keys, workspaceId: string, tenantId: string): Promise<{ tenant: Tenant; identity: IdentitySettings | null } | null> {
   if (!isId('tenant', tenantId)) return null;
   const h = await redis.hgetall(keys.tenant(workspaceId, tenantId));
-  return h.id ? { id: h.id, slug: h.slug!, workspaceId: h.workspaceId!, createdAt: h.createdAt! } : null;
+  if (!h.id) return null;
+  return {
+    tenant: { id: h.id, slug: h.slug!, workspaceId: h.workspaceId!, createdAt: h.createdAt! },
+    identity: h.identitySecret ? { secret: h.identitySecret, required: h.identityRequired === '1' } : null,
+  };
 }
 
 /** Reads a tenant of a workspace by slug, or null. */
@@ -192,31 +205,52 @@ export async function revokeApiKey(redis: Redis, keys: Keys, workspace: Workspac
 
 export type IdentitySettings = { secret: string; required: boolean };
 
-/** The tenant's identity-verification settings; the secret is made on first use and never leaves through the API. */
+/**
+ * Prefix of the messages on the key-revocation channel (`keys.keyRevocations`) that announce a
+ * change of a tenant's identity settings (`tenant-identity:<tenantId>`); the channel's other
+ * messages are revoked key hashes (64 hex characters), which this prefix can never be.
+ */
+export const IDENTITY_CHANGE_PREFIX = 'tenant-identity:';
+
+/** Tells every process's key cache that the identity settings of `tenantId` changed. */
+async function announceIdentityChange(redis: Redis, keys: Keys, tenantId: string): Promise<void> {
+  await redis.publish(keys.keyRevocations, IDENTITY_CHANGE_PREFIX + tenantId);
+}
+
+/**
+ * The tenant's identity-verification settings read from Redis; the secret is made on first use
+ * (HSETNX, so concurrent first uses agree on one) and never leaves through the API. Request paths
+ * read them through the key cache (`KeyCache.identity`), which every change below invalidates.
+ */
 export async function tenantIdentity(redis: Redis, keys: Keys, tenant: Tenant): Promise<IdentitySettings> {
   const key = keys.tenant(tenant.workspaceId, tenant.id);
   let [secret, required] = await redis.hmget(key, 'identitySecret', 'identityRequired');
   if (!secret) {
     await redis.hsetnx(key, 'identitySecret', randomBytes(32).toString('hex'));
-    secret = (await redis.hget(key, 'identitySecret'))!;
+    [secret, required] = await redis.hmget(key, 'identitySecret', 'identityRequired');
   }
-  return { secret, required: required === '1' };
+  return { secret: secret!, required: required === '1' };
 }
 
-/** Replaces the tenant's identity secret (hashes made with the old one stop verifying at once). */
+/**
+ * Replaces the tenant's identity secret: hashes made with the old one stop verifying at once in
+ * every process (the change is announced to every key cache before this returns).
+ */
 export async function rotateIdentitySecret(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, by: Writer): Promise<string> {
   const secret = randomBytes(32).toString('hex');
   await redis.hset(keys.tenant(tenant.workspaceId, tenant.id), 'identitySecret', secret);
+  await announceIdentityChange(redis, keys, tenant.id);
   await appendAudit(redis, keys, { type: 'tenant.identity_secret_rotated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request, object: { ...tenant } });
   return secret;
 }
 
-/** Turns required identity verification on or off for a tenant's client calls. */
+/** Turns required identity verification on or off for a tenant's client calls, at once in every process. */
 export async function setIdentityRequired(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, required: boolean, by: Writer): Promise<void> {
   const key = keys.tenant(tenant.workspaceId, tenant.id);
   const before = (await redis.hget(key, 'identityRequired')) === '1';
   if (before === required) return;
   await redis.hset(key, 'identityRequired', required ? '1' : '0');
+  await announceIdentityChange(redis, keys, tenant.id);
   await appendAudit(redis, keys, {
     type: 'tenant.updated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request,
     object: { ...tenant, identityVerificationRequired: required }, changes: { identityVerificationRequired: required }, previousAttributes: { identityVerificationRequired: before },

@@ -1,7 +1,10 @@
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
-import { findApiKeyByHash, findTenant, findWorkspace, type ApiKeyRecord, type Tenant, type Workspace } from './identity.js';
+import {
+  findApiKeyByHash, findTenantWithIdentity, findWorkspace, IDENTITY_CHANGE_PREFIX, tenantIdentity,
+  type ApiKeyRecord, type IdentitySettings, type Tenant, type Workspace,
+} from './identity.js';
 import type { Keys } from './keys.js';
 
 /** What a presented key resolves to: its record, its workspace and (tenant and client keys) its tenant. */
@@ -10,28 +13,34 @@ export type Principal = { key: ApiKeyRecord; workspace: Workspace; tenant: Tenan
 const MAX_ENTRIES = 10_000;
 
 /**
- * A per-process cache of principals by key hash. Revocations are published on a Redis channel
- * and drop the entry at once in every process; entries also expire after `ttlMs`, and the whole
- * cache is cleared whenever the subscription reconnects, so a missed message cannot keep a
- * revoked key alive longer than the TTL.
+ * A per-process cache of principals by key hash, and of tenants' identity settings (secret and
+ * whether verification is required) by tenant id. Revocations and identity changes are published
+ * on one Redis channel and drop the entry at once in every process; entries also expire after
+ * `ttlMs`, and the whole cache is cleared whenever the subscription reconnects, so a missed
+ * message cannot keep a revoked key or a replaced secret alive longer than the TTL.
  */
 export class KeyCache {
   private readonly entries = new Map<string, { principal: Principal; until: number }>();
+  private readonly identities = new Map<string, { settings: IdentitySettings; until: number }>();
   private subscriber: Redis | null = null;
-  /** bumped on every revocation message, so a lookup that raced one is not cached */
+  /** bumped on every message of the channel, so a lookup that raced one is not cached */
   private generation = 0;
 
   constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly ttlMs: number, private readonly log: Logger) {}
 
-  /** Subscribes to revocations on a dedicated connection. */
+  /** Subscribes to revocations and identity changes on a dedicated connection. */
   async start(): Promise<void> {
     const sub = this.redis.duplicate();
     this.subscriber = sub;
-    sub.on('message', (_channel: string, hash: string) => {
+    sub.on('message', (_channel: string, message: string) => {
       this.generation++;
-      this.entries.delete(hash);
+      if (message.startsWith(IDENTITY_CHANGE_PREFIX)) this.identities.delete(message.slice(IDENTITY_CHANGE_PREFIX.length));
+      else this.entries.delete(message);
     });
-    sub.on('ready', () => this.entries.clear());
+    sub.on('ready', () => {
+      this.entries.clear();
+      this.identities.clear();
+    });
     sub.on('error', (err: Error) => this.log.warn('key revocation subscription error', { err: err.message }));
     await sub.subscribe(this.keys.keyRevocations);
   }
@@ -40,6 +49,7 @@ export class KeyCache {
     this.subscriber?.disconnect();
     this.subscriber = null;
     this.entries.clear();
+    this.identities.clear();
   }
 
   /** The principal of the key whose hash is `hash`, or null when no such key exists. */
@@ -51,14 +61,41 @@ export class KeyCache {
     if (!key) return null;
     const workspace = await findWorkspace(this.redis, this.keys, key.workspaceId);
     if (!workspace) return null;
-    const tenant = key.tenantId ? await findTenant(this.redis, this.keys, key.workspaceId, key.tenantId) : null;
-    if (key.tenantId && !tenant) return null;
+    const found = key.tenantId ? await findTenantWithIdentity(this.redis, this.keys, key.workspaceId, key.tenantId) : null;
+    if (key.tenantId && !found) return null;
+    const tenant = found?.tenant ?? null;
     const principal: Principal = { key, workspace, tenant };
     // A revocation announced while this lookup read Redis may concern this very key: do not cache then.
-    if (!key.revokedAt && this.ttlMs > 0 && generation === this.generation) {
-      if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value as string);
-      this.entries.set(hash, { principal, until: now() + this.ttlMs });
+    if (this.ttlMs > 0 && generation === this.generation) {
+      const until = now() + this.ttlMs;
+      if (!key.revokedAt) {
+        if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value as string);
+        this.entries.set(hash, { principal, until });
+      }
+      // the tenant record read above holds its identity settings too (once its secret exists)
+      if (tenant && found!.identity) this.remember(tenant.id, found!.identity, until);
     }
     return principal;
+  }
+
+  /**
+   * The identity settings of `tenant` (its secret made on first use), from this cache unless
+   * `fresh`; a change (`rotateIdentitySecret`, `setIdentityRequired`) drops the entry in every
+   * process at once, and a read that raced such a change is not cached.
+   */
+  async identity(tenant: Tenant, options: { fresh?: boolean } = {}): Promise<IdentitySettings> {
+    if (!options.fresh) {
+      const hit = this.identities.get(tenant.id);
+      if (hit && hit.until > now()) return hit.settings;
+    }
+    const generation = this.generation;
+    const settings = await tenantIdentity(this.redis, this.keys, tenant);
+    if (this.ttlMs > 0 && generation === this.generation) this.remember(tenant.id, settings, now() + this.ttlMs);
+    return settings;
+  }
+
+  private remember(tenantId: string, settings: IdentitySettings, until: number): void {
+    if (!this.identities.has(tenantId) && this.identities.size >= MAX_ENTRIES) this.identities.delete(this.identities.keys().next().value as string);
+    this.identities.set(tenantId, { settings, until });
   }
 }

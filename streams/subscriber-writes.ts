@@ -22,40 +22,95 @@ export type EngineEvent = { name: string; data: Record<string, unknown> };
 
 export type SubscriberSnapshot = { partition: number; exists: boolean; version: number; record: Record<string, string> };
 
-/** Reads a subscriber's record and version (`exists` false for an unknown externalId). */
-export async function readSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<SubscriberSnapshot> {
+/**
+ * Reads a subscriber's record and version (`exists` false for an unknown externalId); with
+ * `record: false` only the version field is read and `record` is empty.
+ */
+export async function readSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { record?: boolean } = {}): Promise<SubscriberSnapshot> {
   const partition = partitionOf(scope.tenantId, externalId, scope.partitions);
-  const [exists, record] = await Promise.all([
-    redis.hexists(keys.subscribers(partition), `${scope.tenantId}|${externalId}`),
-    redis.hgetall(keys.subscriber(partition, scope.tenantId, externalId)),
-  ]);
-  return { partition, exists: exists === 1, version: Number(record.v ?? 0), record };
+  const recordKey = keys.subscriber(partition, scope.tenantId, externalId);
+  const exists = redis.hexists(keys.subscribers(partition), `${scope.tenantId}|${externalId}`);
+  if (options.record === false) {
+    const [found, version] = await Promise.all([exists, redis.hget(recordKey, 'v')]);
+    return { partition, exists: found === 1, version: Number(version ?? 0), record: {} };
+  }
+  const [found, record] = await Promise.all([exists, redis.hgetall(recordKey)]);
+  return { partition, exists: found === 1, version: Number(record.v ?? 0), record };
 }
 
 export class VersionConflict extends Error {}
 
 /**
+ * A condition lua/writeSubscriber checks before it writes anything: `absent` (the key does not
+ * exist), `scardBelow` (the set holds fewer than n members). Keys are of the subscriber's partition.
+ */
+export type WriteGuard = ['absent', string] | ['scardBelow', string, number];
+
+/** Thrown by `writeSubscriber` when guard `index` of the change did not hold (nothing was written). */
+export class GuardFailed extends Error {
+  constructor(readonly index: number) {
+    super(`write guard ${index} did not hold`);
+  }
+}
+
+/**
  * Applies a change computed from `expectedVersion` of a subscriber: its engine events (appended to
  * the partition inbox with the next sequences) and record operations, atomically
  * (lua/writeSubscriber). Throws `VersionConflict` when another writer got there first.
+ * `expectedVersion` null skips the version check: only for a change that does not depend on the
+ * subscriber's state beyond its `guards` (checked in the same script; `GuardFailed` when one does
+ * not hold). `at` is the time of the change (default now).
  */
 export async function writeSubscriber(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
-  change: { create: boolean; expectedVersion: number | null; events: EngineEvent[]; ops: RecordOp[] },
+  change: { create: boolean; expectedVersion: number | null; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; at?: number },
 ): Promise<{ subscriberId: string; created: boolean; version: number }> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  const at = now();
+  const at = change.at ?? now();
   const args: (string | number)[] = [
     scope.tenantId, scope.workspaceId, at, keys.partitionBase(p), isoNow(at), externalId, newId('subscriber', at), newId('event', at),
     change.create ? 1 : 0, change.expectedVersion === null ? '' : change.expectedVersion, change.events.length,
   ];
   for (const e of change.events) args.push(newId('event', at), e.name, JSON.stringify(e.data));
-  args.push(change.ops.length);
-  for (const op of change.ops) args.push(op[0], op[1], op[2] ?? '-', op[3] ?? '-');
+  pushOps(args, change.ops);
+  const guards = change.guards ?? [];
+  args.push(guards.length);
+  for (const g of guards) args.push(g[0], g[1], g[0] === 'scardBelow' ? g[2] : '-');
   const reply = await callScript<[number, string?, number?, number?]>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
+  if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
   return { subscriberId: reply[1]!, created: Number(reply[2]) > 0, version: Number(reply[3]) };
+}
+
+/**
+ * The operations in lua/writeSubscriber's argument form: their number, then 4 arguments each; a run
+ * of `hset` on one key goes as one `hmset` (key, number of pairs n, '-', then the n field/value
+ * pairs), which the script applies with one HSET.
+ */
+function pushOps(args: (string | number)[], ops: RecordOp[]): void {
+  const countAt = args.length;
+  args.push(0);
+  let count = 0;
+  for (let i = 0; i < ops.length; count++) {
+    const op = ops[i]!;
+    if (op[0] === 'hset') {
+      let end = i + 1;
+      while (end < ops.length && ops[end]![0] === 'hset' && ops[end]![1] === op[1]) end++;
+      if (end - i > 1) {
+        args.push('hmset', op[1], end - i, '-');
+        for (let j = i; j < end; j++) {
+          const pair = ops[j] as ['hset', string, string, string];
+          args.push(pair[2], pair[3]);
+        }
+        i = end;
+        continue;
+      }
+    }
+    args.push(op[0], op[1], op[2] ?? '-', op[3] ?? '-');
+    i++;
+  }
+  args[countAt] = count;
 }
 
 export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; result: T } | { skip: T };
@@ -66,22 +121,25 @@ export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[
  * the subscriber's partition state (its subscriptions, topics), sent right after the version reads
  * on the same connection (one round trip with auto-pipelining; Redis runs them in order): every
  * write bumps the version, so state read after it is still current when the version still matches.
+ * `options.record` false reads only the subscriber's version (for a `compute` that does not look at
+ * `snapshot.record`).
  */
 export async function changeSubscriber<T, X = undefined>(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
   compute: (snapshot: SubscriberSnapshot, extra: X) => Change<T>,
   read?: (partition: number) => Promise<X>,
+  options: { record?: boolean } = {},
 ): Promise<T> {
   const partition = partitionOf(scope.tenantId, externalId, scope.partitions);
   for (let attempt = 0; attempt < 50; attempt++) {
     // both reads leave in one round trip, the version first: commands of one connection run in order
-    const reading = readSubscriber(redis, keys, scope, externalId);
+    const reading = readSubscriber(redis, keys, scope, externalId, options);
     const extraReading = read ? read(partition) : Promise.resolve(undefined);
     const [snapshot, extra] = (await Promise.all([reading, extraReading])) as [SubscriberSnapshot, X];
     const change = compute(snapshot, extra);
     if ('skip' in change) return change.skip;
     try {
-      await writeSubscriber(redis, keys, scope, externalId, { ...change, expectedVersion: snapshot.version });
+      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, expectedVersion: snapshot.version });
       return change.result;
     } catch (err) {
       if (!(err instanceof VersionConflict)) throw err;

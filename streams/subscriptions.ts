@@ -1,11 +1,11 @@
 import type { Redis } from 'ioredis';
-import { isoNow } from '../lib/clock.js';
+import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
-import { changeSubscriber, type RecordOp, type TenantScope } from './subscriber-writes.js';
+import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
@@ -36,8 +36,16 @@ export function toSubscription(externalId: string, h: Record<string, string>): S
   };
 }
 
+/** The device fields of a registration, in DEVICE_FIELDS order (unknown ones dropped). */
+function deviceOf(input: RegisterInput): Device {
+  const device: Device = {};
+  const given = input.device;
+  if (given) for (const f of DEVICE_FIELDS) if (given[f] !== undefined) device[f] = given[f];
+  return device;
+}
+
 /** What a registration stores (the handle normalised: email addresses lowercased). */
-function fieldsOf(input: RegisterInput): Record<string, string> {
+function fieldsOf(input: RegisterInput, device: Device = deviceOf(input)): Record<string, string> {
   const push = input.channel === 'push';
   return {
     channel: input.channel,
@@ -46,7 +54,7 @@ function fieldsOf(input: RegisterInput): Record<string, string> {
     platform: input.platform ?? '',
     environment: push ? input.environment ?? 'production' : '',
     authorizationStatus: input.authorizationStatus ?? '',
-    device: JSON.stringify(Object.fromEntries(DEVICE_FIELDS.filter((f) => input.device?.[f] !== undefined).map((f) => [f, input.device![f]]))),
+    device: JSON.stringify(device),
   };
 }
 
@@ -92,6 +100,12 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
   const [claim, id, previous] = await callScript<[string, string, string?]>(
     redis, 'claimToken', [keys.tokens(scope.tenantId), keys.subscriptionOwners(scope.tenantId), keys.tokenMoves(scope.tenantId)], [field, newId('subscription'), externalId],
   );
+  if (claim === 'new') {
+    // The id was made for this call: no record of it can exist unless a concurrent registration of the
+    // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
+    const fresh = await createFresh(redis, keys, scope, externalId, id, input);
+    if (fresh) return { subscription: fresh, created: true };
+  }
   if (claim === 'moved' && previous !== undefined) await detach(redis, keys, scope, previous, id, 'moved');
   const wanted = fieldsOf(input);
   const outcome = await changeSubscriber<{ created: boolean; record: Record<string, string> }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
@@ -99,11 +113,11 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const at = isoNow();
     if (!current.id) {
-      if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
+      if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
       const record = { id, ...wanted, enabled: '1', createdAt: at, updatedAt: at };
       return {
         create: true,
-        events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
+        events: [{ name: '$subscription.registered', data: { subscription: publicFields(id, wanted, true) } }],
         ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
         result: { created: true, record },
       };
@@ -118,10 +132,53 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
   }, async (p) => {
     const [record, count] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
     return { record, count };
-  });
+  }, { record: false });
   if (claim === 'moved') await redis.hdel(keys.tokenMoves(scope.tenantId), field);
   // the record as written (no second read)
   return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
+}
+
+const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
+
+/** `publicOf` of a registration's stored fields, without building the whole subscription. */
+const publicFields = (id: string, fields: Record<string, string>, enabled: boolean) => ({ id, channel: fields.channel as Subscription['channel'], platform: (fields.platform || null) as Subscription['platform'], enabled });
+
+/**
+ * Writes the subscription record of a token claimed as new in one script call, without reading the
+ * subscriber first: the change depends on nothing but two conditions the script checks atomically
+ * (guards) before writing: the record does not exist yet and the subscriber holds fewer than
+ * MAX_SUBSCRIPTIONS_PER_SUBSCRIBER subscriptions (409 otherwise). The write bumps the subscriber's
+ * version, so concurrent compare-and-set writers of the subscriber still see a conflict and recompute.
+ * Null when the record exists already (written by a concurrent registration of the same token).
+ */
+async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput): Promise<Subscription | null> {
+  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  const recordKey = keys.subscription(p, scope.tenantId, id);
+  const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
+  const device = deviceOf(input);
+  const wanted = fieldsOf(input, device);
+  const atMs = now();
+  const at = isoNow(atMs);
+  const ops: RecordOp[] = [['hset', recordKey, 'id', id]];
+  for (const k in wanted) ops.push(['hset', recordKey, k, wanted[k]!]);
+  ops.push(['hset', recordKey, 'enabled', '1'], ['hset', recordKey, 'createdAt', at], ['hset', recordKey, 'updatedAt', at], ['sadd', setKey, id]);
+  try {
+    await writeSubscriber(redis, keys, scope, externalId, {
+      create: true, expectedVersion: null, at: atMs,
+      events: [{ name: '$subscription.registered', data: { subscription: publicFields(id, wanted, true) } }],
+      ops, guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],
+    });
+  } catch (err) {
+    if (!(err instanceof GuardFailed)) throw err;
+    if (err.index === 0) return null;
+    throw tooMany();
+  }
+  return {
+    id, externalId, channel: input.channel, token: wanted.token || null, address: wanted.address || null,
+    platform: (wanted.platform || null) as Subscription['platform'], environment: (wanted.environment || null) as Subscription['environment'],
+    authorizationStatus: (wanted.authorizationStatus || null) as Subscription['authorizationStatus'], device,
+    enabled: true, invalidatedAt: null, createdAt: at, updatedAt: at,
+  };
 }
 
 /** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
