@@ -63,9 +63,11 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
     ]);
     return { externalId, p, exists, preferences, ids };
   }));
+  // a record whose owner index names another subscriber is a stale copy of a moved token: not sent
+  const owners = keys.subscriptionOwners(scope.tenantId);
   const records = await Promise.all(subscribers.map(({ externalId, p, exists, ids }) =>
-    (exists ? Promise.all(ids.map((id) => redis.hgetall(keys.subscription(p, scope.tenantId, id)))) : Promise.resolve([])).then((hs) =>
-      hs.filter((h) => h.id).map((h) => toSubscription(externalId, h)))));
+    (exists ? Promise.all(ids.map((id) => Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.hget(owners, id)]))) : Promise.resolve([])).then((rows) =>
+      rows.filter(([h, owner]) => h.id && owner === externalId).map(([h]) => toSubscription(externalId, h)))));
   subscribers.forEach(({ externalId, exists, preferences }, i) => {
     const skip = (subscriptionId: string | null, reason: string) => {
       const d = base(externalId, subscriptionId);

@@ -104,7 +104,10 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     // The id was made for this call: no record of it can exist unless a concurrent registration of the
     // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
     const fresh = await createFresh(redis, keys, scope, externalId, id, input);
-    if (fresh) return { subscription: fresh, created: true };
+    if (fresh) {
+      await dropIfMovedMeanwhile(redis, keys, scope, externalId, id);
+      return { subscription: fresh, created: true };
+    }
   }
   if (claim === 'moved' && previous !== undefined) await detach(redis, keys, scope, previous, id, 'moved');
   const wanted = fieldsOf(input);
@@ -134,8 +137,22 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     return { record, count };
   }, { record: false });
   if (claim === 'moved') await redis.hdel(keys.tokenMoves(scope.tenantId), field);
+  await dropIfMovedMeanwhile(redis, keys, scope, externalId, id);
   // the record as written (no second read)
   return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
+}
+
+/**
+ * Another subscriber may have claimed the token between this call's claim and its write (two app
+ * users registering one device at once): its move then found no record here to remove, and this
+ * write left a copy the token's owner index no longer points at. The writer removes its own copy
+ * (`$subscription.removed`, reason `moved`), so the device stays with one subscriber. A crash
+ * between the write and this check can leave such a copy; the fan-out never sends to a
+ * subscription whose owner is another subscriber (actors/fanout.ts).
+ */
+async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<void> {
+  const owner = await redis.hget(keys.subscriptionOwners(scope.tenantId), id);
+  if (owner !== null && owner !== externalId) await detach(redis, keys, scope, externalId, id, 'moved');
 }
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);

@@ -104,6 +104,21 @@ m('disabled subscriptions, opt-outs and missing subscriptions become skipped del
   assert.equal(reasons, ['bob:subscription_disabled', 'carol:category_opt_out', 'dave:channel_opt_out', 'erin:no_subscription', 'frank:channel_not_supported']);
 });
 
+m('a stale copy of a moved token (its owner index names another subscriber) gets no push', async (ctx) => {
+  const stale = await device(ctx, 'greta');
+  // what a crash between a registration's write and its ownership check can leave: the record stays
+  // under greta while the token now belongs to henry
+  await ctx.service.redis.hset(ctx.service.keys.subscriptionOwners(ctx.tenantId), stale.id, 'henry');
+  const before = ctx.peer.received;
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'greta', title: 'Not for henry', body: 'stays on greta' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.is(done.counts.sent, 0);
+  assert.is(done.counts.skipped, 1);
+  const reasons = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data.items.map((d: any) => d.reason);
+  assert.equal(reasons, ['no_subscription']);
+  assert.is(ctx.peer.received, before, 'nothing reached the device');
+});
+
 m('a topic fan-out in many chunks delivers to every member exactly once', async (ctx) => {
   const members = Array.from({ length: 150 }, (_, i) => `fan-${i}`);
   const tokens = new Set<string>();

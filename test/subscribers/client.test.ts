@@ -68,6 +68,21 @@ c('50 parallel registrations of the same token end with exactly one subscription
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'racer')).filter((n) => n === '$subscription.registered').length, 1);
 });
 
+c('two users registering one device at once leave it with exactly one of them', async ({ api, pk, boot }) => {
+  for (let t = 0; t < 6; t++) {
+    const handle = token(0x7000 + t);
+    const replies = await Promise.all(Array.from({ length: 12 }, (_, i) =>
+      api.post('/v1/client/subscriptions', pk, { externalId: i % 2 ? 'twin-a' : 'twin-b', channel: 'push', token: handle, platform: 'ios' })));
+    assert.ok(replies.every((r) => r.status === 200 || r.status === 201), JSON.stringify(replies.map((r) => r.status)));
+    const holders: string[] = [];
+    for (const who of ['twin-a', 'twin-b']) {
+      const items = (await api.get(`/v1/subscribers/${who}/subscriptions`, boot.keys.tenant)).body.data.items as { token: string }[];
+      holders.push(...items.filter((s) => s.token === handle).map(() => who));
+    }
+    assert.is(holders.length, 1, `token ${t} is held by exactly one subscriber: ${holders.join(', ')}`);
+  }
+});
+
 c('50 parallel identical enabled:false updates write exactly one $subscription.muted', async ({ api, pk, service, boot }) => {
   const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'muter', channel: 'push', token: token(5), platform: 'ios' });
   const replies = await Promise.all(Array.from({ length: 50 }, () => api.patch(`/v1/client/subscriptions/${body.data.id}`, pk, { enabled: false })));
