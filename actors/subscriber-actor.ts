@@ -6,7 +6,7 @@ import { callScript } from '../streams/lua-scripts.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import { PartitionLeases } from '../streams/partition-leases.js';
 import { connectRedis } from '../streams/redis.js';
-import { forwardToLedger } from '../streams/stream-ledger.js';
+import { forwardingWorkspaces, forwardToLedger } from '../streams/stream-ledger.js';
 import { Automation } from './automation.js';
 
 /** Inbox fields in the order lua/applyEvents reads them. */
@@ -17,7 +17,7 @@ export const ACTOR_GROUP = 'actors';
  * The subscriber actors of the worker role. The worker leases partitions; for each batch read
  * from a partition inbox it applies every event in order in one atomic script (read models plus
  * the subscriber's last applied sequence, so a redelivered event changes nothing), then forwards
- * the batch to the workspace ledgers for outbound webhooks, then acks. Between the two, the
+ * the batch to the ledgers of workspaces that have (or had) webhook endpoints, then acks. Between the two, the
  * automation step (actors/automation.ts) keeps segments and workflow runs, and handles the timer
  * entries the scheduler appends to the inbox.
  */
@@ -29,7 +29,19 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
 
   const partitionOfStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.inbox(p), p]));
   const automation = new Automation(redis, keys, log);
+  // The batches of one read are handed over in the same tick: they share one read of the
+  // forwarding workspaces, made after their entries were read.
+  let workspaces: Promise<Set<string>> | null = null;
+  const workspacesOfThisRead = () => {
+    if (!workspaces) {
+      workspaces = forwardingWorkspaces(redis, keys);
+      setImmediate(() => (workspaces = null));
+    }
+    return workspaces;
+  };
   const handle = async (stream: string, entries: StreamEntry[]) => {
+    const forwarding = workspacesOfThisRead();
+    forwarding.catch(() => undefined); // awaited below; a failure fails the batch there
     const p = partitionOfStream.get(stream)!;
     const events = entries.filter((entry) => entry.fields.k !== 'timer');
     if (events.length) {
@@ -38,7 +50,7 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
       await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p)], args);
     }
     await automation.handle(p, entries);
-    if (events.length) await forwardToLedger(redis, keys, events);
+    if (events.length) await forwardToLedger(redis, keys, events, await forwarding);
   };
 
   const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });

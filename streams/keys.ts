@@ -37,6 +37,11 @@ export function createKeys(prefix: string) {
     // below from `webhookBase` with the same suffixes ---
     /** zset (score 0) of workspace ids with webhook endpoints: the ledgers the dispatchers read */
     webhookWorkspaces: `${prefix}webhooks:workspaces`,
+    /**
+     * set of workspace ids that ever had a webhook endpoint (added before the endpoint is created,
+     * never removed): the workers forward stream events to these workspaces' ledgers only
+     */
+    webhookForwarding: `${prefix}webhooks:forwarding`,
     /** the workspace tag with the prefix, from which the webhook scripts build the names below */
     webhookBase: (workspaceId: string) => w(workspaceId),
     /** zset (score 0) of a workspace's webhook endpoint ids, by creation */

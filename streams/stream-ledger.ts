@@ -61,12 +61,27 @@ export function streamLedgerJson(fields: Record<string, string>): string {
 }
 
 /**
- * Appends each inbox entry to its workspace ledger (pipelined). At-least-once: a batch replayed
- * after a crash forwards again with the same webhook event ids, which the dispatcher dedupes.
+ * The workspaces whose stream events go to their ledger: those that ever had a webhook endpoint
+ * (`webhookForwarding`, joined before the endpoint is created) and those in the dispatchers'
+ * registry (endpoints made before that set existed). Read after the entries were read from the
+ * inbox: an endpoint wants an event only from its `activeSince` on, so a workspace absent here has
+ * no endpoint that can want any of those entries, and its ledger would only be trimmed unread.
  */
-export async function forwardToLedger(redis: Redis, keys: Keys, entries: StreamEntry[]): Promise<void> {
+export async function forwardingWorkspaces(redis: Redis, keys: Keys): Promise<Set<string>> {
+  const [forwarding, registered] = await Promise.all([redis.smembers(keys.webhookForwarding), redis.zrange(keys.webhookWorkspaces, 0, -1)]);
+  return new Set([...forwarding, ...registered]);
+}
+
+/**
+ * Appends each inbox entry of the `workspaces` to its workspace ledger (pipelined). At-least-once:
+ * a batch replayed after a crash forwards again with the same webhook event ids, which the
+ * dispatcher dedupes.
+ */
+export async function forwardToLedger(redis: Redis, keys: Keys, entries: StreamEntry[], workspaces: Set<string>): Promise<void> {
+  const forwarded = entries.filter(({ fields }) => workspaces.has(fields.w!));
+  if (forwarded.length === 0) return;
   const pipeline = redis.pipeline();
-  for (const { fields } of entries) {
+  for (const { fields } of forwarded) {
     pipeline.xadd(keys.ledger(fields.w!), 'MAXLEN', '~', LEDGER_MAX_LENGTH, '*', LEDGER_FIELDS.kind, 'stream', LEDGER_FIELDS.payload, streamLedgerJson(fields));
   }
   const replies = (await pipeline.exec()) ?? [];

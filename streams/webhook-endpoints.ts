@@ -136,6 +136,9 @@ export async function leaveRegistryIfEmpty(redis: Redis, keys: Keys, workspaceId
  * `MAX_ENDPOINTS_PER_WORKSPACE`. Appends the private audit event `webhook.created`.
  */
 export async function createEndpoint(redis: Redis, keys: Keys, workspace: Workspace, input: EndpointInput, by: Writer): Promise<WebhookEndpoint | null> {
+  // before the endpoint exists (and before its activeSince): every stream event it can want is
+  // forwarded to the ledger (streams/stream-ledger.ts)
+  await redis.sadd(keys.webhookForwarding, workspace.id);
   const id = newId('webhookEndpoint');
   const at = now();
   const iso = isoNow(at);

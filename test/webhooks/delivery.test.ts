@@ -77,6 +77,21 @@ function assertVerified(r: Receiver) {
   for (const req of r.requests) assert.equal(req.failures, [], `request ${req.id} verified by standardwebhooks with the endpoint secret`);
 }
 
+delivery('a workspace that never had an endpoint gets no stream events in its ledger; from its first endpoint on they are delivered', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-quiet');
+  const before = await track(ctx, ws.keys.tenant, 'quiet.before', 'q1');
+  await waitFor('the event applied', async () =>
+    (await ctx.api.get('/v1/subscribers/q1/timeline', ws.keys.tenant)).body.data.items.some((e: { id: string }) => e.id === before.id));
+  const ledger = await ctx.service.redis.xrange(ctx.service.keys.ledger(ws.workspace.id), '-', '+');
+  assert.ok(ledger.length > 0, 'audit entries are in the ledger');
+  assert.equal(ledger.filter(([, fields]) => fields[1] === 'stream').length, 0, 'no stream entry: no endpoint could want one');
+  const r = await receiver(ctx);
+  const e = await endpoint(ctx, ws, r);
+  const after = await track(ctx, ws.keys.tenant, 'quiet.after', 'q1');
+  await waitDelivery(ctx, ws, e.id, wheOf(after.id), (x) => x.status === 'success', 'the event tracked after the endpoint was made');
+  assert.not.ok(r.requests.some((req) => req.body.type === 'quiet.before'), 'an event older than the endpoint is not delivered');
+});
+
 delivery('an audit event and a stream event arrive as the signed 2.6 payload, verified by standardwebhooks, and stay readable', async (ctx) => {
   const ws = await bootstrapWorkspace(ctx.service, 'whd-basic');
   const r = await receiver(ctx);
