@@ -261,7 +261,8 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: 
       }
       if (!(await walk(ctx, scope, message, recordKey, partitionPages(ctx, scope, select, cursor)))) return;
     }
-    await redis.hset(recordKey, 'cursor', 'done');
   }
+  // also sets the cursor to `done`: a dispatcher killed before this call walks the last pages again
+  // (their deliveries exist; only pending ones are sent)
   await callScript(redis, 'finishFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]);
 }

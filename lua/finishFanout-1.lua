@@ -1,5 +1,6 @@
 --[[
-  Marks a message's fan-out done; completes the message at once when no delivery is pending.
+  Marks a message's fan-out done (and its audience cursor, so a later claim walks nothing again);
+  completes the message at once when no delivery is pending.
 
   KEYS[1] the message record ({t}:msg:<id>)
 
@@ -11,7 +12,7 @@
 ]]
 local rcall = redis.call
 local base, msg = ARGV[1], ARGV[2]
-rcall('HSET', KEYS[1], 'fanout', 'done', 'updatedAt', ARGV[3])
+rcall('HSET', KEYS[1], 'fanout', 'done', 'cursor', 'done', 'updatedAt', ARGV[3])
 local status = rcall('HGET', KEYS[1], 'status')
 if status == 'sending' and tonumber(rcall('HGET', KEYS[1], 'n:pending') or '0') <= 0 then
   rcall('ZREM', base .. ':messages:sending', msg)
