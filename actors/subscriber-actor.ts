@@ -9,8 +9,6 @@ import { connectRedis } from '../streams/redis.js';
 import { forwardingWorkspaces, forwardToLedger } from '../streams/stream-ledger.js';
 import { Automation } from './automation.js';
 
-/** Inbox fields in the order lua/applyEvents reads them. */
-export const INBOX_FIELDS = ['t', 'x', 'id', 'q', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st'] as const;
 export const ACTOR_GROUP = 'actors';
 
 /**
@@ -45,9 +43,8 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     const p = partitionOfStream.get(stream)!;
     const events = entries.filter((entry) => entry.fields.k !== 'timer');
     if (events.length) {
-      const args: (string | number)[] = [keys.partitionBase(p), config.retentionMs, now(), events.length];
-      for (const entry of events) for (const f of INBOX_FIELDS) args.push(entry.fields[f] ?? '');
-      await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p)], args);
+      // the script reads the entries from the inbox itself: only their ids travel back
+      await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p), stream], [keys.partitionBase(p), config.retentionMs, now(), events.length, ...events.map((e) => e.id)]);
     }
     await automation.handle(p, entries);
     if (events.length) await forwardToLedger(redis, keys, events, await forwarding);

@@ -182,7 +182,7 @@ export class SlowlogProfile {
           events = Math.floor(rest / 12); // 12 ARGV per event
         } else if (firstKey.endsWith(':applied')) {
           kind = 'applyEvents';
-          events = Math.floor(rest / 14); // 14 inbox fields per entry
+          events = Math.max(0, rest - 4); // 4 fixed ARGV, then one inbox entry id per entry
         } else if (firstKey.includes(':lease:')) kind = 'lease scripts';
         else kind = 'other scripts';
       }

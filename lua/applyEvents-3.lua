@@ -6,13 +6,16 @@
 
   KEYS[1] applied hash        ({pN}:applied)  field tenant|externalId -> last applied sequence
   KEYS[2] partition tenants   ({pN}:tenants)  zset of tenant ids with data here, score = last write ms
+  KEYS[3] partition inbox     ({pN}:in)       the entries, read here by id (the caller sends ids, not
+                                              the events again: half the bytes of a batch)
 
   ARGV[1] partition key base ({pN} with the key prefix); read-model keys are built from it with the
           suffixes of streams/keys.ts (tenantLog, timeline, catalog, volume, uniques, samples)
   ARGV[2] retention (ms)
   ARGV[3] now (ms)
   ARGV[4] number of entries N
-  then N groups of 14 inbox fields: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st
+  then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st)
 
   Returns the number of entries applied (the rest were already applied).
 ]]
@@ -29,14 +32,19 @@ local function touch(key, untilMs)
 end
 
 local n = tonumber(ARGV[4])
-for i = 0, n - 1 do
-  local b = 5 + i * 14
+for i = 1, n do
+  local entry = rcall('XRANGE', KEYS[3], ARGV[4 + i], ARGV[4 + i])[1]
+  local f = {}
+  if entry then
+    local list = entry[2]
+    for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
+  end
   local t, x, id, q, u, name, o, ts, r, d, c, ru, m, st =
-    ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4], ARGV[b + 5], ARGV[b + 6],
-    tonumber(ARGV[b + 7]), ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11], ARGV[b + 12], ARGV[b + 13]
-  local field = t .. '|' .. x
-  local last = tonumber(rcall('HGET', KEYS[1], field) or '0')
-  if q > last then
+    f.t, f.x, f.id or '', tonumber(f.q or ''), f.u or '', f.n or '', f.o or '',
+    tonumber(f.ts or ''), f.r or '', f.d or '', f.c or '', f.ru or '', f.m or '', f.st or ''
+  local field = t and x and (t .. '|' .. x)
+  local last = field and q and f.k ~= 'timer' and tonumber(rcall('HGET', KEYS[1], field) or '0')
+  if last and q > last then
     applied = applied + 1
     tenants[t] = true
     -- tenant log (the one durable copy of the event) and the subscriber's timeline
