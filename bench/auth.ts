@@ -4,6 +4,7 @@ import { createKeys } from '../streams/keys.js';
 import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { httpLoad, mergeLoads, type LoadOptions, type LoadResult } from './lib/http-load.js';
+import { startKoaFloor } from './lib/koa-floor.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { redisBenchmark, startRedis } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
@@ -102,6 +103,8 @@ export async function run(args: string[]): Promise<BenchResult> {
     stops.push(service.stop);
     const hello = await startKoaHello();
     stops.push(hello.stop);
+    const floor = route.path === '/v1/whoami' ? await startKoaFloor() : null;
+    if (floor) stops.push(floor.stop);
 
     const path = route.path.replaceAll('{workspace}', SLUG);
     const headers = { authorization: `Bearer ${apiKey}` };
@@ -111,20 +114,27 @@ export async function run(args: string[]): Promise<BenchResult> {
       throw new Error(`${route.method} ${path} answered ${probe.status}, expected ${route.expect} (pass --expect to change): ${probeBody.slice(0, 300)}`);
     }
 
-    const sides = {
+    const sides: Record<'hello' | 'herald' | 'floor', LoadOptions | null> = {
       hello: { url: `${hello.url}/`, method: 'GET' as const, headers: {} },
       herald: { url: service.url + path, method: route.method, headers },
+      // whoami only: the same body through Herald's envelope, error middleware and router, no auth
+      floor: floor ? { url: `${floor.url}/v1/whoami`, method: 'GET' as const, headers: {} } : null,
     };
     if (warmup > 0) {
-      for (const side of Object.values(sides)) await httpLoad({ ...side, connections, duration: warmup });
+      for (const side of Object.values(sides)) if (side) await httpLoad({ ...side, connections, duration: warmup });
     }
-    const runs: Record<keyof typeof sides, LoadResult[]> = { hello: [], herald: [] };
+    const runs: Record<keyof typeof sides, LoadResult[]> = { hello: [], herald: [], floor: [] };
     for (let i = 0; i < rounds; i++) {
-      const order = i % 2 === 0 ? (['hello', 'herald'] as const) : (['herald', 'hello'] as const);
-      for (const name of order) runs[name].push(await httpLoad({ ...sides[name], connections, duration: duration / rounds }));
+      const order = i % 2 === 0 ? (['hello', 'floor', 'herald'] as const) : (['herald', 'floor', 'hello'] as const);
+      for (const name of order) {
+        const side = sides[name];
+        if (side) runs[name].push(await httpLoad({ ...side, connections, duration: duration / rounds }));
+      }
     }
     const base = mergeLoads(runs.hello);
     const measured = mergeLoads(runs.herald);
+    const floorLoad = runs.floor.length ? mergeLoads(runs.floor) : null;
+    const floorRatio = floorLoad ? ratioOf(floorLoad.requestsPerSec, base.requestsPerSec) : null;
 
     const unexpected = measured.total - (measured.statusCodes[String(route.expect)] ?? 0);
     const ratio = ratioOf(measured.requestsPerSec, base.requestsPerSec);
@@ -139,9 +149,12 @@ export async function run(args: string[]): Promise<BenchResult> {
       '',
       `${''.padEnd(22)}${'req/s'.padStart(10)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'errors'.padStart(8)}   answers`,
       line('koa-hello-world', base),
+      floorLoad ? line('stack floor (no auth)', floorLoad) : null,
       line(`herald ${route.key} key`, measured),
       '',
       `ratio ${ratio} (herald / hello-world), target ${target}: ${ratio >= target ? 'met' : 'NOT met'}`,
+      floorLoad ? `stack floor ${floorRatio} of hello-world: Herald's envelope, error middleware and router with the same body, no authentication `
+        + `and no Redis; authentication and the route cost ${ratioOf(measured.requestsPerSec, floorLoad.requestsPerSec)} of that floor` : null,
       unexpected > 0 ? `WARNING: ${unexpected} answers were not ${route.expect}; the figure is not trustworthy` : null,
     ];
     process.stdout.write(out.filter((l) => l !== null).join('\n') + '\n');
@@ -169,6 +182,8 @@ export async function run(args: string[]): Promise<BenchResult> {
       warmup_s: warmup,
       rounds,
       redis_get_ops_per_s: redisGet === null ? null : round(redisGet, 0),
+      floor_req_per_s: floorLoad ? round(floorLoad.requestsPerSec, 1) : null,
+      floor_ratio: floorRatio,
     };
   } finally {
     for (const stop of stops.reverse()) await stop().catch(() => {});
