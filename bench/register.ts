@@ -30,7 +30,7 @@ function registrationBodies(count: number, subscribers: number, offset: number):
   return Array.from({ length: count }, (_, i) => {
     const n = offset + i;
     return Buffer.from(JSON.stringify({
-      externalId: `reg-${(n * 2654435761) % subscribers}`, channel: 'push', platform: 'ios', token: n.toString(16).padStart(64, 'a'),
+      externalId: `reg-${(n * 2654435761) % subscribers}`, channel: 'push', platform: 'ios', token: n.toString(16).padStart(64, '0'), // '0' padding: distinct n, distinct tokens
       environment: 'production', authorizationStatus: 'authorized', device: { appVersion: '2.1.0', osVersion: '18.1', model: 'iPhone16,2' },
     }));
   });
