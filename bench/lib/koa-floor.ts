@@ -4,8 +4,7 @@ import { respond } from '../../http/envelope.js';
 import { envelopeErrors } from '../../http/middleware/errors.js';
 import { RoutesBySegment } from '../../http/routes-by-segment.js';
 import { createLogger } from '../../lib/log.js';
-import { spawnNode, stopChild, waitForHttp } from './child.js';
-import { freePort } from './port.js';
+import { listenUntilStopped, startServingChild } from './koa-hello.js';
 
 /**
  * The stack floor of the auth bench: Herald's own request-id/error middleware, router and envelope
@@ -15,16 +14,7 @@ import { freePort } from './port.js';
  * It runs in a child process started like the service (`node --import tsx`).
  */
 export async function startKoaFloor(): Promise<{ url: string; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const child = spawnNode(fileURLToPath(import.meta.url), ['--serve'], { PORT: String(port) });
-  const url = `http://127.0.0.1:${port}`;
-  try {
-    await waitForHttp(`${url}/v1/whoami`, child);
-  } catch (err) {
-    child.process.kill('SIGKILL');
-    throw err;
-  }
-  return { url, stop: () => stopChild(child.process) };
+  return startServingChild(fileURLToPath(import.meta.url), '/v1/whoami');
 }
 
 const WHOAMI = {
@@ -39,11 +29,7 @@ function serve(): void {
   router.get('/v1/whoami', (ctx) => respond(ctx, 200, { ...WHOAMI }));
   app.use(envelopeErrors(createLogger('error')));
   app.use(router.middleware());
-  const server = app.listen(Number(process.env.PORT), '127.0.0.1');
-  server.keepAliveTimeout = 65_000; // as the service's
-  const stop = () => server.close(() => process.exit(0));
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  listenUntilStopped(app);
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href && process.argv[2] === '--serve') serve();
