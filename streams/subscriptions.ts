@@ -45,7 +45,7 @@ function deviceOf(input: RegisterInput): Device {
 }
 
 /** What a registration stores (the handle normalised: email addresses lowercased). */
-function fieldsOf(input: RegisterInput, device: Device = deviceOf(input)): Record<string, string> {
+function fieldsOf(input: RegisterInput): Record<string, string> {
   const push = input.channel === 'push';
   return {
     channel: input.channel,
@@ -54,7 +54,7 @@ function fieldsOf(input: RegisterInput, device: Device = deviceOf(input)): Recor
     platform: input.platform ?? '',
     environment: push ? input.environment ?? 'production' : '',
     authorizationStatus: input.authorizationStatus ?? '',
-    device: JSON.stringify(device),
+    device: JSON.stringify(deviceOf(input)),
   };
 }
 
@@ -117,10 +117,10 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     const at = isoNow();
     if (!current.id) {
       if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
-      const record = { id, ...wanted, enabled: '1', createdAt: at, updatedAt: at };
+      const record = newRecord(id, wanted, at);
       return {
         create: true,
-        events: [{ name: '$subscription.registered', data: { subscription: publicFields(id, wanted, true) } }],
+        events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
         ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
         result: { created: true, record },
       };
@@ -157,8 +157,8 @@ async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
 
-/** `publicOf` of a registration's stored fields, without building the whole subscription. */
-const publicFields = (id: string, fields: Record<string, string>, enabled: boolean) => ({ id, channel: fields.channel as Subscription['channel'], platform: (fields.platform || null) as Subscription['platform'], enabled });
+/** The stored record of a new subscription. */
+const newRecord = (id: string, fields: Record<string, string>, at: string) => ({ id, ...fields, enabled: '1', createdAt: at, updatedAt: at });
 
 /**
  * Writes the subscription record of a token claimed as new in one script call, without reading the
@@ -172,30 +172,22 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const recordKey = keys.subscription(p, scope.tenantId, id);
   const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
-  const device = deviceOf(input);
-  const wanted = fieldsOf(input, device);
   const atMs = now();
-  const at = isoNow(atMs);
-  const ops: RecordOp[] = [['hset', recordKey, 'id', id]];
-  for (const k in wanted) ops.push(['hset', recordKey, k, wanted[k]!]);
-  ops.push(['hset', recordKey, 'enabled', '1'], ['hset', recordKey, 'createdAt', at], ['hset', recordKey, 'updatedAt', at], ['sadd', setKey, id]);
+  const record = newRecord(id, fieldsOf(input), isoNow(atMs));
+  const subscription = toSubscription(externalId, record);
   try {
     await writeSubscriber(redis, keys, scope, externalId, {
       create: true, expectedVersion: null, at: atMs,
-      events: [{ name: '$subscription.registered', data: { subscription: publicFields(id, wanted, true) } }],
-      ops, guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],
+      events: [{ name: '$subscription.registered', data: { subscription: publicOf(subscription) } }],
+      ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', setKey, id]],
+      guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],
     });
   } catch (err) {
     if (!(err instanceof GuardFailed)) throw err;
     if (err.index === 0) return null;
     throw tooMany();
   }
-  return {
-    id, externalId, channel: input.channel, token: wanted.token || null, address: wanted.address || null,
-    platform: (wanted.platform || null) as Subscription['platform'], environment: (wanted.environment || null) as Subscription['environment'],
-    authorizationStatus: (wanted.authorizationStatus || null) as Subscription['authorizationStatus'], device,
-    enabled: true, invalidatedAt: null, createdAt: at, updatedAt: at,
-  };
+  return subscription;
 }
 
 /** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
