@@ -10,6 +10,13 @@ import { forwardingWorkspaces, forwardToLedger } from '../streams/stream-ledger.
 import { Automation } from './automation.js';
 
 export const ACTOR_GROUP = 'actors';
+/**
+ * The actors read their partitions at most every ACTOR_LINGER_MS unless a read comes back at least
+ * half full (a backlog): an applyEvents call costs Redis ~50 µs however few events it carries and
+ * ~15 µs per event, so under a steady load a batch of 16 costs a third per event of a batch of one
+ * (bench/lib/apply-cost.ts). It adds at most this much to the read-model lag.
+ */
+export const ACTOR_LINGER_MS = 50;
 
 /**
  * The subscriber actors of the worker role. The worker leases partitions; for each batch read
@@ -53,7 +60,7 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
   blocking.on('error', () => undefined);
   const source = { mode: 'exclusive' as const, streams: () => leases.owned().map((p) => keys.inbox(p)) };
-  const consumer = new StreamConsumer({ redis, blocking, source, group: ACTOR_GROUP, consumer: owner, handle, log });
+  const consumer = new StreamConsumer({ redis, blocking, source, group: ACTOR_GROUP, consumer: owner, handle, log, lingerMs: ACTOR_LINGER_MS });
   consumer.start();
   log.info('subscriber actors started', { owner });
   return async () => {

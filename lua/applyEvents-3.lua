@@ -4,6 +4,13 @@
   partition, then record the sequence, all in one atomic call, so a redelivered entry is skipped
   and no effect happens twice.
 
+  Cost: a call costs a fixed part plus a part per event, both in Redis's one thread. Per event only
+  the tenant-log XADD is its own command; everything else is gathered in Lua tables while the batch
+  is walked and written once per key (or field) at the end: timeline ZADDs per subscriber, catalog
+  counts and first/last per name, volume counts and HyperLogLog members per bucket, the applied
+  sequences in one HSET. Volume and distinct-subscriber buckets get their expiry when created (it is
+  fixed by the bucket's hour or day), not on every write. Measured with bench/lib/apply-cost.ts.
+
   KEYS[1] applied hash        ({pN}:applied)  field tenant|externalId -> last applied sequence
   KEYS[2] partition tenants   ({pN}:tenants)  zset of tenant ids with data here, score = last write ms
   KEYS[3] partition inbox     ({pN}:in)       the entries, read here by id (the caller sends ids, not
@@ -23,99 +30,234 @@ local rcall = redis.call
 local base, retention, nowMs = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local HOUR, DAY = 3600000, 86400000
 local SAMPLES = 20
-local expiries, samples, tenants, logTail = {}, {}, {}, {}
-local applied = 0
+-- a timeline drops its entries older than the retention every TRIM_EVERY events (reads skip them
+-- anyway: their tenant-log entries are trimmed), up to TRIM_MOST at a time
+local TRIM_EVERY, TRIM_MOST = 8, 16
+local trimBelow = tostring(nowMs - retention)
+local n = tonumber(ARGV[4])
 
-local function touch(key, untilMs)
-  local current = expiries[key]
-  if not current or current < untilMs then expiries[key] = untilMs end
+-- The entries: one XRANGE over the batch's span (a batch read from the group is contiguous but for
+-- entries of other kinds); any id it does not cover (a claimed batch with gaps wider than the
+-- span read) is read on its own.
+local wanted, byId = {}, {}
+for i = 1, n do wanted[ARGV[4 + i]] = true end
+if n > 0 then
+  for _, entry in ipairs(rcall('XRANGE', KEYS[3], ARGV[5], ARGV[4 + n], 'COUNT', n + 64)) do
+    if wanted[entry[1]] then byId[entry[1]] = entry[2] end
+  end
 end
 
-local n = tonumber(ARGV[4])
-for i = 1, n do
-  local entry = rcall('XRANGE', KEYS[3], ARGV[4 + i], ARGV[4 + i])[1]
-  local f = {}
-  if entry then
-    local list = entry[2]
-    for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
+local appliedNow, appliedOrder = {}, {}
+local logTail, tenants = {}, {}
+local timelines, timelineOrder, timelineTrim = {}, {}, {}
+local catalog, catalogOrder = {}, {}
+local counts, countOrder = {}, {}
+local uniques, uniqueOrder = {}, {}
+local samples, sampleOrder = {}, {}
+local applied = 0
+
+local function listFor(map, order, key)
+  local list = map[key]
+  if not list then
+    list = {}
+    map[key] = list
+    order[#order + 1] = key
   end
-  local t, x, id, q, u, name, o, ts, r, d, c, ru, m, st =
-    f.t, f.x, f.id or '', tonumber(f.q or ''), f.u or '', f.n or '', f.o or '',
-    tonumber(f.ts or ''), f.r or '', f.d or '', f.c or '', f.ru or '', f.m or '', f.st or ''
-  local field = t and x and (t .. '|' .. x)
-  local last = field and q and f.k ~= 'timer' and tonumber(rcall('HGET', KEYS[1], field) or '0')
+  return list
+end
+
+-- volume: count `name` and `*` in bucket hash `vol`, and x as a member of both HyperLogLogs
+local function countIn(vol, uv, name, x, untilMs)
+  local bucket = counts[vol]
+  if not bucket then
+    bucket = { untilMs = untilMs, uv = uv, fields = {}, order = {} }
+    counts[vol] = bucket
+    countOrder[#countOrder + 1] = vol
+  end
+  for _, field in ipairs({ name, '*' }) do
+    if not bucket.fields[field] then
+      bucket.fields[field] = 0
+      bucket.order[#bucket.order + 1] = field
+    end
+    bucket.fields[field] = bucket.fields[field] + 1
+    local members = listFor(uniques, uniqueOrder, uv .. ':' .. field)
+    members[#members + 1] = x
+  end
+end
+
+-- An inbox event as lua/includes/appendInboxEvent writes it (always the same fields in the same
+-- order) is read by position into a table built whole; anything else (a timer entry) field by field.
+local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st' }
+local function fieldsOf(list)
+  local usual = #list == 2 * #LAYOUT
+  if usual then
+    for j, name in ipairs(LAYOUT) do
+      if list[2 * j - 1] ~= name then
+        usual = false
+        break
+      end
+    end
+  end
+  if usual then
+    return { t = list[2], id = list[6], q = list[8], x = list[10], u = list[12], n = list[14], o = list[16],
+      ts = list[18], r = list[20], d = list[22], ru = list[26], m = list[28], st = list[30] }
+  end
+  local f = {}
+  for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
+  return f
+end
+
+-- pass 1: the entries' fields, and the distinct subscribers' last applied sequences in one HMGET
+local records, fieldsWanted, seenField = {}, {}, {}
+for i = 1, n do
+  local list = byId[ARGV[4 + i]]
+  if not list then
+    local entry = rcall('XRANGE', KEYS[3], ARGV[4 + i], ARGV[4 + i])[1]
+    list = entry and entry[2]
+  end
+  local f = list and fieldsOf(list) or {}
+  local q = tonumber(f.q or '')
+  if f.t and f.x and q and f.k ~= 'timer' then
+    f.field, f.seq = f.t .. '|' .. f.x, q
+    records[#records + 1] = f
+    if not seenField[f.field] then
+      seenField[f.field] = true
+      fieldsWanted[#fieldsWanted + 1] = f.field
+    end
+  end
+end
+if #records == 0 then return 0 end
+local lastApplied = {}
+local found = rcall('HMGET', KEYS[1], unpack(fieldsWanted))
+for i, field in ipairs(fieldsWanted) do lastApplied[field] = tonumber(found[i] or '0') end
+
+for _, f in ipairs(records) do
+  local t, x, q, field = f.t, f.x, f.seq, f.field
+  local last = lastApplied[field]
   if last and q > last then
     applied = applied + 1
+    lastApplied[field] = q
+    if not appliedNow[field] then appliedOrder[#appliedOrder + 1] = field end
+    appliedNow[field] = q
     tenants[t] = true
-    -- tenant log (the one durable copy of the event) and the subscriber's timeline
-    -- log ids carry receivedAt, so the tenant log merged across partitions reads newest-received first;
-    -- never below the stream's last id (web processes' clocks may differ slightly)
+    local id, u, name, o, ts, r, d, ru, m, st =
+      f.id or '', f.u or '', f.n or '', f.o or '', tonumber(f.ts or ''), f.r or '', f.d or '', f.ru or '', f.m or '', f.st or ''
+    -- tenant log (the one durable copy of the event); log ids carry receivedAt, so the tenant log
+    -- merged across partitions reads newest-received first; never below the stream's last id (web
+    -- processes' clocks may differ slightly)
     local logKey = base .. ':log:' .. t
     if not logTail[logKey] then
-      local last = rcall('XREVRANGE', logKey, '+', '-', 'COUNT', 1)[1]
-      logTail[logKey] = last and tonumber(string.match(last[1], '^(%d+)')) or 0
+      local top = rcall('XREVRANGE', logKey, '+', '-', 'COUNT', 1)[1]
+      logTail[logKey] = top and tonumber(string.match(top[1], '^(%d+)')) or 0
     end
     local ms = math.max(tonumber(r), logTail[logKey])
-    local logId = rcall('XADD', logKey, 'MINID', '~', tostring(nowMs - retention), ms .. '-*',
+    local logId = rcall('XADD', logKey, 'MINID', '~', trimBelow, ms .. '-*',
       'id', id, 'q', q, 'x', x, 'u', u, 'n', name, 'o', o, 'ts', ts, 'r', r, 'd', d, 'ru', ru, 'm', m, 'st', st)
     logTail[logKey] = ms
-    local tlKey = base .. ':tl:' .. t .. ':' .. x
-    rcall('ZADD', tlKey, q, logId)
-    touch(tlKey, nowMs + retention)
-    -- drop the oldest timeline entries that fell out of the retention window (a few per write)
-    local oldest = rcall('ZRANGE', tlKey, 0, 4)
-    for _, member in ipairs(oldest) do
-      local at = tonumber(string.match(member, '^(%d+)'))
-      if at and at < nowMs - retention then rcall('ZREM', tlKey, member) else break end
-    end
+    -- the subscriber's timeline
+    local timeline = listFor(timelines, timelineOrder, base .. ':tl:' .. t .. ':' .. x)
+    timeline[#timeline + 1] = q
+    timeline[#timeline + 1] = logId
+    if q % TRIM_EVERY == 0 then timelineTrim[#timelineTrim + 1] = base .. ':tl:' .. t .. ':' .. x end
     -- catalog (all-time count, first and last seen, sources)
     local catKey = base .. ':cat:' .. t
-    rcall('HINCRBY', catKey, name .. '|all', 1)
-    local first = tonumber(rcall('HGET', catKey, name .. '|first') or '0')
-    if first == 0 or ts < first then rcall('HSET', catKey, name .. '|first', ts) end
-    local lastSeen = tonumber(rcall('HGET', catKey, name .. '|last') or '0')
-    if ts > lastSeen then rcall('HSET', catKey, name .. '|last', ts) end
-    rcall('HSET', catKey, name .. '|src:' .. o, 1)
+    local byName = catalog[catKey]
+    if not byName then
+      byName = { names = {}, order = {} }
+      catalog[catKey] = byName
+      catalogOrder[#catalogOrder + 1] = catKey
+    end
+    local entry = byName.names[name]
+    if not entry then
+      entry = { count = 0, first = ts, last = ts, sources = {} }
+      byName.names[name] = entry
+      byName.order[#byName.order + 1] = name
+    end
+    entry.count = entry.count + 1
+    if ts < entry.first then entry.first = ts end
+    if ts > entry.last then entry.last = ts end
+    entry.sources[o] = true
     -- volume and distinct subscribers per hour and per day of the event's timestamp
     local hour, day = ts - (ts % HOUR), ts - (ts % DAY)
     if hour + 48 * HOUR > nowMs then
-      local vh = base .. ':vol:' .. t .. ':h:' .. hour
-      rcall('HINCRBY', vh, name, 1)
-      rcall('HINCRBY', vh, '*', 1)
-      touch(vh, hour + 48 * HOUR)
-      local uh, uhAll = base .. ':uv:' .. t .. ':h:' .. hour .. ':' .. name, base .. ':uv:' .. t .. ':h:' .. hour .. ':*'
-      rcall('PFADD', uh, x)
-      rcall('PFADD', uhAll, x)
-      touch(uh, hour + 48 * HOUR)
-      touch(uhAll, hour + 48 * HOUR)
+      countIn(base .. ':vol:' .. t .. ':h:' .. hour, base .. ':uv:' .. t .. ':h:' .. hour, name, x, hour + 48 * HOUR)
     end
     local dayKeep = day + retention + 2 * DAY
     if dayKeep > nowMs then
-      local vd = base .. ':vol:' .. t .. ':d:' .. day
-      rcall('HINCRBY', vd, name, 1)
-      rcall('HINCRBY', vd, '*', 1)
-      touch(vd, dayKeep)
-      local ud, udAll = base .. ':uv:' .. t .. ':d:' .. day .. ':' .. name, base .. ':uv:' .. t .. ':d:' .. day .. ':*'
-      rcall('PFADD', ud, x)
-      rcall('PFADD', udAll, x)
-      touch(ud, dayKeep)
-      touch(udAll, dayKeep)
+      countIn(base .. ':vol:' .. t .. ':d:' .. day, base .. ':uv:' .. t .. ':d:' .. day, name, x, dayKeep)
     end
     -- newest samples of the name
-    local smpKey = base .. ':smp:' .. t .. ':' .. name
-    samples[smpKey] = samples[smpKey] or {}
-    table.insert(samples[smpKey], logId)
-    rcall('HSET', KEYS[1], field, q)
+    local smp = listFor(samples, sampleOrder, base .. ':smp:' .. t .. ':' .. name)
+    smp[#smp + 1] = logId
   end
 end
 
-for key, ids in pairs(samples) do
+if applied == 0 then return 0 end
+
+-- timelines: the new entries; every TRIM_EVERY events, the oldest ones out of the retention window
+local keep = nowMs + retention
+for _, key in ipairs(timelineOrder) do
+  rcall('ZADD', key, unpack(timelines[key]))
+  rcall('PEXPIREAT', key, keep)
+end
+for _, key in ipairs(timelineTrim) do
+  for _, member in ipairs(rcall('ZRANGE', key, 0, TRIM_MOST - 1)) do
+    local at = tonumber(string.match(member, '^(%d+)'))
+    if at and at < nowMs - retention then rcall('ZREM', key, member) else break end
+  end
+end
+for _, catKey in ipairs(catalogOrder) do
+  local byName = catalog[catKey]
+  local sets = {}
+  for _, name in ipairs(byName.order) do
+    local entry = byName.names[name]
+    rcall('HINCRBY', catKey, name .. '|all', entry.count)
+    local seen = rcall('HMGET', catKey, name .. '|first', name .. '|last')
+    local first, last = tonumber(seen[1] or '0'), tonumber(seen[2] or '0')
+    if first == 0 or entry.first < first then
+      sets[#sets + 1] = name .. '|first'
+      sets[#sets + 1] = entry.first
+    end
+    if entry.last > last then
+      sets[#sets + 1] = name .. '|last'
+      sets[#sets + 1] = entry.last
+    end
+    for o in pairs(entry.sources) do
+      sets[#sets + 1] = name .. '|src:' .. o
+      sets[#sets + 1] = 1
+    end
+  end
+  rcall('HSET', catKey, unpack(sets))
+end
+-- a bucket is new when its count equals what this call added: then it and its HyperLogLogs get
+-- their fixed expiry (the HyperLogLog of a field is created with the field's first count)
+local fresh = {}
+for _, vol in ipairs(countOrder) do
+  local bucket = counts[vol]
+  for _, field in ipairs(bucket.order) do
+    local added = bucket.fields[field]
+    if rcall('HINCRBY', vol, field, added) == added then
+      if field == '*' then rcall('PEXPIREAT', vol, bucket.untilMs) end
+      fresh[bucket.uv .. ':' .. field] = bucket.untilMs
+    end
+  end
+end
+for _, key in ipairs(uniqueOrder) do
+  rcall('PFADD', key, unpack(uniques[key]))
+  if fresh[key] then rcall('PEXPIREAT', key, fresh[key]) end
+end
+for _, key in ipairs(sampleOrder) do
+  local ids = samples[key]
+  -- newest first: LPUSH puts the last argument at the head
   rcall('LPUSH', key, unpack(ids))
   rcall('LTRIM', key, 0, SAMPLES - 1)
 end
-for key, untilMs in pairs(expiries) do
-  rcall('PEXPIREAT', key, untilMs)
+local fields = {}
+for _, field in ipairs(appliedOrder) do
+  fields[#fields + 1] = field
+  fields[#fields + 1] = appliedNow[field]
 end
+rcall('HSET', KEYS[1], unpack(fields))
 for t in pairs(tenants) do
   rcall('ZADD', KEYS[2], nowMs, t)
 end

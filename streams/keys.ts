@@ -80,13 +80,13 @@ export function createKeys(prefix: string) {
     /** string: id of the worker holding the partition's lease (with expiry) */
     lease: (n: number, group: string) => `${p(n)}:lease:${group}`,
     /**
-     * Read-model keys, written by lua/applyEvents (which builds the same names from
-     * `partitionBase`; see lua/includes/readModelKeys.lua) and read by streams/read-models.ts.
+     * Read-model keys, written by lua/applyEvents-3.lua (which builds the same names from
+     * `partitionBase`) and read by streams/read-models.ts.
      */
     partitionBase: (n: number) => p(n),
     /** stream: a tenant's events in this partition (the tenant log, merged across partitions on read) */
     tenantLog: (n: number, tenantId: string) => `${p(n)}:log:${tenantId}`,
-    /** zset: one subscriber's timeline, member = tenant-log entry id, score = receivedAt ms */
+    /** zset: one subscriber's timeline, member = tenant-log entry id (receivedAt ms first), score = sequence */
     timeline: (n: number, tenantId: string, externalId: string) => `${p(n)}:tl:${tenantId}:${externalId}`,
     /** hash: a tenant's catalog in this partition (`<name>|all`, `|first`, `|last`, `|src:<s>`, `|prv:<p>`) */
     catalog: (n: number, tenantId: string) => `${p(n)}:cat:${tenantId}`,

@@ -32,6 +32,12 @@ export type ConsumerOptions = {
   trimEveryMs?: number;
   /** where a new group starts: `0` (everything in the stream) or `$` (only what comes next) */
   startAt?: '0' | '$';
+  /**
+   * Least time from one read to the next when the read was less than half full (default 0): what
+   * arrives meanwhile is read and handled together, so a handler's fixed cost per batch is shared by
+   * more entries. Adds at most this much latency; a backlog (full reads) is read without pause.
+   */
+  lingerMs?: number;
 };
 
 const CLAIM_PAGE = 500;
@@ -146,6 +152,7 @@ export class StreamConsumer {
           continue;
         }
         const perStream = Math.max(MIN_PER_STREAM, Math.min(this.o.batchSize ?? 500, Math.floor((this.o.readBudget ?? READ_BUDGET) / streams.length)));
+        const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
         const reply = (await blocking.xreadgroup(
           'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', this.o.blockMs ?? 1_000,
           'STREAMS', ...streams, ...streams.map(() => '>'),
@@ -157,6 +164,9 @@ export class StreamConsumer {
         if (failed) throw failed.reason; // after every batch finished: none runs on into the next read
         await Promise.all(streams.map((s) => this.trim(s)));
         backoff = 100;
+        const read = (reply ?? []).reduce((sum, [, raw]) => sum + raw.length, 0);
+        const pause = (this.o.lingerMs ?? 0) - (performance.now() - readAt);
+        if (pause > 0 && read > 0 && read < (perStream * streams.length) / 2) await new Promise((r) => setTimeout(r, pause));
       } catch (err) {
         if (this.stopped) break;
         const message = String((err as Error).message);
