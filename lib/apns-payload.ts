@@ -74,8 +74,8 @@ export function apnsIdFor(deliveryId: string): string {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }
 
-/** The APNs payload and headers of one delivery of `content`. */
-export function buildApnsRequest(content: PushContent, ids: DeliveryIds, at: number = now()): ApnsRequest {
+/** The APNs payload of one delivery of `content` (what `buildApnsRequest` sends). */
+function buildApnsPayload(content: PushContent, ids: DeliveryIds): ApnsPayload {
   const aps: ApnsPayload['aps'] = { alert: { title: content.title, body: content.body } };
   if (content.badge !== undefined) aps.badge = content.badge;
   if (content.sound !== undefined) aps.sound = content.sound;
@@ -88,7 +88,12 @@ export function buildApnsRequest(content: PushContent, ids: DeliveryIds, at: num
   for (const [key, value] of Object.entries(content.data ?? {})) {
     if (!(RESERVED_DATA_KEYS as readonly string[]).includes(key)) custom[key] = value;
   }
-  const payload: ApnsPayload = { aps, ...custom, herald };
+  return { aps, ...custom, herald };
+}
+
+/** The APNs payload and headers of one delivery of `content`. */
+export function buildApnsRequest(content: PushContent, ids: DeliveryIds, at: number = now()): ApnsRequest {
+  const payload = buildApnsPayload(content, ids);
   let expiration: number | undefined;
   if (content.ttl !== undefined) expiration = content.ttl === 0 ? 0 : Math.floor(at / 1000) + Math.floor(content.ttl);
   return {
@@ -113,7 +118,7 @@ const PLACEHOLDER_IDS: DeliveryIds = { messageId: 'msg_' + '0'.repeat(26), deliv
 
 /** Bytes of the payload `content` makes for any of its deliveries. */
 export function apnsPayloadSize(content: PushContent): number {
-  return payloadSize(buildApnsRequest(content, PLACEHOLDER_IDS, 0).payload);
+  return payloadSize(buildApnsPayload(content, PLACEHOLDER_IDS)); // no headers: the apns-id is a SHA-1 per call
 }
 
 /** APNs-specific problems of `content`, one detail per field (none when it can be sent). */

@@ -16,6 +16,8 @@ export type NewEvent = {
   timestampMs: number;
   /** `data` as JSON text, at most 8 KB */
   data: string;
+  /** `data` itself, when the caller has it (the answer echoes it without parsing `data` again) */
+  value?: Record<string, unknown>;
   callerId: string | null;
   runId: string | null;
   messageId: string | null;
@@ -32,7 +34,7 @@ const PRIORITY: ErrorCode[] = ['validation', 'reserved_event', 'invalid_timestam
  * only the SDK's own), the timestamp window and the 8 KB data limit. Collects every failing item,
  * then throws once, so a batch is accepted whole or not at all.
  */
-function checkRules(events: RawEvent[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): void {
+function checkRules(events: RawEvent[], serialized: string[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): void {
   const found = new Map<ErrorCode, ErrorDetail[]>();
   const add = (code: ErrorCode, param: string, message: string) => found.set(code, [...(found.get(code) ?? []), { param, message }]);
   const at = now();
@@ -47,7 +49,7 @@ function checkRules(events: RawEvent[], paramOf: (i: number, field: string) => s
         add('invalid_timestamp', paramOf(i, 'timestamp'), 'must be at most 7 days in the past and at most 1 hour in the future');
       }
     }
-    if (event.data !== undefined && Buffer.byteLength(JSON.stringify(event.data)) > MAX_EVENT_DATA_BYTES) {
+    if (Buffer.byteLength(serialized[i]!) > MAX_EVENT_DATA_BYTES) {
       add('event_data_too_large', paramOf(i, 'data'), `must be at most ${MAX_EVENT_DATA_BYTES} bytes serialized`);
     }
   });
@@ -58,13 +60,17 @@ function checkRules(events: RawEvent[], paramOf: (i: number, field: string) => s
   throw new ApiError(400, code, err.message, { param: err.param, details });
 }
 
-function toNewEvent(event: RawEvent, source: EventSource, externalId: string): NewEvent {
+/** Each event's `data` as JSON text (`{}` when absent), serialized once for the size rule and the store. */
+const serialize = (events: RawEvent[]) => events.map((e) => (e.data === undefined ? '{}' : JSON.stringify(e.data)));
+
+function toNewEvent(event: RawEvent, data: string, source: EventSource, externalId: string): NewEvent {
   return {
     externalId,
     name: event.name,
     source,
     timestampMs: event.timestamp === undefined ? now() : Date.parse(event.timestamp),
-    data: event.data === undefined ? '{}' : JSON.stringify(event.data),
+    data,
+    value: event.data ?? {},
     callerId: event.id ?? null,
     runId: null,
     messageId: null,
@@ -77,12 +83,14 @@ export function readServerEvents(body: unknown): NewEvent[] {
   const isBatch = typeof body === 'object' && body !== null && !Array.isArray(body) && 'events' in body;
   if (isBatch) {
     const { events } = checkBody<{ events: RawEvent[] }>('TrackEventsRequest', body);
-    checkRules(events, (i, f) => `events[${i}].${f}`, 'server');
-    return events.map((e) => toNewEvent(e, 'server', e.externalId));
+    const data = serialize(events);
+    checkRules(events, data, (i, f) => `events[${i}].${f}`, 'server');
+    return events.map((e, i) => toNewEvent(e, data[i]!, 'server', e.externalId));
   }
   const event = checkBody<RawEvent>('TrackEvent', body);
-  checkRules([event], (_i, f) => f, 'server');
-  return [toNewEvent(event, 'server', event.externalId)];
+  const data = serialize([event]);
+  checkRules([event], data, (_i, f) => f, 'server');
+  return [toNewEvent(event, data[0]!, 'server', event.externalId)];
 }
 
 export type ClientEventsBody = { externalId: string; identityHash?: string; source: 'ios' | 'android' | 'web'; events: Omit<RawEvent, 'externalId'>[] };
@@ -91,6 +99,7 @@ export type ClientEventsBody = { externalId: string; identityHash?: string; sour
 export function readClientEvents(body: unknown): { request: ClientEventsBody; events: NewEvent[] } {
   const request = checkBody<ClientEventsBody>('ClientEventsRequest', body);
   const events = request.events.map((e) => ({ ...e, externalId: request.externalId }));
-  checkRules(events, (i, f) => `events[${i}].${f}`, 'app');
-  return { request, events: events.map((e) => toNewEvent(e, request.source, request.externalId)) };
+  const data = serialize(events);
+  checkRules(events, data, (i, f) => `events[${i}].${f}`, 'app');
+  return { request, events: events.map((e, i) => toNewEvent(e, data[i]!, request.source, request.externalId)) };
 }

@@ -90,7 +90,7 @@ export async function ingestEvents(redis: Redis, keys: Keys, scope: Scope, event
       }
       out[i] = {
         id: ids[i]!, sequence: item[1], externalId: e.externalId, name: e.name, source: e.source,
-        timestamp: isoNow(e.timestampMs), receivedAt: isoNow(receivedMs), data: JSON.parse(e.data),
+        timestamp: isoNow(e.timestampMs), receivedAt: isoNow(receivedMs), data: e.value ?? JSON.parse(e.data),
         runId: e.runId, messageId: e.messageId, step: e.step, status: 'accepted',
       };
     });

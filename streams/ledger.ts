@@ -62,7 +62,6 @@ export async function appendAudit(redis: Redis, keys: Keys, entry: AuditEntry): 
   return payload.id as string;
 }
 
-/** Field-by-field difference of two records: what changed, and what it was before. */
 /** Structural equality of JSON values (object key order does not matter). */
 export function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -74,6 +73,7 @@ export function sameJson(a: unknown, b: unknown): boolean {
   return ka.length === kb.length && ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
 }
 
+/** Field-by-field difference of two records: what changed, and what it was before. */
 export function diff(before: Record<string, unknown>, after: Record<string, unknown>): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } | null {
   const changes: Record<string, unknown> = {};
   const previousAttributes: Record<string, unknown> = {};

@@ -77,7 +77,8 @@ export async function createMessage(
     id, status, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
     sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
-  const hash = createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex');
+  // the request's fingerprint matters only under an Idempotency-Key
+  const hash = idempotency.key ? createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex') : '';
   await registerSender(redis, keys, ref);
   const flat = Object.entries(fields).flat();
   const [outcome, messageId] = await callScript<[number, string]>(
