@@ -53,25 +53,30 @@ export class Automation {
   }
 
   async handle(p: number, entries: StreamEntry[]): Promise<void> {
+    // first the tenants and whether they have automation at all: most tenants' batches stop here,
+    // before any item is built
+    const tenantIds = [...new Set(entries.map(({ fields }) => fields.t).filter((t): t is string => Boolean(t)))];
+    if (tenantIds.length === 0) return;
+    const versions = tenantIds.length === 1
+      ? [await this.redis.get(this.keys.automationVersion(tenantIds[0]!))]
+      : await this.redis.mget(...tenantIds.map((t) => this.keys.automationVersion(t)));
+    const automated = new Set(tenantIds.filter((_, i) => versions[i])); // the others never defined a segment or workflow
+    if (automated.size === 0) return;
     const byTenant = new Map<string, { workspaceId: string; subscribers: Map<string, Item[]> }>();
     for (const { fields } of entries) {
-      if (!fields.t || fields.x === undefined) continue;
+      if (!fields.t || fields.x === undefined || !automated.has(fields.t)) continue;
       let tenant = byTenant.get(fields.t);
       if (!tenant) byTenant.set(fields.t, (tenant = { workspaceId: fields.w ?? '', subscribers: new Map() }));
       let items = tenant.subscribers.get(fields.x);
       if (!items) tenant.subscribers.set(fields.x, (items = []));
       items.push(itemOf(fields));
     }
-    if (byTenant.size === 0) return;
-    const tenantIds = [...byTenant.keys()];
-    const versions = tenantIds.length === 1
-      ? [await this.redis.get(this.keys.automationVersion(tenantIds[0]!))]
-      : await this.redis.mget(...tenantIds.map((t) => this.keys.automationVersion(t)));
     const commits: Commit[] = [];
     await Promise.all(tenantIds.map(async (tenantId, i) => {
       const version = versions[i];
-      if (!version) return; // the tenant never defined a segment or workflow
-      const tenant = byTenant.get(tenantId)!;
+      if (!version) return;
+      const tenant = byTenant.get(tenantId);
+      if (!tenant) return; // its entries lacked an externalId
       try {
         const defs = await this.definitions.get(tenantId, version);
         commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
