@@ -12,9 +12,9 @@ import { Automation } from './automation.js';
 export const ACTOR_GROUP = 'actors';
 /**
  * The actors read their partitions at most every ACTOR_LINGER_MS unless a read comes back at least
- * half full (a backlog): an applyEvents call costs Redis ~50 µs however few events it carries and
- * ~15 µs per event, so under a steady load a batch of 16 costs a third per event of a batch of one
- * (bench/lib/apply-cost.ts). It adds at most this much to the read-model lag.
+ * half full (a backlog): an applyEvents call costs Redis ~45 µs however few events it carries plus
+ * ~20 µs per event, so a batch of 16 costs 40 % per event of a batch of one (`npm run bench --
+ * scripts`). It adds at most this much to the read-model lag.
  */
 export const ACTOR_LINGER_MS = 50;
 

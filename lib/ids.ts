@@ -89,8 +89,9 @@ function encodeTail(n: number): string {
 }
 
 /**
- * A new id of `kind`: prefix, then the creation time and 80 random bits in base32,
- * so ids of one kind sort by creation time. Callers must treat ids as opaque.
+ * A new id of `kind`: prefix, then the creation time and 80 bits in base32 (random when the
+ * millisecond starts, then counting up), so ids of one kind sort by creation time. Callers must
+ * treat ids as opaque.
  */
 export function newId(kind: IdKind, atMs: number = now()): string {
   // Monotonic within one millisecond; any other time (later, or earlier because the clock moved
