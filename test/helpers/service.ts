@@ -4,6 +4,7 @@ import { createLogger } from '../../lib/log.js';
 import { startService, type Service } from '../../bin/service.js';
 import { createApiKey, ensureWorkspace, createTenant, type Writer } from '../../streams/identity.js';
 import type { KeyKind } from '../../lib/key-kinds.js';
+import { client } from './api.js';
 import { testRedisUrl, uniquePrefix } from './redis.js';
 
 export const BY_TEST: Writer = { actor: { type: 'system', id: null }, request: null };
@@ -16,6 +17,20 @@ export async function startTestService(name: string, overrides: Record<string, s
   const config = loadConfig(env, {});
   const service = await startService(config, roles, createLogger(config.logLevel, { test: name }));
   return { ...service, url: service.url ?? '', env };
+}
+
+/** A service and a second web process on the same Redis and key prefix (behaviour across processes), a client for each. */
+export type ServicePair = { service: TestService; peer: TestService; api: ReturnType<typeof client>; peerApi: ReturnType<typeof client> };
+
+export async function startServicePair(name: string): Promise<ServicePair> {
+  const service = await startTestService(name);
+  const peer = await startTestService(`${name}-peer`, { REDIS_KEY_PREFIX: service.env.REDIS_KEY_PREFIX! });
+  return { service, peer, api: client(service.url), peerApi: client(peer.url) };
+}
+
+export async function stopServicePair(pair: Partial<ServicePair>): Promise<void> {
+  await pair.peer?.stop();
+  await pair.service?.stop();
 }
 
 /** A workspace with its default tenant and keys of every kind holding `scopes`. */

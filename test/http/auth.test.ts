@@ -6,17 +6,11 @@ import { hasScope, isSessionOnly, scopeProblem, SESSION_ONLY_SCOPES } from '../.
 import { signEventsToken } from '../../lib/events-token.js';
 import { createTenant, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
 import { eventsTokenSecret } from '../../streams/secrets.js';
-import { client, type Reply } from '../helpers/api.js';
-import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
+import type { Reply } from '../helpers/api.js';
+import { BY_TEST, bootstrapWorkspace, makeKey, startServicePair, stopServicePair, type ServicePair } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
-type Api = ReturnType<typeof client>;
-type Ctx = {
-  service: TestService;
-  /** a second web process on the same Redis and key prefix */
-  peer: TestService;
-  api: Api;
-  peerApi: Api;
+type Ctx = ServicePair & {
   /** workspace `acme` with its default tenant; keys of every kind holding `*` */
   acme: { workspace: Workspace; tenant: Tenant; keys: Record<'workspace' | 'tenant' | 'client', string> };
   /** workspace `globex`; keys of every kind holding `*` */
@@ -47,20 +41,14 @@ function isOk(res: Reply, status = 200): void {
 }
 
 auth.before(async (ctx) => {
-  ctx.service = await startTestService('auth');
-  ctx.peer = await startTestService('auth-peer', { REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX! });
-  ctx.api = client(ctx.service.url);
-  ctx.peerApi = client(ctx.peer.url);
+  Object.assign(ctx, await startServicePair('auth'));
   ctx.acme = await bootstrapWorkspace(ctx.service, 'acme');
   ctx.globex = await bootstrapWorkspace(ctx.service, 'globex');
   ctx.secondKey = (await makeKey(ctx.service, 'acme', 'tenant', ['*'], { tenant: 'second' })).key;
   // a tenant that exists only in the other workspace
   await createTenant(ctx.service.redis, ctx.service.keys, ctx.globex.workspace, 'elsewhere', BY_TEST);
 });
-auth.after(async (ctx) => {
-  await ctx.peer?.stop();
-  await ctx.service?.stop();
-});
+auth.after((ctx) => stopServicePair(ctx));
 
 // ---- Part 5 rule 1 / 401 missing_authorization ------------------------------------------------
 

@@ -8,16 +8,11 @@ import { GuardFailed, writeSubscriber, type TenantScope } from '../../streams/su
 import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
-import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { BY_TEST, bootstrapWorkspace, startServicePair, stopServicePair, type ServicePair } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 type Api = ReturnType<typeof client>;
-type Ctx = {
-  service: TestService;
-  /** a second web process on the same Redis and key prefix */
-  peer: TestService;
-  api: Api;
-  peerApi: Api;
+type Ctx = ServicePair & {
   boot: Awaited<ReturnType<typeof bootstrapWorkspace>>;
 };
 
@@ -26,16 +21,10 @@ const r = suite<Ctx>('client registration and identity settings across processes
 const token = (n: number) => `reg${n}`.padStart(64, '0');
 
 r.before(async (ctx) => {
-  ctx.service = await startTestService('registration');
-  ctx.peer = await startTestService('registration-peer', { REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX! });
-  ctx.api = client(ctx.service.url);
-  ctx.peerApi = client(ctx.peer.url);
+  Object.assign(ctx, await startServicePair('registration'));
   ctx.boot = await bootstrapWorkspace(ctx.service, 'registration');
 });
-r.after(async (ctx) => {
-  await ctx.peer.stop();
-  await ctx.service.stop();
-});
+r.after((ctx) => stopServicePair(ctx));
 
 const identify = (api: Api, pk: string, externalId: string, hash?: string) => api.post('/v1/client/identify', pk, { externalId, source: 'ios', ...(hash === undefined ? {} : { identityHash: hash }) });
 
