@@ -109,7 +109,11 @@ export class PushSender {
     for (let attempt = 1; pending.length > 0; attempt++) {
       const retry: number[] = [];
       const byTenant = new Map<string, number[]>();
-      for (const i of pending) byTenant.set(jobs[i]!.tenantId, [...(byTenant.get(jobs[i]!.tenantId) ?? []), i]);
+      for (const i of pending) {
+        const indexes = byTenant.get(jobs[i]!.tenantId);
+        if (indexes) indexes.push(i);
+        else byTenant.set(jobs[i]!.tenantId, [i]);
+      }
       await Promise.all([...byTenant].map(async ([tenantId, indexes]) => {
         for (let from = 0; from < indexes.length; from += batch) {
           const group = indexes.slice(from, from + batch);

@@ -6,7 +6,7 @@
   KEYS[2] the new message record ({t}:msg:<id>)
   KEYS[3] message index ({t}:messages)
   KEYS[4] index of the initial status ({t}:messages:<status>)
-  KEYS[5] fan-out queue ({t}:msgq)
+  KEYS[5] fan-out queue of the message's lane ({t}:msgq or {t}:msgq:audience; the record's `lane`)
   KEYS[6] scheduled messages ({t}:msg-due)
 
   ARGV[1] Idempotency-Key ('' for none)

@@ -1,7 +1,8 @@
 --[[
   Moves a message from one status to another when it is in one of the expected statuses, keeping
   the per-status indexes exact. Scheduled messages leave the due set; a message moved to `queued`
-  is appended to the fan-out queue.
+  is appended to the fan-out queue of its lane (the record's `lane`: `audience` → {t}:msgq:audience,
+  else {t}:msgq, as streams/keys.ts names them).
 
   KEYS[1] the message record ({t}:msg:<id>)
 
@@ -26,5 +27,9 @@ rcall('HSET', KEYS[1], 'status', to)
 local n = tonumber(ARGV[5])
 for i = 0, n - 1 do rcall('HSET', KEYS[1], ARGV[6 + 2 * i], ARGV[7 + 2 * i]) end
 if current == 'scheduled' then rcall('ZREM', base .. ':msg-due', id) end
-if to == 'queued' then rcall('XADD', base .. ':msgq', '*', 'm', id) end
+if to == 'queued' then
+  local queue = base .. ':msgq'
+  if rcall('HGET', KEYS[1], 'lane') == 'audience' then queue = queue .. ':audience' end
+  rcall('XADD', queue, '*', 'm', id)
+end
 return { 1, current }

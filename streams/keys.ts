@@ -7,6 +7,9 @@
  */
 export type Keys = ReturnType<typeof createKeys>;
 
+/** The two fan-out queues of a tenant: messages to one subscriber, and messages to an audience (topic, segment, where). */
+export type MessageLane = 'one' | 'audience';
+
 export function createKeys(prefix: string) {
   const w = (workspaceId: string) => `${prefix}{w:${workspaceId}}`;
   const t = (tenantId: string) => `${prefix}{t:${tenantId}}`;
@@ -160,8 +163,12 @@ export function createKeys(prefix: string) {
     /** zset (score 0) of message ids; `messagesByStatus` per status */
     messageIndex: (tenantId: string) => `${t(tenantId)}:messages`,
     messagesByStatus: (tenantId: string, status: string) => `${t(tenantId)}:messages:${status}`,
-    /** stream of messages ready for fan-out (consumer group `fanout` of the dispatchers) */
-    messageQueue: (tenantId: string) => `${t(tenantId)}:msgq`,
+    /**
+     * stream of messages ready for fan-out (consumer group `fanout` of the dispatchers), one per lane:
+     * `one` (to one subscriber) `{t}:msgq`, `audience` (topic, segment, where) `{t}:msgq:audience`
+     * (lua/moveMessage builds both names from the tenant base)
+     */
+    messageQueue: (tenantId: string, lane: MessageLane) => `${t(tenantId)}:msgq${lane === 'audience' ? ':audience' : ''}`,
     /** zset message id → sendAt ms of scheduled messages */
     messageDue: (tenantId: string) => `${t(tenantId)}:msg-due`,
     /** hash: one delivery of a message to one subscription */

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
-import type { Keys } from './keys.js';
+import type { Keys, MessageLane } from './keys.js';
 import { callScript } from './lua-scripts.js';
 
 export const MESSAGE_STATUSES = ['scheduled', 'queued', 'sending', 'completed', 'canceled', 'failed'] as const;
@@ -62,6 +62,14 @@ export function canonicalJson(value: unknown): string {
 export type TenantRef = { workspaceId: string; tenantId: string };
 
 /**
+ * The fan-out queue a message goes to: one-subscriber messages have their own queue, so a
+ * broadcast being walked never holds up the one-user messages sent after it (docs/messages.md).
+ */
+export function laneOf(to: Target): MessageLane {
+  return 'externalId' in to ? 'one' : 'audience';
+}
+
+/**
  * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
  * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
  * `idempotency_key_reused`. Keys are per tenant and never expire.
@@ -73,8 +81,9 @@ export async function createMessage(
   const id = newId('message');
   const at = isoNow();
   const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
+  const lane = laneOf(input.to);
   const fields: Record<string, string> = {
-    id, status, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
+    id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
     sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   // the request's fingerprint matters only under an Idempotency-Key
@@ -83,7 +92,7 @@ export async function createMessage(
   const flat = Object.entries(fields).flat();
   const [outcome, messageId] = await callScript<[number, string]>(
     redis, 'createMessage',
-    [keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status), keys.messageQueue(ref.tenantId), keys.messageDue(ref.tenantId)],
+    [keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status), keys.messageQueue(ref.tenantId, lane), keys.messageDue(ref.tenantId)],
     [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', flat.length / 2, ...flat],
   );
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });

@@ -24,7 +24,7 @@ export type ConsumerOptions = {
   consumer: string;
   handle: StreamHandler;
   log: Logger;
-  /** most entries read from one stream at a time (default 500) */
+  /** most entries read from one stream at a time (default 500; a read budget spread over many streams still gives each at least 16, within this) */
   batchSize?: number;
   /** most entries read across all streams at a time (default READ_BUDGET) */
   readBudget?: number;
@@ -151,7 +151,7 @@ export class StreamConsumer {
           await new Promise((r) => setTimeout(r, IDLE_SLEEP_MS));
           continue;
         }
-        const perStream = Math.max(MIN_PER_STREAM, Math.min(this.o.batchSize ?? 500, Math.floor((this.o.readBudget ?? READ_BUDGET) / streams.length)));
+        const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / streams.length)));
         const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
         const reply = (await blocking.xreadgroup(
           'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', this.o.blockMs ?? 1_000,

@@ -136,6 +136,25 @@ m('a topic fan-out in many chunks delivers to every member exactly once', async 
   assert.is(page.body.data.hasMore, true);
 });
 
+m('a broadcast being walked does not hold up a one-user message sent after it (separate queues)', async (ctx) => {
+  const members = Array.from({ length: 60 }, (_, i) => `slow-${i}`);
+  for (const id of members) {
+    const { token } = await device(ctx, id);
+    ctx.peer.respondWith({ token, delayMs: 4_000, times: 1 }); // APNs slow to answer this broadcast
+  }
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'slow-broadcast' });
+  await ctx.api.post('/v1/topics/slow-broadcast/subscribers', ctx.key, { externalIds: members });
+  await device(ctx, 'urgent-user');
+  const broadcast = (await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'slow-broadcast' }, title: 'News', body: 'for everyone' })).body.data;
+  await waitFor('the broadcast to start sending', async () => (await ctx.api.get(`/v1/messages/${broadcast.id}`, ctx.key)).body.data.status === 'sending', 5_000);
+  const urgent = (await ctx.api.post('/v1/messages', ctx.key, { to: 'urgent-user', title: 'Your code', body: '123456' })).body.data;
+  const done = await finished(ctx, urgent.id);
+  assert.is(done.counts.sent, 1);
+  assert.is((await ctx.api.get(`/v1/messages/${broadcast.id}`, ctx.key)).body.data.status, 'sending', 'the broadcast was still waiting for APNs');
+  const all = await finished(ctx, broadcast.id);
+  assert.is(all.counts.sent, 60);
+});
+
 m('the same Idempotency-Key and body replays the original; another body is 409; concurrent requests make one message', async (ctx) => {
   await device(ctx, 'idem-user');
   const body = { to: 'idem-user', title: 'Once', body: 'only once' };
