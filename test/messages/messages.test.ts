@@ -207,6 +207,11 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
   await device(ctx, 'later');
   const soon = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'soon', body: 'b', sendAt: new Date(Date.now() + 1500).toISOString() });
   assert.is(soon.body.data.status, 'scheduled');
+  // a scheduled broadcast is released into the audience queue (lua/moveMessage reads the record's lane)
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'later-list' });
+  await ctx.api.post('/v1/topics/later-list/subscribers', ctx.key, { externalIds: ['later'] });
+  const broadcast = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'later-list' }, title: 'soon, all', body: 'b', sendAt: new Date(Date.now() + 1500).toISOString() });
+  assert.is(broadcast.body.data.status, 'scheduled');
   const cancelMe = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'never', body: 'b', sendAt: new Date(Date.now() + 60_000).toISOString() });
   const canceled = await ctx.api.post(`/v1/messages/${cancelMe.body.data.id}/cancel`, ctx.key);
   assert.is(canceled.body.data.status, 'canceled');
@@ -215,6 +220,9 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
   const done = await finished(ctx, soon.body.data.id);
   assert.is(done.counts.sent, 1);
   assert.ok(Date.parse(done.startedAt) >= Date.parse(done.sendAt));
+  const all = await finished(ctx, broadcast.body.data.id);
+  assert.is(all.counts.sent, 1);
+  assert.ok(Date.parse(all.startedAt) >= Date.parse(all.sendAt));
   assert.is((await ctx.api.post(`/v1/messages/${soon.body.data.id}/cancel`, ctx.key)).body.error.code, 'conflict');
   assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === cancelMe.body.data.id).length, 0);
 });
