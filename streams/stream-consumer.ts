@@ -102,7 +102,8 @@ export class StreamConsumer {
   private async claim(stream: string, minIdleMs: number): Promise<void> {
     let cursor = '0-0';
     for (let page = 0; page < 10_000; page++) {
-      const [next, claimed] = (await this.o.redis.xautoclaim(stream, this.o.group, this.o.consumer, minIdleMs, cursor, 'COUNT', CLAIM_PAGE)) as [string, [string, string[]][]];
+      // no larger than a read's batch: a handler sized for its batch works a claimed page the same way
+      const [next, claimed] = (await this.o.redis.xautoclaim(stream, this.o.group, this.o.consumer, minIdleMs, cursor, 'COUNT', Math.min(CLAIM_PAGE, this.o.batchSize ?? CLAIM_PAGE))) as [string, [string, string[]][]];
       const entries = toEntries(claimed);
       if (entries.length) await this.process(stream, entries);
       cursor = next;
