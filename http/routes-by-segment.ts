@@ -1,5 +1,6 @@
 import Router from '@koa/router';
-import type { Middleware } from 'koa';
+import compose from 'koa-compose';
+import type { Context, Middleware, Next } from 'koa';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 // eslint-style any: route handlers keep @koa/router's context typing (params, state)
@@ -34,17 +35,31 @@ export class RoutesBySegment {
   patch(path: string, ...handlers: Handler[]): this { return this.add('patch', path, handlers); }
   delete(path: string, ...handlers: Handler[]): this { return this.add('delete', path, handlers); }
 
-  /** The middleware: the segment's routes, then its 405 answers; other paths fall through (404). */
+  /**
+   * The middleware: the segment's routes, then its 405 answers; other paths fall through (404).
+   * A request that matches exactly one route (every request the API answers) runs that route's
+   * handlers composed once, at start-up, after @koa/router's own match and params: its generic
+   * dispatch composes a new chain on every request, which cost a quarter of a cheap route's
+   * throughput (docs/architecture.md). Anything else (405, OPTIONS, no route) goes through the
+   * router's own middleware, unchanged.
+   */
   middleware(): Middleware {
     const chains = new Map([...this.routers].map(([segment, router]) => {
       const routes = router.routes();
       const allowed = router.allowedMethods({ throw: true });
-      return [segment, { routes, allowed }] as const;
+      const composed = new Map(router.stack.map((layer) => [layer, compose(layer.stack as Middleware[])]));
+      return [segment, { router, composed, slow: (ctx: Context, next: Next) => routes(ctx as never, () => allowed(ctx as never, next)) }] as const;
     }));
     return (ctx, next) => {
-      const chain = chains.get(ctx.path.split('/')[2] ?? '');
+      const path = ctx.path;
+      const chain = chains.get(path.split('/')[2] ?? '');
       if (!chain) return next();
-      return chain.routes(ctx as never, () => chain.allowed(ctx as never, next));
+      const matched = chain.router.match(path, ctx.method);
+      const only = matched.route && matched.pathAndMethod.length === 1 ? matched.pathAndMethod[0]! : undefined;
+      const run = only && chain.composed.get(only);
+      if (!only || !run) return chain.slow(ctx, next);
+      (ctx as { params?: Record<string, string | undefined> }).params = only.params(path, only.captures(path), {});
+      return run(ctx, next);
     };
   }
 }

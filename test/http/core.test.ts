@@ -34,6 +34,26 @@ core('an unknown route is 404 not_found in the envelope', async ({ api }) => {
   assert.is(res.headers.get('request-id'), res.body.metadata.requestId);
 });
 
+core('another method on a known path is 405 method_not_allowed in the envelope', async ({ api, keys }) => {
+  const res = await api.call('PUT', '/v1/whoami', { key: keys.tenant, body: {} });
+  assert.is(res.status, 405);
+  assert.is(res.body.success, false);
+  assert.is(res.body.error.code, 'method_not_allowed');
+  assert.is(res.headers.get('request-id'), res.body.metadata.requestId);
+});
+
+core('a route with a path parameter gets it decoded, and a path of two segments below it is its own route', async ({ api, keys }) => {
+  const externalId = 'user 1/ü';
+  const created = await api.post('/v1/subscribers', keys.tenant, { externalId, properties: { plan: 'pro' } });
+  assert.ok(created.status === 200 || created.status === 201, JSON.stringify(created.body.error));
+  const res = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}`, keys.tenant);
+  const subscriptions = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}/subscriptions`, keys.tenant);
+  assert.is(subscriptions.status, 200);
+  assert.equal(subscriptions.body.data.items, []);
+  assert.is(res.status, 200);
+  assert.is(res.body.data.externalId, externalId);
+});
+
 core('malformed JSON is 400 parse', async ({ api, keys }) => {
   const res = await api.call('DELETE', '/v1/workspaces/core/keys/key_x', { key: keys.workspace, raw: '{"a":' });
   assert.is(res.status, 400);
