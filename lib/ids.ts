@@ -114,9 +114,9 @@ export function newId(kind: IdKind, atMs: number = now()): string {
   return ID_PREFIX[kind] + lastTime + head + encodeTail(tail);
 }
 
-/** A request id: unique and cheap (no time-ordering needed beyond the process). */
+/** A request id (`req_`): an id like any other, made the same cheap way. */
 export function newRequestId(): string {
-  return ID_PREFIX.request + encodeTime(now()) + randomPart();
+  return newId('request');
 }
 
 /** True when `value` has the shape of an id of `kind` (it may still not exist). */

@@ -9,7 +9,7 @@
   is walked and written once per key (or field) at the end: timeline ZADDs per subscriber, catalog
   counts and first/last per name, volume counts and HyperLogLog members per bucket, the applied
   sequences in one HSET. Volume and distinct-subscriber buckets get their expiry when created (it is
-  fixed by the bucket's hour or day), not on every write. Measured with bench/lib/apply-cost.ts.
+  fixed by the bucket's hour or day), not on every write. Measured with `npm run bench -- scripts`.
 
   KEYS[1] applied hash        ({pN}:applied)  field tenant|externalId -> last applied sequence
   KEYS[2] partition tenants   ({pN}:tenants)  zset of tenant ids with data here, score = last write ms
@@ -22,7 +22,7 @@
   ARGV[3] now (ms)
   ARGV[4] number of entries N
   then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
-  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st)
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, ru, m, st, and k to skip timers)
 
   Returns the number of entries applied (the rest were already applied).
 ]]
