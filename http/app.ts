@@ -1,7 +1,4 @@
 import Koa from 'koa';
-import { HttpMethodEnum, koaBody } from 'koa-body';
-import type { Context, Next } from 'koa';
-import { ApiError } from '../lib/errors.js';
 import type { AppDeps } from './deps.js';
 import { envelopeErrors } from './middleware/errors.js';
 import { RoutesBySegment } from './routes-by-segment.js';
@@ -18,22 +15,6 @@ import { registerTopics } from './routes/topics.js';
 import { registerWebhooks } from './routes/webhooks.js';
 import { registerWhoami } from './routes/whoami.js';
 import { registerWorkflows } from './routes/workflows.js';
-
-/**
- * Request bodies: none read for GET and HEAD (one step, no parsing); otherwise JSON only (anything
- * else with a body is 415), parsed by koa-body within the size limit.
- */
-function jsonBodies(deps: AppDeps) {
-  const parse = koaBody({ json: true, urlencoded: false, text: false, multipart: false, jsonLimit: deps.config.bodyLimitBytes, jsonStrict: true, parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
-  return function bodies(ctx: Context, next: Next): Promise<void> {
-    if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
-    const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
-    if (hasBody && ['POST', 'PUT', 'PATCH', 'DELETE'].includes(ctx.method) && !ctx.is('application/json', '+json')) {
-      throw new ApiError(415, 'unsupported_media_type', 'Send the request body as application/json');
-    }
-    return parse(ctx, next) as Promise<void>;
-  };
-}
 
 /** The Koa application of the web role. */
 export function createApp(deps: AppDeps): Koa {
@@ -54,7 +35,6 @@ export function createApp(deps: AppDeps): Koa {
   registerMessages(router, deps);
 
   app.use(envelopeErrors(deps.log));
-  app.use(jsonBodies(deps));
   app.use(router.middleware());
   return app;
 }

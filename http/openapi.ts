@@ -37,5 +37,46 @@ export function buildOpenApi(): Record<string, unknown> {
       },
     },
   }) as Record<string, unknown>;
-  return doc;
+  listErrorAnswers(doc.paths as Paths);
+  return asOpenApi30(doc) as Record<string, unknown>;
+}
+
+type Operation = { security?: unknown[]; requestBody?: unknown; parameters?: { in?: string }[]; responses?: Record<string, unknown> };
+type Paths = Record<string, Record<string, Operation | unknown>>;
+const METHODS = new Set(['get', 'put', 'post', 'patch', 'delete', 'head', 'options']);
+const ERROR = { $ref: '#/components/responses/Error' };
+
+/**
+ * Lists on every credentialed operation the error statuses it can answer (spec Part 7: 401, 403;
+ * 400 where it takes a body or query; 404 where its path names a resource), so a client reading
+ * the document sees each status it may get, not only `default`. Statuses an `@openapi` block
+ * already lists are left as written.
+ */
+function listErrorAnswers(paths: Paths): void {
+  for (const [path, item] of Object.entries(paths)) {
+    const pathParams = ((item.parameters ?? []) as { in?: string }[]);
+    for (const [method, value] of Object.entries(item)) {
+      if (!METHODS.has(method)) continue;
+      const op = value as Operation;
+      if (Array.isArray(op.security) && op.security.length === 0) continue;
+      const params = [...pathParams, ...(op.parameters ?? [])];
+      const statuses = ['401', '403'];
+      if (op.requestBody || params.some((p) => p.in === 'query' || p.in === 'path' || '$ref' in p)) statuses.unshift('400');
+      if (path.includes('{')) statuses.push('404');
+      op.responses ??= {};
+      for (const status of statuses) op.responses[status] ??= ERROR;
+    }
+  }
+}
+
+/**
+ * JSON Schema keywords ajv enforces but OpenAPI 3.0 Schema Objects do not have (`propertyNames`)
+ * move under an `x-` extension in the document, so it stays a valid 3.0 document and still says
+ * the rule; ajv keeps validating with the schema as written.
+ */
+const NOT_IN_OPENAPI_30 = new Set(['propertyNames']);
+function asOpenApi30(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(asOpenApi30);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(Object.entries(value).map(([key, v]) => [NOT_IN_OPENAPI_30.has(key) ? `x-${key}` : key, asOpenApi30(v)]));
 }

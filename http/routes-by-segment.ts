@@ -1,6 +1,8 @@
 import Router from '@koa/router';
 import compose from 'koa-compose';
 import type { Context, Middleware, Next } from 'koa';
+import { ApiError } from '../lib/errors.js';
+import { respond } from './envelope.js';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 // eslint-style any: route handlers keep @koa/router's context typing (params, state)
@@ -36,30 +38,41 @@ export class RoutesBySegment {
   delete(path: string, ...handlers: Handler[]): this { return this.add('delete', path, handlers); }
 
   /**
-   * The middleware: the segment's routes, then its 405 answers; other paths fall through (404).
+   * The middleware: the segment's routes; other paths fall through (404).
    * A request that matches exactly one route (every request the API answers) runs that route's
    * handlers composed once, at start-up, after @koa/router's own match and params: its generic
    * dispatch composes a new chain on every request, which cost a quarter of a cheap route's
-   * throughput (docs/architecture.md). Anything else (405, OPTIONS, no route) goes through the
-   * router's own middleware, unchanged.
+   * throughput (docs/architecture.md). A path whose routes take other methods answers 405
+   * `method_not_allowed` with an `Allow` header, and OPTIONS with `Allow` in the envelope.
    */
   middleware(): Middleware {
     const chains = new Map([...this.routers].map(([segment, router]) => {
-      const routes = router.routes();
-      const allowed = router.allowedMethods({ throw: true });
       const composed = new Map(router.stack.map((layer) => [layer, compose(layer.stack as Middleware[])]));
-      return [segment, { router, composed, slow: (ctx: Context, next: Next) => routes(ctx as never, () => allowed(ctx as never, next)) }] as const;
+      return [segment, { router, composed, dispatch: router.routes() }] as const;
     }));
     return (ctx, next) => {
       const path = ctx.path;
       const chain = chains.get(path.split('/')[2] ?? '');
       if (!chain) return next();
       const matched = chain.router.match(path, ctx.method);
-      const only = matched.route && matched.pathAndMethod.length === 1 ? matched.pathAndMethod[0]! : undefined;
+      if (!matched.route) return otherMethod(ctx, next, matched.path);
+      const only = matched.pathAndMethod.length === 1 ? matched.pathAndMethod[0]! : undefined;
       const run = only && chain.composed.get(only);
-      if (!only || !run) return chain.slow(ctx, next);
+      if (!only || !run) return chain.dispatch(ctx as never, next);
       (ctx as { params?: Record<string, string | undefined> }).params = only.params(path, only.captures(path), {});
       return run(ctx, next);
     };
   }
+}
+
+/** No route takes this method on this path: 404 when none has the path, else OPTIONS or 405 with `Allow`. */
+function otherMethod(ctx: Context, next: Next, layers: { methods: string[] }[]): Promise<void> {
+  if (layers.length === 0) return next();
+  const allow = [...new Set(layers.flatMap((layer) => layer.methods)), 'OPTIONS'];
+  ctx.set('Allow', allow.join(', '));
+  if (ctx.method === 'OPTIONS') {
+    respond(ctx, 200, { allow });
+    return Promise.resolve();
+  }
+  throw new ApiError(405, 'method_not_allowed', `${ctx.method} is not allowed on this path; it takes ${allow.join(', ')}`);
 }

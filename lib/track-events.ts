@@ -1,7 +1,7 @@
 import { now } from './clock.js';
 import { ApiError, validationError, type ErrorCode, type ErrorDetail } from './errors.js';
 import { isReserved, isSdkName, type EventSource } from './event-names.js';
-import { checkBody } from './validator.js';
+import { bodyProblems } from './validator.js';
 
 export const MAX_EVENT_DATA_BYTES = 8 * 1024;
 export const MAX_EVENTS_PER_CALL = 100;
@@ -29,39 +29,55 @@ type RawEvent = { externalId: string; name: string; data?: Record<string, unknow
 // When a batch fails for several reasons, the error code is the first of these that applies.
 const PRIORITY: ErrorCode[] = ['validation', 'reserved_event', 'invalid_timestamp', 'event_data_too_large'];
 
+/** `data` as JSON text (`{}` when absent), serialized once for the size rule and the store; null when it is not an object. */
+function serializeData(event: unknown): string | null {
+  const data = (event as { data?: unknown } | null)?.data;
+  if (data === undefined) return '{}';
+  return data !== null && typeof data === 'object' && !Array.isArray(data) ? JSON.stringify(data) : null;
+}
+
 /**
- * Checks the rules of spec 4.3 and Part 8 that a schema cannot say: reserved names (from the app,
- * only the SDK's own), the timestamp window and the 8 KB data limit. Collects every failing item,
- * then throws once, so a batch is accepted whole or not at all.
+ * Checks a batch: the schema `schema`, then the rules of spec 4.3 and Part 8 that a schema cannot
+ * say (reserved names (from the app, only the SDK's own), the timestamp window, the 8 KB data
+ * limit) on every item whose field is well-formed, so `details` names every failing item whatever
+ * its reason. Throws once, so a batch is accepted whole or not at all; returns each event's data
+ * serialized.
  */
-function checkRules(events: RawEvent[], serialized: string[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): void {
+function checkBatch(schema: string, body: unknown, events: unknown[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): string[] {
   const found = new Map<ErrorCode, ErrorDetail[]>();
   const add = (code: ErrorCode, param: string, message: string) => found.set(code, [...(found.get(code) ?? []), { param, message }]);
+  for (const detail of bodyProblems(schema, body)) add('validation', detail.param, detail.message);
   const at = now();
-  events.forEach((event, i) => {
-    if (isReserved(event.name)) {
+  const serialized = events.map((event, i) => {
+    const { name, timestamp } = (event ?? {}) as { name?: unknown; timestamp?: unknown };
+    if (typeof name === 'string' && isReserved(name)) {
       if (from === 'server') add('reserved_event', paramOf(i, 'name'), 'names beginning with $ are reserved for the SDK and the engine');
-      else if (!isSdkName(event.name)) add('reserved_event', paramOf(i, 'name'), 'only the SDK\'s own reserved names may be sent from the app');
+      else if (!isSdkName(name)) add('reserved_event', paramOf(i, 'name'), 'only the SDK\'s own reserved names may be sent from the app');
     }
-    if (event.timestamp !== undefined) {
-      const ms = Date.parse(event.timestamp);
+    if (typeof timestamp === 'string') {
+      const ms = Date.parse(timestamp);
       if (ms < at - TIMESTAMP_MAX_AGE_MS || ms > at + TIMESTAMP_MAX_AHEAD_MS) {
         add('invalid_timestamp', paramOf(i, 'timestamp'), 'must be at most 7 days in the past and at most 1 hour in the future');
       }
     }
-    if (Buffer.byteLength(serialized[i]!) > MAX_EVENT_DATA_BYTES) {
+    const data = serializeData(event);
+    if (data !== null && Buffer.byteLength(data) > MAX_EVENT_DATA_BYTES) {
       add('event_data_too_large', paramOf(i, 'data'), `must be at most ${MAX_EVENT_DATA_BYTES} bytes serialized`);
     }
+    return data ?? '{}';
   });
-  if (found.size === 0) return;
+  if (found.size === 0) return serialized;
   const code = PRIORITY.find((c) => found.has(c))!;
-  const details = PRIORITY.flatMap((c) => found.get(c) ?? []);
+  const details = PRIORITY.flatMap((c) => found.get(c) ?? []).sort((a, b) => itemIndex(a.param) - itemIndex(b.param));
   const err = validationError(details, code);
   throw new ApiError(400, code, err.message, { param: err.param, details });
 }
 
-/** Each event's `data` as JSON text (`{}` when absent), serialized once for the size rule and the store. */
-const serialize = (events: RawEvent[]) => events.map((e) => (e.data === undefined ? '{}' : JSON.stringify(e.data)));
+/** The item a detail names (`events[3].name` → 3; -1 for the request itself), to list details in input order. */
+function itemIndex(param: string): number {
+  const match = /^events\[(\d+)\]/.exec(param);
+  return match ? Number(match[1]) : -1;
+}
 
 function toNewEvent(event: RawEvent, data: string, source: EventSource, externalId: string): NewEvent {
   return {
@@ -82,14 +98,13 @@ function toNewEvent(event: RawEvent, data: string, source: EventSource, external
 export function readServerEvents(body: unknown): NewEvent[] {
   const isBatch = typeof body === 'object' && body !== null && !Array.isArray(body) && 'events' in body;
   if (isBatch) {
-    const { events } = checkBody<{ events: RawEvent[] }>('TrackEventsRequest', body);
-    const data = serialize(events);
-    checkRules(events, data, (i, f) => `events[${i}].${f}`, 'server');
+    const raw = (body as { events: unknown }).events;
+    const events = (Array.isArray(raw) ? raw : []) as RawEvent[];
+    const data = checkBatch('TrackEventsRequest', body, events, (i, f) => `events[${i}].${f}`, 'server');
     return events.map((e, i) => toNewEvent(e, data[i]!, 'server', e.externalId));
   }
-  const event = checkBody<RawEvent>('TrackEvent', body);
-  const data = serialize([event]);
-  checkRules([event], data, (_i, f) => f, 'server');
+  const event = body as RawEvent;
+  const data = checkBatch('TrackEvent', body, [event], (_i, f) => f, 'server');
   return [toNewEvent(event, data[0]!, 'server', event.externalId)];
 }
 
@@ -97,9 +112,9 @@ export type ClientEventsBody = { externalId: string; identityHash?: string; sour
 
 /** Reads the body of `POST /v1/client/events`. */
 export function readClientEvents(body: unknown): { request: ClientEventsBody; events: NewEvent[] } {
-  const request = checkBody<ClientEventsBody>('ClientEventsRequest', body);
-  const events = request.events.map((e) => ({ ...e, externalId: request.externalId }));
-  const data = serialize(events);
-  checkRules(events, data, (i, f) => `events[${i}].${f}`, 'app');
-  return { request, events: events.map((e, i) => toNewEvent(e, data[i]!, request.source, request.externalId)) };
+  const raw = (body as { events?: unknown } | null)?.events;
+  const items = (Array.isArray(raw) ? raw : []) as RawEvent[];
+  const data = checkBatch('ClientEventsRequest', body, items, (i, f) => `events[${i}].${f}`, 'app');
+  const request = body as ClientEventsBody;
+  return { request, events: items.map((e, i) => toNewEvent(e, data[i]!, request.source, request.externalId)) };
 }

@@ -65,10 +65,16 @@ export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
   return [...byParam].map(([param, message]) => ({ param, message }));
 }
 
+/** What is wrong with a JSON body against schema `name`: one detail per failing field, none when it is valid. */
+export function bodyProblems(name: string, value: unknown): ErrorDetail[] {
+  const fn = compiled(bodies, name, 'body');
+  return fn(value) ? [] : errorDetails(fn.errors ?? []);
+}
+
 /** Validates a JSON body against schema `name`; throws 400 `validation` naming each failing field. */
 export function checkBody<T>(name: string, value: unknown): T {
-  const fn = compiled(bodies, name, 'body');
-  if (!fn(value)) throw validationError(errorDetails(fn.errors ?? []));
+  const details = bodyProblems(name, value);
+  if (details.length) throw validationError(details);
   return value as T;
 }
 

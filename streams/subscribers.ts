@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
-import { ApiError, notFound, validationError } from '../lib/errors.js';
+import { notFound, validationError } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
@@ -199,7 +199,3 @@ export function tokenField(channel: string, handle: string): string {
   return channel === 'email' ? `email:${handle.toLowerCase()}` : `push:${handle}`;
 }
 
-/** Throws 400 unless `value` is a valid externalId for a path. */
-export function assertExternalId(value: string): void {
-  if (value.length < 1 || value.length > 256) throw new ApiError(400, 'validation', 'externalId: must be 1 to 256 characters', { param: 'externalId', details: [{ param: 'externalId', message: 'must be 1 to 256 characters' }] });
-}

@@ -2,12 +2,13 @@ import type { Context, Next } from 'koa';
 import { now } from '../../lib/clock.js';
 import { ApiError } from '../../lib/errors.js';
 import { KEY_PREFIX, kindOfPresentedKey } from '../../lib/key-kinds.js';
-import { hasScope } from '../../lib/scopes.js';
+import { hasScope, isSessionOnly } from '../../lib/scopes.js';
 import { sha256Hex } from '../../lib/secrets.js';
 import { looksLikeToken, verifyEventsToken } from '../../lib/events-token.js';
 import { findTenant, findTenantBySlug, findWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
 import type { Principal } from '../../streams/key-cache.js';
 import type { AppDeps } from '../deps.js';
+import { jsonBody } from './json-body.js';
 
 /**
  * Which credentials reach a route:
@@ -78,16 +79,22 @@ async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Pro
 
 /**
  * Authenticates the caller, checks the key kind against the route's plane, resolves the tenant
- * or workspace, then checks the route's scope. Sets `ctx.state.auth`.
+ * or workspace, then checks the route's scope. Sets `ctx.state.auth`, then reads the request's
+ * JSON body: nothing of a request is parsed before its caller is known.
+ * A route needing a session-only scope (spec 5.7) answers every API key 403 `missing_permission`,
+ * whatever its kind or workspace: no key can ever hold that scope.
  */
 export function authorize(deps: AppDeps, plane: Plane, scope: string | null, options: AuthOptions = {}) {
+  const body = jsonBody(deps.config.bodyLimitBytes);
+  const sessionOnly = scope !== null && isSessionOnly(scope);
   return async function auth(ctx: Context, next: Next): Promise<void> {
     const credential = BEARER.exec(ctx.get('Authorization'))?.[1] ?? '';
     if (looksLikeToken(credential)) {
       ctx.state.auth = await authenticateToken(ctx, deps, credential, options, scope);
-      return next();
+      return body(ctx, next);
     }
     const principal = await authenticate(ctx, deps, credential);
+    if (sessionOnly) throw new ApiError(403, 'missing_permission', `The scope ${scope} is session-only; no API key can hold it`);
     const kind = principal.key.kind;
     let tenant: Tenant | null = null;
     if (plane === 'any') {
@@ -106,7 +113,7 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     if (scope !== null && !hasScope(principal.key.scopes, scope)) throw new ApiError(403, 'missing_permission', `This key lacks the scope ${scope}`);
     const state: AuthState = { principal, workspace: principal.workspace, tenant };
     ctx.state.auth = state;
-    await next();
+    await body(ctx, next);
   };
 }
 

@@ -5,15 +5,10 @@ import type { Logger } from '../../lib/log.js';
 import { respondError } from '../envelope.js';
 import { isRedisUnavailable } from '../../streams/redis.js';
 
-/** Turns what body parsing and routing throw (http-errors shaped) into the service's errors. */
+/** Turns what routing throws (http-errors shaped) into the service's errors; body errors are mapped where bodies are read (json-body.ts). */
 function toApiError(err: unknown): ApiError | null {
   if (err instanceof ApiError) return err;
   const e = err as { status?: number; type?: string; expose?: boolean; message?: string };
-  if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', 'Request body is larger than the limit');
-  if (e?.type === 'entity.parse.failed' || (e?.status === 400 && /JSON|parse/i.test(e.message ?? ''))) {
-    return new ApiError(400, 'parse', 'Request body is not valid JSON');
-  }
-  if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(415, 'unsupported_media_type', 'Unsupported content encoding');
   if (e?.status === 405) return new ApiError(405, 'method_not_allowed', 'Method not allowed on this path');
   if (e?.status === 404) return new ApiError(404, 'not_found', 'Not found');
   if (typeof e?.status === 'number' && e.status >= 400 && e.status < 500 && e.expose) return new ApiError(e.status, 'bad_request', e.message ?? 'Bad request');

@@ -120,7 +120,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/subscriptions/{id}:
    *   parameters:
    *     - { name: id, in: path, required: true, schema: { type: string } }
-   *     - { name: externalId, in: query, required: false, description: When given, must be the subscription's subscriber, schema: { type: string } }
+   *     - { name: externalId, in: query, required: false, description: "When given, must be the subscription's subscriber", schema: { type: string } }
    *     - { name: identityHash, in: query, required: false, description: Required when the tenant requires identity verification, schema: { type: string } }
    *   patch:
    *     operationId: clientSetSubscriptionEnabled

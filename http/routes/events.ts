@@ -11,16 +11,8 @@ import type { AppDeps } from '../deps.js';
 import { verifyClient, markVerified } from '../client-identity.js';
 import { respond } from '../envelope.js';
 import { encodeCursor, pageRequest } from '../list.js';
+import { externalIdParam } from '../params.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
-
-/** Reads an externalId from a path: 1 to 256 characters after URL decoding. */
-export function externalIdParam(ctx: Context): string {
-  const value = ctx.params.externalId ?? '';
-  if (value.length < 1 || value.length > 256) {
-    throw new ApiError(400, 'validation', 'externalId: must be 1 to 256 characters', { param: 'externalId', details: [{ param: 'externalId', message: 'must be 1 to 256 characters' }] });
-  }
-  return value;
-}
 
 function badCursor(): never {
   throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });

@@ -1,13 +1,14 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { checkBody } from '../../lib/validator.js';
-import { deleteSubscriber, getSubscriber, upsertSubscriber, assertExternalId, type Attributes } from '../../streams/subscribers.js';
+import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { listSubscribers } from '../../streams/subscriber-list.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { listSubscriptions, removeSubscription, setSubscriptionEnabled, getSubscription } from '../../streams/subscriptions.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { audit } from '../audit.js';
 import type { AppDeps } from '../deps.js';
+import { externalIdParam } from '../params.js';
 import { respond } from '../envelope.js';
 import { encodeCursor, pageRequest } from '../list.js';
 import { authorize, type AuthState } from '../middleware/auth.js';
@@ -16,12 +17,6 @@ import { authorize, type AuthState } from '../middleware/auth.js';
 export function scopeOf(ctx: Context, deps: AppDeps): TenantScope {
   const { workspace, tenant } = ctx.state.auth as AuthState;
   return { workspaceId: workspace.id, tenantId: tenant!.id, partitions: deps.config.partitions };
-}
-
-function externalIdOf(ctx: Context): string {
-  const externalId = ctx.params.externalId ?? '';
-  assertExternalId(externalId);
-  return externalId;
 }
 
 export function registerSubscribers(router: Router, deps: AppDeps): void {
@@ -105,11 +100,11 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
-    respond(ctx, 200, await getSubscriber(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx)));
+    respond(ctx, 200, await getSubscriber(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx)));
   });
 
   router.patch('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
-    const externalId = externalIdOf(ctx);
+    const externalId = externalIdParam(ctx);
     const attributes = checkBody<Attributes>('SubscriberUpdate', ctx.request.body);
     const { subscriber, changes, previous } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: false });
     if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes: previous });
@@ -117,7 +112,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   });
 
   router.delete('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
-    const subscriber = await deleteSubscriber(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx));
+    const subscriber = await deleteSubscriber(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx));
     await audit(deps, ctx, { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
     respond(ctx, 200, subscriber);
   });
@@ -139,7 +134,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/subscribers/:externalId/subscriptions', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
     const scope = scopeOf(ctx, deps);
-    const externalId = externalIdOf(ctx);
+    const externalId = externalIdParam(ctx);
     await getSubscriber(redis, keys, scope, externalId);
     const items = await listSubscriptions(redis, keys, scope, externalId);
     respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
@@ -179,13 +174,13 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
-    respond(ctx, 200, await getSubscription(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx), ctx.params.id!));
+    respond(ctx, 200, await getSubscription(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx), ctx.params.id!));
   });
 
   router.patch('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {
     const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
     const scope = scopeOf(ctx, deps);
-    const externalId = externalIdOf(ctx);
+    const externalId = externalIdParam(ctx);
     const before = await getSubscription(redis, keys, scope, externalId, ctx.params.id!);
     const after = await setSubscriptionEnabled(redis, keys, scope, externalId, before.id, enabled);
     if (before.enabled !== after.enabled) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled: after.enabled }, previousAttributes: { enabled: before.enabled } });
@@ -193,7 +188,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   });
 
   router.delete('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {
-    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx), ctx.params.id!);
+    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx), ctx.params.id!);
     await audit(deps, ctx, { type: 'subscription.deleted', target: { type: 'subscription', id: removed.id }, object: removed });
     respond(ctx, 200, removed);
   });
@@ -224,13 +219,13 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:read'), async (ctx) => {
-    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), externalIdOf(ctx)));
+    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx)));
   });
 
   router.patch('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:write'), async (ctx) => {
     const update = checkBody<PreferencesUpdate>('PreferencesUpdate', ctx.request.body);
     const scope = scopeOf(ctx, deps);
-    const externalId = externalIdOf(ctx);
+    const externalId = externalIdParam(ctx);
     const before = await getPreferences(redis, keys, scope, externalId);
     const { preferences, changed } = await updatePreferences(redis, keys, scope, externalId, update);
     if (changed) {

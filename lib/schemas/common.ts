@@ -5,6 +5,9 @@
  */
 export type Schema = Record<string, unknown>;
 
+/** The caller's id for a subscriber (spec 2.3 rule 4, 4.4): 1 to 256 characters (code points, as ajv counts). */
+export const externalIdField: Schema = { type: 'string', minLength: 1, maxLength: 256, description: "The caller's id for the subscriber." };
+
 export const ErrorDetail: Schema = {
   type: 'object',
   additionalProperties: false,

@@ -1,13 +1,12 @@
-import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
+import { LIST_QUERY_PROPERTIES, externalIdField as externalId, type Schema } from './common.js';
 
 const name: Schema = {
   type: 'string',
   minLength: 1,
   maxLength: 101,
-  pattern: '^\\$?[a-z0-9][a-z0-9_.-]{0,99}$',
-  description: 'Matches `[a-z0-9][a-z0-9_.-]{0,99}`. Names beginning with `$` are reserved.',
+  pattern: '^(?:\\$.{0,100}|[a-z0-9][a-z0-9_.-]{0,99})$',
+  description: 'Matches `[a-z0-9][a-z0-9_.-]{0,99}`. Names beginning with `$` are reserved: `POST /v1/events` answers any of them 400 `reserved_event`; the app may send only the SDK\'s own (spec 6.1).',
 };
-const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256, description: "The caller's id for the subscriber." };
 const eventFields: Record<string, Schema> = {
   name,
   data: { type: 'object', description: 'A JSON object of at most 8 KB serialized.' },

@@ -1,7 +1,6 @@
-import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
+import { LIST_QUERY_PROPERTIES, externalIdField as externalId, type Schema } from './common.js';
 
 const slug: Schema = { type: 'string', minLength: 3, maxLength: 48, pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' };
-const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
 
 export const MessageTarget: Schema = {
   description: 'An externalId, or an object with exactly one of `externalId`, `topic` (a topic slug), `segment` (a segment slug) or `where` (an inline expression, docs/expressions.md, evaluated over the tenant\'s subscribers when the message fans out).',

@@ -1,6 +1,5 @@
-import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
+import { LIST_QUERY_PROPERTIES, externalIdField as externalId, type Schema } from './common.js';
 
-const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
 const nullableString = (maxLength: number, extra: Schema = {}): Schema => ({ type: 'string', nullable: true, minLength: 1, maxLength, ...extra });
 
 /** Attributes a subscriber carries; `null` removes one. */

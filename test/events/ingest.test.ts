@@ -90,9 +90,40 @@ ingest('a batch with any invalid event is refused whole with details per item', 
   assert.is(await inboxLength(service), before, 'nothing of the batch is stored');
 });
 
+ingest('a batch failing for several reasons names every failing item, in input order, under the first code', async ({ api, key, service }) => {
+  const before = await inboxLength(service);
+  const events = [
+    { externalId: 'm1', name: 'ok' },
+    { externalId: 'm1', name: '$app.opened' },
+    { externalId: 'm1', name: 'ok', timestamp: '2000-01-01T00:00:00Z' },
+    { externalId: 'm1', name: 'ok', data: { p: 'x'.repeat(9000) } },
+    { externalId: 'm1', name: 'BAD' },
+    { externalId: 'm1', name: 'ok', data: [] },
+  ];
+  const res = await api.post('/v1/events', key, { events });
+  assert.is(res.status, 400);
+  assert.is(res.body.error.code, 'validation');
+  assert.equal(res.body.error.details.map((d: any) => d.param), ['events[1].name', 'events[2].timestamp', 'events[3].data', 'events[4].name', 'events[5].data']);
+  assert.is(await inboxLength(service), before, 'nothing of the batch is stored');
+});
+
+ingest('an externalId of 256 characters outside the BMP is accepted and addressable by path; 257 is not', async ({ api, key }) => {
+  const externalId = '😀'.repeat(256);
+  assert.is((await api.post('/v1/events', key, { externalId, name: 'emoji.sent' })).status, 202);
+  const path = `/v1/subscribers/${encodeURIComponent(externalId)}`;
+  assert.is((await api.get(`${path}/timeline`, key)).status, 200);
+  assert.is((await api.get(path, key)).body.data.externalId, externalId);
+  const tooLong = await api.get(`/v1/subscribers/${encodeURIComponent(externalId + '😀')}/timeline`, key);
+  assert.is(tooLong.status, 400);
+  assert.is(tooLong.body.error.param, 'externalId');
+  assert.is((await api.post('/v1/events', key, { externalId: externalId + '😀', name: 'emoji.sent' })).status, 400);
+});
+
 ingest('every bound of 4.3 and Part 8 is a clear error', async ({ api, key }) => {
   const cases: [unknown, string, string][] = [
     [{ externalId: 'x', name: '$app.opened' }, 'reserved_event', 'name'],
+    [{ externalId: 'x', name: '$Foo' }, 'reserved_event', 'name'],
+    [{ externalId: 'x', name: '$' }, 'reserved_event', 'name'],
     [{ events: [{ externalId: 'x', name: 'ok' }, { externalId: 'x', name: '$custom' }] }, 'reserved_event', 'events[1].name'],
     [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() - 8 * 86_400_000).toISOString() }, 'invalid_timestamp', 'timestamp'],
     [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() + 2 * 3_600_000).toISOString() }, 'invalid_timestamp', 'timestamp'],

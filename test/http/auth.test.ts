@@ -235,6 +235,20 @@ auth('a key with * still gets 403 missing_permission on the session-only keys:wr
   assert.match(res.body.error.message, /keys:write/);
 });
 
+auth('the session-only keys:write route is 403 missing_permission for every API key, whatever its kind or workspace', async ({ api, acme, globex }) => {
+  for (const key of [acme.keys.tenant, acme.keys.client, globex.keys.workspace]) {
+    isError(await api.del('/v1/workspaces/acme/keys/key_x', key), 403, 'missing_permission');
+  }
+  // authentication still comes first
+  isError(await api.del('/v1/workspaces/acme/keys/key_x', 'svc_ws_unknown'), 401, 'invalid_api_key');
+});
+
+auth('an unauthenticated request is 401 before its body is read', async ({ api }) => {
+  isError(await api.call('POST', '/v1/events', { raw: '{bad' }), 401, 'missing_authorization');
+  isError(await api.call('POST', '/v1/events', { raw: 'a=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 401, 'missing_authorization');
+  isError(await api.call('POST', '/v1/events', { key: 'svc_tn_unknown', raw: '{bad' }), 401, 'invalid_api_key');
+});
+
 auth('a client key holding scopes other than client or * is 403 missing_permission on client routes', async ({ service, api }) => {
   const { key } = await makeKey(service, 'acme', 'client', ['events:write', 'events:read']);
   isError(await api.post('/v1/client/events', key, CLIENT_EVENTS), 403, 'missing_permission');
@@ -249,7 +263,7 @@ auth('a client key holding client or * may track from the app', async ({ service
 // ---- 403 forbidden ---------------------------------------------------------------------------
 
 auth('a tenant key on a workspace route is 403 forbidden', async ({ api, acme }) => {
-  isError(await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.tenant), 403, 'forbidden');
+  isError(await api.get('/v1/workspaces/acme/webhooks', acme.keys.tenant), 403, 'forbidden');
 });
 
 auth('a client key on a tenant route is 403 forbidden', async ({ api, acme }) => {
@@ -259,7 +273,7 @@ auth('a client key on a tenant route is 403 forbidden', async ({ api, acme }) =>
 });
 
 auth('a client key on a workspace route is 403 forbidden', async ({ api, acme }) => {
-  isError(await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.client), 403, 'forbidden');
+  isError(await api.get('/v1/workspaces/acme/webhooks', acme.keys.client), 403, 'forbidden');
 });
 
 auth('workspace and tenant keys on /v1/client/events are 403 forbidden', async ({ api, acme }) => {
@@ -268,9 +282,9 @@ auth('workspace and tenant keys on /v1/client/events are 403 forbidden', async (
 });
 
 auth('a workspace key of another workspace on a workspace route is 403 forbidden', async ({ api, globex }) => {
-  isError(await api.del('/v1/workspaces/acme/keys/key_x', globex.keys.workspace), 403, 'forbidden');
-  // the same key on its own workspace passes the workspace check and stops at the scope
-  isError(await api.del('/v1/workspaces/globex/keys/key_x', globex.keys.workspace), 403, 'missing_permission');
+  isError(await api.get('/v1/workspaces/acme/webhooks', globex.keys.workspace), 403, 'forbidden');
+  // the same key on its own workspace passes the workspace check
+  isOk(await api.get('/v1/workspaces/globex/webhooks', globex.keys.workspace), 200);
 });
 
 auth('a workspace key naming a tenant that does not exist in Service-Tenant is 403 forbidden', async ({ api, acme }) => {

@@ -1,5 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import SwaggerParser from '@apidevtools/swagger-parser';
+import { gzipSync } from 'node:zlib';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
@@ -55,21 +57,65 @@ core('a route with a path parameter gets it decoded, and a path of two segments 
 });
 
 core('malformed JSON is 400 parse', async ({ api, keys }) => {
-  const res = await api.call('DELETE', '/v1/workspaces/core/keys/key_x', { key: keys.workspace, raw: '{"a":' });
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: '{"a":' });
   assert.is(res.status, 400);
   assert.is(res.body.error.code, 'parse');
 });
 
 core('a body over the limit is 413 payload_too_large', async ({ api, keys }) => {
-  const res = await api.call('DELETE', '/v1/workspaces/core/keys/key_x', { key: keys.workspace, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
   assert.is(res.status, 413);
   assert.is(res.body.error.code, 'payload_too_large');
 });
 
-core('a body that is not JSON is 415 unsupported_media_type', async ({ api, keys }) => {
-  const res = await api.call('DELETE', '/v1/workspaces/core/keys/key_x', { key: keys.workspace, raw: 'a=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
-  assert.is(res.status, 415);
-  assert.is(res.body.error.code, 'unsupported_media_type');
+core('a body in another media type (a form) is 400 bad_request naming Content-Type', async ({ api, keys }) => {
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: 'a=b', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  assert.is(res.status, 400);
+  assert.is(res.body.error.code, 'bad_request');
+  assert.is(res.body.error.param, 'Content-Type');
+});
+
+core('a JSON body sent as text/plain or without a Content-Type is read as JSON (what fetch sends for a string)', async ({ service, keys }) => {
+  const event = JSON.stringify({ externalId: 'plain-1', name: 'plain.sent' });
+  for (const headers of [{ 'content-type': 'text/plain;charset=UTF-8' }, {}] as Record<string, string>[]) {
+    const res = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, ...headers }, body: new TextEncoder().encode(event) });
+    assert.is(res.status, 202);
+  }
+});
+
+core('a JSON body that is not an object (null, 42, []) is 400 validation naming the body', async ({ api, keys }) => {
+  for (const raw of ['null', '42', '[]']) {
+    const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
+    assert.is(res.status, 400, raw);
+    assert.is(res.body.error.code, 'validation', raw);
+    assert.is(res.body.error.details[0].param, 'body', raw);
+  }
+});
+
+core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding is 400 bad_request', async ({ service, keys }) => {
+  const post = (body: Uint8Array, encoding: string) => fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json', 'content-encoding': encoding }, body });
+  const event = Buffer.from(JSON.stringify({ externalId: 'gz-1', name: 'gz.sent' }));
+  const corrupt = await post(event, 'gzip');
+  assert.is(corrupt.status, 400);
+  assert.is(((await corrupt.json()) as any).error.code, 'parse');
+  assert.is((await post(gzipSync(event), 'gzip')).status, 202);
+  const unknown = await post(event, 'zstd-x');
+  assert.is(unknown.status, 400);
+  assert.is(((await unknown.json()) as any).error.code, 'bad_request');
+});
+
+core('OPTIONS answers the allowed methods in the envelope; 405 carries an Allow header', async ({ service, api, keys }) => {
+  // OPTIONS is not an operation of the document, so a plain fetch rather than the checking client
+  const options = await fetch(`${service.url}/v1/events`, { method: 'OPTIONS' });
+  const body = (await options.json()) as any;
+  assert.is(options.status, 200);
+  assert.is(body.success, true);
+  assert.is(options.headers.get('request-id'), body.metadata.requestId);
+  assert.equal([...body.data.allow].sort(), ['GET', 'HEAD', 'OPTIONS', 'POST']);
+  assert.is(options.headers.get('allow'), body.data.allow.join(', '));
+  const put = await api.call('PUT', '/v1/events', { key: keys.tenant, body: {} });
+  assert.is(put.status, 405);
+  assert.equal(put.headers.get('allow')!.split(', ').sort(), ['GET', 'HEAD', 'OPTIONS', 'POST']);
 });
 
 core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own routes', async ({ service }) => {
@@ -81,6 +127,12 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   assert.ok(doc.paths['/v1/health'].get);
   assert.ok(doc.paths['/v1/workspaces/{workspaceSlug}/keys/{id}'].delete);
   assert.ok(doc.components.schemas.ErrorEnvelope);
+  // a strict OpenAPI 3.0 validator (schema of the specification, every $ref) accepts it
+  await SwaggerParser.validate(structuredClone(doc));
+  // credentialed operations list the statuses of Part 7 they can answer
+  const timeline = doc.paths['/v1/subscribers/{externalId}/timeline'].get.responses;
+  for (const status of ['400', '401', '403', '404']) assert.ok(timeline[status], status);
+  assert.not.ok(doc.paths['/v1/health'].get.responses['401']);
 });
 
 core.run();

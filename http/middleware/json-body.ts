@@ -1,0 +1,39 @@
+import { HttpMethodEnum, koaBody } from 'koa-body';
+import type { Context, Next } from 'koa';
+import { ApiError } from '../../lib/errors.js';
+
+/** Content types read as JSON: JSON itself, and none or `text/plain` (what `fetch` sends for a string body). */
+const READ_AS_JSON = ['application/json', '+json', 'text/plain'];
+
+/** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
+function bodyError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const e = err as { status?: number; type?: string };
+  if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', 'Request body is larger than the limit');
+  if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br');
+  return new ApiError(400, 'parse', 'Request body is not valid JSON');
+}
+
+/**
+ * Reads a request's JSON body within `limitBytes`. Runs inside `authorize`, after the caller is
+ * authenticated, so an anonymous request is answered 401 without its body being read.
+ * GET and HEAD read none. Any JSON value parses (`null` or `42` then fail the route's schema
+ * with `validation`); a body in another media type (a form, multipart) is 400 `bad_request`.
+ */
+export function jsonBody(limitBytes: number) {
+  const parse = koaBody({ json: true, urlencoded: false, text: false, multipart: false, jsonLimit: limitBytes, jsonStrict: false, parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
+  return async function body(ctx: Context, next: Next): Promise<void> {
+    if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
+    const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
+    if (hasBody) {
+      if (!ctx.get('Content-Type') || ctx.is('text/plain')) ctx.request.headers['content-type'] = 'application/json';
+      if (!ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
+      try {
+        await parse(ctx, async () => {});
+      } catch (err) {
+        throw bodyError(err);
+      }
+    }
+    return next();
+  };
+}
