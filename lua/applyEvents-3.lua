@@ -29,6 +29,7 @@
 local rcall = redis.call
 local base, retention, nowMs = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local HOUR, DAY = 3600000, 86400000
+local HOUR_COUNTS_KEPT = 32 * DAY
 local SAMPLES = 20
 -- a timeline drops its entries older than the retention every TRIM_EVERY events (reads skip them
 -- anyway: their tenant-log entries are trimmed), up to TRIM_MOST at a time
@@ -67,10 +68,10 @@ local function listFor(map, order, key)
 end
 
 -- volume: count `name` and `*` in bucket hash `vol`, and x as a member of both HyperLogLogs
-local function countIn(vol, uv, name, x, untilMs)
+local function countIn(vol, uv, name, x, untilMs, uvUntilMs)
   local bucket = counts[vol]
   if not bucket then
-    bucket = { untilMs = untilMs, uv = uv, fields = {}, order = {} }
+    bucket = { untilMs = untilMs, uv = uv, uvUntilMs = uvUntilMs, fields = {}, order = {} }
     counts[vol] = bucket
     countOrder[#countOrder + 1] = vol
   end
@@ -80,8 +81,10 @@ local function countIn(vol, uv, name, x, untilMs)
       bucket.order[#bucket.order + 1] = field
     end
     bucket.fields[field] = bucket.fields[field] + 1
-    local members = listFor(uniques, uniqueOrder, uv .. ':' .. field)
-    members[#members + 1] = x
+    if uvUntilMs > nowMs then
+      local members = listFor(uniques, uniqueOrder, uv .. ':' .. field)
+      members[#members + 1] = x
+    end
   end
 end
 
@@ -178,13 +181,15 @@ for _, f in ipairs(records) do
     if ts > entry.last then entry.last = ts end
     entry.sources[o] = true
     -- volume and distinct subscribers per hour and per day of the event's timestamp
+    -- hourly counts stay 32 days (the catalog's 7- and 30-day windows read their oldest day by
+    -- the hour), hourly distinct subscribers 48 hours (the 24-hour volume)
     local hour, day = ts - (ts % HOUR), ts - (ts % DAY)
-    if hour + 48 * HOUR > nowMs then
-      countIn(base .. ':vol:' .. t .. ':h:' .. hour, base .. ':uv:' .. t .. ':h:' .. hour, name, x, hour + 48 * HOUR)
+    if hour + HOUR_COUNTS_KEPT > nowMs then
+      countIn(base .. ':vol:' .. t .. ':h:' .. hour, base .. ':uv:' .. t .. ':h:' .. hour, name, x, hour + HOUR_COUNTS_KEPT, hour + 48 * HOUR)
     end
     local dayKeep = day + retention + 2 * DAY
     if dayKeep > nowMs then
-      countIn(base .. ':vol:' .. t .. ':d:' .. day, base .. ':uv:' .. t .. ':d:' .. day, name, x, dayKeep)
+      countIn(base .. ':vol:' .. t .. ':d:' .. day, base .. ':uv:' .. t .. ':d:' .. day, name, x, dayKeep, dayKeep)
     end
     -- newest samples of the name
     local smp = listFor(samples, sampleOrder, base .. ':smp:' .. t .. ':' .. name)
@@ -238,7 +243,7 @@ for _, vol in ipairs(countOrder) do
     local added = bucket.fields[field]
     if rcall('HINCRBY', vol, field, added) == added then
       if field == '*' then rcall('PEXPIREAT', vol, bucket.untilMs) end
-      fresh[bucket.uv .. ':' .. field] = bucket.untilMs
+      fresh[bucket.uv .. ':' .. field] = bucket.uvUntilMs
     end
   end
 end

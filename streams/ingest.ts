@@ -93,7 +93,9 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
       else groups.set(key, { scope, p, slots: [{ request, index }] });
     });
   });
-  const ids = requests.map(({ events }) => events.map(() => newId('event', receivedMs)));
+  // ids in input order, each event's `$subscriber.created` id just before its own (that event is
+  // written first when the subscriber is new): the tenant log lists by (ms, id) (read-models.ts)
+  const ids = requests.map(({ events }) => events.map(() => ({ created: newId('event', receivedMs), event: newId('event', receivedMs) })));
   const calls: { keys: string[]; args: (string | number)[]; slots: Slot[] }[] = [];
   for (const { scope, p, slots } of groups.values()) {
     for (let from = 0; from < slots.length; from += MAX_EVENTS_PER_CALL) {
@@ -101,7 +103,8 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
       const args: (string | number)[] = [scope.tenantId, scope.workspaceId, receivedMs, scope.maxBacklog, keys.partitionBase(p), receivedIso, part.length];
       for (const { request, index } of part) {
         const e = requests[request]!.events[index]!;
-        args.push(ids[request]![index]!, newId('event', receivedMs), newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '');
+        const { created, event } = ids[request]![index]!;
+        args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '');
       }
       calls.push({ keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p)], args, slots: part });
     }
@@ -132,7 +135,7 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
       out[request]![index] = item[0] === 2
         ? { ...fromOriginal(e.externalId, item[1]), status: 'duplicate' }
         : {
-          id: ids[request]![index]!, sequence: item[1], externalId: e.externalId, name: e.name, source: e.source,
+          id: ids[request]![index]!.event, sequence: item[1], externalId: e.externalId, name: e.name, source: e.source,
           timestamp: isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
           runId: e.runId, messageId: e.messageId, step: e.step, status: 'accepted',
         };

@@ -23,55 +23,74 @@ export function eventFromLog(fields: string[]): StoredEvent {
   };
 }
 
-type Position = { id: string; p: number };
 export type LogFilter = { name?: string; source?: string; provider?: string; afterMs?: number };
 
-/** Compares two stream ids (`ms-seq`). */
-function compareIds(a: string, b: string): number {
-  const [am, as] = a.split('-').map(Number) as [number, number];
-  const [bm, bs] = b.split('-').map(Number) as [number, number];
-  return am - bm || as - bs;
-}
-const before = (a: Position, b: Position) => compareIds(a.id, b.id) < 0 || (a.id === b.id && a.p < b.p);
+/**
+ * Where an event sits in the tenant's newest-first order: the millisecond of its log id
+ * (receivedAt), then its `evt_` id. Ids are made in input order, so the events of one request,
+ * spread over many partitions, list in reverse input order; the partition plays no part.
+ */
+export type LogPosition = { ms: number; id: string };
+const msOf = (logId: string) => Number(logId.slice(0, logId.indexOf('-')));
+/** True when `a` is older than `b`. */
+const older = (a: LogPosition, b: LogPosition) => a.ms < b.ms || (a.ms === b.ms && a.id < b.id);
 
 /**
- * One page of a tenant's newest events across partitions, by keyset `(log id, partition)`.
- * Filters scan at most SCAN_BUDGET entries per partition per page: a page may then hold fewer
- * items than asked, with `hasMore` and a cursor where the scan stopped.
+ * One page of a tenant's newest events across partitions, by keyset `(ms, evt id)`. A partition
+ * is read newest first and always to the end of a millisecond, so what it leaves unread is older
+ * than all it read. Filters scan at most SCAN_BUDGET entries per partition per page (plus the rest
+ * of the millisecond it stopped in): a page may then hold fewer items than asked, with `hasMore`
+ * and a cursor where the scan stopped.
  */
 export async function tenantEventsPage(
-  redis: Redis, keys: Keys, partitions: number, tenantId: string, limit: number, after: Position | null, filter: LogFilter,
-): Promise<{ items: StoredEvent[]; next: Position | null }> {
+  redis: Redis, keys: Keys, partitions: number, tenantId: string, limit: number, after: LogPosition | null, filter: LogFilter,
+): Promise<{ items: StoredEvent[]; next: LogPosition | null }> {
   const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && !filter.provider;
   const minId = filter.afterMs !== undefined ? `${filter.afterMs + 1}-0` : '-';
-  const found: { pos: Position; event: StoredEvent }[] = [];
-  let floor: Position | null = null; // where an unfinished scan stopped: nothing below it is known
+  const found: { pos: LogPosition; event: StoredEvent }[] = [];
+  let floor: LogPosition | null = null; // where an unfinished scan stopped: nothing older is known
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {
     const key = keys.tenantLog(p, tenantId);
-    let upper = after ? (p < after.p ? after.id : `(${after.id}`) : '+';
+    let upper = after ? String(after.ms) : '+'; // the whole millisecond of the cursor, filtered below
     let scanned = 0;
     let kept = 0;
-    for (;;) {
-      const chunk = (await redis.xrevrange(key, upper, minId, 'COUNT', SCAN_CHUNK)) as [string, string[]][];
-      for (const [id, fields] of chunk) {
+    const take = (chunk: [string, string[]][]) => {
+      for (const [logId, fields] of chunk) {
         const event = eventFromLog(fields);
+        const pos = { ms: msOf(logId), id: event.id };
+        if (after && !older(pos, after)) continue;
         if (matches(event)) {
-          found.push({ pos: { id, p }, event });
+          found.push({ pos, event });
           kept++;
         }
       }
       scanned += chunk.length;
-      if (chunk.length < SCAN_CHUNK || kept > limit) return;
-      upper = `(${chunk[chunk.length - 1]![0]}`;
-      if (scanned >= SCAN_BUDGET) {
-        const stop = { id: chunk[chunk.length - 1]![0], p };
-        if (!floor || before(floor, stop)) floor = stop;
+    };
+    for (;;) {
+      const chunk = (await redis.xrevrange(key, upper, minId, 'COUNT', SCAN_CHUNK)) as [string, string[]][];
+      take(chunk);
+      if (chunk.length < SCAN_CHUNK) return;
+      const lastId = chunk[chunk.length - 1]![0];
+      upper = `(${lastId}`;
+      if (kept > limit || scanned >= SCAN_BUDGET) {
+        // finish the millisecond it stopped in (bounded by what one millisecond holds)
+        const ms = msOf(lastId);
+        for (let rest = SCAN_BUDGET; rest > 0; rest -= SCAN_CHUNK) {
+          const more = (await redis.xrevrange(key, upper, `${ms}-0`, 'COUNT', SCAN_CHUNK)) as [string, string[]][];
+          take(more);
+          if (more.length < SCAN_CHUNK) break;
+          upper = `(${more[more.length - 1]![0]}`;
+        }
+        if (kept <= limit) {
+          const stop = { ms, id: '' };
+          if (!floor || older(floor, stop)) floor = stop;
+        }
         return;
       }
     }
   }));
-  found.sort((a, b) => (before(a.pos, b.pos) ? 1 : before(b.pos, a.pos) ? -1 : 0));
-  const visible = floor ? found.filter((f) => !before(f.pos, floor!)) : found;
+  found.sort((a, b) => (older(a.pos, b.pos) ? 1 : older(b.pos, a.pos) ? -1 : 0));
+  const visible = floor ? found.filter((f) => !older(f.pos, floor!)) : found;
   const page = visible.slice(0, limit);
   const more = visible.length > limit || floor !== null;
   const last = page[page.length - 1];
@@ -107,28 +126,46 @@ export type CatalogEntry = {
   lastAt: string;
 };
 
-const hourStart = (ms: number) => ms - (ms % HOUR);
 const dayStart = (ms: number) => ms - (ms % DAY);
+/** Timestamps may be up to an hour ahead (spec Part 8): every window reaches to the bucket of now + 1 hour. */
+const AHEAD = HOUR;
 
-/** Hour buckets of the last 24 hours (this hour included), oldest first. */
-function lastHours(count: number): number[] {
-  const h = hourStart(now());
-  return Array.from({ length: count }, (_, i) => h - (count - 1 - i) * HOUR);
-}
-/** Day buckets of the last `count` days (today included), oldest first. */
-function lastDays(count: number): number[] {
-  const d = dayStart(now());
-  return Array.from({ length: count }, (_, i) => d - (count - 1 - i) * DAY);
+/** Starts of the `size` buckets from the one holding `fromMs` to the one holding now + 1 hour, oldest first. */
+function bucketsSince(fromMs: number, size: number): number[] {
+  const first = fromMs - (fromMs % size);
+  const last = now() + AHEAD;
+  const starts: number[] = [];
+  for (let b = first; b <= last; b += size) starts.push(b);
+  return starts;
 }
 
 /**
- * The tenant's catalog: one entry per event name seen, with counts over 24 hours (hourly buckets)
- * and 7 and 30 days (daily buckets, today included), all time, distinct subscribers over 7 days,
- * sources, providers, first and last timestamps. `only` restricts it to one name.
+ * A rolling window of `days` days as buckets: the hours of its oldest, partial day (from the hour
+ * holding now − `days`), then whole days up to tomorrow's when now + 1 hour reaches it.
+ */
+function windowOf(days: number): { hours: number[]; days: number[] } {
+  const from = now() - days * DAY;
+  const firstWholeDay = dayStart(from) + DAY;
+  return { hours: bucketsSince(from, HOUR).filter((h) => h < firstWholeDay), days: bucketsSince(firstWholeDay, DAY) };
+}
+
+/**
+ * The tenant's catalog: one entry per event name seen, with counts over rolling windows of 24
+ * hours, 7 and 30 days (by the event's timestamp; each window starts at the hour holding its
+ * start, so it is exact to the hour and reaches the future hour timestamps may name), all time,
+ * distinct subscribers over 7 days (by day: the window's oldest day is counted whole), sources,
+ * providers, first and last timestamps. `only` restricts it to one name.
  */
 export async function readCatalog(redis: Redis, keys: Keys, partitions: number, tenantId: string, only?: string): Promise<CatalogEntry[]> {
-  const hours = lastHours(24);
-  const days = lastDays(30);
+  const day = bucketsSince(now() - DAY, HOUR);
+  const week = windowOf(7);
+  const month = windowOf(30);
+  const weekUniques = bucketsSince(now() - 7 * DAY, DAY);
+  const hourly: { start: number; windows: (keyof CatalogCounts)[] }[] = [...new Set([...day, ...week.hours, ...month.hours])].map((h) => ({
+    start: h,
+    windows: [...(day.includes(h) ? ['last24h' as const] : []), ...(week.hours.includes(h) ? ['last7d' as const] : []), ...(month.hours.includes(h) ? ['last30d' as const] : [])],
+  }));
+  const daily = month.days.map((d) => ({ start: d, windows: [...(week.days.includes(d) ? ['last7d' as const] : []), 'last30d' as const] }));
   const entries = new Map<string, CatalogEntry & { first: number; last: number }>();
   const entry = (name: string) => {
     let e = entries.get(name);
@@ -157,19 +194,15 @@ export async function readCatalog(redis: Redis, keys: Keys, partitions: number, 
     if (names.size === 0) return;
     const list = [...names];
     const pipeline = redis.pipeline();
-    for (const h of hours) pipeline.hmget(keys.volume(p, tenantId, 'h', h), ...list);
-    for (const d of days) pipeline.hmget(keys.volume(p, tenantId, 'd', d), ...list);
-    for (const name of list) pipeline.pfcount(...days.slice(-7).map((d) => keys.uniques(p, tenantId, 'd', d, name)));
+    for (const { start } of hourly) pipeline.hmget(keys.volume(p, tenantId, 'h', start), ...list);
+    for (const { start } of daily) pipeline.hmget(keys.volume(p, tenantId, 'd', start), ...list);
+    for (const name of list) pipeline.pfcount(...weekUniques.map((d) => keys.uniques(p, tenantId, 'd', d, name)));
     const replies = (await pipeline.exec()) ?? [];
     let r = 0;
-    for (let i = 0; i < hours.length; i++, r++) {
-      (replies[r]![1] as (string | null)[]).forEach((v, k) => (entry(list[k]!).counts.last24h += Number(v ?? 0)));
-    }
-    for (let i = 0; i < days.length; i++, r++) {
-      (replies[r]![1] as (string | null)[]).forEach((v, k) => {
-        const e = entry(list[k]!);
-        e.counts.last30d += Number(v ?? 0);
-        if (i >= days.length - 7) e.counts.last7d += Number(v ?? 0);
+    for (const { windows } of [...hourly, ...daily]) {
+      (replies[r++]![1] as (string | null)[]).forEach((v, k) => {
+        const counts = entry(list[k]!).counts;
+        for (const w of windows) counts[w] += Number(v ?? 0);
       });
     }
     for (const name of list) entry(name).subscribers7d += Number(replies[r++]![1]);
@@ -182,10 +215,14 @@ export async function readCatalog(redis: Redis, keys: Keys, partitions: number, 
 export type VolumeBucket = { start: string; count: number; subscribers: number };
 export type VolumeRange = '24h' | '7d' | '30d';
 
-/** Event counts and distinct subscribers per hour (`24h`) or per day (`7d`, `30d`), oldest first, empty buckets omitted. */
+/**
+ * Event counts and distinct subscribers per hour (`24h`) or per day (`7d`, `30d`), oldest first,
+ * from the bucket holding the range's start to the one holding now + 1 hour (timestamps may be
+ * that far ahead), empty buckets omitted.
+ */
 export async function readVolume(redis: Redis, keys: Keys, partitions: number, tenantId: string, range: VolumeRange, name?: string): Promise<{ unit: 'hour' | 'day'; buckets: VolumeBucket[] }> {
   const unit = range === '24h' ? 'h' : 'd';
-  const starts = range === '24h' ? lastHours(24) : lastDays(range === '7d' ? 7 : 30);
+  const starts = range === '24h' ? bucketsSince(now() - DAY, HOUR) : bucketsSince(now() - (range === '7d' ? 7 : 30) * DAY, DAY);
   const field = name ?? '*';
   const counts = starts.map(() => 0);
   const uniques = starts.map(() => 0);
@@ -203,9 +240,9 @@ export async function readVolume(redis: Redis, keys: Keys, partitions: number, t
   return { unit: unit === 'h' ? 'hour' : 'day', buckets };
 }
 
-/** The newest `limit` events of a name, across partitions. */
+/** The newest `limit` events of a name, across partitions, in the order of `tenantEventsPage`. */
 export async function readSamples(redis: Redis, keys: Keys, partitions: number, tenantId: string, name: string, limit = 20): Promise<StoredEvent[]> {
-  const all: { id: string; event: StoredEvent }[] = [];
+  const all: { pos: LogPosition; event: StoredEvent }[] = [];
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {
     const ids = await redis.lrange(keys.samples(p, tenantId, name), 0, limit - 1);
     if (!ids.length) return;
@@ -213,8 +250,11 @@ export async function readSamples(redis: Redis, keys: Keys, partitions: number, 
     for (const id of ids) pipeline.xrange(keys.tenantLog(p, tenantId), id, id);
     for (const [err, reply] of (await pipeline.exec()) ?? []) {
       const entries = reply as [string, string[]][] | undefined;
-      if (!err && entries?.[0]) all.push({ id: entries[0][0], event: eventFromLog(entries[0][1]) });
+      if (!err && entries?.[0]) {
+        const event = eventFromLog(entries[0][1]);
+        all.push({ pos: { ms: msOf(entries[0][0]), id: event.id }, event });
+      }
     }
   }));
-  return all.sort((a, b) => compareIds(b.id, a.id)).slice(0, limit).map((a) => a.event);
+  return all.sort((a, b) => (older(a.pos, b.pos) ? 1 : older(b.pos, a.pos) ? -1 : 0)).slice(0, limit).map((a) => a.event);
 }

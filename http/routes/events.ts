@@ -91,13 +91,13 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     const { limit, after, query } = pageRequest<{ name?: string; source?: string; provider?: string; after?: string }>(ctx, 'EventsListQuery');
     let position = null;
     if (after) {
-      const [id, p] = after.split('/');
-      if (!id || !/^\d+-\d+$/.test(id) || !/^\d+$/.test(p ?? '')) badCursor();
-      position = { id, p: Number(p) };
+      const match = /^(\d+)\/((?:evt_[0-9a-z]+)?)$/.exec(after);
+      if (!match) badCursor();
+      position = { ms: Number(match[1]), id: match[2]! };
     }
     const filter = { name: query.name, source: query.source, provider: query.provider, afterMs: query.after ? Date.parse(query.after) : undefined };
     const page = await tenantEventsPage(redis, keys, config.partitions, tenantOf(ctx).id, limit, position, filter);
-    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.id}/${page.next.p}`) : null });
+    respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.ms}/${page.next.id}`) : null });
   });
 
   /**
@@ -136,7 +136,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     operationId: getEventVolume
    *     summary: Event volume
    *     description: Scope `events:read` (or an events token). `24h` gives hourly buckets, `7d` and `30d` daily
-   *       (UTC) buckets, today included, each with a count and a distinct-subscriber count. Empty buckets are
+   *       (UTC) buckets, from the one holding the range's start to the one holding now + 1 hour, each with a count and a distinct-subscriber count. Empty buckets are
    *       omitted. Buckets follow the events' `timestamp`.
    *     tags: [Events]
    *     parameters:

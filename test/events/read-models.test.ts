@@ -52,6 +52,20 @@ reads('the tenant log lists newest first with keyset pagination and no total', a
   assert.equal(ids, all.items.map((e: any) => e.id), 'pages join into the whole list, nothing twice');
 });
 
+reads('events of one request list in reverse input order, across partitions, each subscriber\'s creation just below its first event', async ({ api, key }) => {
+  const all = (await api.get('/v1/events?limit=100', key)).body.data.items;
+  const firstBatch = all.filter((e: any) => e.name === 'order.completed' && e.data.n !== undefined && e.data.n < 20);
+  assert.equal(firstBatch.map((e: any) => e.data.n), Array.from({ length: 20 }, (_, i) => 19 - i));
+  for (let b = 0; b < 5; b++) {
+    const created = all.findIndex((e: any) => e.name === '$subscriber.created' && e.externalId === `buyer-${b}`);
+    const first = all.findIndex((e: any) => e.externalId === `buyer-${b}` && e.data.n === b);
+    assert.is(created, first + 1, `buyer-${b}`);
+  }
+  const samples = (await api.get('/v1/events/names/order.completed', key)).body.data.samples;
+  const newest = all.filter((e: any) => e.name === 'order.completed').slice(0, 20);
+  assert.equal(samples.map((e: any) => e.id), newest.map((e: any) => e.id), 'samples are the list\'s 20 newest, in its order');
+});
+
 reads('the tenant log filters by name, source and receivedAt', async ({ api, key }) => {
   const named = (await api.get('/v1/events?name=order.refunded', key)).body.data.items;
   assert.is(named.length, 3);
@@ -134,6 +148,26 @@ reads('an externalId with slashes, percent signs, spaces and non-ASCII round-tri
   assert.is(res.body.data.items[0].externalId, odd);
   const long = await api.get(`/v1/subscribers/${'x'.repeat(257)}/timeline`, key);
   assert.is(long.body.error.code, 'validation');
+});
+
+reads('catalog windows roll by the hour and reach the hour ahead; volume shows them', async ({ api, key }) => {
+  const events = [
+    { externalId: 'edge', name: 'edge.window', timestamp: ago(7 * DAY - 5 * 60_000) },
+    { externalId: 'edge', name: 'edge.window', timestamp: ago(6.5 * DAY) },
+    { externalId: 'edge', name: 'edge.window', timestamp: ago(24 * HOUR - 5 * 60_000) },
+    { externalId: 'edge', name: 'edge.window', timestamp: ago(25 * HOUR + 5 * 60_000) },
+    { externalId: 'edge', name: 'edge.window', timestamp: ago(-50 * 60_000) },
+  ];
+  assert.is((await api.post('/v1/events', key, { events })).status, 202);
+  const entry = await waitFor('the edge events in the catalog', async () => {
+    const res = await api.get('/v1/events/names/edge.window', key);
+    return res.status === 200 && res.body.data.entry.counts.allTime === 5 ? res.body.data.entry : null;
+  });
+  assert.equal(entry.counts, { last24h: 2, last7d: 5, last30d: 5, allTime: 5 });
+  const day = (await api.get('/v1/events/volume?name=edge.window', key)).body.data;
+  assert.is(day.buckets.reduce((n: number, b: any) => n + b.count, 0), 2, 'the hour ahead and 24 hours ago');
+  const week = (await api.get('/v1/events/volume?range=7d&name=edge.window', key)).body.data;
+  assert.is(week.buckets.reduce((n: number, b: any) => n + b.count, 0), 5);
 });
 
 reads('expired data really goes after the retention window', async ({ api, key, service }) => {
