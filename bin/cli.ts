@@ -6,14 +6,14 @@ import { ApiError } from '../lib/errors.js';
 import { createSecretBox } from '../lib/secret-box.js';
 import { describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
 import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
-import { scopeProblem } from '../lib/scopes.js';
+import { scopeProblem, scopeProblemForKind } from '../lib/scopes.js';
 import { resolveRedis } from '../streams/embedded-redis.js';
 import {
   createApiKey, createTenant, ensureWorkspace, findTenantBySlug, findWorkspaceBySlug, listApiKeys, publicKey, revokeApiKey,
   rotateIdentitySecret, setIdentityRequired, tenantIdentity, type Tenant, type Workspace, type Writer,
 } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
+import { connectRedis, describeTarget, type RedisTarget } from '../streams/redis.js';
 
 const USAGE = `usage: herald <command> [options]
 
@@ -32,10 +32,18 @@ const USAGE = `usage: herald <command> [options]
 
 Redis: REDIS_URL, else 127.0.0.1:6379, else the embedded server under ./var/redis (see README).`;
 
-/** A mistake in the command line: printed with the usage, exit code 2. */
+/** A mistake in the command line: one line on stderr pointing at --help, exit code 2. */
 class UsageError extends Error {}
 /** A request that cannot be carried out: printed alone, exit code 1. */
 class CliError extends Error {}
+
+/**
+ * The one stderr line of a usage mistake. Scripts read stderr line by line, so the usage is not
+ * repeated; parseArgs's advice on `--` after an unknown option gives way to the pointer to --help.
+ */
+function usageLine(reason: string): string {
+  return `herald: ${reason.replace(/\. To specify a positional argument.*$/s, '')} (run herald --help for usage)\n`;
+}
 
 const BY_CLI: Writer = { actor: { type: 'cli', id: null }, request: null };
 
@@ -145,7 +153,8 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
       const scopes = required(options, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
       if (scopes.length === 0) throw new UsageError('--scopes must name at least one scope');
       for (const scope of scopes) {
-        const problem = scopeProblem(scope);
+        // A scope the kind can never use would make a key that authenticates yet is refused everywhere.
+        const problem = scopeProblem(scope) ?? scopeProblemForKind(kind, scope);
         if (problem) throw new UsageError(`--scopes: ${problem}`);
       }
       let expiresAt: string | null = null;
@@ -204,6 +213,25 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
   }
 }
 
+/**
+ * The CLI's Redis client, connected. A CLI run either reaches Redis at once or says so in one
+ * line: no reconnecting (that only delays the message), and an 'error' listener so ioredis
+ * prints no "Unhandled error event" stack traces of its own.
+ */
+async function openRedis(target: RedisTarget): Promise<Redis> {
+  const seen: { error?: Error } = {};
+  const redis = connectRedis(target, { lazyConnect: true, retryStrategy: () => null });
+  redis.on('error', (err: Error) => (seen.error = err));
+  try {
+    await redis.connect();
+  } catch (err) {
+    redis.disconnect();
+    // connect() rejects with "Connection is closed."; the socket's own error says why.
+    throw new CliError(`cannot reach Redis at ${describeTarget(target)}: ${(seen.error ?? (err as Error)).message}`);
+  }
+  return redis;
+}
+
 const COMMANDS = ['bootstrap', 'tenant create', 'tenant identity-secret', 'tenant update', 'key create', 'key revoke', 'key list', 'apns set', 'apns show'];
 
 /** Runs the CLI with `argv` (without node and script); resolves to the exit code. */
@@ -222,7 +250,7 @@ export async function main(argv: string[]): Promise<number> {
       },
     });
   } catch (err) {
-    process.stderr.write(`herald: ${(err as Error).message}\n\n${USAGE}\n`);
+    process.stderr.write(usageLine((err as Error).message));
     return 2;
   }
   const options = parsed.values as Options;
@@ -231,19 +259,20 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE + '\n');
     return 0;
   }
-  if (command === '') {
+  // A bare `herald` is someone finding out what it does: the usage answers. Anything else is a usage mistake.
+  if (argv.length === 0) {
     process.stderr.write(`herald: no command given\n\n${USAGE}\n`);
     return 2;
   }
   if (!COMMANDS.includes(command)) {
-    process.stderr.write(`herald: unknown command "${command}"\n\n${USAGE}\n`);
+    process.stderr.write(usageLine(command ? `unknown command "${command}"` : 'no command given'));
     return 2;
   }
   let resolved;
   try {
     const config = loadConfig();
     resolved = await resolveRedis(config);
-    const redis = connectRedis(resolved.target, { maxRetriesPerRequest: 3 });
+    const redis = await openRedis(resolved.target);
     try {
       const keys = createKeys(config.keyPrefix);
       await execute(command, options, redis, keys, (json, text) => process.stdout.write((options.json ? JSON.stringify(json) : text) + '\n'));
@@ -253,7 +282,7 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof UsageError) {
-      process.stderr.write(`herald: ${err.message}\n\n${USAGE}\n`);
+      process.stderr.write(usageLine(err.message));
       return 2;
     }
     const message = err instanceof CliError || err instanceof ConfigError ? err.message : `failed: ${(err as Error).message}`;

@@ -1,3 +1,5 @@
+import type { KeyKind } from './key-kinds.js';
+
 /**
  * Scopes are `resource:action`, `resource:*`, `*`, or the client scope `client`.
  * Session-only scopes (spec 5.7) can never be held by an API key, not even through `*`.
@@ -9,6 +11,13 @@ export const SCOPE_RESOURCES = [
   'events', 'subscribers', 'subscriptions', 'topics', 'preferences', 'segments', 'workflows',
   'messages', 'deliveries', 'sources', 'apps', 'webhooks', 'tenants', 'widgets',
 ] as const;
+
+/**
+ * Resources whose every route is a workspace route (`authorize(deps, 'workspace', …)` in
+ * http/routes), which refuse tenant keys: a tenant key could never use their scopes.
+ * test/http/auth.test.ts reads the routes to keep this list true.
+ */
+export const WORKSPACE_ONLY_RESOURCES = ['webhooks'] as const;
 
 const SCOPE_SHAPE = /^(?:\*|client|[a-z][a-z_]*:(?:\*|[a-z][a-z_]*))$/;
 
@@ -28,6 +37,25 @@ export function scopeProblem(scope: string): string | null {
   if (scope === '*' || scope === 'client') return null;
   const resource = scope.split(':')[0] ?? '';
   if (!(SCOPE_RESOURCES as readonly string[]).includes(resource)) return `"${scope}" names an unknown resource "${resource}"`;
+  return null;
+}
+
+/**
+ * Why a key of `kind` could never use `scope`, or null when some route lets it. Only client keys
+ * reach /v1/client routes, which all need `client`, and they are refused everywhere else; tenant
+ * keys are refused on workspace routes. `*` suits every kind. Check `scopeProblem` first: this
+ * only judges the kind.
+ */
+export function scopeProblemForKind(kind: KeyKind, scope: string): string | null {
+  if (scope === '*') return null;
+  if (kind === 'client') {
+    return scope === 'client' ? null : `"${scope}" can never be used by a client key: client keys call only /v1/client routes, which need the scope client (or *)`;
+  }
+  if (scope === 'client') return `"client" can never be used by a ${kind} key: only client keys call /v1/client routes`;
+  const resource = scope.split(':')[0] ?? '';
+  if (kind === 'tenant' && (WORKSPACE_ONLY_RESOURCES as readonly string[]).includes(resource)) {
+    return `"${scope}" can never be used by a tenant key: ${resource} routes are workspace routes, which refuse tenant keys (use a workspace key)`;
+  }
   return null;
 }
 

@@ -128,7 +128,8 @@ export function publicKey(record: ApiKeyRecord): Omit<ApiKeyRecord, 'hash'> {
 /**
  * Creates an API key and returns the key itself once; only its SHA-256 is stored. The record
  * is written before the hash pointer, so a lookup never finds a pointer without its record.
- * Scopes must already be checked with `scopeProblem`.
+ * Scopes must already be checked with `scopeProblem` and `scopeProblemForKind` (tests make
+ * deliberately useless keys, so this does not check them itself).
  */
 export async function createApiKey(
   redis: Redis, keys: Keys,

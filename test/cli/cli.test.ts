@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
-import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 import { BY_TEST, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { createTenant, ensureWorkspace, findWorkspaceBySlug } from '../../streams/identity.js';
@@ -77,9 +77,12 @@ function assertBootstrapShape(out: any, slug: string): void {
 
 const cli = suite<Ctx>('operator cli');
 
+/** What follows the reason of a usage mistake (exit code 2), on the same and only line. */
+const HELP_HINT = ' (run herald --help for usage)';
+
 /**
- * Command lines an operator gets wrong: each must exit non-zero, print one reason on the first
- * line of stderr (the usage may follow for a command-line mistake) and nothing on stdout.
+ * Command lines an operator gets wrong: each must exit non-zero, print exactly one line on stderr
+ * (the reason; for a command-line mistake followed by HELP_HINT) and nothing on stdout.
  * Workspace `acme` with tenant `emea` exists; `--name bad-…` lets a later test check nothing was made.
  */
 const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
@@ -97,7 +100,15 @@ const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
   { what: 'an unknown workspace', args: ['key', 'create', '--workspace', 'nowhere', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-unknown-ws', '--json'], code: 1, reason: /^herald: workspace "nowhere" does not exist \(create it with: herald bootstrap --workspace nowhere\)$/ },
   { what: 'an unknown tenant', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'mars', '--kind', 'tenant', '--scopes', 'events:read', '--name', 'bad-unknown-tenant', '--json'], code: 1, reason: /^herald: tenant "mars" does not exist in workspace "acme"$/ },
   { what: '--tenant with --kind workspace', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'emea', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-tenant-on-ws', '--json'], code: 2, reason: /^herald: --tenant does not apply to workspace keys/ },
-  { what: 'an unknown flag', args: ['bootstrap', '--workspace', 'acme', '--colour', 'red', '--json'], code: 2, reason: /^herald: Unknown option '--colour'/ },
+  { what: 'an unknown flag', args: ['bootstrap', '--workspace', 'acme', '--colour', 'red', '--json'], code: 2, reason: /^herald: Unknown option '--colour'$/ },
+  { what: 'a flag without its value', args: ['key', 'list', '--workspace'], code: 2, reason: /^herald: Option '--workspace <value>' argument missing$/ },
+  { what: 'flags without a command', args: ['--workspace', 'acme', '--json'], code: 2, reason: /^herald: no command given$/ },
+  // Scopes a key of that kind can never use: the key would authenticate and then be refused on every route.
+  { what: 'a client key with a data-plane scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'events:write', '--name', 'bad-client-scope', '--json'], code: 2, reason: /^herald: --scopes: "events:write" can never be used by a client key: client keys call only \/v1\/client routes, which need the scope client \(or \*\)$/ },
+  { what: 'a client key with client and a data-plane scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'client,subscribers:*', '--name', 'bad-client-mixed', '--json'], code: 2, reason: /^herald: --scopes: "subscribers:\*" can never be used by a client key/ },
+  { what: 'a tenant key with a webhooks scope', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'emea', '--kind', 'tenant', '--scopes', 'events:read,webhooks:*', '--name', 'bad-tenant-webhooks', '--json'], code: 2, reason: /^herald: --scopes: "webhooks:\*" can never be used by a tenant key: webhooks routes are workspace routes, which refuse tenant keys \(use a workspace key\)$/ },
+  { what: 'a tenant key with the client scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'tenant', '--scopes', 'client', '--name', 'bad-tenant-client', '--json'], code: 2, reason: /^herald: --scopes: "client" can never be used by a tenant key: only client keys call \/v1\/client routes$/ },
+  { what: 'a workspace key with the client scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read,client', '--name', 'bad-workspace-client', '--json'], code: 2, reason: /^herald: --scopes: "client" can never be used by a workspace key/ },
   { what: 'a missing --slug on tenant create', args: ['tenant', 'create', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --slug is required$/ },
   { what: 'a missing --id on key revoke', args: ['key', 'revoke', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --id is required$/ },
 ];
@@ -190,12 +201,12 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   const nordics = oneJsonLine(await herald(env, 'tenant', 'create', '--workspace', 'acme', '--slug', 'nordics', '--json'));
   const made: Record<string, { id: string; key: string }> = {};
   const expectations = [
-    { kind: 'workspace', prefix: 'svc_ws_', extra: ['--expires', '2999-01-01T02:00:00+02:00'] },
-    { kind: 'tenant', prefix: 'svc_tn_', extra: ['--tenant', 'nordics'] },
-    { kind: 'client', prefix: 'svc_pk_', extra: ['--tenant', 'nordics', '--name', 'ios app'] },
+    { kind: 'workspace', prefix: 'svc_ws_', scopes: 'events:read,events:write', extra: ['--expires', '2999-01-01T02:00:00+02:00'] },
+    { kind: 'tenant', prefix: 'svc_tn_', scopes: 'events:read,events:write', extra: ['--tenant', 'nordics'] },
+    { kind: 'client', prefix: 'svc_pk_', scopes: 'client', extra: ['--tenant', 'nordics', '--name', 'ios app'] },
   ];
-  for (const { kind, prefix, extra } of expectations) {
-    const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', kind, '--scopes', 'events:read,events:write', ...extra, '--json');
+  for (const { kind, prefix, scopes, extra } of expectations) {
+    const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', kind, '--scopes', scopes, ...extra, '--json');
     ok(run, `key create --kind ${kind}`);
     const out = oneJsonLine(run);
     assert.equal(Object.keys(out), ['id', 'key']);
@@ -220,6 +231,7 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   assert.is(pk.kind, 'client');
   assert.is(pk.tenantId, nordicsId);
   assert.is(pk.name, 'ios app');
+  assert.equal(pk.scopes, ['client']);
 
   // The tenant key reaches its own tenant's data plane, with the scopes it was given.
   const names = await api.get('/v1/events/names', made.tenant!.key);
@@ -246,11 +258,13 @@ for (const c of BAD) {
     const run = await bad.get(c.what)!;
     assert.is(run.code, c.code, `exit code (stderr: ${run.stderr})`);
     assert.is(run.stdout, '');
-    const [reason, next] = run.stderr.split('\n');
-    assert.match(reason!, c.reason);
-    // A usage mistake may be followed by the usage text, after a blank line; nothing else.
-    if (c.code === 2) assert.ok(next === '' && run.stderr.includes('usage: herald <command>'), run.stderr);
-    else assert.is(run.stderr, reason + '\n');
+    assert.ok(run.stderr.endsWith('\n') && run.stderr.indexOf('\n') === run.stderr.length - 1, `stderr is one line: ${run.stderr}`);
+    let reason = run.stderr.slice(0, -1);
+    if (c.code === 2) {
+      assert.ok(reason.endsWith(HELP_HINT), `a usage mistake points at --help: ${reason}`);
+      reason = reason.slice(0, -HELP_HINT.length);
+    }
+    assert.match(reason, c.reason);
   });
 }
 
@@ -361,10 +375,39 @@ cli('key list of a workspace without keys says so', async ({ env, service }) => 
   assert.is(text.stdout, 'no keys\n');
 });
 
+cli('key create accepts the scopes each kind can use, and those keys reach their routes', async ({ env, api }) => {
+  const create = async (kind: string, scopes: string) => {
+    const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', kind, '--scopes', scopes, '--json');
+    ok(run, `key create --kind ${kind} --scopes ${scopes}`);
+    return oneJsonLine(run).key as string;
+  };
+  const [webhooksReader, clientKey, starClientKey] = await Promise.all([create('workspace', 'webhooks:read'), create('client', 'client'), create('client', '*')]);
+  const catalog = await api.get('/v1/workspaces/acme/webhooks/catalog', webhooksReader);
+  assert.is(catalog.status, 200, catalog.text);
+  for (const key of [clientKey, starClientKey]) {
+    const widgets = await api.get('/v1/client/widgets?externalId=cli-user', key);
+    assert.is(widgets.status, 200, widgets.text);
+  }
+});
+
+cli('an unreachable Redis is one line naming it, exit 1, without ioredis stack traces or retries', async ({ env }) => {
+  const port = await freePort(); // bound a moment ago, then closed: nothing listens there
+  const started = Date.now();
+  const run = await herald({ ...env, REDIS_URL: `redis://127.0.0.1:${port}` }, 'key', 'list', '--workspace', 'acme', '--json');
+  const elapsed = Date.now() - started;
+  assert.is(run.code, 1, `exit code (stderr: ${run.stderr})`);
+  assert.is(run.stdout, '');
+  assert.is(run.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`);
+  // Most of this is starting node with tsx; the bound only catches a client left reconnecting (connectRedis's default of 20 retries takes over 10 s).
+  assert.ok(elapsed < 10_000, `finished in ${elapsed} ms`);
+});
+
 cli('help prints the usage on stdout; no command is exit 2 with the usage on stderr', async ({ env }) => {
-  const help = await herald(env, '--help');
-  ok(help, '--help');
-  assert.match(help.stdout, /^usage: herald <command> \[options\]\n/);
+  for (const args of [['--help'], ['help'], ['key', 'create', '--help'], ['-h']]) {
+    const help = await herald(env, ...args);
+    ok(help, args.join(' '));
+    assert.match(help.stdout, /^usage: herald <command> \[options\]\n/);
+  }
   const none = await herald(env);
   assert.is(none.code, 2);
   assert.is(none.stdout, '');

@@ -1,8 +1,11 @@
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { SignJWT } from 'jose';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { hasScope, isSessionOnly, scopeProblem, SESSION_ONLY_SCOPES } from '../../lib/scopes.js';
+import { KEY_KINDS } from '../../lib/key-kinds.js';
+import { hasScope, isSessionOnly, SCOPE_RESOURCES, scopeProblem, scopeProblemForKind, SESSION_ONLY_SCOPES, WORKSPACE_ONLY_RESOURCES } from '../../lib/scopes.js';
 import { signEventsToken } from '../../lib/events-token.js';
 import { createTenant, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
 import { eventsTokenSecret } from '../../streams/secrets.js';
@@ -385,6 +388,44 @@ auth('scopeProblem never lets a session-only scope be granted and checks the sha
   assert.match(scopeProblem('Events:Read') ?? '', /is not a scope/);
   assert.match(scopeProblem('events') ?? '', /is not a scope/);
   assert.match(scopeProblem('bogus:read') ?? '', /unknown resource/);
+});
+
+auth('scopeProblemForKind: client keys hold only client or *, the others never client, tenant keys no workspace-only resource', () => {
+  for (const kind of KEY_KINDS) assert.is(scopeProblemForKind(kind, '*'), null, `* on a ${kind} key`);
+  assert.is(scopeProblemForKind('client', 'client'), null);
+  for (const scope of ['events:write', 'events:*', 'subscribers:read', 'webhooks:*']) {
+    assert.match(scopeProblemForKind('client', scope) ?? '', new RegExp(`^"${scope.replace('*', '\\*')}" can never be used by a client key: .*need the scope client`), scope);
+  }
+  for (const kind of ['workspace', 'tenant'] as const) assert.match(scopeProblemForKind(kind, 'client') ?? '', new RegExp(`^"client" can never be used by a ${kind} key`));
+  for (const scope of ['webhooks:read', 'webhooks:write', 'webhooks:*']) {
+    assert.match(scopeProblemForKind('tenant', scope) ?? '', /can never be used by a tenant key: webhooks routes are workspace routes/, scope);
+    assert.is(scopeProblemForKind('workspace', scope), null, `${scope} on a workspace key`);
+  }
+  for (const scope of ['events:read', 'events:*', 'messages:send', 'subscribers:write', 'topics:*', 'apps:write']) {
+    assert.is(scopeProblemForKind('tenant', scope), null, `${scope} on a tenant key`);
+    assert.is(scopeProblemForKind('workspace', scope), null, `${scope} on a workspace key`);
+  }
+});
+
+/** Every `authorize(deps, '<plane>', '<scope>'…)` of http/routes, read from the source. */
+function routeScopes(): { plane: string; scope: string }[] {
+  const dir = join(import.meta.dirname, '..', '..', 'http', 'routes');
+  return readdirSync(dir).filter((f) => f.endsWith('.ts')).flatMap((f) =>
+    [...readFileSync(join(dir, f), 'utf8').matchAll(/authorize\(deps, '([a-z]+)', '([^']+)'/g)].map((m) => ({ plane: m[1]!, scope: m[2]! })));
+}
+
+auth('the kind rules match the routes: client routes need client, and the workspace-only resources are those only workspace routes name', () => {
+  const found = routeScopes();
+  assert.ok(found.length > 20, `found ${found.length} authorize calls`);
+  for (const { scope } of found.filter((r) => r.plane === 'client')) assert.is(scope, 'client', 'a client route needs the scope client');
+  const planes = new Map<string, Set<string>>();
+  for (const { plane, scope } of found) {
+    const resource = scope.split(':')[0]!;
+    if (!(SCOPE_RESOURCES as readonly string[]).includes(resource)) continue; // session-only (keys:write) or client
+    planes.set(resource, (planes.get(resource) ?? new Set()).add(plane));
+  }
+  const workspaceOnly = [...planes].filter(([, p]) => p.size === 1 && p.has('workspace')).map(([r]) => r).sort();
+  assert.equal(workspaceOnly, [...WORKSPACE_ONLY_RESOURCES].sort());
 });
 
 // KeyCache.lookup reads the key, then its workspace and tenant, then caches: a revocation announced in
