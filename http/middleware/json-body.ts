@@ -25,14 +25,16 @@ export function jsonBody(limitBytes: number) {
   return async function body(ctx: Context, next: Next): Promise<void> {
     if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
     const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
-    if (hasBody) {
-      if (!ctx.get('Content-Type') || ctx.is('text/plain')) ctx.request.headers['content-type'] = 'application/json';
-      if (!ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
-      try {
-        await parse(ctx, async () => {});
-      } catch (err) {
-        throw bodyError(err);
-      }
+    if (!hasBody) {
+      ctx.request.body = {}; // no body reads as an empty object, as a body-less POST (replay, rotate) expects
+      return next();
+    }
+    if (!ctx.get('Content-Type') || ctx.is('text/plain')) ctx.request.headers['content-type'] = 'application/json';
+    if (!ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
+    try {
+      await parse(ctx, async () => {});
+    } catch (err) {
+      throw bodyError(err);
     }
     return next();
   };
