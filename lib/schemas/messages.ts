@@ -5,6 +5,7 @@ const externalId: Schema = { type: 'string', minLength: 1, maxLength: 256 };
 
 export const MessageTarget: Schema = {
   description: 'An externalId, or an object with exactly one of `externalId`, `topic` (a topic slug), `segment` (a segment slug) or `where` (an inline expression, docs/expressions.md, evaluated over the tenant\'s subscribers when the message fans out).',
+  'x-errorMessage': 'must be an externalId string or an object with exactly one of externalId, topic, segment, where',
   oneOf: [
     externalId,
     { type: 'object', additionalProperties: false, required: ['externalId'], properties: { externalId } },
