@@ -10,9 +10,10 @@ import { findTenant, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
+import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import {
-  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts,
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
 import { allEndpoints, findEndpoint, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
@@ -114,6 +115,8 @@ class WebhookDispatcher {
     every(REGISTRY_EVERY_MS, () => this.refreshRegistry(), 'registry refresh');
     every(POLL_EVERY_MS, async () => this.kick(), 'poll');
     every(SWEEP_EVERY_MS, () => this.sweep(), 'sweep');
+    // once at start too, so delivery indexes from before they were scored are scored at once
+    void this.sweep().catch((err: Error) => log.warn('webhook sweep failed', { err: err.message }));
     log.info('webhook dispatcher started', { owner: this.owner });
   }
 
@@ -404,17 +407,20 @@ class WebhookDispatcher {
 }
 
 /**
- * The dispatchers' housekeeping, run by one of them a minute: delivery indexes lose ids past the
- * retention (records and payloads expire by themselves), workspaces without endpoints leave the
- * registry, and ledgers nobody reads are trimmed to the last `UNREAD_LEDGER_WINDOW_MS`.
+ * The dispatchers' housekeeping, run by one of them a minute (and once at start): delivery indexes
+ * lose ids past the retention (records and payloads expire by themselves), workspaces without
+ * endpoints leave the registry, and ledgers nobody reads are trimmed to the last
+ * `UNREAD_LEDGER_WINDOW_MS`. Deliveries indexed before the indexes were scored by createdAt get
+ * their score first (`rescoreLegacyDeliveries`; nothing to do once that is done).
  */
-export async function sweepWebhooks(ctx: RoleContext): Promise<{ pruned: number; unregistered: number; trimmed: number }> {
+export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; unregistered: number; trimmed: number }> {
   const { redis, keys, config } = ctx;
+  let rescored = 0;
   let pruned = 0;
   let unregistered = 0;
   let trimmed = 0;
-  // delivery ids start with their event's time: everything below this one is past the retention
-  const floor = derivedId('webhookDelivery', now() - config.retentionMs, '').slice(0, 'whd_'.length + 10);
+  // delivery indexes are scored by createdAt, as records expire: everything below this is past the retention
+  const floor = `(${scoreAt(now() - config.retentionMs)}`;
   const registered = new Set(await redis.zrange(keys.webhookWorkspaces, 0, -1));
   for (const ws of registered) {
     const endpoints = await redis.zrange(keys.webhookEndpoints(ws), 0, -1);
@@ -425,8 +431,9 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ pruned: number;
       }
       continue;
     }
+    rescored += await rescoreLegacyDeliveries(redis, keys, ws, endpoints);
     const pipeline = redis.pipeline();
-    for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebylex(keys.webhookDeliveries(ws, e, status), '-', `(${floor}`);
+    for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebyscore(keys.webhookDeliveries(ws, e, status), '-inf', floor);
     for (const [, removed] of (await pipeline.exec()) ?? []) pruned += Number(removed ?? 0);
   }
   // ledgers of workspaces without endpoints: no endpoint can ever want what is older than the window
@@ -439,7 +446,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ pruned: number;
     for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
     for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
   } while (cursor !== '0');
-  return { pruned, unregistered, trimmed };
+  return { rescored, pruned, unregistered, trimmed };
 }
 
 /** Starts the webhook dispatcher of this process (role `dispatcher`). */

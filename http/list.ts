@@ -2,6 +2,7 @@ import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../lib/errors.js';
 import { checkQuery } from '../lib/validator.js';
+import { entriesAfter, type ScoredPosition } from '../streams/scored-index.js';
 
 /** A page of a list (spec 2.2); `total` only on record lists. */
 export type Page<T> = { items: T[]; hasMore: boolean; nextCursor: string | null; total?: number };
@@ -19,7 +20,11 @@ export function decodeCursor(cursor: string): string {
   } catch {
     // fall through
   }
-  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
+  throw badCursor();
+}
+
+function badCursor(): ApiError {
+  return new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
 }
 
 /**
@@ -46,9 +51,43 @@ export async function pageIds(redis: Redis, index: string, page: PageRequest): P
   return { ids: pageOfIds, hasMore, nextCursor: hasMore ? encodeCursor(pageOfIds[pageOfIds.length - 1]!) : null, total };
 }
 
-/** Loads the records of a page of ids (dropping ids whose record vanished) into a `Page` with `total`. */
-export async function pageRecords<T>(redis: Redis, index: string, page: PageRequest, load: (ids: string[]) => Promise<(T | null)[]>): Promise<Page<T>> {
-  const { ids, hasMore, nextCursor, total } = await pageIds(redis, index, page);
+/**
+ * An index ordered by score instead of by id (streams/scored-index.ts): newest first by score,
+ * equal scores by member; its cursors hold `<score>|<member>`. `unscored` places a cursor taken
+ * from an entry that had no score yet, for an index that was ordered by id before: a bare member
+ * (a cursor of the id-ordered list) or score 0 (an entry not yet given its score); it answers the
+ * member's score now, or null when it cannot be placed (400, as a cursor this service did not issue).
+ */
+export type ScoredIndex = { unscored?: (member: string) => Promise<string | null> };
+
+async function scoredPosition(after: string, scored: ScoredIndex): Promise<ScoredPosition> {
+  const bar = after.indexOf('|');
+  const score = after.slice(0, bar);
+  const member = bar < 0 ? after : after.slice(bar + 1);
+  if ((bar < 0 || score === '0') && scored.unscored) {
+    const now = await scored.unscored(member);
+    if (now !== null) return { score: now, member };
+  }
+  if (bar < 1 || !/^\d+$/.test(score)) throw badCursor();
+  return { score, member };
+}
+
+/** One page of ids from a score-ordered index (see `ScoredIndex`), newest first; `total` is its ZCARD. */
+export async function pageScoredIds(redis: Redis, index: string, page: PageRequest, scored: ScoredIndex = {}): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
+  const after = page.after === null ? null : await scoredPosition(page.after, scored);
+  const [entries, total] = await Promise.all([entriesAfter(redis, index, after, page.limit + 1), redis.zcard(index)]);
+  const hasMore = entries.length > page.limit;
+  const pageOf = entries.slice(0, page.limit);
+  const last = pageOf[pageOf.length - 1];
+  return { ids: pageOf.map(([member]) => member), hasMore, nextCursor: hasMore && last ? encodeCursor(`${last[1]}|${last[0]}`) : null, total };
+}
+
+/**
+ * Loads the records of a page of ids (dropping ids whose record vanished) into a `Page` with
+ * `total`; the index is ordered by id, or by score when `scored` is given.
+ */
+export async function pageRecords<T>(redis: Redis, index: string, page: PageRequest, load: (ids: string[]) => Promise<(T | null)[]>, scored?: ScoredIndex): Promise<Page<T>> {
+  const { ids, hasMore, nextCursor, total } = scored ? await pageScoredIds(redis, index, page, scored) : await pageIds(redis, index, page);
   const items = (await load(ids)).filter((x): x is T => x !== null);
   return { items, hasMore, nextCursor, total };
 }

@@ -126,6 +126,14 @@ export function isId(kind: IdKind, value: unknown): value is string {
   return value.startsWith(prefix) && BODY.test(value.slice(prefix.length));
 }
 
+/** The time (ms) an id of `kind` carries (its creation, or a derived id's `atMs`); null when `value` is not one. */
+export function idTimeMs(kind: IdKind, value: unknown): number | null {
+  if (!isId(kind, value)) return null;
+  let ms = 0;
+  for (const c of value.slice(ID_PREFIX[kind].length, ID_PREFIX[kind].length + TIME_CHARS)) ms = ms * 32 + ALPHABET.indexOf(c);
+  return ms;
+}
+
 /**
  * An id of `kind` derived from `seed` (same seed, same id): for records a retried step must find
  * again instead of creating twice (deliveries of a message). Sorts by `atMs` like other ids.

@@ -10,7 +10,8 @@ const ROOT = 'herald';
 
 /** One ajv instance holding every schema of `lib/schemas` under `herald#/components/schemas/<Name>`. */
 export function createAjv(schemas: Record<string, Schema>, options: { coerceTypes?: boolean } = {}): Ajv {
-  const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: options.coerceTypes ?? false, useDefaults: true });
+  // verbose: an error carries its schema, so a failed oneOf can say what its alternatives are (`x-errorMessage`)
+  const ajv = new Ajv({ allErrors: true, strict: false, verbose: true, coerceTypes: options.coerceTypes ?? false, useDefaults: true });
   addFormats(ajv);
   ajv.addSchema({ $id: ROOT, components: { schemas } });
   return ajv;
@@ -41,10 +42,47 @@ function callerPath(instancePath: string, base: string): string {
   return out;
 }
 
+/** Errors that say the value has another shape than an alternative wants (not what is inside it). */
+const SHAPE = new Set(['type', 'required', 'additionalProperties', 'oneOf', 'anyOf', 'alternatives']);
+
+/**
+ * A failed `oneOf`/`anyOf` as the caller should read it. When exactly one alternative fits the
+ * value's shape (none of its errors is a type, required or additional field at the value itself),
+ * its errors stand and name what is wrong inside (`to.topic` must match pattern…). Otherwise one
+ * error at the value, with the schema's `x-errorMessage` (the alternatives in words), replaces
+ * every alternative's errors: a dump of each alternative's complaints explains nothing.
+ */
+function collapseAlternatives(errors: ErrorObject[]): ErrorObject[] {
+  let out = errors;
+  for (const alt of errors) {
+    if (alt.keyword !== 'oneOf' && alt.keyword !== 'anyOf') continue;
+    const prefix = `${alt.schemaPath}/`;
+    const branches = new Map<string, ErrorObject[]>();
+    for (const e of out) {
+      if (!e.schemaPath.startsWith(prefix)) continue;
+      const branch = e.schemaPath.slice(prefix.length).split('/')[0]!;
+      branches.set(branch, [...(branches.get(branch) ?? []), e]);
+    }
+    // (a oneOf that several alternatives matched has no single one to explain)
+    const nonePassed = alt.keyword === 'anyOf' || alt.params.passingSchemas == null;
+    const fitting = [...branches.values()].filter((list) => !list.some((e) => e.instancePath === alt.instancePath && SHAPE.has(e.keyword)));
+    const inside = new Set([...branches.values()].flat());
+    if (nonePassed && fitting.length === 1) {
+      const keep = new Set(fitting[0]);
+      out = out.filter((e) => e !== alt && (!inside.has(e) || keep.has(e)));
+    } else {
+      const message = (alt.parentSchema as Record<string, unknown> | undefined)?.['x-errorMessage'];
+      const one: ErrorObject = { ...alt, keyword: 'alternatives', message: typeof message === 'string' ? message : `must match ${alt.keyword === 'oneOf' ? 'exactly one' : 'one'} of the allowed forms` };
+      out = out.filter((e) => !inside.has(e)).map((e) => (e === alt ? one : e));
+    }
+  }
+  return out;
+}
+
 /** One `{param, message}` per failing field, the first problem of each. */
 export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
   const byParam = new Map<string, string>();
-  for (const e of errors) {
+  for (const e of collapseAlternatives(errors)) {
     let param = callerPath(e.instancePath, base);
     let message = e.message ?? 'is invalid';
     if (e.keyword === 'required') {
@@ -55,7 +93,7 @@ export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
       message = 'is not an allowed field';
     } else if (e.keyword === 'enum') {
       message = `must be one of ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
-    } else if (e.keyword === 'if' || e.keyword === 'oneOf' || e.keyword === 'anyOf') {
+    } else if (e.keyword === 'if') {
       continue; // the branch errors that caused it say more
     }
     if (!param) param = base || 'body';

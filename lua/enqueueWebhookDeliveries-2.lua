@@ -5,6 +5,10 @@
   An endpoint that no longer exists, is disabled, or became active after the event gets nothing
   (spec 3.3). Up to the caller's free capacity per endpoint the first attempts are claimed at once
   (leased to the caller, as claimWebhookAttempts does); the others wait in the endpoint's queue.
+  A new delivery's score in the endpoint's delivery indexes (all, and `pending`) is its createdAt
+  (now) in ms × the score per ms, plus n for the n-th delivery the endpoint got in that millisecond
+  (ledger order within a call, call order across calls; the last slot is shared past it), so the
+  lists are newest first by createdAt, ties in arrival order (streams/scored-index.ts).
 
   KEYS[1] the workspace's in-flight attempts ({w:<ws>}:whd-inflight)  zset member → lease expiry ms
   KEYS[2] the workspace's attempt leases     ({w:<ws>}:whd-leases)    hash member → claim token
@@ -15,7 +19,8 @@
   ARGV[4] retention (ms): how long payloads and delivery records are kept
   ARGV[5] lease (ms)
   ARGV[6] claim token (unique per call; each claim gets `<token>:<n>`)
-  ARGV[7] number of endpoints C with capacity, then C pairs: endpoint id, attempts it may still take
+  ARGV[7] index score per ms (1000)
+  ARGV[8] number of endpoints C with capacity, then C pairs: endpoint id, attempts it may still take
   then the number of events E, then per event: event id, event time (ms), event type, payload JSON,
        number of endpoints K, then K pairs: endpoint id, delivery id
 
@@ -25,9 +30,10 @@
 ]]
 local rcall = redis.call
 local base, nowMs, nowIso, retention, lease, token = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local perMs = tonumber(ARGV[7])
 local capacity = {}
-local c = tonumber(ARGV[7])
-local at = 8
+local c = tonumber(ARGV[8])
+local at = 9
 for _ = 1, c do
   capacity[ARGV[at]] = tonumber(ARGV[at + 1])
   at = at + 2
@@ -41,6 +47,19 @@ local function endpoint(id)
     endpoints[id] = e
   end
   return e
+end
+
+-- the next free score of this millisecond in an endpoint's delivery index, then one more per delivery
+local first, last = nowMs * perMs, nowMs * perMs + perMs - 1
+local nextScore = {}
+local function score(idx)
+  local s = nextScore[idx]
+  if s == nil then
+    local top = rcall('ZRANGE', idx, string.format('%.0f', last), string.format('%.0f', first), 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+    s = top[2] and tonumber(top[2]) + 1 or first
+  end
+  nextScore[idx] = s + 1
+  return string.format('%.0f', math.min(s, last))
 end
 
 local claimed, existing, n = {}, {}, 0
@@ -69,8 +88,9 @@ for _ = 1, events do
         'nextAttemptAt', nowMs, 'lastAttemptAt', '', 'lastStatusCode', '')
       rcall('PEXPIRE', d, retention)
       local idx = base .. ':whk:' .. endpointId .. ':dlv'
-      rcall('ZADD', idx, 0, deliveryId)
-      rcall('ZADD', idx .. ':pending', 0, deliveryId)
+      local s = score(idx)
+      rcall('ZADD', idx, s, deliveryId)
+      rcall('ZADD', idx .. ':pending', s, deliveryId)
       local free = capacity[endpointId] or 0
       if free > 0 then
         capacity[endpointId] = free - 1

@@ -5,7 +5,8 @@
   - the attempt is stored on the delivery (`a:<n>`, n counting every attempt, replays included);
   - status (spec 3.2): 2xx → success (a queued retry is dropped); a failed scheduled attempt →
     failed with the next attempt queued after the retry schedule, or exhausted after the last
-    one; a failed replay leaves the status as it was; a finished delivery stays success;
+    one; a failed replay leaves the status as it was; a finished delivery stays success; the
+    delivery moves to its new status's index with the score it has in the index of all;
   - the endpoint's failure streak (spec 3.3): a success clears `failingSince`; a failure sets it
     when empty, and disables the endpoint when it is at least `disable after` old.
 
@@ -69,8 +70,10 @@ for _ = 1, count do
     if after ~= status then
       local idx = e .. ':dlv'
       if exists then
+        -- the per-status index takes the delivery's score in the index of all (its place by createdAt)
+        local score = rcall('ZSCORE', idx, deliveryId)
         rcall('ZREM', idx .. ':' .. status, deliveryId)
-        rcall('ZADD', idx .. ':' .. after, 0, deliveryId)
+        if score then rcall('ZADD', idx .. ':' .. after, score, deliveryId) end
       end
       rcall('HSET', d, 'status', after)
     end

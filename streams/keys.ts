@@ -53,7 +53,7 @@ export function createKeys(prefix: string) {
     webhookVersion: (workspaceId: string) => `${w(workspaceId)}:whks:v`,
     /** hash: a webhook endpoint (url, patterns, secrets, enabled, activeSince, failingSince) */
     webhookEndpoint: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}`,
-    /** zset (score 0) of an endpoint's delivery ids; with `status`, those in that status */
+    /** zset of an endpoint's delivery ids scored by createdAt (streams/scored-index.ts); with `status`, those in that status */
     webhookDeliveries: (workspaceId: string, endpointId: string, status?: string) => `${w(workspaceId)}:whk:${endpointId}:dlv${status ? `:${status}` : ''}`,
     /** zset attempt member (`<whd_ id>` or `<whd_ id>#<replay n>`) → due ms: an endpoint's waiting attempts */
     webhookDue: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}:due`,

@@ -4,6 +4,7 @@ import { ApiError, notFound } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+import { entriesAfter, type ScoredPosition } from './scored-index.js';
 import { changeSubscriber, type Change, type RecordOp, type TenantScope } from './subscriber-writes.js';
 
 /**
@@ -18,7 +19,7 @@ import { changeSubscriber, type Change, type RecordOp, type TenantScope } from '
 export type TopicRef = { id: string; slug: string };
 export type TopicMember = { externalId: string; joinedAt: string };
 /** A place in a member list: the member's score (as Redis prints it) and the member. */
-export type MemberPosition = { score: string; member: string };
+export type MemberPosition = ScoredPosition;
 export type MembersAdded = { added: number; alreadyMembers: number; subscribersCreated: number; subscriberCount: number };
 export type MembersRemoved = { removed: number; notMembers: number; subscriberCount: number };
 
@@ -129,35 +130,10 @@ export async function removeTopicMembers(redis: Redis, keys: Keys, scope: Tenant
   return { removed: counts.changed, notMembers: counts.unchanged + counts.unknown, subscriberCount };
 }
 
-/** `[member, score, member, score, …]` as pairs. */
-function pairs(flat: string[]): [string, string][] {
-  const out: [string, string][] = [];
-  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
-  return out;
-}
-
-/**
- * Up to `count` members after `after` in newest-first order: by score descending, then (as Redis
- * orders equal scores) by member bytes descending. Members sharing the cursor's score are read
- * whole and filtered here (only calls landing in the same millisecond share a score, so that
- * group is tiny); the rest is one bounded range. One round trip.
- */
-async function membersAfter(redis: Redis, key: string, after: MemberPosition | null, count: number): Promise<[string, string][]> {
-  if (!after) return pairs(await redis.zrange(key, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES'));
-  const [[tieErr, tie], [restErr, rest]] = ((await redis.pipeline()
-    .zrange(key, after.score, after.score, 'BYSCORE', 'REV', 'WITHSCORES')
-    .zrange(key, `(${after.score}`, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES')
-    .exec()) ?? []) as [Error | null, string[]][];
-  if (tieErr || restErr) throw tieErr ?? restErr;
-  const cursor = Buffer.from(after.member);
-  const tied = pairs(tie ?? []).filter(([m]) => Buffer.compare(Buffer.from(m), cursor) < 0);
-  return [...tied, ...pairs(rest ?? [])].slice(0, count);
-}
-
 /** One page of a topic's members, newest joined first, with `total` (the member count). */
 export async function topicMemberPage(redis: Redis, keys: Keys, tenantId: string, topicId: string, limit: number, after: MemberPosition | null): Promise<{ items: TopicMember[]; next: MemberPosition | null; total: number }> {
   const key = keys.topicMembers(tenantId, topicId);
-  const [entries, total] = await Promise.all([membersAfter(redis, key, after, limit + 1), redis.zcard(key)]);
+  const [entries, total] = await Promise.all([entriesAfter(redis, key, after, limit + 1), redis.zcard(key)]);
   const page = entries.slice(0, limit);
   const last = page[page.length - 1];
   return {
@@ -176,7 +152,7 @@ export async function* topicMembers(redis: Redis, keys: Keys, tenantId: string, 
   const key = keys.topicMembers(tenantId, topicId);
   let after: MemberPosition | null = null;
   for (;;) {
-    const entries = await membersAfter(redis, key, after, chunk);
+    const entries = await entriesAfter(redis, key, after, chunk);
     if (entries.length) yield entries.map(([m]) => m);
     if (entries.length < chunk) return;
     const [member, score] = entries[entries.length - 1]!;

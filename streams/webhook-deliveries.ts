@@ -1,9 +1,10 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
-import { isId } from '../lib/ids.js';
+import { idTimeMs, isId } from '../lib/ids.js';
 import { MAX_ATTEMPTS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+import { SCORE_PER_MS, scoreAt } from './scored-index.js';
 
 export const DELIVERY_STATUSES = ['pending', 'success', 'failed', 'exhausted'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
@@ -69,6 +70,78 @@ function attemptsOf(h: Record<string, string>): (AttemptRecord & { attempt: numb
   return out;
 }
 
+/*
+ * An endpoint's delivery indexes (all, and one per status) are scored by createdAt, ties in arrival
+ * order (streams/scored-index.ts; the score is given by lua/enqueueWebhookDeliveries and kept when a
+ * delivery changes status), so they list newest first by createdAt. Not by id: a delivery id is
+ * derived from its event and endpoint (exactly-once), its time is the event's and its tail a hash.
+ */
+
+/**
+ * Where a cursor taken from a delivery not yet scored continues (one issued while the lists were
+ * ordered by id, or listing one still at score 0): after that delivery's score now in the
+ * endpoint's index of all, or, once it has left it, after the time in its id. Null for anything
+ * else (not a cursor this service issued).
+ */
+export async function unscoredCursorScore(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, id: string): Promise<string | null> {
+  const ms = idTimeMs('webhookDelivery', id);
+  if (ms === null) return null;
+  return (await redis.zscore(keys.webhookDeliveries(workspaceId, endpointId), id)) ?? String(scoreAt(ms));
+}
+
+/**
+ * Scores what the endpoints' delivery indexes hold at score 0: deliveries stored before the
+ * indexes were scored, and those a dispatcher of that earlier version makes or moves during a
+ * rolling upgrade. Each gets the score of its record's createdAt, in their old order (by id) within
+ * a millisecond; an id whose record expired leaves the indexes (lua/rescoreWebhookDeliveries). Run
+ * by the dispatchers' housekeeping; once nothing is at 0 it costs one round trip per workspace.
+ */
+export async function rescoreLegacyDeliveries(redis: Redis, keys: Keys, workspaceId: string, endpointIds: string[]): Promise<number> {
+  const statuses = [undefined, ...DELIVERY_STATUSES];
+  let changed = 0;
+  let left = endpointIds;
+  while (left.length) {
+    const found = redis.pipeline();
+    for (const e of left) for (const status of statuses) found.zrange(keys.webhookDeliveries(workspaceId, e, status), 0, 0, 'BYSCORE', 'LIMIT', 0, 500);
+    const lists = ((await found.exec()) ?? []).map(([err, list]) => {
+      if (err) throw err;
+      return list as string[];
+    });
+    const next: string[] = [];
+    for (const [i, endpointId] of left.entries()) {
+      const ids = [...new Set(lists.slice(i * statuses.length, (i + 1) * statuses.length).flat())].sort();
+      if (ids.length === 0) continue;
+      const done = await rescore(redis, keys, workspaceId, endpointId, ids);
+      changed += done;
+      if (done > 0) next.push(endpointId); // look again: there may be more than one page at 0
+    }
+    left = next;
+  }
+  return changed;
+}
+
+/** One page of `rescoreLegacyDeliveries` for one endpoint: how many ids changed. */
+async function rescore(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, ids: string[]): Promise<number> {
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hget(keys.webhookDelivery(workspaceId, id), 'createdAt');
+  const replies = (await pipeline.exec()) ?? [];
+  const inMs = new Map<number, number>();
+  const args: string[] = [];
+  ids.forEach((id, i) => {
+    const [err, createdAt] = replies[i]!;
+    if (err) throw err;
+    const ms = typeof createdAt === 'string' ? Date.parse(createdAt) : NaN;
+    if (!(ms > 0)) {
+      args.push(id, '');
+      return;
+    }
+    const n = inMs.get(ms) ?? 0;
+    inMs.set(ms, n + 1);
+    args.push(id, String(scoreAt(ms, n)));
+  });
+  return callScript<number>(redis, 'rescoreWebhookDeliveries', [keys.webhookDeliveries(workspaceId, endpointId)], args);
+}
+
 /** Deliveries by id, for a page of an index (those expired are null). */
 export async function loadDeliveries(redis: Redis, keys: Keys, workspaceId: string, ids: string[]): Promise<(WebhookDelivery | null)[]> {
   if (ids.length === 0) return [];
@@ -110,16 +183,16 @@ export async function replayDelivery(redis: Redis, keys: Keys, workspaceId: stri
 export async function requeueDeliveries(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, atMs: number): Promise<number> {
   let queued = 0;
   for (const status of ['pending', 'failed'] as const) {
-    const index = keys.webhookDeliveries(workspaceId, endpointId, status);
-    let after = '-';
-    for (;;) {
-      const ids = await redis.zrange(index, after, '+', 'BYLEX', 'LIMIT', 0, 500);
-      if (ids.length === 0) break;
+    // ZSCAN yields every id present throughout the walk; one seen twice is queued twice, harmlessly
+    let cursor = '0';
+    do {
+      const [next, flat] = await redis.zscan(keys.webhookDeliveries(workspaceId, endpointId, status), cursor, 'COUNT', 500);
+      cursor = next;
+      const ids = flat.filter((_, i) => i % 2 === 0);
+      if (ids.length === 0) continue;
       queued += await callScript<number>(redis, 'requeueWebhookDeliveries',
         [keys.webhookInflight(workspaceId), keys.webhookDue(workspaceId, endpointId)], [keys.webhookBase(workspaceId), atMs, ...ids]);
-      if (ids.length < 500) break;
-      after = `(${ids[ids.length - 1]}`;
-    }
+    } while (cursor !== '0');
   }
   return queued;
 }
@@ -151,7 +224,7 @@ export type LeaseOptions = { atMs: number; leaseMs: number; token: string };
 export async function enqueueDeliveries(
   redis: Redis, keys: Keys, workspaceId: string, events: EnqueueEvent[], capacity: Map<string, number>, lease: LeaseOptions & { retentionMs: number },
 ): Promise<{ claimed: (ClaimedAttempt & { endpointId: string })[]; stored: Map<string, string> }> {
-  const args: (string | number)[] = [keys.webhookBase(workspaceId), lease.atMs, isoNow(lease.atMs), lease.retentionMs, lease.leaseMs, lease.token, capacity.size];
+  const args: (string | number)[] = [keys.webhookBase(workspaceId), lease.atMs, isoNow(lease.atMs), lease.retentionMs, lease.leaseMs, lease.token, SCORE_PER_MS, capacity.size];
   for (const [id, free] of capacity) args.push(id, free);
   args.push(events.length);
   for (const e of events) {

@@ -139,8 +139,8 @@ export async function createEndpoint(redis: Redis, keys: Keys, workspace: Worksp
   // before the endpoint exists (and before its activeSince): every stream event it can want is
   // forwarded to the ledger (streams/stream-ledger.ts)
   await redis.sadd(keys.webhookForwarding, workspace.id);
-  const id = newId('webhookEndpoint');
   const at = now();
+  const id = newId('webhookEndpoint', at); // the endpoint list is by id: its time is createdAt's
   const iso = isoNow(at);
   const fields: Record<string, string> = {
     id, url: input.url, description: input.description ?? '', events: JSON.stringify(input.events),

@@ -30,6 +30,18 @@ function targetOf(to: CreateBody['to']): Target {
   return 'topic' in to ? { topic: to.topic as string } : { externalId: to.externalId as string };
 }
 
+/**
+ * The `Idempotency-Key` header: null when absent; present, it must hold 1 to 255 characters (an
+ * empty or blank one is a mistake to report, not a request without a key).
+ */
+function idempotencyKeyOf(ctx: Context): string | null {
+  if (ctx.headers['idempotency-key'] === undefined) return null;
+  const key = ctx.get('Idempotency-Key');
+  if (key.trim() === '') throw validationError([{ param: 'Idempotency-Key', message: 'must not be empty' }]);
+  if (key.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
+  return key;
+}
+
 export function registerMessages(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
 
@@ -46,7 +58,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       creates one delivery per subscription of the audience (skipped ones with a reason) and sends them over APNs.
    *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
    *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
-   *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire.
+   *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire. An empty (or blank) or
+   *       longer than 255 characters `Idempotency-Key` is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
+   *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
@@ -73,8 +87,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
-    const idempotencyKey = ctx.get('Idempotency-Key') || null;
-    if (idempotencyKey && idempotencyKey.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
+    const idempotencyKey = idempotencyKeyOf(ctx);
     const body = checkBody<CreateBody>('MessageCreate', ctx.request.body);
     const to = targetOf(body.to);
     if (body.data && ('aps' in body.data || 'herald' in body.data)) throw validationError([{ param: 'data', message: 'must not hold the keys aps or herald' }]);

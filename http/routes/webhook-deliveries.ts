@@ -2,7 +2,7 @@ import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context, Middleware } from 'koa';
 import { now } from '../../lib/clock.js';
 import { ApiError, notFound } from '../../lib/errors.js';
-import { findDelivery, loadDeliveries, replayDelivery, type DeliveryStatus } from '../../streams/webhook-deliveries.js';
+import { findDelivery, loadDeliveries, replayDelivery, unscoredCursorScore, type DeliveryStatus } from '../../streams/webhook-deliveries.js';
 import type { WebhookEndpoint } from '../../streams/webhook-endpoints.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
@@ -22,8 +22,9 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *   get:
    *     operationId: listWebhookDeliveries
    *     summary: An endpoint's deliveries
-   *     description: Scope `webhooks:read`. One delivery per event sent to the endpoint, newest event first, with
-   *       `total`; `status` filters on `pending`, `success`, `failed` or `exhausted`.
+   *     description: Scope `webhooks:read`. One delivery per event sent to the endpoint, newest first by `createdAt`
+   *       (when the delivery was made; deliveries made in the same millisecond, the later made first), with `total`;
+   *       `status` filters on `pending`, `success`, `failed` or `exhausted`.
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
@@ -42,7 +43,9 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const endpoint = await endpointOr404(ctx);
     const workspaceId = workspaceIdOf(ctx);
     const index = keys.webhookDeliveries(workspaceId, endpoint.id, page.query.status);
-    respond(ctx, 200, await pageRecords(redis, index, page, (ids) => loadDeliveries(redis, keys, workspaceId, ids)));
+    respond(ctx, 200, await pageRecords(redis, index, page, (ids) => loadDeliveries(redis, keys, workspaceId, ids), {
+      unscored: (id) => unscoredCursorScore(redis, keys, workspaceId, endpoint.id, id),
+    }));
   });
 
   /**

@@ -4,6 +4,7 @@ const slug: Schema = { type: 'string', minLength: 3, maxLength: 48, pattern: '^[
 
 export const MessageTarget: Schema = {
   description: 'An externalId, or an object with exactly one of `externalId`, `topic` (a topic slug), `segment` (a segment slug) or `where` (an inline expression, docs/expressions.md, evaluated over the tenant\'s subscribers when the message fans out).',
+  'x-errorMessage': 'must be an externalId string or an object with exactly one of externalId, topic, segment, where',
   oneOf: [
     externalId,
     { type: 'object', additionalProperties: false, required: ['externalId'], properties: { externalId } },

@@ -127,7 +127,7 @@ const deliveryProperties: Record<string, Schema> = {
   nextAttemptAt: { type: 'string', format: 'date-time', nullable: true },
   lastAttemptAt: { type: 'string', format: 'date-time', nullable: true },
   lastStatusCode: { type: 'integer', nullable: true },
-  createdAt: { type: 'string', format: 'date-time' },
+  createdAt: { type: 'string', format: 'date-time', description: 'When the delivery was made (its event reached a dispatcher); lists are newest first by it.' },
   updatedAt: { type: 'string', format: 'date-time' },
 };
 

@@ -250,4 +250,39 @@ m('bad requests are clear errors', async (ctx) => {
   assert.is((await ctx.api.post('/v1/messages', ctx.pk, { to: 'x', title: 't', body: 'b' })).body.error.code, 'forbidden');
 });
 
+m('a to that is not exactly one target is one clear detail; a malformed single target names its own field', async (ctx) => {
+  const ONE = 'must be an externalId string or an object with exactly one of externalId, topic, segment, where';
+  for (const to of [{ externalId: 'u', topic: 'news' }, {}, { segment: 'vips', where: { topic: 'news' } }, 5, null, ['u']]) {
+    const res = await ctx.api.post('/v1/messages', ctx.key, { to, title: 't', body: 'b' });
+    assert.equal([res.status, res.body.error.code, res.body.error.param, res.body.error.details], [400, 'validation', 'to', [{ param: 'to', message: ONE }]], JSON.stringify(to));
+  }
+  const precise: [unknown, string, RegExp][] = [
+    [{ topic: 'Not A Slug' }, 'to.topic', /pattern/],
+    [{ topic: 'no-such-topic' }, 'to.topic', /no topic/],
+    [{ externalId: '' }, 'to.externalId', /fewer than 1/],
+    ['', 'to', /fewer than 1/],
+    [{ where: 'plan = pro' }, 'to.where', /object/],
+    [{ where: { all: [{ attribute: 'plan', eq: 'pro' }, { zz: 1 }] } }, 'to.where.all[1]', /one of all, any/],
+  ];
+  for (const [to, param, message] of precise) {
+    const res = await ctx.api.post('/v1/messages', ctx.key, { to, title: 't', body: 'b' });
+    assert.equal([res.status, res.body.error.code, res.body.error.param, res.body.error.details.length], [400, 'validation', param, 1], JSON.stringify(res.body.error));
+    assert.match(res.body.error.details[0].message, message);
+  }
+});
+
+m('an empty or blank Idempotency-Key is 400 validation naming the header, as one over 255 characters; nothing is sent', async (ctx) => {
+  await device(ctx, 'idem-empty');
+  const total = async () => (await ctx.api.get('/v1/messages?limit=1', ctx.key)).body.data.total as number;
+  const before = await total();
+  for (const key of ['', '   ', 'k'.repeat(256)]) {
+    const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'idem-empty', title: 't', body: 'b' }, { 'Idempotency-Key': key });
+    assert.equal([res.status, res.body.error.code, res.body.error.param], [400, 'validation', 'Idempotency-Key'], `${JSON.stringify(key.slice(0, 10))}: ${res.text}`);
+    assert.equal(res.body.error.details.map((d: any) => d.param), ['Idempotency-Key']);
+  }
+  assert.is(await total(), before, 'no message was made');
+  const ok = await ctx.api.post('/v1/messages', ctx.key, { to: 'idem-empty', title: 't', body: 'b' }, { 'Idempotency-Key': 'k'.repeat(255) });
+  assert.is(ok.status, 202, '255 characters are fine');
+});
+
 m.run();

@@ -315,6 +315,36 @@ delivery('the status filter lists each status with its total', async (ctx) => {
   assert.is((await deliveries(ctx, ws, e.id)).total, 3);
 });
 
+delivery('deliveries of a burst list newest first by createdAt, a subscriber\'s events newest first, across pages without repeats or gaps', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-burst');
+  const r = await receiver(ctx);
+  const e = await endpoint(ctx, ws, r, { events: ['burst.*', '$subscriber.created'] });
+  const buyers = Array.from({ length: 8 }, (_, i) => `burst-${i}`);
+  // one batch of new subscribers: each also writes $subscriber.created, so 16 events within a few ms
+  const res = await ctx.api.post('/v1/events', ws.keys.tenant, { events: buyers.map((externalId) => ({ externalId, name: 'burst.done' })) });
+  assert.is(res.status, 202, res.text);
+  await waitFor('16 successful deliveries', async () => (await deliveries(ctx, ws, e.id, 'success')).total === 16, 10_000, 100);
+  const base = `/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}/deliveries`;
+  const all = (await ctx.api.get(`${base}?limit=100`, ws.keys.workspace)).body.data.items as any[];
+  const nonIncreasing = (list: any[]) => list.every((d, i) => i === 0 || Date.parse(d.createdAt) <= Date.parse(list[i - 1].createdAt));
+  assert.ok(nonIncreasing(all), `createdAt never increases down the list: ${all.map((d) => `${d.eventType} ${d.createdAt}`).join(', ')}`);
+  const externalIdOf = new Map(r.requests.map((req) => [req.id, req.body.data.object.subscriber.externalId as string]));
+  for (const buyer of buyers) {
+    const mine = all.filter((d) => externalIdOf.get(d.eventId) === buyer).map((d) => d.eventType);
+    assert.equal(mine, ['burst.done', '$subscriber.created'], `${buyer}: its later event is listed first`);
+  }
+  const paged: any[] = [];
+  let cursor: string | null = null;
+  do {
+    const page: any = (await ctx.api.get(`${base}?limit=3${cursor ? `&cursor=${cursor}` : ''}`, ws.keys.workspace)).body.data;
+    paged.push(...page.items);
+    cursor = page.nextCursor;
+  } while (cursor);
+  assert.equal(paged.map((d) => d.id), all.map((d) => d.id), 'pages of 3 give the same list, each delivery once');
+  assert.ok(nonIncreasing(paged));
+  assert.equal((await ctx.api.get(`${base}?status=success&limit=100`, ws.keys.workspace)).body.data.items.map((d: any) => d.id), all.map((d) => d.id), 'the status filter keeps the order');
+});
+
 delivery('a host name whose DNS answer moves to a private address is refused at send time, and the attempt says why', async (ctx) => {
   const ws = await bootstrapWorkspace(ctx.service, 'whd-dns');
   let answer = '127.0.0.1';

@@ -5,6 +5,8 @@ import { now } from '../../lib/clock.js';
 import { derivedId } from '../../lib/ids.js';
 import { createLogger } from '../../lib/log.js';
 import { UNREAD_LEDGER_WINDOW_MS } from '../../lib/webhook-policy.js';
+import { encodeCursor } from '../../http/list.js';
+import { scoreAt } from '../../streams/scored-index.js';
 import type { RoleContext } from '../../streams/role-context.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -58,17 +60,73 @@ sweep('ledgers of workspaces without endpoints keep the last hour only; read led
   assert.is(await redis.xlen(keys.ledger(b.workspace.id)), 2, 'a ledger the dispatchers read is trimmed by their group only');
 });
 
-sweep('delivery indexes lose ids past the retention', async (ctx) => {
+sweep('delivery indexes lose ids past the retention, by when each delivery was made', async (ctx) => {
   const { redis, keys, config } = ctx.service;
   const b = await bootstrapWorkspace(ctx.service, 'sw-b');
   const [e] = await redis.zrange(keys.webhookEndpoints(b.workspace.id), 0, 0);
   const old = derivedId('webhookDelivery', now() - config.retentionMs - 60_000, 'old');
-  const fresh = derivedId('webhookDelivery', now() - 60_000, 'fresh');
-  for (const index of [keys.webhookDeliveries(b.workspace.id, e!), keys.webhookDeliveries(b.workspace.id, e!, 'success')]) await redis.zadd(index, 0, old, 0, fresh);
+  const fresh = derivedId('webhookDelivery', now() - config.retentionMs - 60_000, 'fresh'); // an old event delivered lately
+  for (const index of [keys.webhookDeliveries(b.workspace.id, e!), keys.webhookDeliveries(b.workspace.id, e!, 'success')]) {
+    await redis.zadd(index, scoreAt(now() - config.retentionMs - 60_000), old, scoreAt(now() - 60_000), fresh);
+  }
   const result = await sweepWebhooks(ctx.role);
   assert.is(result.pruned, 2);
   assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!), 0, -1), [fresh]);
   assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!, 'success'), 0, -1), [fresh]);
+});
+
+sweep('deliveries indexed at score 0 (by an earlier version) get their createdAt score, in their old order within a millisecond; old cursors go on', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const ws = await bootstrapWorkspace(ctx.service, 'sw-legacy');
+  const e = await endpoint(ctx, 'sw-legacy', ws.keys.workspace);
+  const base = `/v1/workspaces/sw-legacy/webhooks/${e}/deliveries`;
+  const t = now() - 60_000;
+  // as stored before: score 0, so listed by id (event time, then a hash), which need not be createdAt order
+  const legacy = [
+    { seed: 'a', eventMs: t, createdMs: t + 20 },
+    { seed: 'b', eventMs: t + 1, createdMs: t + 10 },
+    { seed: 'c', eventMs: t + 2, createdMs: t + 10 },
+  ].map((d) => ({ ...d, id: derivedId('webhookDelivery', d.eventMs, d.seed) }));
+  for (const d of legacy) {
+    const iso = new Date(d.createdMs).toISOString();
+    await redis.hset(keys.webhookDelivery(ws.workspace.id, d.id), {
+      id: d.id, endpointId: e, eventId: `whe_${d.id.slice(4)}`, eventType: 'legacy.event', status: 'success', attempts: 1, replays: 0, n: 1,
+      createdAt: iso, updatedAt: iso, nextAttemptAt: '', lastAttemptAt: iso, lastStatusCode: 204,
+    });
+    for (const status of [undefined, 'success']) await redis.zadd(keys.webhookDeliveries(ws.workspace.id, e, status), 0, d.id);
+  }
+  const expired = derivedId('webhookDelivery', t + 3, 'expired'); // its record is gone
+  for (const status of [undefined, 'pending']) await redis.zadd(keys.webhookDeliveries(ws.workspace.id, e, status), 0, expired);
+  const [a, b, c] = legacy.map((d) => d.id) as [string, string, string];
+
+  const before = await ctx.api.get(`${base}?limit=2`, ws.keys.workspace);
+  assert.equal(before.body.data.items.map((d: any) => d.id), [c], 'before the sweep they list as they did, by id (the expired one dropped)');
+  const result = await sweepWebhooks(ctx.role);
+  assert.is(result.rescored, 4);
+  assert.is(Number(await redis.zscore(keys.webhookDeliveries(ws.workspace.id, e), a)), scoreAt(t + 20));
+  assert.equal([await redis.zscore(keys.webhookDeliveries(ws.workspace.id, e), b), await redis.zscore(keys.webhookDeliveries(ws.workspace.id, e), c)],
+    [String(scoreAt(t + 10, 0)), String(scoreAt(t + 10, 1))], 'same millisecond: numbered in their old order (by id)');
+  assert.is(await redis.zcard(keys.webhookDeliveries(ws.workspace.id, e, 'pending')), 0, 'an id whose record expired leaves every index');
+
+  for (const status of ['', '?status=success']) {
+    const list = await ctx.api.get(`${base}${status}`, ws.keys.workspace);
+    assert.equal([list.body.data.total, list.body.data.items.map((d: any) => d.id)], [3, [a, c, b]], `newest createdAt first ${status}`);
+  }
+  const resumed = await ctx.api.get(`${base}?cursor=${before.body.data.nextCursor}`, ws.keys.workspace);
+  assert.equal(resumed.body.data.items.map((d: any) => d.id), [b], 'a cursor taken before the sweep goes on after its delivery\'s new place');
+  const fromA = await ctx.api.get(`${base}?cursor=${encodeCursor(a)}`, ws.keys.workspace);
+  assert.equal(fromA.body.data.items.map((d: any) => d.id), [c, b], 'so does a cursor of the list ordered by id (a bare id)');
+  const fromGone = await ctx.api.get(`${base}?cursor=${encodeCursor(expired)}`, ws.keys.workspace);
+  assert.is(fromGone.status, 200, 'a delivery that left the index is placed by the time in its id');
+  const bogus = await ctx.api.get(`${base}?cursor=${encodeCursor('nope')}`, ws.keys.workspace);
+  assert.equal([bogus.status, bogus.body.error.code, bogus.body.error.param], [400, 'validation', 'cursor']);
+
+  assert.is((await sweepWebhooks(ctx.role)).rescored, 0, 'nothing left to rescore');
+  // a dispatcher of the earlier version, during a rolling upgrade, moves a delivery to another status at score 0
+  await redis.zrem(keys.webhookDeliveries(ws.workspace.id, e, 'success'), a);
+  await redis.zadd(keys.webhookDeliveries(ws.workspace.id, e, 'failed'), 0, a);
+  assert.is((await sweepWebhooks(ctx.role)).rescored, 1);
+  assert.is(await redis.zscore(keys.webhookDeliveries(ws.workspace.id, e, 'failed'), a), String(scoreAt(t + 20)), 'it takes its score in the index of all');
 });
 
 sweep.run();
