@@ -32,14 +32,22 @@ export type FanoutContext = {
 type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null };
 
 /** Why a subscription does not get a push of this message, or null when it does. */
-function skipReason(s: Subscription, pushAllowed: boolean, categoryAllowed: boolean): string | null {
+function skipReason(s: Subscription, optOut: string | null): string | null {
   if (s.channel !== 'push') return 'channel_not_supported';
   if (s.platform === 'android') return 'platform_not_supported';
   if (s.invalidatedAt) return 'token_invalidated';
   if (!s.enabled) return 'subscription_disabled';
-  if (!pushAllowed) return 'channel_opt_out';
-  if (!categoryAllowed) return 'category_opt_out';
-  return null;
+  return optOut;
+}
+
+/**
+ * Why the subscriber's preferences refuse a push of `category`, or null when they allow it. A
+ * category that says push overrides the channel either way (docs/subscribers.md); one that does
+ * not follows the channel.
+ */
+function pushOptOut(prefs: ReturnType<typeof readPreferences>, category: string | null): string | null {
+  if (allows(prefs, 'push', category)) return null;
+  return category !== null && prefs.categories[category]?.push === false ? 'category_opt_out' : 'channel_opt_out';
 }
 
 /** One delivery per subscription of each subscriber (or one skipped delivery when there is none to send to). */
@@ -76,12 +84,11 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
     if (!exists) return skip(null, 'subscriber_not_found');
     existing.push(externalId);
     const prefs = readPreferences(preferences ?? undefined);
-    const pushAllowed = allows(prefs, 'push', null);
-    const categoryAllowed = allows(prefs, 'push', message.content.category ?? null);
+    const optOut = pushOptOut(prefs, message.content.category ?? null);
     const subscriptions = records[i]!;
     if (subscriptions.length === 0) return skip(null, 'no_subscription');
     for (const s of subscriptions) {
-      const reason = skipReason(s, pushAllowed, categoryAllowed);
+      const reason = skipReason(s, optOut);
       if (reason) skip(s.id, reason);
       else {
         const d = base(externalId, s.id);

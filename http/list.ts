@@ -83,6 +83,20 @@ export async function pageScoredIds(redis: Redis, index: string, page: PageReque
 }
 
 /**
+ * One page of a short list held whole in memory (bounded where it is stored, e.g. a subscriber's
+ * at most 50 subscriptions), newest first by id; the cursor is the last id given, and must be an
+ * id `isValid` accepts. `total` is the whole list's length.
+ */
+export function pageList<T extends { id: string }>(all: T[], page: PageRequest, isValid: (id: string) => boolean): Page<T> {
+  if (page.after !== null && !isValid(page.after)) throw badCursor();
+  const newest = [...all].sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+  const rest = page.after === null ? newest : newest.filter((x) => x.id < page.after!);
+  const items = rest.slice(0, page.limit);
+  const hasMore = rest.length > page.limit;
+  return { items, hasMore, nextCursor: hasMore ? encodeCursor(items[items.length - 1]!.id) : null, total: all.length };
+}
+
+/**
  * Loads the records of a page of ids (dropping ids whose record vanished) into a `Page` with
  * `total`; the index is ordered by id, or by score when `scored` is given.
  */

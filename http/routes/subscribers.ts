@@ -1,6 +1,7 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { checkBody } from '../../lib/validator.js';
+import { isId } from '../../lib/ids.js';
 import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { listSubscribers } from '../../streams/subscriber-list.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
@@ -10,7 +11,7 @@ import { audit } from '../audit.js';
 import type { AppDeps } from '../deps.js';
 import { externalIdParam } from '../params.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageRequest } from '../list.js';
+import { encodeCursor, pageList, pageRequest } from '../list.js';
 import { authorize, type AuthState } from '../middleware/auth.js';
 
 /** The tenant scope of subscriber writes for the current request. */
@@ -123,11 +124,13 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: listSubscriberSubscriptions
    *     summary: A subscriber's devices and addresses
-   *     description: Scope `subscriptions:read`. All of them (at most 50 per subscriber), oldest first.
+   *     description: Scope `subscriptions:read`. A subscriber holds at most 50; newest first, paginated, with `total`.
    *     tags: [Subscriptions]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200': { description: The subscriptions, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -135,9 +138,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   router.get('/v1/subscribers/:externalId/subscriptions', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
+    const page = pageRequest(ctx);
     await getSubscriber(redis, keys, scope, externalId);
-    const items = await listSubscriptions(redis, keys, scope, externalId);
-    respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
+    respond(ctx, 200, pageList(await listSubscriptions(redis, keys, scope, externalId), page, (id) => isId('subscription', id)));
   });
 
   /**

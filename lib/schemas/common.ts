@@ -56,7 +56,7 @@ export const LIST_QUERY_PROPERTIES: Record<string, Schema> = {
 };
 
 /** Query of a paginated list without filters. */
-export const ListQuery: Schema = { type: 'object', properties: LIST_QUERY_PROPERTIES };
+export const ListQuery: Schema = { type: 'object', additionalProperties: false, properties: LIST_QUERY_PROPERTIES };
 
 
 export const Health: Schema = {

@@ -94,12 +94,15 @@ m('disabled subscriptions, opt-outs and missing subscriptions become skipped del
   await ctx.api.patch('/v1/subscribers/dave/preferences', ctx.key, { channels: { push: false } });
   await ctx.api.post('/v1/subscribers', ctx.key, { externalId: 'erin' });
   await ctx.api.post('/v1/client/subscriptions', ctx.pk, { externalId: 'frank', channel: 'email', address: 'frank@example.com' });
+  // a category that says push overrides the channel turned off
+  await device(ctx, 'gail');
+  await ctx.api.patch('/v1/subscribers/gail/preferences', ctx.key, { channels: { push: false }, categories: { promos: { push: true } } });
   await ctx.api.post('/v1/topics', ctx.key, { slug: 'promos-list' });
-  await ctx.api.post('/v1/topics/promos-list/subscribers', ctx.key, { externalIds: ['bob', 'carol', 'dave', 'erin', 'frank'] });
+  await ctx.api.post('/v1/topics/promos-list/subscribers', ctx.key, { externalIds: ['bob', 'carol', 'dave', 'erin', 'frank', 'gail'] });
   const res = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'promos-list' }, title: 'Sale', body: '50% off', category: 'promos' });
   const done = await finished(ctx, res.body.data.id);
   assert.is(done.counts.skipped, 5);
-  assert.is(done.counts.sent, 0);
+  assert.is(done.counts.sent, 1, 'gail');
   const reasons = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?status=skipped`, ctx.key)).body.data.items.map((d: any) => `${d.externalId}:${d.reason}`).sort();
   assert.equal(reasons, ['bob:subscription_disabled', 'carol:category_opt_out', 'dave:channel_opt_out', 'erin:no_subscription', 'frank:channel_not_supported']);
 });

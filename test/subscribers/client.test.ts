@@ -38,6 +38,26 @@ c('registering a device creates the subscriber and the subscription with every f
   assert.is(listed.body.data.total, 1);
 });
 
+c('a subscriber\'s subscriptions list newest first, paginated by limit and cursor, with total', async ({ api, pk, boot }) => {
+  const ids: string[] = [];
+  for (let i = 0; i < 5; i++) ids.push((await api.post('/v1/client/subscriptions', pk, { externalId: 'many-devices', channel: 'push', token: token(100 + i), platform: 'ios' })).body.data.id);
+  const path = '/v1/subscribers/many-devices/subscriptions';
+  const first = (await api.get(`${path}?limit=2`, boot.keys.tenant)).body.data;
+  assert.is(first.total, 5);
+  assert.is(first.hasMore, true);
+  const seen = [...first.items];
+  let cursor = first.nextCursor;
+  while (cursor) {
+    const next = (await api.get(`${path}?limit=2&cursor=${cursor}`, boot.keys.tenant)).body.data;
+    seen.push(...next.items);
+    cursor = next.nextCursor;
+  }
+  assert.equal(seen.map((s: any) => s.id), [...ids].reverse());
+  for (const bad of ['limit=0', 'limit=101', 'limit=abc', 'cursor=zz', 'foo=1']) {
+    assert.is((await api.get(`${path}?${bad}`, boot.keys.tenant)).status, 400, bad);
+  }
+});
+
 c('registering an existing token updates it instead of duplicating it', async ({ api, pk, service, boot }) => {
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), platform: 'ios', device: { appVersion: '1.0' } });
   const again = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), platform: 'ios', device: { appVersion: '1.1' } });
