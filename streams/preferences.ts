@@ -27,8 +27,10 @@ export function allows(preferences: Preferences, channel: Channel, category: str
 function apply(current: Preferences, update: PreferencesUpdate): Preferences {
   const next: Preferences = { channels: { ...current.channels, ...update.channels }, categories: { ...current.categories } };
   for (const [name, flags] of Object.entries(update.categories ?? {})) {
-    if (flags === null) delete next.categories[name];
-    else next.categories[name] = { ...next.categories[name], ...flags };
+    const merged = flags === null ? {} : { ...next.categories[name], ...flags };
+    // an empty category says nothing (it follows the channels): not stored, so `{}` changes nothing
+    if (Object.keys(merged).length === 0) delete next.categories[name];
+    else next.categories[name] = merged;
   }
   return next;
 }

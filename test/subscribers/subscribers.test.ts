@@ -144,6 +144,9 @@ subs('preferences default to on, change per channel and category, and write $pre
   await api.patch('/v1/subscribers/prefs/preferences', key, { channels: { email: false } });
   const reset = await api.patch('/v1/subscribers/prefs/preferences', key, { categories: { marketing: null } });
   assert.equal(reset.body.data.categories, {});
+  // an empty category says nothing: not stored, no event
+  const empty = await api.patch('/v1/subscribers/prefs/preferences', key, { categories: { promo: {} } });
+  assert.equal(empty.body.data.categories, {});
   const events = (await inboxEvents(service, tenantId, 'prefs')).filter((e) => e.name === '$preferences.updated');
   assert.is(events.length, 2);
   assert.equal(events[0]!.data.previous, { channels: { push: true, email: true }, categories: {} });
