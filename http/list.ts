@@ -23,7 +23,8 @@ export function decodeCursor(cursor: string): string {
   throw badCursor();
 }
 
-function badCursor(): ApiError {
+/** 400 `validation` on `cursor`: the one answer for a cursor this service did not issue. */
+export function badCursor(): ApiError {
   return new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
 }
 

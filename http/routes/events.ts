@@ -1,6 +1,6 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
-import { ApiError, notFound } from '../../lib/errors.js';
+import { notFound } from '../../lib/errors.js';
 import { signEventsToken } from '../../lib/events-token.js';
 import { partitionOf } from '../../lib/partition.js';
 import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
@@ -10,13 +10,10 @@ import { readCatalog, readSamples, readVolume, tenantEventsPage, timelinePage, t
 import type { AppDeps } from '../deps.js';
 import { verifyClient, markVerified } from '../client-identity.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageRequest } from '../list.js';
+import { badCursor, encodeCursor, pageRequest } from '../list.js';
 import { externalIdParam } from '../params.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
 
-function badCursor(): never {
-  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
-}
 
 export function registerEvents(router: Router, deps: AppDeps): void {
   const { redis, keys, config } = deps;
@@ -92,7 +89,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     let position = null;
     if (after) {
       const match = /^(\d+)\/((?:evt_[0-9a-z]+)?)$/.exec(after);
-      if (!match) badCursor();
+      if (!match) throw badCursor();
       position = { ms: Number(match[1]), id: match[2]! };
     }
     const filter = { name: query.name, source: query.source, provider: query.provider, afterMs: query.after ? Date.parse(query.after) : undefined };
@@ -122,7 +119,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events/names', read, async (ctx) => {
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
     const offset = after === null ? 0 : Number(after);
-    if (!Number.isInteger(offset) || offset < 0) badCursor();
+    if (!Number.isInteger(offset) || offset < 0) throw badCursor();
     const all = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id);
     const items = all.slice(offset, offset + limit);
     const hasMore = offset + limit < all.length;
@@ -230,7 +227,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     const externalId = externalIdParam(ctx);
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
     const before = after === null ? null : Number(after);
-    if (before !== null && !Number.isInteger(before)) badCursor();
+    if (before !== null && !Number.isInteger(before)) throw badCursor();
     const tenantId = tenantOf(ctx).id;
     const p = partitionOf(tenantId, externalId, config.partitions);
     if (!(await redis.hexists(keys.subscribers(p), `${tenantId}|${externalId}`))) throw notFound('Subscriber');

@@ -6,19 +6,16 @@ import { addTopicMembers, removeTopicMembers, topicMemberPage, type MemberPositi
 import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topic, type TopicInput, type TopicPatch, type TopicScope } from '../../streams/topics.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 
-function badCursor(): never {
-  throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
-}
 
 /** A member-list cursor position is `<score>|<externalId>`. */
 function memberPosition(after: string | null): MemberPosition | null {
   if (after === null) return null;
   const bar = after.indexOf('|');
   const score = after.slice(0, bar);
-  if (bar < 1 || !/^\d+$/.test(score)) badCursor();
+  if (bar < 1 || !/^\d+$/.test(score)) throw badCursor();
   return { score, member: after.slice(bar + 1) };
 }
 

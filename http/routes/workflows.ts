@@ -1,6 +1,6 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
-import { ApiError, notFound, type ErrorDetail } from '../../lib/errors.js';
+import { notFound, type ErrorDetail } from '../../lib/errors.js';
 import { validateWorkflowDefinition } from '../../lib/workflow-definition.js';
 import { findRun, runPage, type RunStatus } from '../../streams/workflow-runs.js';
 import {
@@ -9,7 +9,7 @@ import {
 } from '../../streams/workflows.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 import { readBody } from './segments.js';
 
@@ -42,9 +42,6 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
     const workflow = await findWorkflow(redis, keys, tenantOf(ctx).id, ctx.params.workflowSlug ?? '');
     if (!workflow) throw notFound('Workflow');
     return workflow;
-  };
-  const badCursor = (): never => {
-    throw new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
   };
 
   /**
@@ -199,7 +196,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/workflows/:workflowSlug/versions', read, async (ctx) => {
     const { limit, after } = pageRequest(ctx);
-    if (after !== null && !VERSION.test(after)) badCursor();
+    if (after !== null && !VERSION.test(after)) throw badCursor();
     const workflow = await workflowOf(ctx);
     const page = await versionPage(redis, keys, tenantOf(ctx).id, workflow.id, limit, after === null ? null : Number(after));
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)), total: page.total });
