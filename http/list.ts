@@ -61,16 +61,22 @@ export async function pageIds(redis: Redis, index: string, page: PageRequest): P
  */
 export type ScoredIndex = { unscored?: (member: string) => Promise<string | null> };
 
-async function scoredPosition(after: string, scored: ScoredIndex): Promise<ScoredPosition> {
+/** A scored-index cursor position `<score>|<member>` (400 for anything else). */
+export function scoredCursor(after: string): ScoredPosition {
   const bar = after.indexOf('|');
   const score = after.slice(0, bar);
-  const member = bar < 0 ? after : after.slice(bar + 1);
-  if ((bar < 0 || score === '0') && scored.unscored) {
+  if (bar < 1 || !/^\d+$/.test(score)) throw badCursor();
+  return { score, member: after.slice(bar + 1) };
+}
+
+async function scoredPosition(after: string, scored: ScoredIndex): Promise<ScoredPosition> {
+  const bar = after.indexOf('|');
+  if ((bar < 0 || after.slice(0, bar) === '0') && scored.unscored) {
+    const member = bar < 0 ? after : after.slice(bar + 1);
     const now = await scored.unscored(member);
     if (now !== null) return { score: now, member };
   }
-  if (bar < 1 || !/^\d+$/.test(score)) throw badCursor();
-  return { score, member };
+  return scoredCursor(after);
 }
 
 /** One page of ids from a score-ordered index (see `ScoredIndex`), newest first; `total` is its ZCARD. */

@@ -2,22 +2,13 @@ import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
 import { checkBody } from '../../lib/validator.js';
-import { addTopicMembers, removeTopicMembers, topicMemberPage, type MemberPosition } from '../../streams/topic-members.js';
+import { addTopicMembers, removeTopicMembers, topicMemberPage } from '../../streams/topic-members.js';
 import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topic, type TopicInput, type TopicPatch, type TopicScope } from '../../streams/topics.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
-import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { encodeCursor, pageRecords, pageRequest, scoredCursor } from '../list.js';
 import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 
-
-/** A member-list cursor position is `<score>|<externalId>`. */
-function memberPosition(after: string | null): MemberPosition | null {
-  if (after === null) return null;
-  const bar = after.indexOf('|');
-  const score = after.slice(0, bar);
-  if (bar < 1 || !/^\d+$/.test(score)) throw badCursor();
-  return { score, member: after.slice(bar + 1) };
-}
 
 /** A PATCH body: name and description only; a slug in it is refused by name (slugs are immutable). */
 function readPatch(body: unknown): TopicPatch {
@@ -223,7 +214,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
 
   router.get('/v1/topics/:topicSlug/subscribers', read, async (ctx) => {
     const { limit, after } = pageRequest(ctx);
-    const position = memberPosition(after);
+    const position = after === null ? null : scoredCursor(after);
     const topic = await topicOf(ctx);
     const page = await topicMemberPage(redis, keys, tenantOf(ctx).id, topic.id, limit, position);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.score}|${page.next.member}`) : null, total: page.total });
