@@ -46,11 +46,14 @@ type Paths = Record<string, Record<string, Operation | unknown>>;
 const METHODS = new Set(['get', 'put', 'post', 'patch', 'delete', 'head', 'options']);
 const ERROR = { $ref: '#/components/responses/Error' };
 
+/** Methods whose request body is read (http/middleware/json-body.ts): a body over the limit is 413. */
+const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
+
 /**
  * Lists on every credentialed operation the error statuses it can answer (spec Part 7: 401, 403;
- * 400 where it takes a body or query; 404 where its path names a resource), so a client reading
- * the document sees each status it may get, not only `default`. Statuses an `@openapi` block
- * already lists are left as written.
+ * 400 where it takes a body or query; 404 where its path names a resource; 413
+ * `payload_too_large` where a body is read), so a client reading the document sees each status
+ * it may get, not only `default`. Statuses an `@openapi` block already lists are left as written.
  */
 function listErrorAnswers(paths: Paths): void {
   for (const [path, item] of Object.entries(paths)) {
@@ -63,6 +66,7 @@ function listErrorAnswers(paths: Paths): void {
       const statuses = ['401', '403'];
       if (op.requestBody || params.some((p) => p.in === 'query' || p.in === 'path' || '$ref' in p)) statuses.unshift('400');
       if (path.includes('{')) statuses.push('404');
+      if (BODY_METHODS.has(method)) statuses.push('413');
       op.responses ??= {};
       for (const status of statuses) op.responses[status] ??= ERROR;
     }

@@ -133,6 +133,9 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   const timeline = doc.paths['/v1/subscribers/{externalId}/timeline'].get.responses;
   for (const status of ['400', '401', '403', '404']) assert.ok(timeline[status], status);
   assert.not.ok(doc.paths['/v1/health'].get.responses['401']);
+  // a body over HTTP_BODY_LIMIT_BYTES is 413 wherever a body is read, and only there
+  assert.ok(doc.paths['/v1/events'].post.responses['413']);
+  assert.not.ok(doc.paths['/v1/events'].get.responses['413']);
 });
 
 core.run();
