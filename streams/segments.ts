@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { MAX_SEGMENTS } from './automation-definitions.js';
+import { MAX_SEGMENTS, needsOf } from './automation-definitions.js';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import type { Expression } from '../lib/expressions.js';
@@ -37,7 +37,7 @@ export type SegmentInput = { slug: string; name?: string | null; description?: s
 export type SegmentPatch = { name?: string | null; description?: string | null; where?: Expression };
 
 /** What a create, or a change of `where`, sets the backfill to; a job runner takes it from there. */
-const PENDING: Backfill = { status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null };
+export const PENDING: Backfill = { status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null };
 
 /** `HGETALL`'s flat list (as a script returns it) as a record. */
 function record(flat: string[]): Record<string, string> {
@@ -63,8 +63,23 @@ function toSegment(h: Record<string, string>, memberCount: number): Segment {
 const editable = (s: Segment) => ({ name: s.name, description: s.description, where: s.where });
 
 /** The member of the global backfill queue naming one segment. */
-export function backfillMember(scope: SegmentScope, segmentId: string): string {
+export function backfillMember(scope: Pick<SegmentScope, 'workspace' | 'tenant'>, segmentId: string): string {
   return `${scope.tenant.id}|${scope.workspace.id}|${segmentId}`;
+}
+
+/** Queues the backfill of each segment (the runner of actors/segment-backfill.ts takes it from there). */
+export async function queueBackfills(redis: Redis, keys: Keys, scope: Pick<SegmentScope, 'workspace' | 'tenant'>, segmentIds: string[]): Promise<void> {
+  if (segmentIds.length) await redis.zadd(keys.segmentBackfills, ...segmentIds.flatMap((id) => [0, backfillMember(scope, id)]));
+}
+
+/** Ids of the tenant's segments whose rule names topic `slug` (a tenant has at most MAX_SEGMENTS). */
+export async function segmentsNamingTopic(redis: Redis, keys: Keys, tenantId: string, slug: string): Promise<string[]> {
+  const ids = await redis.zrange(keys.segmentIndex(tenantId), 0, MAX_SEGMENTS - 1);
+  if (ids.length === 0) return [];
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hget(keys.segment(tenantId, id), 'where');
+  const wheres = ((await pipeline.exec()) ?? []).map(([, w]) => w as string | null);
+  return ids.filter((_, i) => wheres[i] && needsOf([JSON.parse(wheres[i]!) as Expression]).topicSlugs.includes(slug));
 }
 
 /** Queues on `pipeline` the ZCARD of each partition's member set of a segment. */
@@ -123,7 +138,7 @@ export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScop
   );
   if (created === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
   if (created !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
-  await redis.zadd(keys.segmentBackfills, 0, backfillMember(scope, id));
+  await queueBackfills(redis, keys, scope, [id]);
   const segment: Segment = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, where: input.where,
     memberCount: 0, backfill: { ...PENDING }, createdAt: at, updatedAt: at,
@@ -150,7 +165,7 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
   args.push(String(fields.length), ...fields.flat());
   const reply = await callScript<[number, string[]?, string[]?, number?]>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId)], args);
   if (reply[0] !== 1) throw notFound('Segment');
-  if (reply[3] === 1) await redis.zadd(keys.segmentBackfills, 0, backfillMember(scope, current.id));
+  if (reply[3] === 1) await queueBackfills(redis, keys, scope, [current.id]);
   const count = await memberCount(redis, keys, tenantId, scope.partitions, current.id);
   const before = toSegment(record(reply[1]!), count);
   const after = toSegment(record(reply[2]!), count);

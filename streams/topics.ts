@@ -7,6 +7,7 @@ import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
+import { PENDING, queueBackfills, segmentsNamingTopic } from './segments.js';
 
 /** A topic: a named set of subscribers of one tenant, addressed by its slug. */
 export type Topic = {
@@ -129,12 +130,15 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   const tenantId = scope.tenant.id;
   const id = isSlug(slug) ? await redis.hget(keys.topicSlugs(tenantId), slug) : null;
   if (!id) throw notFound('Topic');
-  const reply = await callScript<[number, string[]?, number?]>(
+  // segments whose rule names the slug are evaluated again without the topic (their backfill restarts)
+  const naming = await segmentsNamingTopic(redis, keys, tenantId, slug);
+  const reply = await callScript<[number, string[]?, number?, number?]>(
     redis, 'deleteTopic',
-    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id)],
-    [id],
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId)],
+    [id, JSON.stringify(PENDING), ...naming.map((segmentId) => keys.segment(tenantId, segmentId))],
   );
   if (reply[0] !== 1) throw notFound('Topic');
+  await queueBackfills(redis, keys, scope, naming);
   const topic = toTopic(record(reply[1]!), Number(reply[2]));
   await appendAudit(redis, keys, { type: 'topic.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
   return topic;

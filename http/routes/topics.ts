@@ -139,7 +139,8 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     operationId: deleteTopic
    *     summary: Delete a topic
    *     description: Scope `topics:write`. Removes the topic, its slug (free for a new topic) and its member list;
-   *       members get no stream event. Answers the topic as it was. Audited as `topic.deleted`.
+   *       members get no stream event. Segments whose rule names the slug are evaluated again (their backfill
+   *       restarts), so the former members leave them. Answers the topic as it was. Audited as `topic.deleted`.
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'

@@ -80,6 +80,36 @@ seg('topic and subscription conditions follow memberships and registrations', as
   assert.equal(await members(ctx, 'news-readers-with-push'), [], 'no longer in the topic');
 });
 
+seg('deleting a topic takes its members out of the segments naming it; a new topic of that slug starts empty', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/topics', key, { slug: 'promo' });
+  await api.post('/v1/segments', key, { slug: 'promo-fans', where: { topic: 'promo' } });
+  await api.post('/v1/segments', key, { slug: 'promo-or-pro', where: { any: [{ topic: 'promo' }, { attribute: 'plan', eq: 'pro' }] } });
+  await api.post('/v1/segments', key, { slug: 'unrelated-pro', where: { attribute: 'plan', eq: 'pro' } });
+  await api.post('/v1/subscribers', key, { externalId: 'gil', properties: { plan: 'pro' } });
+  await api.post('/v1/topics/promo/subscribers', key, { externalIds: ['gil', 'hal'] });
+  await until(ctx, 'promo-fans', ['gil', 'hal'], 'both in the topic segment');
+  await until(ctx, 'promo-or-pro', ['gil', 'hal'], 'both in the either-or segment');
+  await waitFor('unrelated-pro backfilled', async () => (await api.get('/v1/segments/unrelated-pro', key)).body.data.backfill.status === 'completed', 20_000, 100);
+  const unrelatedBefore = (await api.get('/v1/segments/unrelated-pro', key)).body.data.backfill;
+  assert.is((await api.del('/v1/topics/promo', key)).status, 200);
+  // the segments naming the slug are evaluated again (their backfill restarts); the other one is left alone
+  const fans = (await api.get('/v1/segments/promo-fans', key)).body.data;
+  assert.ok(['pending', 'running'].includes(fans.backfill.status), fans.backfill.status);
+  await until(ctx, 'promo-fans', [], 'nobody is in a deleted topic', 20_000);
+  await until(ctx, 'promo-or-pro', ['gil'], 'gil stays as a pro', 20_000);
+  assert.equal((await api.get('/v1/segments/unrelated-pro', key)).body.data.backfill, unrelatedBefore);
+  const gil = (await api.get('/v1/subscribers/gil', key)).body.data;
+  assert.not.ok(gil.segments.includes('promo-fans'));
+  // a new topic with the same slug has no members, and no segment counts the old ones in it
+  await api.post('/v1/topics', key, { slug: 'promo' });
+  await api.post('/v1/events', key, { externalId: 'hal', name: 'promo.viewed', data: {} });
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(await members(ctx, 'promo-fans'), []);
+  await api.post('/v1/topics/promo/subscribers', key, { externalIds: ['hal'] });
+  await until(ctx, 'promo-fans', ['hal'], 'hal joins the new topic');
+});
+
 seg('a segment created over an existing population is backfilled, with progress, and resumes nothing twice', async (ctx) => {
   const { api, key } = ctx;
   const ids = Array.from({ length: 30 }, (_, i) => `pop-${String(i).padStart(2, '0')}`);

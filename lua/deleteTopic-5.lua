@@ -1,0 +1,43 @@
+--[[
+  Deletes a topic: its record, its slug (only while the slug still names this topic), its index
+  entry and its member set (UNLINK: a large set is freed in the background). Subscribers' own
+  topic sets keep the id; readers ignore ids of topics that no longer exist.
+
+  Segments whose rule names the topic's slug have members chosen by it: their backfill is reset to
+  pending in the same step (the caller queues it: the backfill queue is a global key, outside this
+  tenant's slot), so every subscriber is evaluated again without the topic, and the tenant's
+  automation version is bumped.
+
+  KEYS[1] topic slug index of the tenant (hash slug -> topic id)
+  KEYS[2] topic index of the tenant      (zset of topic ids)
+  KEYS[3] the topic's record             (hash)
+  KEYS[4] the topic's members            (zset externalId -> join score)
+  KEYS[5] the tenant's automation version (string counter)
+
+  ARGV[1] topic id
+  ARGV[2] backfill (JSON of the pending progress)
+  ARGV[3..] records of the tenant's segments naming the slug (same slot: `{t:<tenant>}:seg:<id>`);
+          one that no longer exists is skipped
+
+  Returns { 1, record, members, reset } when deleted (record as HGETALL's flat list as it was,
+          members the member count it had, reset the number of segments whose backfill was
+          reset), { 0 } when the topic did not exist.
+]]
+local rcall = redis.call
+local record = rcall('HGETALL', KEYS[3])
+if #record == 0 then return { 0 } end
+local slug = rcall('HGET', KEYS[3], 'slug')
+if slug and rcall('HGET', KEYS[1], slug) == ARGV[1] then rcall('HDEL', KEYS[1], slug) end
+rcall('ZREM', KEYS[2], ARGV[1])
+local members = rcall('ZCARD', KEYS[4])
+rcall('UNLINK', KEYS[3], KEYS[4])
+local reset = 0
+for i = 3, #ARGV do
+  if rcall('EXISTS', ARGV[i]) == 1 then
+    rcall('HSET', ARGV[i], 'backfill', ARGV[2])
+    rcall('HDEL', ARGV[i], 'backfillCursor')
+    reset = reset + 1
+  end
+end
+if reset > 0 then rcall('INCR', KEYS[5]) end
+return { 1, record, members, reset }
