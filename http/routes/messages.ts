@@ -71,6 +71,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *         description: The message
    *         headers: { Idempotent-Replayed: { description: true when this answers a replay, schema: { type: string } } }
    *         content: { application/json: { schema: { $ref: '#/components/schemas/MessageResponse' } } }
+   *       '409':
+   *         description: '`idempotency_key_reused`: this Idempotency-Key was used with a different request'
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listMessages
