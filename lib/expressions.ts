@@ -178,8 +178,15 @@ function comparison(value: Record<string, unknown>, nameKey: 'attribute' | 'prop
   operand(ops[0] as Operator, value[ops[0]!], `${path}.${ops[0]}`, ctx);
 }
 
+/** Characters counted as code points, as ajv counts every other length limit (an emoji is one). */
+function codePoints(value: string): number {
+  let n = 0;
+  for (const _ of value) n++;
+  return n;
+}
+
 function checkString(value: string, param: string, ctx: Ctx): boolean {
-  if (value.length <= MAX_STRING_LENGTH) return true;
+  if (value.length <= MAX_STRING_LENGTH || codePoints(value) <= MAX_STRING_LENGTH) return true;
   add(ctx, param, `must be at most ${MAX_STRING_LENGTH} characters`);
   return false;
 }

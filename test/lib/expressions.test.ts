@@ -433,6 +433,9 @@ invalid('string values longer than 1,024 characters are errors', () => {
   assert.equal(params({ attribute: 'plan', in: ['a', long] }), ['where.in[1]']);
   assert.equal(params({ attribute: 'plan', startsWith: long }), ['where.startsWith']);
   assert.match(validateExpression({ attribute: 'plan', contains: long }, 'where')[0]!.message, /at most 1024 characters/);
+  // characters are code points, as in every other limit: 1,024 emoji (2,048 UTF-16 units) pass, one more does not
+  assert.equal(params({ attribute: 'plan', eq: '😀'.repeat(1024) }), []);
+  assert.equal(params({ attribute: 'plan', eq: '😀'.repeat(1025) }), ['where.eq']);
 });
 
 invalid('event conditions check name, count, window and where', () => {
