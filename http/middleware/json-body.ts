@@ -1,14 +1,48 @@
 import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Context, Next } from 'koa';
-import { ApiError } from '../../lib/errors.js';
+import { ApiError, validationError } from '../../lib/errors.js';
 
 /** Content types read as JSON: JSON itself, and none or `text/plain` (what `fetch` sends for a string body). */
 const READ_AS_JSON = ['application/json', '+json', 'text/plain'];
 
+/**
+ * The path (`where.__proto__`, `events[0].data.__proto__`) of the first `__proto__` key of a JSON
+ * text: the parser refuses such keys (prototype poisoning), and the caller is told which field,
+ * like any other field no schema allows. `JSON.parse` itself makes it a plain own property.
+ */
+function protoKeyPath(text: string): string | null {
+  const walk = (value: unknown, path: string, depth: number): string | null => {
+    if (value === null || typeof value !== 'object' || depth > 64) return null;
+    if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) {
+        const found = walk(value[i], `${path}[${i}]`, depth + 1);
+        if (found) return found;
+      }
+      return null;
+    }
+    for (const key of Object.keys(value)) {
+      const at = path ? `${path}.${key}` : key;
+      if (key === '__proto__') return at;
+      const found = walk((value as Record<string, unknown>)[key], at, depth + 1);
+      if (found) return found;
+    }
+    return null;
+  };
+  try {
+    return walk(JSON.parse(text), '', 0);
+  } catch {
+    return null;
+  }
+}
+
 /** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
 function bodyError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
-  const e = err as { status?: number; type?: string };
+  const e = err as { status?: number; type?: string; body?: unknown; message?: string };
+  if (typeof e?.body === 'string' && /prototype property/.test(e.message ?? '')) {
+    const path = protoKeyPath(e.body);
+    if (path) return validationError([{ param: path, message: 'is not an allowed field' }]);
+  }
   if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', 'Request body is larger than the limit');
   if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br');
   return new ApiError(400, 'parse', 'Request body is not valid JSON');

@@ -62,6 +62,18 @@ core('malformed JSON is 400 parse', async ({ api, keys }) => {
   assert.is(res.body.error.code, 'parse');
 });
 
+core('a __proto__ key is valid JSON but never accepted: 400 validation naming the field, nothing stored', async ({ api, keys }) => {
+  const raw = '{"events":[{"externalId":"proto-1","name":"app.opened","data":{"ok":1,"__proto__":{"admin":true}}}]}';
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
+  assert.is(res.status, 400);
+  assert.is(res.body.error.code, 'validation');
+  assert.is(res.body.error.param, 'events[0].data.__proto__');
+  assert.equal(res.body.error.details, [{ param: 'events[0].data.__proto__', message: 'is not an allowed field' }]);
+  const top = await api.call('POST', '/v1/events', { key: keys.tenant, raw: '{"__proto__":{}}' });
+  assert.equal([top.status, top.body.error.param], [400, '__proto__']);
+  assert.is((await api.get('/v1/subscribers/proto-1', keys.tenant)).status, 404);
+});
+
 core('a body over the limit is 413 payload_too_large', async ({ api, keys }) => {
   const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
   assert.is(res.status, 413);
