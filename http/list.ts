@@ -1,6 +1,7 @@
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../lib/errors.js';
+import { isId, type IdKind } from '../lib/ids.js';
 import { checkQuery } from '../lib/validator.js';
 import { entriesAfter, type ScoredPosition } from '../streams/scored-index.js';
 
@@ -37,11 +38,18 @@ export function pageRequest<Q extends object = { limit?: number; cursor?: string
   return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor) : null, query };
 }
 
+/** A cursor position that is not an id of `kind` was issued by another list (or forged): 400. */
+function checkCursorId(kind: IdKind, member: string): void {
+  if (!isId(kind, member)) throw badCursor();
+}
+
 /**
- * One page of ids from a sorted set whose members all have score 0 and sort by id, so that
- * time-ordered ids come out newest first. `total` is the ZCARD of the same index.
+ * One page of ids of `kind` from a sorted set whose members all have score 0 and sort by id, so
+ * that time-ordered ids come out newest first. `total` is the ZCARD of the same index. A cursor
+ * holding anything but an id of `kind` (another list's) is 400.
  */
-export async function pageIds(redis: Redis, index: string, page: PageRequest): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
+export async function pageIds(redis: Redis, index: string, page: PageRequest, kind: IdKind): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
+  if (page.after !== null) checkCursorId(kind, page.after);
   const max = page.after ? `(${page.after}` : '+';
   const [ids, total] = await Promise.all([
     redis.zrange(index, max, '-', 'BYLEX', 'REV', 'LIMIT', 0, page.limit + 1),
@@ -79,9 +87,10 @@ async function scoredPosition(after: string, scored: ScoredIndex): Promise<Score
   return scoredCursor(after);
 }
 
-/** One page of ids from a score-ordered index (see `ScoredIndex`), newest first; `total` is its ZCARD. */
-export async function pageScoredIds(redis: Redis, index: string, page: PageRequest, scored: ScoredIndex = {}): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
+/** One page of ids of `kind` from a score-ordered index (see `ScoredIndex`), newest first; `total` is its ZCARD. */
+export async function pageScoredIds(redis: Redis, index: string, page: PageRequest, kind: IdKind, scored: ScoredIndex = {}): Promise<{ ids: string[]; hasMore: boolean; nextCursor: string | null; total: number }> {
   const after = page.after === null ? null : await scoredPosition(page.after, scored);
+  if (after) checkCursorId(kind, after.member);
   const [entries, total] = await Promise.all([entriesAfter(redis, index, after, page.limit + 1), redis.zcard(index)]);
   const hasMore = entries.length > page.limit;
   const pageOf = entries.slice(0, page.limit);
@@ -104,11 +113,11 @@ export function pageList<T extends { id: string }>(all: T[], page: PageRequest, 
 }
 
 /**
- * Loads the records of a page of ids (dropping ids whose record vanished) into a `Page` with
- * `total`; the index is ordered by id, or by score when `scored` is given.
+ * Loads the records of a page of ids of `kind` (dropping ids whose record vanished) into a `Page`
+ * with `total`; the index is ordered by id, or by score when `scored` is given.
  */
-export async function pageRecords<T>(redis: Redis, index: string, page: PageRequest, load: (ids: string[]) => Promise<(T | null)[]>, scored?: ScoredIndex): Promise<Page<T>> {
-  const { ids, hasMore, nextCursor, total } = scored ? await pageScoredIds(redis, index, page, scored) : await pageIds(redis, index, page);
+export async function pageRecords<T>(redis: Redis, index: string, page: PageRequest, kind: IdKind, load: (ids: string[]) => Promise<(T | null)[]>, scored?: ScoredIndex): Promise<Page<T>> {
+  const { ids, hasMore, nextCursor, total } = scored ? await pageScoredIds(redis, index, page, kind, scored) : await pageIds(redis, index, page, kind);
   const items = (await load(ids)).filter((x): x is T => x !== null);
   return { items, hasMore, nextCursor, total };
 }

@@ -12,7 +12,7 @@ import { findTopic } from '../../streams/topics.js';
 import { audit } from '../audit.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
-import { pageIds, pageRequest } from '../list.js';
+import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
 
 type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
@@ -115,9 +115,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const { limit, after, query } = pageRequest<{ status?: string }>(ctx, 'MessagesQuery');
     const tenantId = tenantOf(ctx).id;
     const index = query.status ? keys.messagesByStatus(tenantId, query.status) : keys.messageIndex(tenantId);
-    const page = await pageIds(redis, index, { limit, after });
-    const items = (await loadMessages(redis, keys, tenantId, page.ids)).filter((m) => m !== null);
-    respond(ctx, 200, { items, hasMore: page.hasMore, nextCursor: page.nextCursor, total: page.total });
+    respond(ctx, 200, await pageRecords(redis, index, { limit, after }, 'message', (ids) => loadMessages(redis, keys, tenantId, ids)));
   });
 
   /**
@@ -183,9 +181,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const message = await getMessage(redis, keys, tenantId, ctx.params.id!);
     const { limit, after, query } = pageRequest<{ status?: string }>(ctx, 'DeliveriesQuery');
     const index = query.status ? keys.messageDeliveriesByStatus(tenantId, message.id, query.status) : keys.messageDeliveries(tenantId, message.id);
-    const page = await pageIds(redis, index, { limit, after });
-    const items = (await loadDeliveries(redis, keys, tenantId, page.ids)).filter((d) => d !== null);
-    respond(ctx, 200, { items, hasMore: page.hasMore, nextCursor: page.nextCursor, total: page.total });
+    respond(ctx, 200, await pageRecords(redis, index, { limit, after }, 'delivery', (ids) => loadDeliveries(redis, keys, tenantId, ids)));
   });
 
   router.get('/v1/deliveries/:id', authorize(deps, 'tenant', 'messages:read'), async (ctx: Context) => {

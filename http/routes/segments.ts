@@ -108,7 +108,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
   router.get('/v1/segments', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const page = pageRequest(ctx);
-    respond(ctx, 200, await pageRecords(redis, keys.segmentIndex(tenantId), page, (ids) => loadSegments(redis, keys, tenantId, config.partitions, ids)));
+    respond(ctx, 200, await pageRecords(redis, keys.segmentIndex(tenantId), page, 'segment', (ids) => loadSegments(redis, keys, tenantId, config.partitions, ids)));
   });
 
   /**

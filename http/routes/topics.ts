@@ -95,7 +95,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
   router.get('/v1/topics', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const page = pageRequest(ctx);
-    respond(ctx, 200, await pageRecords(redis, keys.topicIndex(tenantId), page, (ids) => loadTopics(redis, keys, tenantId, ids)));
+    respond(ctx, 200, await pageRecords(redis, keys.topicIndex(tenantId), page, 'topic', (ids) => loadTopics(redis, keys, tenantId, ids)));
   });
 
   /**

@@ -43,7 +43,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const endpoint = await endpointOr404(ctx);
     const workspaceId = workspaceIdOf(ctx);
     const index = keys.webhookDeliveries(workspaceId, endpoint.id, page.query.status);
-    respond(ctx, 200, await pageRecords(redis, index, page, (ids) => loadDeliveries(redis, keys, workspaceId, ids), {
+    respond(ctx, 200, await pageRecords(redis, index, page, 'webhookDelivery', (ids) => loadDeliveries(redis, keys, workspaceId, ids), {
       unscored: (id) => unscoredCursorScore(redis, keys, workspaceId, endpoint.id, id),
     }));
   });

@@ -172,7 +172,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
   router.get('/v1/workspaces/:workspaceSlug/webhooks', read, async (ctx) => {
     const page = pageRequest(ctx);
     const workspaceId = workspaceOf(ctx).id;
-    respond(ctx, 200, await pageRecords(redis, keys.webhookEndpoints(workspaceId), page, async (ids) =>
+    respond(ctx, 200, await pageRecords(redis, keys.webhookEndpoints(workspaceId), page, 'webhookEndpoint', async (ids) =>
       (await loadEndpoints(redis, keys, workspaceId, ids)).map((e) => (e ? publicEndpoint(e) : null))));
   });
 

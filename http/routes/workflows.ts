@@ -9,6 +9,7 @@ import {
 } from '../../streams/workflows.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { isId } from '../../lib/ids.js';
 import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 import { readBody } from './segments.js';
@@ -95,7 +96,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
   router.get('/v1/workflows', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const page = pageRequest(ctx);
-    respond(ctx, 200, await pageRecords(redis, keys.workflowIndex(tenantId), page, (ids) => loadWorkflows(redis, keys, tenantId, ids)));
+    respond(ctx, 200, await pageRecords(redis, keys.workflowIndex(tenantId), page, 'workflow', (ids) => loadWorkflows(redis, keys, tenantId, ids)));
   });
 
   /**
@@ -257,6 +258,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/workflows/:workflowSlug/runs', read, async (ctx) => {
     const { limit, after, query } = pageRequest<{ status?: RunStatus }>(ctx, 'WorkflowRunsQuery');
+    if (after !== null && !isId('run', after)) throw badCursor();
     const workflow = await workflowOf(ctx);
     const page = await runPage(redis, keys, { tenantId: tenantOf(ctx).id, partitions: config.partitions }, workflow.id, { status: query.status, limit, after });
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(page.next), total: page.total });

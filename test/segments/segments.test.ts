@@ -133,6 +133,18 @@ segments('the list is newest first with total and keyset pages that join into th
   }
   assert.equal(seen, [...slugs].reverse());
   assert.is((await api.get('/v1/segments?cursor=garbage', keys.tenant)).body.error.param, 'cursor');
+  // a cursor another list issued is refused, not read as the end of this one
+  await api.post('/v1/topics', keys.tenant, { slug: 'cursor-topic-a' });
+  await api.post('/v1/topics', keys.tenant, { slug: 'cursor-topic-b' });
+  const topicCursor = (await api.get('/v1/topics?limit=1', keys.tenant)).body.data.nextCursor;
+  assert.ok(topicCursor);
+  const crossed = await api.get(`/v1/segments?limit=2&cursor=${topicCursor}`, keys.tenant);
+  assert.equal([crossed.status, crossed.body.error?.code, crossed.body.error?.param], [400, 'validation', 'cursor']);
+  const segmentCursor = (await api.get('/v1/segments?limit=1', keys.tenant)).body.data.nextCursor;
+  for (const path of ['/v1/topics', '/v1/messages', '/v1/workflows', '/v1/workflows/any-flow/runs']) {
+    const res = await api.get(`${path}?cursor=${segmentCursor}`, keys.tenant);
+    assert.equal([res.status, res.body.error?.param], [400, 'cursor'], path);
+  }
 });
 
 segments('PATCH changes name and description; a new rule restarts the backfill; the slug is refused by name', async (ctx) => {
