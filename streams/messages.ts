@@ -74,6 +74,25 @@ export function laneOf(to: Target): MessageLane {
  * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
  * `idempotency_key_reused`. Keys are per tenant and never expire.
  */
+/** The fingerprint of a request stored beside its Idempotency-Key. */
+function requestHash(request: unknown): string {
+  return createHash('sha256').update(canonicalJson(request)).digest('hex');
+}
+
+/**
+ * The message an Idempotency-Key already names, when the same request is replayed (409
+ * `idempotency_key_reused` for another request); null for a key not used yet. Read before the
+ * request's target is checked, so a replay answers the original even once its topic or segment
+ * is gone; `createMessage` decides again atomically.
+ */
+export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: string, key: string, request: unknown): Promise<Message | null> {
+  const seen = await redis.hget(keys.idempotency(tenantId), key);
+  if (seen === null) return null;
+  const bar = seen.indexOf('|');
+  if (seen.slice(bar + 1) !== requestHash(request)) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
+  return getMessage(redis, keys, tenantId, seen.slice(0, bar));
+}
+
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
   idempotency: { key: string | null; request: unknown },
@@ -87,7 +106,7 @@ export async function createMessage(
     sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   // the request's fingerprint matters only under an Idempotency-Key
-  const hash = idempotency.key ? createHash('sha256').update(canonicalJson(idempotency.request)).digest('hex') : '';
+  const hash = idempotency.key ? requestHash(idempotency.request) : '';
   await registerSender(redis, keys, ref);
   const flat = Object.entries(fields).flat();
   const [outcome, messageId] = await callScript<[number, string]>(

@@ -6,7 +6,7 @@ import { validateExpression } from '../../lib/expressions.js';
 import { checkBody } from '../../lib/validator.js';
 import { assertApnsContent } from '../../lib/apns-payload.js';
 import {
-  cancelMessage, createMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
+  cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
 } from '../../streams/messages.js';
 import { findTopic } from '../../streams/topics.js';
 import { audit } from '../audit.js';
@@ -92,6 +92,12 @@ export function registerMessages(router: Router, deps: AppDeps): void {
   router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
     const idempotencyKey = idempotencyKeyOf(ctx);
     const body = checkBody<CreateBody>('MessageCreate', ctx.request.body);
+    // a replay answers the original before anything else is checked: its topic or segment may be gone since
+    const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, body);
+    if (original) {
+      ctx.set('Idempotent-Replayed', 'true');
+      return respond(ctx, 202, original);
+    }
     const to = targetOf(body.to);
     if (body.data && ('aps' in body.data || 'herald' in body.data)) throw validationError([{ param: 'data', message: 'must not hold the keys aps or herald' }]);
     let sendAtMs: number | null = null;

@@ -176,6 +176,18 @@ m('the same Idempotency-Key and body replays the original; another body is 409; 
   assert.ok(racers.every((r) => r.status === 202));
   assert.is(new Set(racers.map((r) => r.body.data.id)).size, 1);
   assert.is(racers.filter((r) => r.headers.get('idempotent-replayed') === 'true').length, 19);
+  // a replay answers the original even once its topic is gone (the target is checked for new requests only)
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'idem-gone' });
+  const toTopic = { to: { topic: 'idem-gone' }, title: 'To a topic', body: 'b' };
+  const sent = await ctx.api.post('/v1/messages', ctx.key, toTopic, { 'Idempotency-Key': 'topic-1' });
+  assert.is(sent.status, 202);
+  assert.is((await ctx.api.del('/v1/topics/idem-gone', ctx.key)).status, 200);
+  const replay = await ctx.api.post('/v1/messages', ctx.key, toTopic, { 'Idempotency-Key': 'topic-1' });
+  assert.equal([replay.status, replay.headers.get('idempotent-replayed'), replay.body.data.id], [202, 'true', sent.body.data.id]);
+  const changed = await ctx.api.post('/v1/messages', ctx.key, { ...toTopic, body: 'other' }, { 'Idempotency-Key': 'topic-1' });
+  assert.equal([changed.status, changed.body.error.code], [409, 'idempotency_key_reused']);
+  const fresh = await ctx.api.post('/v1/messages', ctx.key, toTopic, { 'Idempotency-Key': 'topic-2' });
+  assert.equal([fresh.status, fresh.body.error.param], [400, 'to.topic']);
 });
 
 m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates the subscription', async (ctx) => {
