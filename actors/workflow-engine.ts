@@ -89,17 +89,16 @@ function runData(run: Run, extra: Record<string, unknown> = {}): Record<string, 
   return { workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: run.version, ...extra };
 }
 
-function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null, emit = true): void {
+/** Records a step done in the run's history and writes its `$run.step` event. */
+function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null): void {
   const at = isoNow(host.now);
   const { step: path, ...rest } = item;
   run.history.push({ step: path, ...(step?.name ? { name: step.name } : {}), ...rest, at });
   run.updatedAt = at;
-  if (emit) {
-    host.emit({
-      name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
-      data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
-    });
-  }
+  host.emit({
+    name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
+    data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
+  });
 }
 
 function end(run: Run, host: EngineHost, status: 'completed' | 'canceled' | 'failed', reason: string): void {
@@ -171,7 +170,8 @@ async function advance(run: Run, def: WorkflowDefinition, host: EngineHost, from
         try {
           messageId = await host.send(run, path, step.message);
         } catch {
-          note(run, host, { step: path, type: 'send', outcome: 'failed' }, step, false);
+          // the failed step is a step done: its `$run.step` (outcome failed) comes before `$run.failed`
+          note(run, host, { step: path, type: 'send', outcome: 'failed' }, step);
           end(run, host, 'failed', 'send_failed');
           return;
         }
