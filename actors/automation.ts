@@ -8,7 +8,7 @@ import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondi
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
-import { createMessage } from '../streams/messages.js';
+import { createMessage, runStepIdempotencyKey } from '../streams/messages.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
@@ -181,7 +181,7 @@ export class Automation {
         const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
           to: { externalId: x }, content, sendAtMs: null,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
-        }, { key: `run:${run.id}:${step}`, request: { run: run.id, step } });
+        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } });
         return message.id;
       },
       armTimer: (run, dueMs) => {

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
@@ -156,6 +157,55 @@ wf('a run never starts its own workflow again, a deleted subscriber cancels its 
   await api.post('/v1/messages', key, { to: 'echo', title: 'again', body: 'disabled now' });
   await new Promise((r) => setTimeout(r, 1_500));
   assert.is((await runsOf(ctx, 'echo')).total, runsWhenDisabled, 'a disabled workflow starts no run');
+});
+
+/** What the service answers (status line to body) a raw request whose Idempotency-Key holds `value` (bytes as latin1). */
+async function rawAnswer(url: string, key: string, value: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      socket.end(Buffer.concat([
+        Buffer.from(`POST /v1/messages HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nIdempotency-Key: `),
+        Buffer.from(value, 'latin1'),
+        Buffer.from('\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'),
+      ]));
+    });
+    let answer = '';
+    socket.on('data', (chunk) => (answer += chunk));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(answer));
+  });
+}
+
+wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the run\'s send nor replays its message', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'idem-clash', trigger: { event: 'ic.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'From workflow', body: 'wf body' } }] });
+  const token = await device(ctx, 'ic-user');
+  await api.post('/v1/events', key, { externalId: 'ic-user', name: 'ic.start', data: {} });
+  const sleeping = await waitFor('the run to sleep', () => runOf(ctx, 'idem-clash', 'ic-user', 'sleeping'), 10_000);
+  // the key the engine used before it had a namespace of its own, with the very content of the step
+  const clash = { 'Idempotency-Key': `run:${sleeping.id}:steps[1]` };
+  const mine = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'From workflow', body: 'wf body' }, headers: clash });
+  assert.is(mine.status, 202, mine.text);
+  assert.is(mine.headers.get('idempotent-replayed'), null);
+  assert.is(mine.body.data.run, null);
+  const done = await waitFor('the run to complete', () => runOf(ctx, 'idem-clash', 'ic-user', 'completed'), 15_000);
+  assert.equal(done.history.map((h: any) => `${h.step}:${h.outcome}`), ['steps[0]:sleeping', 'steps[0]:woke', 'steps[1]:sent']);
+  const sent = done.history[2].messageId;
+  assert.is.not(sent, mine.body.data.id);
+  assert.is((await api.get(`/v1/messages/${sent}`, key)).body.data.run.runId, done.id);
+  // the caller's key still answers the caller's own message, unchanged
+  const again = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'From workflow', body: 'wf body' }, headers: clash });
+  assert.is(again.headers.get('idempotent-replayed'), 'true');
+  assert.is(again.body.data.id, mine.body.data.id);
+  const other = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'Other', body: 'request' }, headers: clash });
+  assert.is(other.body.error.code, 'idempotency_key_reused');
+  await waitFor('both messages pushed, once each', async () => pushesTo(ctx, token).length === 2, 10_000);
+  // the engine's keys begin with NUL, which no header value can carry: Node refuses it before any route
+  const refused = await rawAnswer(ctx.service.url, key, `\u0000run:${done.id}:steps[1]`);
+  assert.match(refused, /^HTTP\/1\.1 400 /);
+  assert.not.match(refused, /"success"/, 'refused by Node, not by a route');
+  assert.match(await rawAnswer(ctx.service.url, key, 'plain-key'), /"code":"validation"/, 'the same probe with a plain key reaches the route ({} fails its schema)');
 });
 
 wf.run();
