@@ -146,8 +146,10 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     summary: Delete a workflow
    *     description: |
    *       Scope `workflows:write`. Removes the workflow, its slug (free for a new workflow) and its versions.
-   *       No run starts afterwards; active runs are canceled at their next step (reason `workflow_deleted`). Answers
-   *       the workflow as it was. Audited as `workflow.deleted`.
+   *       No run starts afterwards; active runs are canceled at their next step (reason `workflow_deleted`) and send
+   *       nothing more: a sleeping run when its timer fires, a waiting run when its timeout fires or the event it waits
+   *       for (or its `cancelOn` event) arrives. Its runs are no longer listed (404); their `$run.canceled` events are
+   *       on the subscribers' timelines. Answers the workflow as it was. Audited as `workflow.deleted`.
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'

@@ -6,6 +6,7 @@ import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { findRun } from '../../streams/workflow-runs.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; peer: ApnsPeer };
 const wf = suite<Ctx>('workflow runs');
@@ -206,6 +207,48 @@ wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the ru
   assert.match(refused, /^HTTP\/1\.1 400 /);
   assert.not.match(refused, /"success"/, 'refused by Node, not by a route');
   assert.match(await rawAnswer(ctx.service.url, key, 'plain-key'), /"code":"validation"/, 'the same probe with a plain key reaches the route ({} fails its schema)');
+});
+
+wf('deleting a workflow cancels its sleeping and waiting runs at their next step (timer, timeout or awaited event), sending nothing', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  // the worker of this service starts every run below, so it holds their versions in its cache when the workflows go
+  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
+  const waitEvent = (await api.post('/v1/workflows', key, { slug: 'del-wait-event', trigger: { event: 'dwe.start' }, steps: [{ type: 'wait', event: 'dwe.go', timeout: '1h', onEvent: [{ type: 'send', message: { title: 'e', body: 'e' } }] }, { type: 'send', message: { title: 'f', body: 'f' } }] })).body.data;
+  const waitTimeout = (await api.post('/v1/workflows', key, { slug: 'del-wait-timeout', trigger: { event: 'dwt.start' }, steps: [{ type: 'wait', event: 'dwt.go', timeout: '2s', onTimeout: [{ type: 'send', message: { title: 't', body: 't' } }] }, { type: 'send', message: { title: 'u', body: 'u' } }] })).body.data;
+  const cases = [
+    { wf: sleepy, slug: 'del-sleep', x: 'del-sleeper', start: 'ds.start', status: 'sleeping' },
+    { wf: waitEvent, slug: 'del-wait-event', x: 'del-awaiter', start: 'dwe.start', status: 'waiting' },
+    { wf: waitTimeout, slug: 'del-wait-timeout', x: 'del-timer', start: 'dwt.start', status: 'waiting' },
+  ];
+  const tokens = new Map<string, string>();
+  for (const c of cases) {
+    tokens.set(c.x, await device(ctx, c.x));
+    await api.post('/v1/events', key, { externalId: c.x, name: c.start, data: {} });
+  }
+  const runIds = new Map<string, string>();
+  for (const c of cases) runIds.set(c.x, (await waitFor(`${c.slug} to be ${c.status}`, () => runOf(ctx, c.slug, c.x, c.status), 10_000)).id);
+  for (const c of cases) assert.is((await api.del(`/v1/workflows/${c.slug}`, key)).status, 200);
+  assert.is((await api.get('/v1/workflows/del-sleep/runs', key)).status, 404, 'the runs of a deleted workflow are not listed any more');
+  // the awaited event, after the delete, reaches the run at once (its wait lasts an hour)
+  await api.post('/v1/events', key, { externalId: 'del-awaiter', name: 'dwe.go', data: {} });
+  const scope = { tenantId, partitions: service.config.partitions };
+  for (const c of cases) {
+    const run = await waitFor(`the ${c.slug} run to be canceled`, async () => {
+      const r = await findRun(service.redis, service.keys, scope, c.wf.id, runIds.get(c.x)!);
+      return r && r.status !== c.status ? r : null;
+    }, 10_000);
+    assert.is(run.status, 'canceled', c.slug);
+    assert.is(run.reason, 'workflow_deleted', c.slug);
+    assert.ok(run.history.every((h: any) => h.type !== 'send'), `${c.slug}: no step ran after the delete`);
+    const timeline = await waitFor(`${c.x}'s $run.canceled on the timeline`, async () => {
+      const items = (await api.get(`/v1/subscribers/${c.x}/timeline?limit=100`, key)).body.data.items as any[];
+      return items.some((e) => e.name === '$run.canceled') ? items : null;
+    }, 10_000);
+    assert.is(timeline.find((e) => e.name === '$run.canceled').data.reason, 'workflow_deleted');
+    assert.not.ok(timeline.some((e) => e.name === '$send'), `${c.x} was sent nothing`);
+  }
+  await new Promise((r) => setTimeout(r, 1_000));
+  for (const c of cases) assert.is(pushesTo(ctx, tokens.get(c.x)!).length, 0, `${c.x} got no push`);
 });
 
 wf.run();
