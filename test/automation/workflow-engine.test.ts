@@ -63,7 +63,7 @@ engine('a send that fails writes its $run.step (outcome failed) before $run.fail
     disarmTimer: () => {},
     emit: (event) => emitted.push(event),
   };
-  const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now);
+  const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
   await startRun(run, failing, host, { id: 'evt_1', name: 'go', data: {} });
   assert.is(run.status, 'failed');
   assert.is(run.reason, 'send_failed');

@@ -251,4 +251,47 @@ wf('deleting a workflow cancels its sleeping and waiting runs at their next step
   for (const c of cases) assert.is(pushesTo(ctx, tokens.get(c.x)!).length, 0, `${c.x} got no push`);
 });
 
+/** Waits until `count()` reaches `expected`, then a while more, and answers what it is then (a loop would go past it). */
+async function settles(what: string, count: () => Promise<number>, expected: number): Promise<number> {
+  await waitFor(what, async () => (await count()) >= expected, 20_000);
+  await new Promise((r) => setTimeout(r, 2_000));
+  return count();
+}
+
+wf('two $send workflows that each send stop after depth 3: four runs of each, nine pushes for one API message', async (ctx) => {
+  const { api, key } = ctx;
+  const token = await device(ctx, 'loop-send');
+  for (const slug of ['echo-a', 'echo-b']) await api.post('/v1/workflows', key, { slug, trigger: { event: '$send' }, steps: [{ type: 'send', message: { title: slug, body: 'echo' } }] });
+  const runsOfUser = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-send');
+  await api.post('/v1/messages', key, { to: 'loop-send', title: 'hello', body: 'one message' });
+  const total = await settles('the chain to end', async () => (await runsOfUser('echo-a')).length + (await runsOfUser('echo-b')).length, 8);
+  assert.is(total, 8, 'runs at depths 0 to 3 of each workflow, no more');
+  for (const slug of ['echo-a', 'echo-b']) {
+    const runs = await runsOfUser(slug);
+    assert.equal(runs.map((r: any) => r.depth).sort(), [0, 1, 2, 3], slug);
+    assert.ok(runs.every((r: any) => r.status === 'completed'), slug);
+  }
+  await waitFor('nine pushes', async () => pushesTo(ctx, token).length >= 9, 10_000);
+  await new Promise((r) => setTimeout(r, 1_000));
+  assert.is(pushesTo(ctx, token).length, 9, 'the API message and one per run');
+  for (const slug of ['echo-a', 'echo-b']) await api.del(`/v1/workflows/${slug}`, key);
+});
+
+wf('two workflows triggered by $run.completed stop after depth 3, the chain started by a third', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'chain-start', trigger: { event: 'chain.go' }, steps: [{ type: 'exit' }] });
+  for (const slug of ['follow-a', 'follow-b']) await api.post('/v1/workflows', key, { slug, trigger: { event: '$run.completed' }, steps: [{ type: 'exit' }] });
+  const runsOfUser = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-done');
+  await api.post('/v1/events', key, { externalId: 'loop-done', name: 'chain.go', data: {} });
+  const total = await settles('the chain to end', async () => (await runsOfUser('follow-a')).length + (await runsOfUser('follow-b')).length, 6);
+  assert.is(total, 6);
+  assert.equal((await runsOfUser('chain-start')).map((r: any) => r.depth), [0]);
+  for (const slug of ['follow-a', 'follow-b']) assert.equal((await runsOfUser(slug)).map((r: any) => r.depth).sort(), [1, 2, 3], slug);
+  // the run at depth 3 completed, and its $run.completed started nothing
+  const timeline = (await api.get('/v1/subscribers/loop-done/timeline?limit=100', key)).body.data.items as any[];
+  assert.is(timeline.filter((e) => e.name === '$run.started').length, 7);
+  assert.is(timeline.filter((e) => e.name === '$run.completed').length, 7);
+  for (const slug of ['chain-start', 'follow-a', 'follow-b']) await api.del(`/v1/workflows/${slug}`, key);
+});
+
 wf.run();
