@@ -211,7 +211,10 @@ export class Automation {
       const active = runs.find((run) => run.id === runId);
       if (active) return active.depth;
       let depth = depths.get(runId);
-      if (depth === undefined) depths.set(runId, (depth = runDepth({ depth: (await redis.hget(keys.run(p, tenantId, runId), 'depth')) ?? '' })));
+      if (depth === undefined) {
+        const stored = await redis.hget(keys.run(p, tenantId, runId), 'depth');
+        depths.set(runId, (depth = runDepth({ depth: stored ?? '' })));
+      }
       return depth;
     };
 
