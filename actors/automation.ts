@@ -8,13 +8,24 @@ import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondi
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
-import { createMessage } from '../streams/messages.js';
+import { createMessage, runStepIdempotencyKey } from '../streams/messages.js';
+import { runDepth } from '../streams/workflow-runs.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
 
 /** A subscriber runs at most this many workflow runs at once; further triggers are skipped (logged). */
 export const MAX_ACTIVE_RUNS = 100;
+
+/**
+ * Deepest run of a chain: a run started by an engine event of another run (`$run.*`, `$send`: the
+ * event carries that run's id) is one deeper than it; a run started by any other event is at depth
+ * 0. A trigger that would start a run deeper than this starts nothing (logged), so workflows that
+ * trigger one another (two `$send` workflows that each send) stop after a few hops instead of
+ * pushing forever. Three hops leave room for follow-ups of follow-ups (`$run.completed` of one
+ * workflow starting the next) while a loop costs at most four runs per workflow it goes through.
+ */
+export const MAX_RUN_DEPTH = 3;
 
 type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
@@ -181,7 +192,7 @@ export class Automation {
         const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
           to: { externalId: x }, content, sendAtMs: null,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
-        }, { key: `run:${run.id}:${step}`, request: { run: run.id, step } });
+        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } });
         return message.id;
       },
       armTimer: (run, dueMs) => {
@@ -193,6 +204,19 @@ export class Automation {
       emit: (event) => events.push(event),
     };
     let lastSeq = cursor;
+    // the depth of a run whose engine event may start others: an active one is at hand, an ended one
+    // is read from its record (same partition, and its depth never changes, so a retry reads the same)
+    const depths = new Map<string, number>();
+    const depthOf = async (runId: string): Promise<number> => {
+      const active = runs.find((run) => run.id === runId);
+      if (active) return active.depth;
+      let depth = depths.get(runId);
+      if (depth === undefined) {
+        const stored = await redis.hget(keys.run(p, tenantId, runId), 'depth');
+        depths.set(runId, (depth = runDepth({ depth: stored ?? '' })));
+      }
+      return depth;
+    };
 
     for (const item of todo) {
       if (item.kind === 'timer') {
@@ -246,15 +270,22 @@ export class Automation {
           changed.add(run);
         } else if (await onEvent(run, version.definition, host, event, event.runId)) changed.add(run);
       }
-      // triggers: one run per workflow and trigger event; a run's own events never start its workflow again
+      // triggers: one run per workflow and trigger event; a run's own events never start its workflow
+      // again, and a chain of runs started by one another's events stops at MAX_RUN_DEPTH
+      let depth: number | undefined;
       for (const wf of defs.workflows) {
         if (!wf.enabled || wf.definition.trigger.event !== event.name || event.data.workflowId === wf.id) continue;
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
+        depth ??= event.runId ? (await depthOf(event.runId)) + 1 : 0;
+        if (depth > MAX_RUN_DEPTH) {
+          this.log.warn('workflow run not started: chain of runs too deep', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, depth });
+          continue;
+        }
         if (runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).length >= MAX_ACTIVE_RUNS) {
           this.log.warn('workflow run not started: too many active runs', { tenantId, externalId: x, workflow: wf.slug });
           continue;
         }
-        const run = newRun(derivedId('run', event.ts, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs);
+        const run = newRun(derivedId('run', event.ts, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
         if (runs.some((existing) => existing.id === run.id)) continue;
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });

@@ -2,7 +2,7 @@ import { isoNow } from '../lib/clock.js';
 import { parseDuration } from '../lib/durations.js';
 import type { EventLike, Expression } from '../lib/expressions.js';
 import type { SendContent, Step, WorkflowDefinition } from '../lib/workflow-definition.js';
-import type { RunHistoryItem, RunStatus } from '../streams/workflow-runs.js';
+import { runDepth, type RunHistoryItem, type RunStatus } from '../streams/workflow-runs.js';
 
 /**
  * The workflow run state machine (docs/workflows.md has the transition table). Pure apart from
@@ -16,6 +16,8 @@ export type Run = {
   id: string; workflowId: string; workflow: string; versionId: string; version: number; externalId: string; status: RunStatus;
   step: string; triggerEventId: string; reason: string; wakeAt: number | null; timer: string;
   startedAt: string; updatedAt: string; completedAt: string; history: HistoryItem[];
+  /** 0, or one more than the run whose engine event (`$run.*`, `$send`) started this one */
+  depth: number;
 };
 export type RunEvent = { name: string; data: Record<string, unknown>; runId: string; messageId: string; step: string };
 export type HandledEvent = EventLike & { id: string };
@@ -89,17 +91,16 @@ function runData(run: Run, extra: Record<string, unknown> = {}): Record<string, 
   return { workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: run.version, ...extra };
 }
 
-function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null, emit = true): void {
+/** Records a step done in the run's history and writes its `$run.step` event. */
+function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null): void {
   const at = isoNow(host.now);
   const { step: path, ...rest } = item;
   run.history.push({ step: path, ...(step?.name ? { name: step.name } : {}), ...rest, at });
   run.updatedAt = at;
-  if (emit) {
-    host.emit({
-      name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
-      data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
-    });
-  }
+  host.emit({
+    name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
+    data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
+  });
 }
 
 function end(run: Run, host: EngineHost, status: 'completed' | 'canceled' | 'failed', reason: string): void {
@@ -113,12 +114,12 @@ function end(run: Run, host: EngineHost, status: 'completed' | 'canceled' | 'fai
   host.emit({ name: `$run.${status}`, runId: run.id, messageId: '', step: run.step, data: runData(run, reason ? { reason } : {}) });
 }
 
-/** A new run of a workflow version, started by `trigger`. */
-export function newRun(id: string, workflow: { id: string; slug: string }, version: { id: string; version: number }, externalId: string, trigger: HandledEvent, nowMs: number): Run {
+/** A new run of a workflow version, started by `trigger`, at `depth` in a chain of runs. */
+export function newRun(id: string, workflow: { id: string; slug: string }, version: { id: string; version: number }, externalId: string, trigger: HandledEvent, nowMs: number, depth: number): Run {
   const at = isoNow(nowMs);
   return {
     id, workflowId: workflow.id, workflow: workflow.slug, versionId: version.id, version: version.version, externalId, status: 'running',
-    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [],
+    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [], depth,
   };
 }
 
@@ -171,7 +172,8 @@ async function advance(run: Run, def: WorkflowDefinition, host: EngineHost, from
         try {
           messageId = await host.send(run, path, step.message);
         } catch {
-          note(run, host, { step: path, type: 'send', outcome: 'failed' }, step, false);
+          // the failed step is a step done: its `$run.step` (outcome failed) comes before `$run.failed`
+          note(run, host, { step: path, type: 'send', outcome: 'failed' }, step);
           end(run, host, 'failed', 'send_failed');
           return;
         }
@@ -236,7 +238,7 @@ export function runFields(run: Run): Record<string, string> {
   return {
     id: run.id, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: String(run.version), externalId: run.externalId,
     status: run.status, step: run.step, triggerEventId: run.triggerEventId, reason: run.reason, wakeAt: run.wakeAt === null ? '' : String(run.wakeAt),
-    timer: run.timer, startedAt: run.startedAt, updatedAt: run.updatedAt, completedAt: run.completedAt, history: JSON.stringify(run.history),
+    timer: run.timer, startedAt: run.startedAt, updatedAt: run.updatedAt, completedAt: run.completedAt, history: JSON.stringify(run.history), depth: String(run.depth),
   };
 }
 
@@ -245,5 +247,6 @@ export function runOf(h: Record<string, string>): Run {
     id: h.id!, workflowId: h.workflowId!, workflow: h.workflow ?? '', versionId: h.versionId!, version: Number(h.version), externalId: h.externalId!,
     status: h.status as RunStatus, step: h.step ?? '', triggerEventId: h.triggerEventId ?? '', reason: h.reason ?? '', wakeAt: h.wakeAt ? Number(h.wakeAt) : null,
     timer: h.timer ?? '', startedAt: h.startedAt!, updatedAt: h.updatedAt!, completedAt: h.completedAt ?? '', history: h.history ? JSON.parse(h.history) : [],
+    depth: runDepth(h),
   };
 }

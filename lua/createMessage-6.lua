@@ -2,7 +2,8 @@
   Creates a message, deciding its Idempotency-Key atomically: a key seen with the same request
   answers the original message; with another request it is a conflict. Keys never expire.
 
-  KEYS[1] idempotency hash ({t}:idem)          field key -> messageId|requestHash
+  KEYS[1] idempotency hash ({t}:idem)          field key -> messageId|requestHash (a caller's
+                                               Idempotency-Key, or a run step's key, which begins with NUL)
   KEYS[2] the new message record ({t}:msg:<id>)
   KEYS[3] message index ({t}:messages)
   KEYS[4] index of the initial status ({t}:messages:<status>)

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { conditionKey, eventConditions, type EventCondition, type Expression } from '../lib/expressions.js';
 import { parseDuration } from '../lib/durations.js';
-import type { WorkflowDefinition } from '../lib/workflow-definition.js';
+import { MAX_STEP_DURATION_MS, type WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Keys } from './keys.js';
 
 /** A kept event condition: its counter key and the longest window any condition sharing the key counts over. */
@@ -27,7 +27,8 @@ export type Definitions = {
    * The event names the automation step acts on (a subscriber whose batch holds none of them, and
    * no timer, is skipped without a read): names of kept conditions; subscriber and subscription
    * changes when there are segments; triggers of enabled workflows; the `wait` and `cancelOn`
-   * names of every version that may still have runs; `$subscriber.deleted` when there are workflows.
+   * names of every version that may still have runs, deleted workflows' included (their runs are
+   * canceled by the event); `$subscriber.deleted` when there are workflows.
    */
   relevant: Set<string>;
 };
@@ -41,8 +42,18 @@ export const STATE_EVENT_NAMES = [
 /** Versions per workflow whose `wait` and `cancelOn` names are watched (runs of older ones miss them). */
 export const WATCHED_VERSIONS = 100;
 
+/**
+ * A deleted workflow's `wait` and `cancelOn` names (those of its newest WATCHED_VERSIONS versions)
+ * stay watched this long after the delete (`keys.workflowGoneNames`), so the event an active run of
+ * it waits for reaches the run and cancels it (`workflow_deleted`). By then every such run has met
+ * its next step (a sleep or a wait's timeout lasts at most 90 days) and was canceled; a day more
+ * covers a scheduler that was down. At most MAX_GONE_NAMES names are kept, the newest.
+ */
+export const GONE_NAMES_KEEP_MS = MAX_STEP_DURATION_MS + 86_400_000;
+export const MAX_GONE_NAMES = 1_000;
+
 /** The `wait` and `cancelOn` event names of a definition. */
-function watchedNames(def: WorkflowDefinition, into: Set<string>): void {
+export function watchedNames(def: Pick<WorkflowDefinition, 'steps' | 'cancelOn'>, into: Set<string>): void {
   if (def.cancelOn) into.add(def.cancelOn.event);
   const walk = (steps: WorkflowDefinition['steps'] | undefined) => {
     for (const step of steps ?? []) {
@@ -119,11 +130,16 @@ export function needsOf(expressions: Expression[]): Pick<Definitions, 'kept' | '
 
 /**
  * Caches each tenant's definitions by `automationVersion` (bumped on every segment or workflow
- * change) and the immutable workflow versions by id.
+ * change) and the workflow versions by id. A version is immutable but goes when its workflow is
+ * deleted (which bumps `automationVersion`): each reload of a tenant's definitions drops the cached
+ * versions of that tenant whose workflow is no longer listed, so the runs of a deleted workflow find
+ * their version missing at their next step and are canceled (`workflow_deleted`).
  */
 export class DefinitionsCache {
   private readonly tenants = new Map<string, Definitions>();
-  private readonly versions = new Map<string, VersionDef>();
+  private readonly versions = new Map<string, { tenantId: string; def: VersionDef }>();
+  /** per tenant, bumped by each reload: a version read that straddled one is not cached */
+  private readonly generations = new Map<string, number>();
 
   constructor(private readonly redis: Redis, private readonly keys: Keys) {}
 
@@ -131,30 +147,48 @@ export class DefinitionsCache {
   async get(tenantId: string, version: string): Promise<Definitions> {
     const cached = this.tenants.get(tenantId);
     if (cached && cached.version === version) return cached;
+    this.generations.set(tenantId, (this.generations.get(tenantId) ?? 0) + 1);
     const defs = await this.load(tenantId, version);
     this.tenants.set(tenantId, defs);
     return defs;
   }
 
-  /** One workflow version (immutable), or null when it is gone (its workflow was deleted). */
+  /**
+   * One workflow version, or null when it is gone: its workflow was deleted (the version record may
+   * outlive the workflow record by a moment, or for good after a crash: the workflow record decides).
+   */
   async version(tenantId: string, versionId: string): Promise<VersionDef | null> {
     const cached = this.versions.get(versionId);
-    if (cached) return cached;
+    if (cached && cached.tenantId === tenantId) return cached.def;
+    const generation = this.generations.get(tenantId) ?? 0;
     const h = await this.redis.hgetall(this.keys.workflowVersion(tenantId, versionId));
     if (!h.id) return null;
+    // read after the version: a delete between the two reads answers null, never a stale version
     const wf = await this.redis.hget(this.keys.workflow(tenantId, h.workflowId!), 'slug');
-    const def: VersionDef = { id: h.id, workflowId: h.workflowId!, slug: wf ?? '', version: Number(h.version), definition: JSON.parse(h.definition!) };
+    if (wf === null) return null;
+    const def: VersionDef = { id: h.id, workflowId: h.workflowId!, slug: wf, version: Number(h.version), definition: JSON.parse(h.definition!) };
+    // a reload that began meanwhile may have dropped this version already: keep it out of the cache
+    if (generation !== (this.generations.get(tenantId) ?? 0)) return def;
     if (this.versions.size > 10_000) this.versions.clear();
-    this.versions.set(versionId, def);
+    this.versions.set(versionId, { tenantId, def });
     return def;
+  }
+
+  /** Drops the cached versions of a tenant whose workflow is not in `workflowIds` (deleted). */
+  private dropVersions(tenantId: string, workflowIds: ReadonlySet<string>): void {
+    for (const [versionId, { tenantId: owner, def }] of this.versions) {
+      if (owner === tenantId && !workflowIds.has(def.workflowId)) this.versions.delete(versionId);
+    }
   }
 
   private async load(tenantId: string, version: string): Promise<Definitions> {
     const { redis, keys } = this;
-    const [segmentIds, workflowIds] = await Promise.all([
+    const [segmentIds, workflowIds, goneNames] = await Promise.all([
       redis.zrange(keys.segmentIndex(tenantId), 0, MAX_SEGMENTS - 1),
       redis.zrange(keys.workflowIndex(tenantId), 0, MAX_WORKFLOWS - 1),
+      redis.zrange(keys.workflowGoneNames(tenantId), 0, MAX_GONE_NAMES - 1),
     ]);
+    this.dropVersions(tenantId, new Set(workflowIds));
     const pipeline = redis.pipeline();
     for (const id of segmentIds) pipeline.hgetall(keys.segment(tenantId, id));
     for (const id of workflowIds) pipeline.hgetall(keys.workflow(tenantId, id));
@@ -175,12 +209,14 @@ export class DefinitionsCache {
     const needs = needsOf([...segments.map((s) => s.where), ...workflows.flatMap((w) => workflowExpressions(w.definition))]);
     const relevant = new Set<string>([...needs.kept.values()].map((k) => k.condition.event));
     if (segments.length) for (const name of STATE_EVENT_NAMES) relevant.add(name);
-    if (workflowRecords.length) relevant.add('$subscriber.deleted');
+    if (workflowRecords.length || goneNames.length) relevant.add('$subscriber.deleted');
     for (const wf of workflows) if (wf.enabled) relevant.add(wf.definition.trigger.event);
     // every version that may still have runs: their waits and cancelOn
     const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, WATCHED_VERSIONS - 1)));
     const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
     for (const v of all) if (v) watchedNames(v.definition, relevant);
+    // deleted workflows' waits and cancelOn: the event reaches their runs, which it cancels
+    for (const name of goneNames) relevant.add(name);
     return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant };
   }
 }

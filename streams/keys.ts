@@ -198,6 +198,8 @@ export function createKeys(prefix: string) {
     workflowVersion: (tenantId: string, versionId: string) => `${t(tenantId)}:wfv:${versionId}`,
     /** zset version number → version id, of a workflow's versions */
     workflowVersions: (tenantId: string, workflowId: string) => `${t(tenantId)}:wfl:${workflowId}:versions`,
+    /** zset event name → deletion ms: the `wait` and `cancelOn` names of deleted workflows, still watched for their runs */
+    workflowGoneNames: (tenantId: string) => `${t(tenantId)}:wfls:gone-names`,
     /** string: a short lock so one process of a role does a periodic job */
     lock: (name: string) => `${prefix}lock:${name}`,
     /** the tenant tag with the prefix: Lua scripts build message and delivery key names from it as above */

@@ -70,6 +70,17 @@ export function laneOf(to: Target): MessageLane {
 }
 
 /**
+ * The idempotency key of a workflow run step's message (docs/automation.md, "Exactly once"): a step
+ * retried after a crash finds its message again. It begins with a NUL character, which no HTTP
+ * header value can carry (Node answers such a request 400 before any route runs), so a caller's
+ * `Idempotency-Key`, stored as it is in the same hash, can never name an engine key: caller keys
+ * and engine keys share the tenant's idempotency hash without meeting.
+ */
+export function runStepIdempotencyKey(runId: string, step: string): string {
+  return `\u0000run:${runId}:${step}`;
+}
+
+/**
  * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
  * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
  * `idempotency_key_reused`. Keys are per tenant and never expire.

@@ -10,7 +10,8 @@ import type { Keys } from './keys.js';
  *   current step, `steps[1].then[0]`, '' when none), triggerEventId, reason ('' or
  *   canceled_by_event, subscriber_deleted, workflow_deleted, send_failed...), wakeAt (ms, '' when
  *   none), startedAt, updatedAt, completedAt ('' while active) (ISO), history (JSON array of
- *   `{ step, type, outcome, at, messageId?, branch?, eventId? }`)
+ *   `{ step, type, outcome, at, messageId?, branch?, eventId? }`), depth (0, or one more than the
+ *   run whose engine event started it; absent on records written before, read as 0)
  *
  * and lists it in the partition's `keys.workflowRuns(p, tenant, workflowId)` and
  * `keys.workflowRuns(p, tenant, workflowId, status)` (score 0, member the run id).
@@ -18,6 +19,11 @@ import type { Keys } from './keys.js';
 
 export const RUN_STATUSES = ['running', 'sleeping', 'waiting', 'completed', 'canceled', 'failed'] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
+
+/** A stored run's depth in a chain of runs (0 for records written before runs had one). */
+export function runDepth(h: Record<string, string>): number {
+  return Number(h.depth) || 0;
+}
 
 export type RunHistoryItem = { step: string; name?: string; type: string; outcome: string; at: string; messageId?: string; branch?: 'then' | 'else'; eventId?: string };
 
@@ -38,6 +44,7 @@ export type Run = {
   updatedAt: string;
   completedAt: string | null;
   history: RunHistoryItem[];
+  depth: number;
 };
 
 /** The public view of a stored run hash. */
@@ -58,6 +65,7 @@ export function toRun(h: Record<string, string>): Run {
     updatedAt: h.updatedAt!,
     completedAt: h.completedAt || null,
     history: h.history ? (JSON.parse(h.history) as RunHistoryItem[]) : [],
+    depth: runDepth(h),
   };
 }
 

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
-import { MAX_WORKFLOWS } from './automation-definitions.js';
-import { isoNow } from '../lib/clock.js';
+import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, MAX_WORKFLOWS, WATCHED_VERSIONS, watchedNames } from './automation-definitions.js';
+import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
@@ -188,18 +188,31 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
 
 /**
  * Deletes a workflow: record, slug, index entry and every version. No run starts afterwards;
- * active runs are canceled by the workers at their next step (reason `workflow_deleted`).
- * Returns the workflow as it was; 404 for an unknown slug.
+ * active runs are canceled by the workers at their next step (reason `workflow_deleted`): a timer
+ * that fires, or an event one of its versions waits for or is canceled on (those names stay watched,
+ * `GONE_NAMES_KEEP_MS`). Returns the workflow as it was; 404 for an unknown slug.
  */
 export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, slug: string, by: Writer): Promise<Workflow> {
   const tenantId = scope.tenant.id;
   const id = isSlug(slug) ? await redis.hget(keys.workflowSlugs(tenantId), slug) : null;
   if (!id) throw notFound('Workflow');
-  const reply = await callScript<[number, string[]?, string[]?]>(
-    redis, 'deleteWorkflow',
-    [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId)],
-    [id],
-  );
+  let reply: [number, string[]?, string[]?] = [-1];
+  for (let attempt = 0; attempt < UPDATE_ATTEMPTS && reply[0] === -1; attempt++) {
+    // the record before the version list: a version made in between changes the current version id,
+    // which the script compares, so the names below never miss a version the delete removes
+    const read = await redis.pipeline().hget(keys.workflow(tenantId, id), 'versionId').zrevrange(keys.workflowVersions(tenantId, id), 0, WATCHED_VERSIONS - 1).exec();
+    const [[recordErr, currentVersionId], [listErr, versionIds]] = read as [[Error | null, string | null], [Error | null, string[]]];
+    if (recordErr || listErr) throw recordErr ?? listErr;
+    if (!currentVersionId) throw notFound('Workflow');
+    const names = new Set<string>();
+    for (const v of await loadVersions(redis, keys, tenantId, versionIds)) if (v) watchedNames({ steps: v.steps, cancelOn: v.cancelOn ?? undefined }, names);
+    reply = await callScript<[number, string[]?, string[]?]>(
+      redis, 'deleteWorkflow',
+      [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId), keys.workflowGoneNames(tenantId)],
+      [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, ...names],
+    );
+  }
+  if (reply[0] === -1) throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
   if (reply[0] !== 1) throw notFound('Workflow');
   const h = record(reply[1]!);
   // the current version is read for the answer, then every version record goes

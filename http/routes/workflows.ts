@@ -56,7 +56,9 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       tenant (a taken slug is 409 `conflict`) and immutable. A tenant has at most 100 workflows (400 `limit_exceeded`). The definition is `trigger`, `steps` and optional
    *       `cancelOn` (docs/workflows.md); each problem in it is a `validation` detail naming its path
    *       (`steps[2].then[0].duration`). The workflow starts at version 1, enabled unless `enabled` is false.
-   *       Audited as `workflow.created`.
+   *       A trigger may be an engine event (`$run.completed`, `$send`...): a run started by another run's event is one
+   *       deeper than it (`depth` on the run), and one that would be deeper than 3 is not started (logged, nothing
+   *       written), so workflows that trigger one another stop. Audited as `workflow.created`.
    *     tags: [Workflows]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:
@@ -147,8 +149,10 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     summary: Delete a workflow
    *     description: |
    *       Scope `workflows:write`. Removes the workflow, its slug (free for a new workflow) and its versions.
-   *       No run starts afterwards; active runs are canceled at their next step (reason `workflow_deleted`). Answers
-   *       the workflow as it was. Audited as `workflow.deleted`.
+   *       No run starts afterwards; active runs are canceled at their next step (reason `workflow_deleted`) and send
+   *       nothing more: a sleeping run when its timer fires, a waiting run when its timeout fires or the event it waits
+   *       for (or its `cancelOn` event) arrives. Its runs are no longer listed (404); their `$run.canceled` events are
+   *       on the subscribers' timelines. Answers the workflow as it was. Audited as `workflow.deleted`.
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'

@@ -134,7 +134,7 @@ export const WorkflowRunsQuery: Schema = {
 export const WorkflowRun: Schema = {
   type: 'object',
   additionalProperties: false,
-  required: ['id', 'workflowId', 'workflow', 'versionId', 'version', 'externalId', 'status', 'step', 'triggerEventId', 'reason', 'wakeAt', 'startedAt', 'updatedAt', 'completedAt', 'history'],
+  required: ['id', 'workflowId', 'workflow', 'versionId', 'version', 'externalId', 'status', 'step', 'triggerEventId', 'reason', 'wakeAt', 'startedAt', 'updatedAt', 'completedAt', 'history', 'depth'],
   properties: {
     id: { type: 'string', pattern: '^run_' },
     workflowId: { type: 'string', pattern: '^wfl_' },
@@ -168,6 +168,10 @@ export const WorkflowRun: Schema = {
           eventId: { type: 'string', description: 'wait: the event that resumed the run.' },
         },
       },
+    },
+    depth: {
+      type: 'integer', minimum: 0, maximum: 3,
+      description: 'Hops from an event of no run: 0 when the trigger event came from outside a run, else one more than the run whose `$run.*` or `$send` event started it. A trigger that would start a run deeper than 3 starts nothing.',
     },
   },
 };

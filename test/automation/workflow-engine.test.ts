@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { formatPath, nextPath, parsePath, stepAt } from '../../actors/workflow-engine.js';
+import { formatPath, newRun, nextPath, parsePath, startRun, stepAt, type EngineHost, type RunEvent } from '../../actors/workflow-engine.js';
 import type { WorkflowDefinition } from '../../lib/workflow-definition.js';
 import { streamLedgerJson, streamLedgerPayload } from '../../streams/stream-ledger.js';
 
@@ -50,6 +50,30 @@ engine('webhook payloads of run events carry workflow and versionId (spec 6.1 ru
   const plain = (streamLedgerPayload({ ...fields, n: 'app.opened', ru: '', st: '', d: '{}' }).data as any).object;
   assert.not.ok('workflow' in plain);
   assert.not.ok('versionId' in plain);
+});
+
+engine('a send that fails writes its $run.step (outcome failed) before $run.failed', async () => {
+  const failing: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'send', name: 'hello', message: { title: 'a', body: 'b' } }, { type: 'exit' }] };
+  const emitted: RunEvent[] = [];
+  const host: EngineHost = {
+    now: Date.parse('2026-01-01T00:00:00.000Z'),
+    evaluate: () => true,
+    send: async () => { throw new Error('no message'); },
+    armTimer: () => 'timer',
+    disarmTimer: () => {},
+    emit: (event) => emitted.push(event),
+  };
+  const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
+  await startRun(run, failing, host, { id: 'evt_1', name: 'go', data: {} });
+  assert.is(run.status, 'failed');
+  assert.is(run.reason, 'send_failed');
+  assert.equal(run.history.map((h) => `${h.step}:${h.outcome}`), ['steps[0]:failed']);
+  assert.equal(emitted.map((e) => e.name), ['$run.started', '$run.step', '$run.failed']);
+  const step = emitted[1]!;
+  assert.is(step.step, 'steps[0]');
+  assert.is(step.messageId, '');
+  assert.equal(step.data, { workflowId: 'wfl_1', workflow: 'hello', versionId: 'wfv_1', version: 1, step: 'steps[0]', name: 'hello', type: 'send', outcome: 'failed' });
+  assert.is(emitted[2]!.data.reason, 'send_failed');
 });
 
 engine.run();

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
@@ -5,6 +6,7 @@ import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { findRun } from '../../streams/workflow-runs.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; peer: ApnsPeer };
 const wf = suite<Ctx>('workflow runs');
@@ -156,6 +158,140 @@ wf('a run never starts its own workflow again, a deleted subscriber cancels its 
   await api.post('/v1/messages', key, { to: 'echo', title: 'again', body: 'disabled now' });
   await new Promise((r) => setTimeout(r, 1_500));
   assert.is((await runsOf(ctx, 'echo')).total, runsWhenDisabled, 'a disabled workflow starts no run');
+});
+
+/** What the service answers (status line to body) a raw request whose Idempotency-Key holds `value` (bytes as latin1). */
+async function rawAnswer(url: string, key: string, value: string): Promise<string> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      socket.end(Buffer.concat([
+        Buffer.from(`POST /v1/messages HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nIdempotency-Key: `),
+        Buffer.from(value, 'latin1'),
+        Buffer.from('\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'),
+      ]));
+    });
+    let answer = '';
+    socket.on('data', (chunk) => (answer += chunk));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(answer));
+  });
+}
+
+wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the run\'s send nor replays its message', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'idem-clash', trigger: { event: 'ic.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'From workflow', body: 'wf body' } }] });
+  const token = await device(ctx, 'ic-user');
+  await api.post('/v1/events', key, { externalId: 'ic-user', name: 'ic.start', data: {} });
+  const sleeping = await waitFor('the run to sleep', () => runOf(ctx, 'idem-clash', 'ic-user', 'sleeping'), 10_000);
+  // the key the engine used before it had a namespace of its own, with the very content of the step
+  const clash = { 'Idempotency-Key': `run:${sleeping.id}:steps[1]` };
+  const mine = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'From workflow', body: 'wf body' }, headers: clash });
+  assert.is(mine.status, 202, mine.text);
+  assert.is(mine.headers.get('idempotent-replayed'), null);
+  assert.is(mine.body.data.run, null);
+  const done = await waitFor('the run to complete', () => runOf(ctx, 'idem-clash', 'ic-user', 'completed'), 15_000);
+  assert.equal(done.history.map((h: any) => `${h.step}:${h.outcome}`), ['steps[0]:sleeping', 'steps[0]:woke', 'steps[1]:sent']);
+  const sent = done.history[2].messageId;
+  assert.is.not(sent, mine.body.data.id);
+  assert.is((await api.get(`/v1/messages/${sent}`, key)).body.data.run.runId, done.id);
+  // the caller's key still answers the caller's own message, unchanged
+  const again = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'From workflow', body: 'wf body' }, headers: clash });
+  assert.is(again.headers.get('idempotent-replayed'), 'true');
+  assert.is(again.body.data.id, mine.body.data.id);
+  const other = await api.call('POST', '/v1/messages', { key, body: { to: 'ic-user', title: 'Other', body: 'request' }, headers: clash });
+  assert.is(other.body.error.code, 'idempotency_key_reused');
+  await waitFor('both messages pushed, once each', async () => pushesTo(ctx, token).length === 2, 10_000);
+  // the engine's keys begin with NUL, which no header value can carry: Node refuses it before any route
+  const refused = await rawAnswer(ctx.service.url, key, `\u0000run:${done.id}:steps[1]`);
+  assert.match(refused, /^HTTP\/1\.1 400 /);
+  assert.not.match(refused, /"success"/, 'refused by Node, not by a route');
+  assert.match(await rawAnswer(ctx.service.url, key, 'plain-key'), /"code":"validation"/, 'the same probe with a plain key reaches the route ({} fails its schema)');
+});
+
+wf('deleting a workflow cancels its sleeping and waiting runs at their next step (timer, timeout or awaited event), sending nothing', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  // the worker of this service starts every run below, so it holds their versions in its cache when the workflows go
+  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
+  const waitEvent = (await api.post('/v1/workflows', key, { slug: 'del-wait-event', trigger: { event: 'dwe.start' }, steps: [{ type: 'wait', event: 'dwe.go', timeout: '1h', onEvent: [{ type: 'send', message: { title: 'e', body: 'e' } }] }, { type: 'send', message: { title: 'f', body: 'f' } }] })).body.data;
+  const waitTimeout = (await api.post('/v1/workflows', key, { slug: 'del-wait-timeout', trigger: { event: 'dwt.start' }, steps: [{ type: 'wait', event: 'dwt.go', timeout: '2s', onTimeout: [{ type: 'send', message: { title: 't', body: 't' } }] }, { type: 'send', message: { title: 'u', body: 'u' } }] })).body.data;
+  const cases = [
+    { wf: sleepy, slug: 'del-sleep', x: 'del-sleeper', start: 'ds.start', status: 'sleeping' },
+    { wf: waitEvent, slug: 'del-wait-event', x: 'del-awaiter', start: 'dwe.start', status: 'waiting' },
+    { wf: waitTimeout, slug: 'del-wait-timeout', x: 'del-timer', start: 'dwt.start', status: 'waiting' },
+  ];
+  const tokens = new Map<string, string>();
+  for (const c of cases) {
+    tokens.set(c.x, await device(ctx, c.x));
+    await api.post('/v1/events', key, { externalId: c.x, name: c.start, data: {} });
+  }
+  const runIds = new Map<string, string>();
+  for (const c of cases) runIds.set(c.x, (await waitFor(`${c.slug} to be ${c.status}`, () => runOf(ctx, c.slug, c.x, c.status), 10_000)).id);
+  for (const c of cases) assert.is((await api.del(`/v1/workflows/${c.slug}`, key)).status, 200);
+  assert.is((await api.get('/v1/workflows/del-sleep/runs', key)).status, 404, 'the runs of a deleted workflow are not listed any more');
+  // the awaited event, after the delete, reaches the run at once (its wait lasts an hour)
+  await api.post('/v1/events', key, { externalId: 'del-awaiter', name: 'dwe.go', data: {} });
+  const scope = { tenantId, partitions: service.config.partitions };
+  for (const c of cases) {
+    const run = await waitFor(`the ${c.slug} run to be canceled`, async () => {
+      const r = await findRun(service.redis, service.keys, scope, c.wf.id, runIds.get(c.x)!);
+      return r && r.status !== c.status ? r : null;
+    }, 10_000);
+    assert.is(run.status, 'canceled', c.slug);
+    assert.is(run.reason, 'workflow_deleted', c.slug);
+    assert.ok(run.history.every((h: any) => h.type !== 'send'), `${c.slug}: no step ran after the delete`);
+    const timeline = await waitFor(`${c.x}'s $run.canceled on the timeline`, async () => {
+      const items = (await api.get(`/v1/subscribers/${c.x}/timeline?limit=100`, key)).body.data.items as any[];
+      return items.some((e) => e.name === '$run.canceled') ? items : null;
+    }, 10_000);
+    assert.is(timeline.find((e) => e.name === '$run.canceled').data.reason, 'workflow_deleted');
+    assert.not.ok(timeline.some((e) => e.name === '$send'), `${c.x} was sent nothing`);
+  }
+  await new Promise((r) => setTimeout(r, 1_000));
+  for (const c of cases) assert.is(pushesTo(ctx, tokens.get(c.x)!).length, 0, `${c.x} got no push`);
+});
+
+/** Waits until `count()` reaches `expected`, then a while more, and answers what it is then (a loop would go past it). */
+async function settles(what: string, count: () => Promise<number>, expected: number): Promise<number> {
+  await waitFor(what, async () => (await count()) >= expected, 20_000);
+  await new Promise((r) => setTimeout(r, 2_000));
+  return count();
+}
+
+wf('two $send workflows that each send stop after depth 3: four runs of each, nine pushes for one API message', async (ctx) => {
+  const { api, key } = ctx;
+  const token = await device(ctx, 'loop-send');
+  for (const slug of ['echo-a', 'echo-b']) await api.post('/v1/workflows', key, { slug, trigger: { event: '$send' }, steps: [{ type: 'send', message: { title: slug, body: 'echo' } }] });
+  const runsOfUser = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-send');
+  await api.post('/v1/messages', key, { to: 'loop-send', title: 'hello', body: 'one message' });
+  const total = await settles('the chain to end', async () => (await runsOfUser('echo-a')).length + (await runsOfUser('echo-b')).length, 8);
+  assert.is(total, 8, 'runs at depths 0 to 3 of each workflow, no more');
+  for (const slug of ['echo-a', 'echo-b']) {
+    const runs = await runsOfUser(slug);
+    assert.equal(runs.map((r: any) => r.depth).sort(), [0, 1, 2, 3], slug);
+    assert.ok(runs.every((r: any) => r.status === 'completed'), slug);
+  }
+  await waitFor('nine pushes', async () => pushesTo(ctx, token).length >= 9, 10_000);
+  await new Promise((r) => setTimeout(r, 1_000));
+  assert.is(pushesTo(ctx, token).length, 9, 'the API message and one per run');
+  for (const slug of ['echo-a', 'echo-b']) await api.del(`/v1/workflows/${slug}`, key);
+});
+
+wf('two workflows triggered by $run.completed stop after depth 3, the chain started by a third', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'chain-start', trigger: { event: 'chain.go' }, steps: [{ type: 'exit' }] });
+  for (const slug of ['follow-a', 'follow-b']) await api.post('/v1/workflows', key, { slug, trigger: { event: '$run.completed' }, steps: [{ type: 'exit' }] });
+  const runsOfUser = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-done');
+  await api.post('/v1/events', key, { externalId: 'loop-done', name: 'chain.go', data: {} });
+  const total = await settles('the chain to end', async () => (await runsOfUser('follow-a')).length + (await runsOfUser('follow-b')).length, 6);
+  assert.is(total, 6);
+  assert.equal((await runsOfUser('chain-start')).map((r: any) => r.depth), [0]);
+  for (const slug of ['follow-a', 'follow-b']) assert.equal((await runsOfUser(slug)).map((r: any) => r.depth).sort(), [1, 2, 3], slug);
+  // the run at depth 3 completed, and its $run.completed started nothing
+  const timeline = (await api.get('/v1/subscribers/loop-done/timeline?limit=100', key)).body.data.items as any[];
+  assert.is(timeline.filter((e) => e.name === '$run.started').length, 7);
+  assert.is(timeline.filter((e) => e.name === '$run.completed').length, 7);
+  for (const slug of ['chain-start', 'follow-a', 'follow-b']) await api.del(`/v1/workflows/${slug}`, key);
 });
 
 wf.run();

@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { newId } from '../../lib/ids.js';
+import { DefinitionsCache, GONE_NAMES_KEEP_MS } from '../../streams/automation-definitions.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 
@@ -275,6 +276,35 @@ workflows('delete answers the workflow as it was and removes it with every versi
   assert.is.not(again.body.data.id, created.id);
 });
 
+workflows('a deleted workflow\'s versions leave a worker\'s cache at its next reload, and its wait and cancelOn names stay watched', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  const { redis, keys } = service;
+  const steps = [{ type: 'wait', event: 'gone.awaited', timeout: '1d' }, { type: 'send', message: { title: 'a', body: 'b' } }];
+  const created = (await api.post('/v1/workflows', key, { slug: 'cached-gone', trigger: { event: 'gone.start' }, cancelOn: { event: 'gone.cancel' }, steps })).body.data;
+  const v2 = (await api.patch('/v1/workflows/cached-gone', key, { steps: [{ type: 'wait', event: 'gone.awaited-v2', timeout: '1d' }], cancelOn: null })).body.data;
+  const cache = new DefinitionsCache(redis, keys);
+  const before = await cache.get(tenantId, String(await version(ctx)));
+  assert.ok(before.relevant.has('gone.awaited') && before.relevant.has('gone.cancel') && before.relevant.has('gone.awaited-v2'));
+  assert.is((await cache.version(tenantId, created.versionId))?.slug, 'cached-gone', 'cached by the load');
+  const old = Date.now() - GONE_NAMES_KEEP_MS - 60_000;
+  await redis.zadd(keys.workflowGoneNames(tenantId), old, 'long.gone');
+  assert.is((await api.del('/v1/workflows/cached-gone', key)).status, 200);
+  // the same definitions version still answers from the cache; the next one drops the workflow's versions
+  const after = await cache.get(tenantId, String(await version(ctx)));
+  assert.is(await cache.version(tenantId, created.versionId), null);
+  assert.is(await cache.version(tenantId, v2.versionId), null);
+  assert.not.ok(after.workflows.some((w) => w.id === created.id));
+  for (const name of ['gone.awaited', 'gone.cancel', 'gone.awaited-v2']) assert.ok(after.relevant.has(name), `${name} stays watched`);
+  assert.not.ok(after.relevant.has('gone.start'), 'the trigger is not watched: nothing starts');
+  const gone = await redis.zrange(keys.workflowGoneNames(tenantId), 0, -1, 'WITHSCORES');
+  assert.equal(gone.filter((_, i) => i % 2 === 0).sort(), ['gone.awaited', 'gone.awaited-v2', 'gone.cancel'], 'names older than the longest step are dropped');
+  assert.ok(Math.abs(Number(gone[1]) - Date.now()) < 10_000, 'kept with the time of the delete');
+  // a version record that outlived its workflow (a crash before the cleanup) reads as gone
+  await redis.hset(keys.workflowVersion(tenantId, created.versionId), { id: created.versionId, workflowId: created.id, version: '1', definition: JSON.stringify({ trigger: { event: 'gone.start' }, steps }), createdAt: created.createdAt });
+  assert.is(await new DefinitionsCache(redis, keys).version(tenantId, created.versionId), null);
+  await redis.del(keys.workflowVersion(tenantId, created.versionId));
+});
+
 workflows('runs are listed newest first across partitions, by status, with total and keyset pages; one run reads by id', async ({ api, key, service, tenantId, partitions }) => {
   const wf = (await api.post('/v1/workflows', key, body('with-runs'))).body.data;
   const other = (await api.post('/v1/workflows', key, body('other-runs'))).body.data;
@@ -337,6 +367,7 @@ workflows('runs are listed newest first across partitions, by status, with total
     id: sleeping.id, workflowId: wf.id, workflow: 'with-runs', versionId: wf.versionId, version: 1, externalId: 'user-1', status: 'sleeping',
     step: 'steps[1]', triggerEventId: 'x', reason: null, wakeAt: new Date(base + 86_400_000).toISOString(),
     startedAt: new Date(base + 1000).toISOString(), updatedAt: new Date(base + 1000).toISOString(), completedAt: null, history: 'x',
+    depth: 0, // a record written without one (before runs had a depth) reads as 0
   });
   assert.match(one.body.data.triggerEventId, /^evt_/);
   assert.is(one.body.data.history[0].type, 'send');
