@@ -252,6 +252,15 @@ export class Automation {
       if (event.name === '$subscriber.deleted') {
         deleted = true;
         state.exists = false;
+        // a subscriber created again later starts with no events: the counters restart from zero,
+        // seeded (nothing before the deletion counts; loadHistory stops at it too)
+        for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
+        state.counters = {};
+        for (const k of kept.values()) {
+          ops.push(['hset', countersKey, initField(k.key), 1]);
+          state.counters[initField(k.key)] = '1';
+        }
+        if (state.history) state.history = [];
         for (const run of runs) {
           cancelRun(run, host, 'subscriber_deleted');
           changed.add(run);

@@ -87,6 +87,8 @@ export async function loadHistory(redis: Redis, keys: Keys, p: number, tenantId:
     const entries = reply as [string, string[]][] | undefined;
     if (err || !entries?.[0]) continue;
     const e = eventFromLog(entries[0][1]);
+    // the timeline outlives a deleted subscriber: what came before the deletion was another subscriber's
+    if (e.name === '$subscriber.deleted') break;
     out.push({ name: e.name, data: e.data, ts: Date.parse(e.timestamp), sequence: e.sequence });
   }
   return out;

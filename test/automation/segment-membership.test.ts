@@ -110,6 +110,33 @@ seg('deleting a topic takes its members out of the segments naming it; a new top
   await until(ctx, 'promo-fans', ['hal'], 'hal joins the new topic');
 });
 
+seg('a subscriber deleted and created again starts counting from zero: the old one\'s events do not count', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/segments', key, { slug: 'ordered-twice', where: { event: 'order.placed', count: { gte: 2 } } });
+  const order = (externalId: string) => api.post('/v1/events', key, { externalId, name: 'order.placed', data: {} });
+  await order('reborn');
+  await order('reborn');
+  await until(ctx, 'ordered-twice', ['reborn'], 'two orders make a member');
+  assert.is((await api.del('/v1/subscribers/reborn', key)).status, 200);
+  await until(ctx, 'ordered-twice', [], 'the deleted subscriber leaves');
+  // created again by an event: a new subscriber with no orders
+  await api.post('/v1/events', key, { externalId: 'reborn', name: 'app.launched', data: {} });
+  await waitFor('reborn created again', async () => (await api.get('/v1/subscribers/reborn', key)).status === 200, 10_000);
+  await order('reborn');
+  await new Promise((r) => setTimeout(r, 700));
+  assert.equal(await members(ctx, 'ordered-twice'), [], 'one order since the re-creation');
+  await order('reborn');
+  await until(ctx, 'ordered-twice', ['reborn'], 'a second order since the re-creation');
+  // deleted and created again within one batch of the actor: the same
+  await api.post('/v1/segments', key, { slug: 'ordered-thrice', where: { event: 'order.placed', count: { gte: 3 } } });
+  await api.del('/v1/subscribers/reborn', key);
+  await order('reborn');
+  await order('reborn');
+  await new Promise((r) => setTimeout(r, 700));
+  assert.equal(await members(ctx, 'ordered-thrice'), []);
+  assert.equal(await members(ctx, 'ordered-twice'), ['reborn']);
+});
+
 seg('a segment created over an existing population is backfilled, with progress, and resumes nothing twice', async (ctx) => {
   const { api, key } = ctx;
   const ids = Array.from({ length: 30 }, (_, i) => `pop-${String(i).padStart(2, '0')}`);
