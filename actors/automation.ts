@@ -10,6 +10,7 @@ import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
 import { createMessage, runStepIdempotencyKey } from '../streams/messages.js';
 import { runDepth } from '../streams/workflow-runs.js';
+import { queueBackfills } from '../streams/segments.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
@@ -58,6 +59,8 @@ function itemOf(fields: Record<string, string>): Item {
  */
 export class Automation {
   private readonly definitions: DefinitionsCache;
+  /** definitions whose pending backfills this process queued again (once per loaded version) */
+  private readonly requeued = new WeakSet<Definitions>();
 
   constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger) {
     this.definitions = new DefinitionsCache(redis, keys);
@@ -90,6 +93,10 @@ export class Automation {
       if (!tenant) return; // its entries lacked an externalId
       try {
         const defs = await this.definitions.get(tenantId, version);
+        if (defs.pendingBackfills.length && !this.requeued.has(defs)) {
+          this.requeued.add(defs);
+          await queueBackfills(this.redis, this.keys, { workspace: { id: tenant.workspaceId }, tenant: { id: tenantId } }, defs.pendingBackfills);
+        }
         commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
       } catch (err) {
         this.skipUnlessUnavailable(err, { partition: p, tenantId });

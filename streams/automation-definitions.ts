@@ -31,6 +31,12 @@ export type Definitions = {
    * canceled by the event); `$subscriber.deleted` when there are workflows.
    */
   relevant: Set<string>;
+  /**
+   * Segments whose backfill is `pending`: queued again by the worker that loads the definitions
+   * (ZADD of the same member is a no-op), so a process killed between a script that made a backfill
+   * pending (create, a new `where`, a topic deleted) and its queueing leaves no segment un-backfilled.
+   */
+  pendingBackfills: string[];
 };
 
 /** Engine events that change what segments read (attributes, topics, subscriptions, existence). */
@@ -194,10 +200,12 @@ export class DefinitionsCache {
     for (const id of workflowIds) pipeline.hgetall(keys.workflow(tenantId, id));
     const replies = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>);
     const segments: SegmentDef[] = [];
+    const pendingBackfills: string[] = [];
     replies.slice(0, segmentIds.length).forEach((h) => {
       if (!h?.id || !h.where) return;
       const where = JSON.parse(h.where) as Expression;
       segments.push({ id: h.id, slug: h.slug!, where, windows: eventConditions(where).filter((c) => c.within !== undefined).map(keptCondition) });
+      if (!h.backfill || (JSON.parse(h.backfill) as { status?: string }).status === 'pending') pendingBackfills.push(h.id);
     });
     const workflowRecords = replies.slice(segmentIds.length).filter((h) => h?.id && h.versionId);
     const versions = await Promise.all(workflowRecords.map((h) => this.version(tenantId, h.versionId!)));
@@ -217,6 +225,6 @@ export class DefinitionsCache {
     for (const v of all) if (v) watchedNames(v.definition, relevant);
     // deleted workflows' waits and cancelOn: the event reaches their runs, which it cancels
     for (const name of goneNames) relevant.add(name);
-    return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant };
+    return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant, pendingBackfills };
   }
 }

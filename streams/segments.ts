@@ -33,6 +33,8 @@ export type Segment = {
 
 /** The tenant a segment write works in, the refs its audit entries carry, and the partition count. */
 export type SegmentScope = { workspace: Ref; tenant: Ref; partitions: number };
+/** What names a segment's place in the global backfill queue. */
+export type BackfillScope = { workspace: { id: string }; tenant: { id: string } };
 export type SegmentInput = { slug: string; name?: string | null; description?: string | null; where: Expression };
 export type SegmentPatch = { name?: string | null; description?: string | null; where?: Expression };
 
@@ -63,12 +65,12 @@ function toSegment(h: Record<string, string>, memberCount: number): Segment {
 const editable = (s: Segment) => ({ name: s.name, description: s.description, where: s.where });
 
 /** The member of the global backfill queue naming one segment. */
-export function backfillMember(scope: Pick<SegmentScope, 'workspace' | 'tenant'>, segmentId: string): string {
+export function backfillMember(scope: BackfillScope, segmentId: string): string {
   return `${scope.tenant.id}|${scope.workspace.id}|${segmentId}`;
 }
 
 /** Queues the backfill of each segment (the runner of actors/segment-backfill.ts takes it from there). */
-export async function queueBackfills(redis: Redis, keys: Keys, scope: Pick<SegmentScope, 'workspace' | 'tenant'>, segmentIds: string[]): Promise<void> {
+export async function queueBackfills(redis: Redis, keys: Keys, scope: BackfillScope, segmentIds: string[]): Promise<void> {
   if (segmentIds.length) await redis.zadd(keys.segmentBackfills, ...segmentIds.flatMap((id) => [0, backfillMember(scope, id)]));
 }
 

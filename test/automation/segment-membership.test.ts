@@ -4,8 +4,10 @@ import { setClockOffset } from '../../lib/clock.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { newId } from '../../lib/ids.js';
+import { callScript } from '../../streams/lua-scripts.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string };
 const seg = suite<Ctx>('segment membership kept by the actors');
 const DAY = 86_400_000;
 
@@ -15,6 +17,7 @@ seg.before(async (ctx) => {
   const boot = await bootstrapWorkspace(ctx.service, 'seg-members');
   ctx.key = boot.keys.tenant;
   ctx.client = boot.keys.client;
+  ctx.tenantId = boot.tenant.id;
 });
 seg.after(async (ctx) => {
   setClockOffset(0);
@@ -156,6 +159,23 @@ seg('a segment created over an existing population is backfilled, with progress,
   // counters were seeded once: one more event makes a third opener a member, nobody counts twice
   await api.post('/v1/events', key, { externalId: 'pop-01', name: 'app.opened', data: {} });
   await until(ctx, 'regulars', [...ids.filter((_, i) => i % 3 === 0), 'pop-01'], 'pop-01 opens a second time');
+});
+
+seg('a segment whose creation was cut off before its backfill was queued is queued again by the workers', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  await api.post('/v1/subscribers', key, { externalId: 'cutoff-1', properties: { tier: 'gold' } });
+  await waitFor('cutoff-1 applied', async () => (await api.get('/v1/subscribers/cutoff-1/timeline', key)).body.data?.items.length > 0, 10_000);
+  // what createSegment does before it queues the backfill: the script alone (a process killed right after it)
+  const id = newId('segment');
+  const pending = JSON.stringify({ status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null });
+  await callScript(service.redis, 'createSegment',
+    [service.keys.segmentSlugs(tenantId), service.keys.segmentIndex(tenantId), service.keys.segment(tenantId, id), service.keys.automationVersion(tenantId)],
+    [id, 'gold-tier', '', '', JSON.stringify({ attribute: 'tier', eq: 'gold' }), pending, new Date().toISOString(), 100]);
+  assert.is((await api.get('/v1/segments/gold-tier', key)).body.data.backfill.status, 'pending');
+  // any event of the tenant makes a worker load the new definitions, which queues the backfill
+  await api.post('/v1/events', key, { externalId: 'cutoff-2', name: 'app.launched', data: {} });
+  await waitFor('the backfill to complete', async () => (await api.get('/v1/segments/gold-tier', key)).body.data.backfill.status === 'completed', 20_000, 100);
+  assert.equal(await members(ctx, 'gold-tier'), ['cutoff-1']);
 });
 
 seg('a member whose 7-day window expires is dropped without any new event', async (ctx) => {
