@@ -91,7 +91,9 @@ clock('three days of continuous failure disable the endpoint; its attempts then 
   });
   assert.ok(current.disabledAt);
   assert.is(current.failingSince, started);
-  const audit = (await ctx.service.redis.xrange(ctx.service.keys.ledger(ws.workspace.id), '-', '+')).map(([, f]) => JSON.parse(f[3]!)).find((p) => p.type === 'webhook.disabled');
+  // the audit event follows the disabling (announceDisabled): wait for it rather than race it
+  const audit = await waitFor('webhook.disabled in the ledger', async () =>
+    (await ctx.service.redis.xrange(ctx.service.keys.ledger(ws.workspace.id), '-', '+')).map(([, f]) => JSON.parse(f[3]!)).find((p) => p.type === 'webhook.disabled') ?? null);
   assert.ok(audit, 'webhook.disabled is written to the ledger');
   assert.equal([audit.target.id, audit.actor.type, audit.data.object.enabled], [e.id, 'system', false]);
 
