@@ -128,9 +128,11 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
 /**
  * Creates or updates a subscriber by externalId. An update writes `$subscriber.updated` with the
  * changed fields only when something changed; a creation writes `$subscriber.created` (once).
+ * `options.base` is where the attributes sit in the request body (`attributes.` on identify), for
+ * the `param` of a validation error.
  */
-export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
-  checkAttributes(input);
+export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
+  checkAttributes(input, options.base);
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
   const outcome = await changeSubscriber<Outcome>(redis, keys, scope, externalId, (snapshot) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');

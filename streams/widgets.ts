@@ -28,12 +28,15 @@ export async function registerWidget(redis: Redis, keys: Keys, tenantId: string,
   return widget;
 }
 
-/** The subscriber's widgets, newest first. */
-export async function listWidgets(redis: Redis, keys: Keys, tenantId: string, externalId: string): Promise<Widget[]> {
-  const ids = await redis.zrange(keys.subscriberWidgets(tenantId, externalId), '+', '-', 'BYLEX', 'REV', 'LIMIT', 0, MAX_WIDGETS_PER_SUBSCRIBER);
+/** Widgets by id (null for one that is gone), for a page of a subscriber's widget index. */
+export async function loadWidgets(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Widget | null)[]> {
+  if (ids.length === 0) return [];
   const pipeline = redis.pipeline();
   for (const id of ids) pipeline.hgetall(keys.widget(tenantId, id));
-  return ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id).map(toWidget);
+  return ((await pipeline.exec()) ?? []).map(([err, h]) => {
+    if (err) throw err;
+    return (h as Record<string, string>).id ? toWidget(h as Record<string, string>) : null;
+  });
 }
 
 /**

@@ -9,11 +9,12 @@ import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } fr
 import { listSubscriptions, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
 import { readSubscriber } from '../../streams/subscriber-writes.js';
 import { addTopicMembers, topicsOfSubscriber } from '../../streams/topic-members.js';
-import { deleteWidget, listWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
+import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { audit } from '../audit.js';
 import { markVerified, verifyClient } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf } from '../middleware/auth.js';
 import { scopeOf } from './subscribers.js';
 
@@ -76,7 +77,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const body = checkBody<Identified & { anonymousId?: string; source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
     const verified = await verifyClient(deps, ctx, body.externalId, body.identityHash);
     const scope = scopeOf(ctx, deps);
-    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified });
+    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
     const merged = body.anonymousId ? await merge(ctx, body.anonymousId, body.externalId) : false;
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
@@ -211,11 +212,13 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: clientListWidgets
    *     summary: The app user's own widgets
-   *     description: Client key only. Newest first.
+   *     description: Client key only. Newest first, paginated (`limit`, `cursor`), with `total`.
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200': { description: The widgets, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -228,10 +231,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
   });
 
   router.get('/v1/client/widgets', client, async (ctx) => {
-    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery');
     await verifyClient(deps, ctx, query.externalId, query.identityHash);
-    const items = await listWidgets(redis, keys, tenantOf(ctx).id, query.externalId);
-    respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
+    const tenantId = tenantOf(ctx).id;
+    respond(ctx, 200, await pageRecords(redis, keys.subscriberWidgets(tenantId, query.externalId), page, 'widget', (ids) => loadWidgets(redis, keys, tenantId, ids)));
   });
 
   /**

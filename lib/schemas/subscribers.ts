@@ -171,6 +171,12 @@ export const ClientSubscriberQuery: Schema = {
   properties: { externalId, identityHash: { type: 'string', minLength: 1, maxLength: 128 } },
 };
 
+/** Query of the app user's widget list: whose, and a page of it (spec 2.2). */
+export const ClientWidgetsQuery: Schema = {
+  ...ClientSubscriberQuery,
+  properties: { ...(ClientSubscriberQuery.properties as Record<string, Schema>), ...LIST_QUERY_PROPERTIES },
+};
+
 export const ClientPreferencesUpdate: Schema = {
   type: 'object',
   additionalProperties: false,

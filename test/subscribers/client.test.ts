@@ -226,4 +226,45 @@ c('identity verification: a valid hash marks verified, a wrong one is refused, a
   }
 });
 
+c('validation errors name the field as the caller wrote it: attributes.timezone, attributes.properties, categories.<name>', async ({ api, pk, boot }) => {
+  const zone = await api.post('/v1/client/identify', pk, { externalId: 'params-1', attributes: { timezone: 'Mars/Olympus' } });
+  assert.is(zone.status, 400);
+  assert.is(zone.body.error.param, 'attributes.timezone');
+  assert.equal(zone.body.error.details.map((d: any) => d.param), ['attributes.timezone']);
+  const big = await api.post('/v1/client/identify', pk, { externalId: 'params-1', attributes: { properties: { b: 'x'.repeat(9000) } } });
+  assert.is(big.status, 400);
+  assert.is(big.body.error.param, 'attributes.properties');
+  const backend = await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'params-1', timezone: 'Mars/Olympus' });
+  assert.is(backend.body.error.param, 'timezone', 'the backend body has the attributes at its top level');
+  const category = await api.patch('/v1/client/preferences', pk, { externalId: 'params-1', categories: { 'Bad Name': { push: true } } });
+  assert.is(category.status, 400);
+  assert.is(category.body.error.param, 'categories.Bad Name');
+  const backendCategory = await api.patch('/v1/subscribers/params-1/preferences', boot.keys.tenant, { categories: { ok: { push: true }, 'UPPER': { push: false } } });
+  assert.is(backendCategory.body.error.param, 'categories.UPPER');
+});
+
+c('the widget list pages by limit and cursor like every list (spec 2.2)', async ({ api, pk }) => {
+  const ids: string[] = [];
+  for (let i = 0; i < 5; i++) ids.push((await api.post('/v1/client/widgets', pk, { externalId: 'w-pages', kind: `com.example.K${i}` })).body.data.id);
+  const first = (await api.get('/v1/client/widgets?externalId=w-pages&limit=2', pk)).body.data;
+  assert.is(first.total, 5);
+  assert.is(first.hasMore, true);
+  const seen = [...first.items];
+  let cursor = first.nextCursor;
+  while (cursor) {
+    const next = (await api.get(`/v1/client/widgets?externalId=w-pages&limit=2&cursor=${cursor}`, pk)).body.data;
+    seen.push(...next.items);
+    cursor = next.nextCursor;
+  }
+  assert.equal(seen.map((w: any) => w.id), [...ids].reverse());
+  const whole = (await api.get('/v1/client/widgets?externalId=w-pages', pk)).body.data;
+  assert.is(whole.items.length, 5);
+  assert.is(whole.hasMore, false);
+  for (const bad of ['limit=0', 'limit=101', 'cursor=zz', 'foo=1']) {
+    const res = await api.get(`/v1/client/widgets?externalId=w-pages&${bad}`, pk);
+    assert.is(res.status, 400, bad);
+    assert.is(res.body.error.code, 'validation');
+  }
+});
+
 c.run();
