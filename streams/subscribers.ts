@@ -62,7 +62,12 @@ export async function loadSubscribers(redis: Redis, keys: Keys, scope: TenantSco
   });
 }
 
-/** Checks what a schema cannot: a real IANA time zone and the size of `properties`. */
+/** Serialized size of a `properties` object, the measure of its 8 KB bound. */
+export const propertiesBytes = (properties: Record<string, unknown>): number => Buffer.byteLength(JSON.stringify(properties));
+
+const tooLarge = (base: string) => ({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized, merged with the stored properties` });
+
+/** Checks what a schema cannot: a real IANA time zone and the size of `properties` in the request. */
 export function checkAttributes(attributes: Attributes, base = ''): void {
   const details = [];
   if (attributes.timezone) {
@@ -72,9 +77,7 @@ export function checkAttributes(attributes: Attributes, base = ''): void {
       details.push({ param: `${base}timezone`, message: 'is not an IANA time zone' });
     }
   }
-  if (attributes.properties && Buffer.byteLength(JSON.stringify(attributes.properties)) > MAX_PROPERTIES_BYTES) {
-    details.push({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized` });
-  }
+  if (attributes.properties && propertiesBytes(attributes.properties) > MAX_PROPERTIES_BYTES) details.push(tooLarge(base));
   if (details.length) throw validationError(details);
 }
 
@@ -93,8 +96,29 @@ function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Sub
   };
 }
 
-/** Record operations and the `$subscriber.updated` event for an attribute change (none when nothing changes). */
-export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean } = {}) {
+/**
+ * The keys of `properties` that differ between `before` and `after`: their new values in `changes`
+ * and their old ones in `previous` (null for a key that is absent on that side; a stored property
+ * is never null, since null removes it).
+ */
+function propertyDiff(before: Record<string, unknown>, after: Record<string, unknown>): { changes: Record<string, unknown>; previous: Record<string, unknown> } {
+  const changes: Record<string, unknown> = {};
+  const previous: Record<string, unknown> = {};
+  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (sameJson(before[k], after[k])) continue;
+    changes[k] = k in after ? after[k] : null;
+    previous[k] = k in before ? before[k] : null;
+  }
+  return { changes, previous };
+}
+
+/**
+ * Record operations and the `$subscriber.updated` event for an attribute change (none when nothing
+ * changes). `properties` of the event carry only the changed keys. Throws 400 `validation` on
+ * `<base>properties` when the merged `properties` would go over 8 KB and grow: computed from the
+ * snapshot the compare-and-set write applies to, so the bound holds for what is stored.
+ */
+export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean; base?: string } = {}) {
   const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
   const next = nextAttributes(current, input);
   const changes: Record<string, unknown> = {};
@@ -102,10 +126,19 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
   const ops: RecordOp[] = [];
   const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
   const before = current ?? { email: null, phone: null, locale: null, timezone: null, properties: {} };
+  // an object stored over the bound before the bound covered the merged result may still shrink
+  const nextBytes = propertiesBytes(next.properties);
+  if (nextBytes > MAX_PROPERTIES_BYTES && nextBytes > propertiesBytes(before.properties)) throw validationError([tooLarge(extra.base ?? '')]);
   for (const field of ATTRIBUTE_FIELDS) {
     if (sameJson(before[field], next[field])) continue;
-    changes[field] = next[field];
-    previous[field] = before[field];
+    if (field === 'properties') {
+      const diff = propertyDiff(before.properties, next.properties);
+      changes.properties = diff.changes;
+      previous.properties = diff.previous;
+    } else {
+      changes[field] = next[field];
+      previous[field] = before[field];
+    }
     const value = next[field];
     if (value === null || (field === 'properties' && Object.keys(value as object).length === 0)) ops.push(['hdel', record, field]);
     else ops.push(['hset', record, field, field === 'properties' ? JSON.stringify(value) : String(value)]);
@@ -136,7 +169,7 @@ export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
   const outcome = await changeSubscriber<Outcome>(redis, keys, scope, externalId, (snapshot) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
-    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified });
+    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified, base: options.base });
     if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
     return { create: true, events: change.events, ops: change.ops, result: { created: !snapshot.exists, changes: change.changes, previous: change.previous } };
   });

@@ -66,7 +66,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     summary: Identify the app's user
    *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
    *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, topics and missing attributes move;
-   *       the anonymous subscriber is then deleted). A valid `identityHash` marks the subscriber verified.
+   *       the anonymous subscriber is then deleted). A valid `identityHash` marks the subscriber verified. `attributes.properties`
+   *       merged with the stored ones must stay within 8 KB serialized (400 `validation` on `attributes.properties`, nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:

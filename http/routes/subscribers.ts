@@ -31,7 +31,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     summary: Create or update a subscriber
    *     description: Scope `subscribers:write`. Creates the subscriber `externalId` (201, `$subscriber.created` on its stream)
    *       or updates its attributes (200, `$subscriber.updated` with the changed fields, only when something changed).
-   *       `properties` merge key by key; a null value removes an attribute or a property.
+   *       `properties` merge key by key; a null value removes an attribute or a property. The merged `properties` must stay
+   *       within 8 KB serialized (400 `validation` on `properties` otherwise, nothing stored); `$subscriber.updated` carries only
+   *       the changed property keys.
    *     tags: [Subscribers]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpsert' } } } }
@@ -84,7 +86,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: updateSubscriber
    *     summary: Update a subscriber's attributes
-   *     description: Scope `subscribers:write`. Writes `$subscriber.updated` with the changed fields only when something changed.
+   *     description: Scope `subscribers:write`. Writes `$subscriber.updated` with the changed fields (of `properties`, the changed
+   *       keys) only when something changed. The merged `properties` must stay within 8 KB serialized (400 `validation` on
+   *       `properties` otherwise, nothing stored).
    *     tags: [Subscribers]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpdate' } } } }
    *     responses:

@@ -10,7 +10,7 @@ const attributes: Record<string, Schema> = {
   timezone: nullableString(64, { description: 'IANA time zone, e.g. Europe/Paris.' }),
   properties: {
     type: 'object', nullable: true,
-    description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized.',
+    description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized, the merged result too.',
   },
 };
 

@@ -243,6 +243,19 @@ c('validation errors name the field as the caller wrote it: attributes.timezone,
   assert.is(backendCategory.body.error.param, 'categories.UPPER');
 });
 
+c('identify: properties that would go over 8 KB merged with the stored ones are 400 on attributes.properties, nothing stored', async ({ api, pk, service, boot }) => {
+  const half = 'x'.repeat(5000);
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'grow-app', attributes: { properties: { a: half } } })).status, 200);
+  const over = await api.post('/v1/client/identify', pk, { externalId: 'grow-app', attributes: { email: 'g@example.com', properties: { b: half } } });
+  assert.is(over.status, 400);
+  assert.is(over.body.error.code, 'validation');
+  assert.is(over.body.error.param, 'attributes.properties');
+  const stored = (await api.get('/v1/subscribers/grow-app', boot.keys.tenant)).body.data;
+  assert.equal(Object.keys(stored.properties), ['a']);
+  assert.is(stored.email, null, 'the rest of the refused update is not stored either');
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'grow-app')), ['$subscriber.created', '$identify']);
+});
+
 c('the widget list pages by limit and cursor like every list (spec 2.2)', async ({ api, pk }) => {
   const ids: string[] = [];
   for (let i = 0; i < 5; i++) ids.push((await api.post('/v1/client/widgets', pk, { externalId: 'w-pages', kind: `com.example.K${i}` })).body.data.id);
