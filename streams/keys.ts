@@ -142,6 +142,8 @@ export function createKeys(prefix: string) {
     tokenMoves: (tenantId: string) => `${t(tenantId)}:token-moves`,
     /** hash subscription id → externalId of its subscriber */
     subscriptionOwners: (tenantId: string) => `${t(tenantId)}:scr-owner`,
+    /** hash subscription id → number of the latest claim of its token (lua/claimToken); fences the removal of a moved copy */
+    subscriptionClaims: (tenantId: string) => `${t(tenantId)}:scr-claims`,
     /** hash: a topic record */
     topic: (tenantId: string, topicId: string) => `${t(tenantId)}:topic:${topicId}`,
     /** zset (score 0) of topic ids, by creation */

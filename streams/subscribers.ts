@@ -220,7 +220,7 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds, segments };
   });
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
-  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, s)));
+  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));
   if (owned.topicIds.length) {
     const cleanup = redis.pipeline();
     for (const topicId of owned.topicIds) cleanup.zrem(keys.topicMembers(scope.tenantId, topicId), externalId);

@@ -88,6 +88,38 @@ c('50 parallel registrations of the same token end with exactly one subscription
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'racer')).filter((n) => n === '$subscription.registered').length, 1);
 });
 
+c('a registration refused at the 50-subscription limit changes nothing: a token owned by another subscriber stays with it', async ({ api, pk, service, boot }) => {
+  for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9000 + i), platform: 'ios' })).status, 201);
+  const owned = await api.post('/v1/client/subscriptions', pk, { externalId: 'third-1', channel: 'push', token: token(0x9100), platform: 'ios' });
+  const before = names(await inboxEvents(service, boot.tenant.id, 'third-1'));
+  const refused = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9100), platform: 'ios' });
+  assert.is(refused.status, 409);
+  assert.is(refused.body.error.code, 'conflict');
+  const held = (await api.get('/v1/subscribers/third-1/subscriptions', boot.keys.tenant)).body.data;
+  assert.equal(held.items.map((s: any) => s.id), [owned.body.data.id], 'the device stays with its owner');
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'third-1')), before, 'no $subscription.removed');
+  assert.is((await api.get('/v1/subscribers/full-1/subscriptions?limit=100', boot.keys.tenant)).body.data.total, 50);
+  // the owner index still names the owner: its app can mute the device, the refused subscriber's cannot
+  assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=third-1`, pk, { enabled: false })).status, 200);
+  assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=full-1`, pk, { enabled: false })).status, 404);
+  // a token new to the tenant refused the same way is not left claimed
+  const fresh = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9200), platform: 'ios' });
+  assert.is(fresh.status, 409);
+  assert.is(await service.redis.hget(service.keys.tokens(boot.tenant.id), `push:${token(0x9200)}`), null);
+  const later = await api.post('/v1/client/subscriptions', pk, { externalId: 'fourth-1', channel: 'push', token: token(0x9200), platform: 'ios' });
+  assert.is(later.status, 201);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'fourth-1')), ['$subscriber.created', '$subscription.registered']);
+  // once the full subscriber has room, the same registration moves the device
+  const first = (await api.get('/v1/subscribers/full-1/subscriptions?limit=1', boot.keys.tenant)).body.data.items[0];
+  await api.del(`/v1/subscribers/full-1/subscriptions/${first.id}`, boot.keys.tenant);
+  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9100), platform: 'ios' });
+  assert.is(moved.status, 201);
+  assert.is(moved.body.data.id, owned.body.data.id);
+  assert.is(moved.body.data.enabled, true);
+  assert.is((await api.get('/v1/subscribers/third-1/subscriptions', boot.keys.tenant)).body.data.total, 0);
+  assert.is(names(await inboxEvents(service, boot.tenant.id, 'third-1')).at(-1), '$subscription.removed');
+});
+
 c('two users registering one device at once leave it with exactly one of them', async ({ api, pk, boot }) => {
   for (let t = 0; t < 6; t++) {
     const handle = token(0x7000 + t);
