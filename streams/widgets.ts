@@ -2,7 +2,9 @@ import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, validationError } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
+import { canonicalJson } from '../lib/canonical-json.js';
 import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
 
 export const MAX_WIDGETS_PER_SUBSCRIBER = 50;
 export const MAX_WIDGET_CONFIGURATION_BYTES = 4 * 1024;
@@ -14,18 +16,28 @@ function toWidget(h: Record<string, string>): Widget {
   return { id: h.id!, externalId: h.externalId!, kind: h.kind!, family: h.family || null, pushToken: h.pushToken || null, configuration: JSON.parse(h.configuration || '{}'), createdAt: h.createdAt! };
 }
 
-/** Registers a widget of the app for `externalId` (at most 50 per subscriber: 409 `conflict` beyond). */
-export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: WidgetInput): Promise<Widget> {
-  const configuration = JSON.stringify(input.configuration ?? {});
+/** The hash fields of a script reply `[status, field, value, …]` as a widget. */
+function widgetOfReply(reply: string[]): Widget {
+  const h: Record<string, string> = {};
+  for (let i = 1; i < reply.length; i += 2) h[reply[i]!] = reply[i + 1]!;
+  return toWidget(h);
+}
+
+/**
+ * Registers a widget of the app for `externalId`, idempotently (lua/registerWidget): a widget with
+ * the same `pushToken` is updated in place, and without a `pushToken` one with the same kind, family
+ * and configuration (canonical JSON, key order does not matter) is the same widget; `created` says
+ * whether a new one was stored. At most MAX_WIDGETS_PER_SUBSCRIBER per subscriber (409 `conflict`
+ * beyond, checked in the same script).
+ */
+export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
+  const configuration = canonicalJson(input.configuration ?? {});
   if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
-  const index = keys.subscriberWidgets(tenantId, externalId);
-  if ((await redis.zcard(index)) >= MAX_WIDGETS_PER_SUBSCRIBER) throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; remove one first`);
-  const widget: Widget = { id: newId('widget'), externalId, kind: input.kind, family: input.family ?? null, pushToken: input.pushToken ?? null, configuration: input.configuration ?? {}, createdAt: isoNow() };
-  await redis.pipeline()
-    .hset(keys.widget(tenantId, widget.id), { id: widget.id, externalId, kind: widget.kind, family: widget.family ?? '', pushToken: widget.pushToken ?? '', configuration, createdAt: widget.createdAt })
-    .zadd(index, 0, widget.id)
-    .exec();
-  return widget;
+  const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
+    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER,
+  ]);
+  if (reply[0] === 'full') throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; remove one first`);
+  return { widget: widgetOfReply(reply), created: reply[0] === 'created' };
 }
 
 /** Widgets by id (null for one that is gone), for a page of a subscriber's widget index. */

@@ -206,11 +206,16 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: clientRegisterWidget
    *     summary: Register a widget of the app
-   *     description: Client key only. At most 50 widgets per subscriber (409 `conflict` beyond).
+   *     description: Client key only. Idempotent, so the app may register its widgets on every launch. A widget of the subscriber
+   *       with the same `pushToken` is updated in place (200, same id, its kind, family and configuration replaced); without
+   *       `pushToken`, a widget without one and with the same `kind`, `family` and `configuration` (compared as canonical JSON,
+   *       key order does not matter) is the same widget (200, unchanged). Otherwise a new widget (201). At most 50 widgets per
+   *       subscriber (409 `conflict` beyond, nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetRegister' } } } }
    *     responses:
-   *       '201': { description: The widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '200': { description: The widget already registered (updated when it has this pushToken), content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '201': { description: The new widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: clientListWidgets
@@ -230,7 +235,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { externalId, identityHash, ...input } = checkBody<Identified & WidgetInput>('WidgetRegister', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
-    respond(ctx, 201, await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input));
+    const { widget, created } = await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input);
+    respond(ctx, created ? 201 : 200, widget);
   });
 
   router.get('/v1/client/widgets', client, async (ctx) => {

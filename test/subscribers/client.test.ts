@@ -307,6 +307,46 @@ c('preferences hold at most 100 categories in total: an update that would store 
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-cap')), ['$subscriber.created', '$preferences.updated', '$preferences.updated', '$preferences.updated']);
 });
 
+c('widget registration is idempotent: the same pushToken updates in place, the same kind/family/configuration is the same widget', async ({ api, pk }) => {
+  const body = { externalId: 'wdup-1', kind: 'com.example.OrderStatus', family: 'systemSmall', pushToken: 'ptok-same-1', configuration: { orderId: 7, shop: 'a' } };
+  const first = await api.post('/v1/client/widgets', pk, body);
+  assert.is(first.status, 201);
+  const again = await api.post('/v1/client/widgets', pk, body);
+  assert.is(again.status, 200);
+  assert.equal(again.body.data, first.body.data);
+  const changed = await api.post('/v1/client/widgets', pk, { ...body, family: 'systemMedium', configuration: { orderId: 8 } });
+  assert.is(changed.status, 200);
+  assert.is(changed.body.data.id, first.body.data.id);
+  assert.is(changed.body.data.family, 'systemMedium');
+  assert.equal(changed.body.data.configuration, { orderId: 8 });
+  assert.is(changed.body.data.createdAt, first.body.data.createdAt);
+  // without a push token: kind + family + configuration, whatever the key order
+  const plain = { externalId: 'wdup-1', kind: 'com.example.Weather', family: 'systemSmall', configuration: { city: 'Oslo', units: 'metric' } };
+  const p1 = await api.post('/v1/client/widgets', pk, plain);
+  assert.is(p1.status, 201);
+  const p2 = await api.post('/v1/client/widgets', pk, { ...plain, configuration: { units: 'metric', city: 'Oslo' } });
+  assert.is(p2.status, 200);
+  assert.is(p2.body.data.id, p1.body.data.id);
+  assert.is((await api.post('/v1/client/widgets', pk, { ...plain, family: 'systemLarge' })).status, 201, 'another family is another widget');
+  assert.is((await api.post('/v1/client/widgets', pk, { ...plain, configuration: { city: 'Bergen', units: 'metric' } })).status, 201, 'another configuration is another widget');
+  assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wdup-2', ...{ kind: plain.kind, family: plain.family, configuration: plain.configuration } })).status, 201, 'per subscriber');
+  assert.is((await api.get('/v1/client/widgets?externalId=wdup-1', pk)).body.data.total, 4);
+  // 60 launches re-registering the same widgets never reach the limit
+  for (let i = 0; i < 60; i++) assert.is((await api.post('/v1/client/widgets', pk, plain)).status, 200);
+  const parallel = await Promise.all(Array.from({ length: 20 }, () => api.post('/v1/client/widgets', pk, { externalId: 'wdup-3', kind: 'k', pushToken: 'ptok-parallel' })));
+  assert.is(parallel.filter((r) => r.status === 201).length, 1);
+  assert.is(new Set(parallel.map((r) => r.body.data.id)).size, 1);
+});
+
+c('a subscriber holds at most 50 widgets: the 51st is 409 conflict and stores nothing', async ({ api, pk }) => {
+  for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: `k${i}` })).status, 201);
+  const over = await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: 'k50' });
+  assert.is(over.status, 409);
+  assert.is(over.body.error.code, 'conflict');
+  assert.is((await api.get('/v1/client/widgets?externalId=wlim-1', pk)).body.data.total, 50);
+  assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: 'k7' })).status, 200, 'a known widget still answers');
+});
+
 c('the widget list pages by limit and cursor like every list (spec 2.2)', async ({ api, pk }) => {
   const ids: string[] = [];
   for (let i = 0; i < 5; i++) ids.push((await api.post('/v1/client/widgets', pk, { externalId: 'w-pages', kind: `com.example.K${i}` })).body.data.id);
