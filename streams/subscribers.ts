@@ -5,7 +5,7 @@ import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { releaseToken } from './subscriptions.js';
-import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope } from './subscriber-writes.js';
+import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
 export const MAX_PROPERTIES_BYTES = 8 * 1024;
 const ATTRIBUTE_FIELDS = ['email', 'phone', 'locale', 'timezone', 'properties'] as const;
@@ -192,7 +192,7 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string }[]; topicIds: string[]; segments: string[] };
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string }[]; topicIds: string[]; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
   const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
@@ -206,18 +206,20 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       ['zrem', keys.subscriberVerifiedIndex(p, scope.tenantId), member],
       ['del', keys.subscriberSubscriptions(p, scope.tenantId, externalId)],
       ['del', keys.subscriberTopics(p, scope.tenantId, externalId)],
-      ...owned.subscriptions.map((s): RecordOp => ['del', keys.subscription(p, scope.tenantId, s.id)]),
+      // a record another subscriber of the partition holds now (a token that moved) stays theirs
+      ...owned.subscriptions.filter((s) => !s.holder || s.holder === externalId).map((s): RecordOp => ['del', keys.subscription(p, scope.tenantId, s.id)]),
     ];
+    const guards = owned.subscriptions.map((s): WriteGuard => ['fieldIs', keys.subscription(p, scope.tenantId, s.id), 'holder', s.holder]);
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
-    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, result: { subscriber, owned } };
+    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, result: { subscriber, owned } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
       segmentsOf(redis, keys, scope, externalId),
     ]);
-    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel')));
-    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds, segments };
+    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder')));
+    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push', holder: handles[i]![3] ?? '' })), topicIds, segments };
   });
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
   await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));

@@ -5,7 +5,7 @@ import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
-import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope } from './subscriber-writes.js';
+import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
@@ -69,25 +69,49 @@ export function checkRegistration(input: RegisterInput): void {
 
 const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
 
-/** Reads a subscription record of `externalId` (after the subscriber version, for changeSubscriber). */
-const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, id: string) => (p: number) => redis.hgetall(keys.subscription(p, scope.tenantId, id));
+/**
+ * A subscription record lives at one key per partition (`{pN}:scr:<tenant>:<id>`), so when a token
+ * moves between two subscribers of one partition both sets name the same hash for a moment. The
+ * record's `holder` says whose it is; a set entry whose record another subscriber holds is a stale
+ * reference, not a subscription. Records written before `holder` existed belong to whoever's set
+ * names them.
+ */
+export const heldBy = (h: Record<string, string>, externalId: string): boolean => Boolean(h.id) && (!h.holder || h.holder === externalId);
+
+/** Subscription `id` as `externalId`'s set and the record have it (after the subscriber version, for changeSubscriber). */
+type Held = { record: Record<string, string>; member: boolean };
+const readHeld = (redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string) => async (p: number): Promise<Held> => {
+  const [record, member] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.sismember(keys.subscriberSubscriptions(p, scope.tenantId, externalId), id)]);
+  return { record, member: member === 1 };
+};
+
+/** The record of subscription `id` when `externalId` holds it, else `{}` (for changeSubscriber). */
+const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string) => async (p: number): Promise<Record<string, string>> => {
+  const { record, member } = await readHeld(redis, keys, scope, externalId, id)(p);
+  return member && heldBy(record, externalId) ? record : {};
+};
 
 /**
  * Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not
- * there. With `upTo`, only a copy whose claim stamp is not newer than that claim number (a copy
- * written by a later claim of the token stays).
+ * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
+ * record written by a later claim of the token stays). A reference to a record another subscriber
+ * of the partition holds now is dropped without touching the record (guarded: the holder is checked
+ * again in the write).
  */
 async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity): Promise<Subscription | null> {
-  return changeSubscriber<Subscription | null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
-    if (!snapshot.exists || !h.id || Number(h.claim ?? 0) > upTo) return { skip: null };
+  return changeSubscriber<Subscription | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
+    if (!snapshot.exists || !member) return { skip: null };
+    const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
+    const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
+    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', h.holder ?? '']];
+    // a reference to no record at all is invisible (lists skip it): dropped silently
+    if (!h.id) return { create: false, events: [], ops: [['srem', set, id]], guards: [['absent', recordKey]], result: null };
     const subscription = toSubscription(externalId, h);
-    return {
-      create: false,
-      events: [{ name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } }],
-      ops: [['del', keys.subscription(snapshot.partition, scope.tenantId, id)], ['srem', keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId), id]],
-      result: subscription,
-    };
-  }, readRecord(redis, keys, scope, id));
+    const event = { name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } };
+    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, result: subscription };
+    if (Number(h.claim ?? 0) > upTo) return { skip: null };
+    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, result: subscription };
+  }, readHeld(redis, keys, scope, externalId, id));
 }
 
 /** The tenant keys of token ownership, in the order lua/claimToken, releaseToken and unclaimToken take them. */
@@ -143,21 +167,30 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
 /**
  * Writes subscription `id` into `externalId` by compare-and-set, stamped with the claim number
  * `stamp`: creates it (409 when the subscriber holds MAX_SUBSCRIPTIONS_PER_SUBSCRIBER already,
- * decided on the state the write applies to) or updates the fields that differ (a token the
- * provider had invalidated is revived; an older stamp is raised, without touching `updatedAt`).
+ * decided on the state the write applies to), takes over the record another subscriber of the
+ * partition holds (the same check; the record is written whole; not when that record was written
+ * under a later claim, which has won already), or updates the fields that differ
+ * (a token the provider had invalidated is revived; an older stamp is raised, without touching
+ * `updatedAt`). The holder read is guarded in the write.
  */
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, make: { enabled: boolean; stamp: number }) {
-  return changeSubscriber<{ created: boolean; record: Record<string, string> }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
+  return changeSubscriber<{ created: boolean; record: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
+    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
     const at = isoNow();
-    if (!current.id) {
-      if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
-      const record = newRecord(id, wanted, at, make);
+    if (!member || !heldBy(current, externalId)) {
+      // another subscriber of the partition wrote the record under a later claim: this claim is over
+      // already (the check after the write drops this subscriber's reference)
+      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current } };
+      if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
+      const record = newRecord(id, wanted, at, { ...make, holder: externalId });
       return {
         create: true,
         events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
-        ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
+        // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
+        ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
+        guards,
         result: { created: true, record },
       };
     }
@@ -167,12 +200,13 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
     if (changed.length) changed.push(['updatedAt', at]);
     if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)]);
+    if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
-    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), result: { created: false, record: { ...current, ...Object.fromEntries(changed) } } };
+    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, result: { created: false, record: { ...current, ...Object.fromEntries(changed) } } };
   }, async (p) => {
-    const [record, count] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
-    return { record, count };
+    const [held, count] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
+    return { ...held, count };
   }, { record: false });
 }
 
@@ -191,8 +225,8 @@ async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
 
-/** The stored record of a new subscription, stamped with the number of the claim that wrote it. */
-const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number }) => ({ id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp) });
+/** The stored record of a new subscription: its holder, stamped with the number of the claim that wrote it. */
+const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number; holder: string }) => ({ id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp), holder: make.holder });
 
 /**
  * Writes the subscription record of a token claimed as new in one script call, without reading the
@@ -207,7 +241,7 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   const recordKey = keys.subscription(p, scope.tenantId, id);
   const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
   const atMs = now();
-  const record = newRecord(id, fieldsOf(input), isoNow(atMs), make);
+  const record = newRecord(id, fieldsOf(input), isoNow(atMs), { ...make, holder: externalId });
   const subscription = toSubscription(externalId, record);
   try {
     await writeSubscriber(redis, keys, scope, externalId, {
@@ -233,8 +267,7 @@ export async function ownerOf(redis: Redis, keys: Keys, tenantId: string, id: st
 /** A subscriber's subscription, or 404. */
 export async function getSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<Subscription> {
   if (!isId('subscription', id)) throw notFound('Subscription');
-  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  const h = await redis.hgetall(keys.subscription(p, scope.tenantId, id));
+  const h = await readRecord(redis, keys, scope, externalId, id)(partitionOf(scope.tenantId, externalId, scope.partitions));
   if (!h.id) throw notFound('Subscription');
   return toSubscription(externalId, h);
 }
@@ -245,7 +278,7 @@ export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantS
   const ids = await redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId));
   const pipeline = redis.pipeline();
   for (const id of ids) pipeline.hgetall(keys.subscription(p, scope.tenantId, id));
-  const records = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id);
+  const records = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h && heldBy(h, externalId));
   return records.map((h) => toSubscription(externalId, h)).sort((a, b) => (a.id < b.id ? -1 : 1));
 }
 
@@ -266,7 +299,7 @@ export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: Te
       ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', isoNow()]],
       result: null,
     };
-  }, readRecord(redis, keys, scope, id));
+  }, readRecord(redis, keys, scope, externalId, id));
   return getSubscription(redis, keys, scope, externalId, id);
 }
 
@@ -300,5 +333,5 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
       ops: [['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at]],
       result: null,
     };
-  }, readRecord(redis, keys, scope, id));
+  }, readRecord(redis, keys, scope, externalId, id));
 }

@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { identityHash } from '../../lib/identity-hash.js';
+import { partitionOf } from '../../lib/partition.js';
 import { setIdentityRequired, tenantIdentity } from '../../streams/identity.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
@@ -88,52 +89,93 @@ c('50 parallel registrations of the same token end with exactly one subscription
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'racer')).filter((n) => n === '$subscription.registered').length, 1);
 });
 
-c('a registration refused at the 50-subscription limit changes nothing: a token owned by another subscriber stays with it', async ({ api, pk, service, boot }) => {
-  for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9000 + i), platform: 'ios' })).status, 201);
-  const owned = await api.post('/v1/client/subscriptions', pk, { externalId: 'third-1', channel: 'push', token: token(0x9100), platform: 'ios' });
-  const before = names(await inboxEvents(service, boot.tenant.id, 'third-1'));
-  const refused = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9100), platform: 'ios' });
-  assert.is(refused.status, 409);
-  assert.is(refused.body.error.code, 'conflict');
-  const held = (await api.get('/v1/subscribers/third-1/subscriptions', boot.keys.tenant)).body.data;
-  assert.equal(held.items.map((s: any) => s.id), [owned.body.data.id], 'the device stays with its owner');
-  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'third-1')), before, 'no $subscription.removed');
-  assert.is((await api.get('/v1/subscribers/full-1/subscriptions?limit=100', boot.keys.tenant)).body.data.total, 50);
-  // the owner index still names the owner: its app can mute the device, the refused subscriber's cannot
-  assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=third-1`, pk, { enabled: false })).status, 200);
-  assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=full-1`, pk, { enabled: false })).status, 404);
-  // a token new to the tenant refused the same way is not left claimed
-  const fresh = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9200), platform: 'ios' });
-  assert.is(fresh.status, 409);
-  assert.is(await service.redis.hget(service.keys.tokens(boot.tenant.id), `push:${token(0x9200)}`), null);
-  const later = await api.post('/v1/client/subscriptions', pk, { externalId: 'fourth-1', channel: 'push', token: token(0x9200), platform: 'ios' });
-  assert.is(later.status, 201);
-  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'fourth-1')), ['$subscriber.created', '$subscription.registered']);
-  // once the full subscriber has room, the same registration moves the device
-  const first = (await api.get('/v1/subscribers/full-1/subscriptions?limit=1', boot.keys.tenant)).body.data.items[0];
-  await api.del(`/v1/subscribers/full-1/subscriptions/${first.id}`, boot.keys.tenant);
-  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-1', channel: 'push', token: token(0x9100), platform: 'ios' });
-  assert.is(moved.status, 201);
-  assert.is(moved.body.data.id, owned.body.data.id);
-  assert.is(moved.body.data.enabled, true);
-  assert.is((await api.get('/v1/subscribers/third-1/subscriptions', boot.keys.tenant)).body.data.total, 0);
-  assert.is(names(await inboxEvents(service, boot.tenant.id, 'third-1')).at(-1), '$subscription.removed');
-});
-
-c('two users registering one device at once leave it with exactly one of them', async ({ api, pk, boot }) => {
-  for (let t = 0; t < 6; t++) {
-    const handle = token(0x7000 + t);
-    const replies = await Promise.all(Array.from({ length: 12 }, (_, i) =>
-      api.post('/v1/client/subscriptions', pk, { externalId: i % 2 ? 'twin-a' : 'twin-b', channel: 'push', token: handle, platform: 'ios' })));
-    assert.ok(replies.every((r) => r.status === 200 || r.status === 201), JSON.stringify(replies.map((r) => r.status)));
-    const holders: string[] = [];
-    for (const who of ['twin-a', 'twin-b']) {
-      const items = (await api.get(`/v1/subscribers/${who}/subscriptions`, boot.keys.tenant)).body.data.items as { token: string }[];
-      holders.push(...items.filter((s) => s.token === handle).map(() => who));
-    }
-    assert.is(holders.length, 1, `token ${t} is held by exactly one subscriber: ${holders.join(', ')}`);
+/** `count` externalIds starting with `prefix`, all in one partition (`same`) or each in another one than `of`. */
+function placed(service: TestService, tenantId: string, prefix: string, count: number, of: string, same: boolean): string[] {
+  const target = partitionOf(tenantId, of, service.config.partitions);
+  const out: string[] = [];
+  for (let i = 0; out.length < count; i++) {
+    const x = `${prefix}-${i}`;
+    if ((partitionOf(tenantId, x, service.config.partitions) === target) === same) out.push(x);
   }
-});
+  return out;
+}
+
+for (const same of [false, true]) {
+  const where = same ? 'in one partition' : 'in two partitions';
+  c(`a registration refused at the 50-subscription limit changes nothing: a token owned by another subscriber stays with it (${where})`, async ({ api, pk, service, boot }) => {
+    const full = `full-${same}`;
+    const [third, fourth] = placed(service, boot.tenant.id, `third-${same}`, 2, full, same);
+    const base = same ? 0xa000 : 0xb000;
+    for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + i), platform: 'ios' })).status, 201);
+    const owned = await api.post('/v1/client/subscriptions', pk, { externalId: third, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    const before = names(await inboxEvents(service, boot.tenant.id, third!));
+    const refused = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    assert.is(refused.status, 409);
+    assert.is(refused.body.error.code, 'conflict');
+    const held = (await api.get(`/v1/subscribers/${third}/subscriptions`, boot.keys.tenant)).body.data;
+    assert.equal(held.items.map((s: any) => s.id), [owned.body.data.id], 'the device stays with its owner');
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, third!)), before, 'no $subscription.removed');
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data.total, 50);
+    // the owner index still names the owner: its app can mute the device, the refused subscriber's cannot
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${third}`, pk, { enabled: false })).status, 200);
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${full}`, pk, { enabled: false })).status, 404);
+    // a token new to the tenant refused the same way is not left claimed
+    const fresh = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x200), platform: 'ios' });
+    assert.is(fresh.status, 409);
+    assert.is(await service.redis.hget(service.keys.tokens(boot.tenant.id), `push:${token(base + 0x200)}`), null);
+    const later = await api.post('/v1/client/subscriptions', pk, { externalId: fourth, channel: 'push', token: token(base + 0x200), platform: 'ios' });
+    assert.is(later.status, 201);
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, fourth!)), ['$subscriber.created', '$subscription.registered']);
+    // once the full subscriber has room, the same registration moves the device
+    const first = (await api.get(`/v1/subscribers/${full}/subscriptions?limit=1`, boot.keys.tenant)).body.data.items[0];
+    await api.del(`/v1/subscribers/${full}/subscriptions/${first.id}`, boot.keys.tenant);
+    const moved = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    assert.is(moved.status, 201);
+    assert.is(moved.body.data.id, owned.body.data.id);
+    assert.is(moved.body.data.enabled, true);
+    assert.is((await api.get(`/v1/subscribers/${third}/subscriptions`, boot.keys.tenant)).body.data.total, 0);
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data.total, 50);
+    assert.is(names(await inboxEvents(service, boot.tenant.id, third!)).at(-1), '$subscription.removed');
+    // deleting the previous owner leaves the moved device alone
+    await api.del(`/v1/subscribers/${third}`, boot.keys.tenant);
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions/${owned.body.data.id}`, boot.keys.tenant)).status, 200);
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${full}`, pk, { enabled: false })).status, 200);
+  });
+
+  c(`a subscription is reachable under its own subscriber only (${where})`, async ({ api, pk, service, boot }) => {
+    const [owner, other] = placed(service, boot.tenant.id, `reach-${same}`, 2, `reach-${same}-0`, same);
+    const mine = await api.post('/v1/client/subscriptions', pk, { externalId: owner, channel: 'push', token: token(same ? 0xc000 : 0xc001), platform: 'ios' });
+    await api.post('/v1/subscribers', boot.keys.tenant, { externalId: other });
+    const path = `/v1/subscribers/${other}/subscriptions/${mine.body.data.id}`;
+    assert.is((await api.get(path, boot.keys.tenant)).status, 404);
+    assert.is((await api.patch(path, boot.keys.tenant, { enabled: false })).status, 404);
+    assert.is((await api.del(path, boot.keys.tenant)).status, 404);
+    const still = await api.get(`/v1/subscribers/${owner}/subscriptions/${mine.body.data.id}`, boot.keys.tenant);
+    assert.is(still.status, 200);
+    assert.is(still.body.data.enabled, true);
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, other!)), ['$subscriber.created']);
+  });
+}
+
+for (const same of [false, true]) {
+  c(`two users registering one device at once leave it with exactly one of them (${same ? 'in one partition' : 'in two partitions'})`, async ({ api, pk, service, boot }) => {
+    const [a, b] = placed(service, boot.tenant.id, `twin-${same}`, 2, `twin-${same}-0`, same);
+    for (let t = 0; t < 6; t++) {
+      const handle = token((same ? 0x7100 : 0x7000) + t);
+      const replies = await Promise.all(Array.from({ length: 12 }, (_, i) =>
+        api.post('/v1/client/subscriptions', pk, { externalId: i % 2 ? a : b, channel: 'push', token: handle, platform: 'ios' })));
+      assert.ok(replies.every((r) => r.status === 200 || r.status === 201), JSON.stringify(replies.map((r) => r.status)));
+      const holders: string[] = [];
+      for (const who of [a!, b!]) {
+        const items = (await api.get(`/v1/subscribers/${who}/subscriptions`, boot.keys.tenant)).body.data.items as { token: string }[];
+        holders.push(...items.filter((s) => s.token === handle).map(() => who));
+      }
+      assert.is(holders.length, 1, `token ${t} is held by exactly one subscriber: ${holders.join(', ')}`);
+      const owner = await service.redis.hget(service.keys.subscriptionOwners(boot.tenant.id), replies[0]!.body.data.id);
+      assert.is(owner, holders[0], 'the holder is the owner the token index names');
+    }
+  });
+}
 
 c('50 parallel identical enabled:false updates write exactly one $subscription.muted', async ({ api, pk, service, boot }) => {
   const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'muter', channel: 'push', token: token(5), platform: 'ios' });
