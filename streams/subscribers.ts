@@ -5,6 +5,7 @@ import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { releaseToken } from './subscriptions.js';
+import { deleteWidgetsOf } from './widgets.js';
 import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
 export const MAX_PROPERTIES_BYTES = 8 * 1024;
@@ -178,6 +179,42 @@ export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   return { subscriber: toSubscriber(externalId, after.record, segments), ...outcome };
 }
 
+/**
+ * The properties of `from` that `into` may take in a merge: `into`'s own keys win, and each of
+ * `from`'s other keys is added in `from`'s order when the result stays within MAX_PROPERTIES_BYTES
+ * (one that would take it over is left out, and the next ones are still tried).
+ */
+export function fittingProperties(into: Record<string, unknown>, from: Record<string, unknown>): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...into };
+  const added: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (k in merged) continue;
+    merged[k] = v;
+    if (propertiesBytes(merged) > MAX_PROPERTIES_BYTES) delete merged[k];
+    else added[k] = v;
+  }
+  return added;
+}
+
+/**
+ * Gives `externalId` the attributes of `from` (a merged anonymous subscriber) that it lacks:
+ * email, phone, locale and timezone when unset, and the properties `fittingProperties` allows
+ * (its own win; the result stays within 8 KB). Decided on the snapshot the compare-and-set write
+ * applies to, with `$subscriber.updated` when something changes.
+ */
+export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber): Promise<void> {
+  await changeSubscriber<null>(redis, keys, scope, externalId, (snapshot) => {
+    const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
+    const input: Attributes = {};
+    for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !current?.[field]) input[field] = from[field];
+    const properties = fittingProperties(current?.properties ?? {}, from.properties);
+    if (Object.keys(properties).length) input.properties = properties;
+    const change = attributeChange(keys, scope, snapshot, externalId, input);
+    if (change.ops.length === 0) return { skip: null };
+    return { create: true, events: change.events, ops: change.ops, result: null };
+  });
+}
+
 /** Reads one subscriber, or throws 404. */
 export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
   const [snapshot, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
@@ -187,11 +224,15 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
 
 /**
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
- * subscriptions and topic memberships. Its past events stay until retention ages them out; a later
+ * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber.
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+  // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
+  // retrying the delete, since the subscriber is still there) and once more after it (a widget
+  // registered while the delete ran).
+  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
   type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string }[]; topicIds: string[]; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
@@ -223,6 +264,7 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   });
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
   await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));
+  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
   if (owned.topicIds.length) {
     const cleanup = redis.pipeline();
     for (const topicId of owned.topicIds) cleanup.zrem(keys.topicMembers(scope.tenantId, topicId), externalId);

@@ -258,6 +258,14 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   return subscription;
 }
 
+/** The externalId a registration's token or address belongs to in the tenant, or null when it is new. */
+export async function tokenOwner(redis: Redis, keys: Keys, tenantId: string, input: RegisterInput): Promise<string | null> {
+  const handle = input.channel === 'push' ? input.token : input.address;
+  if (!handle) return null;
+  const current = await redis.hget(keys.tokens(tenantId), tokenField(input.channel, handle));
+  return current === null ? null : current.slice(current.indexOf('|') + 1);
+}
+
 /** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
 export async function ownerOf(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<string | null> {
   if (!isId('subscription', id)) return null;

@@ -36,7 +36,7 @@ export async function registerWidget(redis: Redis, keys: Keys, tenantId: string,
   const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
     keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER,
   ]);
-  if (reply[0] === 'full') throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; remove one first`);
+  if (reply[0] === 'full') throw widgetLimit('remove one first');
   return { widget: widgetOfReply(reply), created: reply[0] === 'created' };
 }
 
@@ -63,3 +63,24 @@ export async function deleteWidget(redis: Redis, keys: Keys, tenantId: string, e
   await redis.pipeline().del(keys.widget(tenantId, id)).zrem(keys.subscriberWidgets(tenantId, externalId), id).exec();
   return toWidget(h);
 }
+
+/** Removes every widget of `externalId` (lua/deleteWidgets): part of deleting the subscriber. */
+export async function deleteWidgetsOf(redis: Redis, keys: Keys, tenantId: string, externalId: string): Promise<number> {
+  return callScript<number>(redis, 'deleteWidgets', [keys.subscriberWidgets(tenantId, externalId)], [keys.tenantBase(tenantId)]);
+}
+
+/**
+ * Moves every widget of `from` to `to` (lua/moveWidgets): an anonymous subscriber merged into the
+ * identified one. A widget `to` already has (same pushToken, or the same kind, family and
+ * configuration) is removed instead, keeping `to`'s. When `to` would hold more than
+ * MAX_WIDGETS_PER_SUBSCRIBER, nothing changes and this is 409 `conflict`. `check` only answers
+ * whether it would fit, writing nothing.
+ */
+export async function moveWidgets(redis: Redis, keys: Keys, tenantId: string, from: string, to: string, options: { check?: boolean } = {}): Promise<{ moved: number; removed: number }> {
+  const [moved, removed] = await callScript<[number, number]>(redis, 'moveWidgets', [keys.subscriberWidgets(tenantId, from), keys.subscriberWidgets(tenantId, to)], [keys.tenantBase(tenantId), to, MAX_WIDGETS_PER_SUBSCRIBER, options.check ? '1' : '0']);
+  if (moved === -1) throw widgetLimit(`merging would give the subscriber ${removed}`);
+  return { moved, removed };
+}
+
+/** 409 `conflict`: the per-subscriber widget limit. */
+export const widgetLimit = (why: string) => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; ${why}`);

@@ -5,13 +5,12 @@ import { checkBody, checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
-import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
-import { listSubscriptions, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
-import { readSubscriber } from '../../streams/subscriber-writes.js';
-import { addTopicMembers, topicsOfSubscriber } from '../../streams/topic-members.js';
+import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
+import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
+import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { audit } from '../audit.js';
-import { markVerified, verifyClient } from '../client-identity.js';
+import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
@@ -19,6 +18,8 @@ import { authorize, tenantOf } from '../middleware/auth.js';
 import { scopeOf } from './subscribers.js';
 
 type Identified = { externalId: string; identityHash?: string };
+/** The optional merge of an anonymous subscriber that identify and registration take. */
+type Merging = { anonymousId?: string; anonymousIdentityHash?: string };
 
 export function registerClient(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
@@ -33,29 +34,14 @@ export function registerClient(router: Router, deps: AppDeps): void {
     return owner;
   }
 
-  /** Moves what the anonymous subscriber had to the identified one, then deletes the anonymous one. */
-  async function merge(ctx: Context, anonymousId: string, externalId: string): Promise<boolean> {
-    const scope = scopeOf(ctx, deps);
-    const anonymous = await readSubscriber(redis, keys, scope, anonymousId);
-    if (!anonymous.exists || anonymousId === externalId) return false;
-    for (const s of await listSubscriptions(redis, keys, scope, anonymousId)) {
-      const input: RegisterInput = {
-        channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
-        environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
-      };
-      const { subscription } = await registerSubscription(redis, keys, scope, externalId, input);
-      if (!s.enabled) await setSubscriptionEnabled(redis, keys, scope, externalId, subscription.id, false);
-    }
-    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
-    const from = await getSubscriber(redis, keys, scope, anonymousId);
-    const identified = await readSubscriber(redis, keys, scope, externalId);
-    const missing: Attributes = {};
-    for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !identified.record[field]) missing[field] = from[field];
-    const properties = Object.fromEntries(Object.entries(from.properties).filter(([k]) => !(JSON.parse(identified.record.properties ?? '{}') as Record<string, unknown>)[k]));
-    if (Object.keys(properties).length) missing.properties = properties;
-    if (Object.keys(missing).length) await upsertSubscriber(redis, keys, scope, externalId, missing);
-    await deleteSubscriber(redis, keys, scope, anonymousId);
-    return true;
+  /**
+   * Before any write: whether the caller may merge `anonymousId` into `externalId` (verifyMerge) and
+   * whether the result fits the limits (planMerge, 409 otherwise). Null when there is nothing to merge.
+   */
+  async function mergePlan(ctx: Context, body: { externalId: string; anonymousId?: string; anonymousIdentityHash?: string }, registering?: RegisterInput): Promise<MergePlan | null> {
+    if (body.anonymousId === undefined || body.anonymousId === body.externalId) return null;
+    await verifyMerge(deps, ctx, body.anonymousId, body.anonymousIdentityHash);
+    return planMerge(redis, keys, scopeOf(ctx, deps), body.anonymousId, body.externalId, registering);
   }
 
   /**
@@ -65,9 +51,13 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientIdentify
    *     summary: Identify the app's user
    *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
-   *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, topics and missing attributes move;
-   *       the anonymous subscriber is then deleted). A valid `identityHash` marks the subscriber verified. `attributes.properties`
-   *       merged with the stored ones must stay within 8 KB serialized (400 `validation` on `attributes.properties`, nothing stored).
+   *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, widgets, topics and missing attributes
+   *       move, the user's own values winning; the anonymous subscriber is then deleted). A valid `identityHash` marks the
+   *       subscriber verified. A merge needs `anonymousIdentityHash` (403 `invalid_identity_hash` when wrong); without it, a
+   *       tenant that requires verification answers 403 `identity_verification_required` and an optional one merges only a
+   *       subscriber never verified (403 `forbidden` on `anonymousId` otherwise). A merge that would leave the subscriber more
+   *       than 50 subscriptions or 50 widgets is 409 `conflict`. `attributes.properties` merged with the stored ones must stay
+   *       within 8 KB serialized (400 `validation` on `attributes.properties`). Every refusal comes before any write.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:
@@ -75,11 +65,14 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {
-    const body = checkBody<Identified & { anonymousId?: string; source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
+    const body = checkBody<Identified & Merging & { source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
     const verified = await verifyClient(deps, ctx, body.externalId, body.identityHash);
     const scope = scopeOf(ctx, deps);
+    // every refusal (identity, limits, the size of properties) comes before the first write
+    const plan = await mergePlan(ctx, body);
     const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
-    const merged = body.anonymousId ? await merge(ctx, body.anonymousId, body.externalId) : false;
+    if (plan) await mergeSubscriber(redis, keys, scope, plan);
+    const merged = plan !== null;
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
@@ -99,7 +92,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       (`$subscription.registered`, 201). Registering a token that exists updates it (200) and moves it to this externalId
    *       when the app's user changed (`$subscription.removed` on the previous one). `environment` is the APNs environment of
    *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; beyond, the
-   *       answer is 409 `conflict` and nothing changes (a device another subscriber holds stays with it).
+   *       answer is 409 `conflict` and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
+   *       that subscriber is first merged into this one, with the proof and limits of `POST /v1/client/identify` (the device
+   *       registered here counts towards the 50), all checked before any write.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionRegister' } } } }
    *     responses:
@@ -108,10 +103,12 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
-    const { externalId, identityHash, anonymousId, ...input } = checkBody<Identified & { anonymousId?: string } & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    const { externalId, identityHash, anonymousId, anonymousIdentityHash, ...input } = checkBody<Identified & Merging & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    checkRegistration(input);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
-    if (anonymousId) await merge(ctx, anonymousId, externalId);
+    const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
+    if (plan) await mergeSubscriber(redis, keys, scope, plan);
     const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input);
     await markVerified(deps, ctx, externalId, verified);
     await audit(deps, ctx, { type: created ? 'subscription.created' : 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription });

@@ -97,8 +97,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: deleteSubscriber
    *     summary: Delete a subscriber
-   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions
-   *       and topic memberships; its events age out with the retention. A later event for the externalId creates a new subscriber.
+   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions,
+   *       topic memberships and widgets; its events age out with the retention. A later event for the externalId creates a new subscriber.
    *     tags: [Subscribers]
    *     responses:
    *       '200': { description: The deleted subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }

@@ -99,6 +99,18 @@ export const PreferencesUpdate: Schema = {
   },
 };
 
+/** The id the app used before sign-in, merged into `externalId` by identify and registration. */
+const anonymousId: Schema = {
+  type: 'string', minLength: 1, maxLength: 256,
+  description: 'The id the app used before sign-in: that subscriber is merged into externalId (its subscriptions, widgets, topics and missing attributes move, then it is deleted). '
+    + 'Needs anonymousIdentityHash when the tenant requires identity verification; without it, a verified subscriber is never merged (403 forbidden).',
+};
+
+const anonymousIdentityHash: Schema = {
+  type: 'string', minLength: 1, maxLength: 128,
+  description: 'Hex HMAC-SHA256 of anonymousId under the tenant identity secret, checked like identityHash (403 invalid_identity_hash when wrong): proves the caller may merge that subscriber.',
+};
+
 const device: Schema = {
   type: 'object',
   additionalProperties: false,
@@ -112,7 +124,8 @@ export const SubscriptionRegister: Schema = {
   properties: {
     externalId,
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
-    anonymousId: { type: 'string', minLength: 1, maxLength: 256 },
+    anonymousId,
+    anonymousIdentityHash,
     channel: { type: 'string', enum: ['push', 'email'] },
     token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push).' },
     address: { type: 'string', minLength: 3, maxLength: 254, format: 'email', description: 'Email address (email).' },
@@ -158,7 +171,8 @@ export const Identify: Schema = {
   properties: {
     externalId,
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
-    anonymousId: { type: 'string', minLength: 1, maxLength: 256, description: 'The id the app used before sign-in; its subscriptions, topics and missing attributes move to externalId.' },
+    anonymousId,
+    anonymousIdentityHash,
     source: { type: 'string', enum: ['ios', 'android', 'web'], default: 'ios' },
     attributes: { type: 'object', additionalProperties: false, properties: attributes },
   },

@@ -413,4 +413,160 @@ c('the widget list pages by limit and cursor like every list (spec 2.2)', async 
   }
 });
 
+/** What a subscriber is, everything a merge would change: record, subscriptions, widgets, events. */
+async function stateOf(api: ReturnType<typeof client>, ctx: Ctx, externalId: string) {
+  const record = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}`, ctx.boot.keys.tenant);
+  const subscriptions = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}/subscriptions?limit=100`, ctx.boot.keys.tenant);
+  const widgetIds = await ctx.service.redis.zrange(ctx.service.keys.subscriberWidgets(ctx.boot.tenant.id, externalId), 0, -1);
+  const widgets = await Promise.all(widgetIds.map((id) => ctx.service.redis.hgetall(ctx.service.keys.widget(ctx.boot.tenant.id, id))));
+  return { status: record.status, record: record.body.data, subscriptions: subscriptions.body.data?.items ?? null, widgets, events: names(await inboxEvents(ctx.service, ctx.boot.tenant.id, externalId)) };
+}
+
+c('anonymousId needs proof: a required tenant refuses a merge without anonymousIdentityHash or with a wrong one, and the victim is untouched', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const hash = (x: string) => identityHash(secret, x);
+  const victim = 'victim-1';
+  await api.post('/v1/client/identify', pk, { externalId: victim, identityHash: hash(victim), attributes: { email: 'victim@corp.com', properties: { ssn: 'secret' } } });
+  await api.post('/v1/client/subscriptions', pk, { externalId: victim, identityHash: hash(victim), channel: 'push', token: token(0xd000), platform: 'ios' });
+  await api.post('/v1/client/widgets', pk, { externalId: victim, identityHash: hash(victim), kind: 'com.example.Victim' });
+  const before = await stateOf(api, ctx, victim);
+  await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, true, BY_TEST);
+  try {
+    for (const route of ['/v1/client/identify', '/v1/client/subscriptions']) {
+      const extra = route.endsWith('subscriptions') ? { channel: 'push', token: token(0xd001), platform: 'ios' } : {};
+      const attacker = `attacker-${route.length}`;
+      const missing = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, ...extra });
+      assert.is(missing.status, 403, route);
+      assert.is(missing.body.error.code, 'identity_verification_required');
+      assert.is(missing.body.error.param, 'anonymousIdentityHash');
+      const wrong = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, anonymousIdentityHash: hash(attacker), ...extra });
+      assert.is(wrong.status, 403, route);
+      assert.is(wrong.body.error.code, 'invalid_identity_hash');
+      assert.is(wrong.body.error.param, 'anonymousIdentityHash');
+      assert.is((await api.get(`/v1/subscribers/${attacker}`, boot.keys.tenant)).status, 404, 'a refused call writes nothing, not even the caller');
+      assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
+    }
+    // with the proof the merge is allowed, also in a required tenant
+    const anon = 'anon-proved';
+    await api.post('/v1/client/subscriptions', pk, { externalId: anon, identityHash: hash(anon), channel: 'push', token: token(0xd002), platform: 'ios' });
+    const ok = await api.post('/v1/client/identify', pk, { externalId: 'user-proved', identityHash: hash('user-proved'), anonymousId: anon, anonymousIdentityHash: hash(anon).toUpperCase() });
+    assert.is(ok.status, 200);
+    assert.is((await api.get(`/v1/subscribers/${anon}`, boot.keys.tenant)).status, 404);
+    assert.equal((await api.get('/v1/subscribers/user-proved/subscriptions', boot.keys.tenant)).body.data.items.map((x: any) => x.token), [token(0xd002)]);
+  } finally {
+    await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, false, BY_TEST);
+  }
+});
+
+c('anonymousId in an optional tenant: a verified subscriber is merged only with anonymousIdentityHash (403 forbidden otherwise), a never-verified one without', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const victim = 'victim-2';
+  await api.post('/v1/client/identify', pk, { externalId: victim, identityHash: identityHash(secret, victim), attributes: { properties: { ssn: 'secret' } } });
+  await api.post('/v1/client/subscriptions', pk, { externalId: victim, channel: 'push', token: token(0xd100), platform: 'ios' });
+  const before = await stateOf(api, ctx, victim);
+  for (const [route, extra] of [['/v1/client/identify', {}], ['/v1/client/subscriptions', { channel: 'push', token: token(0xd101), platform: 'ios' }]] as const) {
+    const refused = await api.post(route, pk, { externalId: 'attacker-2', anonymousId: victim, ...extra });
+    assert.is(refused.status, 403, route);
+    assert.is(refused.body.error.code, 'forbidden');
+    assert.is(refused.body.error.param, 'anonymousId');
+    assert.match(refused.body.error.message, /verified/);
+    assert.is(JSON.stringify(refused.body).includes('secret'), false, 'nothing of the victim is answered');
+    assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
+    assert.is((await api.get('/v1/subscribers/attacker-2', boot.keys.tenant)).status, 404);
+  }
+  const wrong = await api.post('/v1/client/identify', pk, { externalId: 'attacker-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, 'attacker-2') });
+  assert.is(wrong.body.error.code, 'invalid_identity_hash');
+  // the owner of the anonymous id proves it: merged
+  const proved = await api.post('/v1/client/identify', pk, { externalId: 'owner-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, victim) });
+  assert.is(proved.status, 200);
+  assert.equal(proved.body.data.properties, { ssn: 'secret' });
+  assert.is((await api.get(`/v1/subscribers/${victim}`, boot.keys.tenant)).status, 404);
+  // a never-verified anonymous subscriber needs no proof in an optional tenant
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-2', channel: 'push', token: token(0xd102), platform: 'ios' });
+  const merged = await api.post('/v1/client/subscriptions', pk, { externalId: 'user-2', anonymousId: 'anon-2', channel: 'push', token: token(0xd103), platform: 'ios' });
+  assert.is(merged.status, 201);
+  assert.equal((await api.get('/v1/subscribers/user-2/subscriptions', boot.keys.tenant)).body.data.items.map((x: any) => x.token).sort(), [token(0xd102), token(0xd103)].sort());
+  assert.is((await api.get('/v1/subscribers/anon-2', boot.keys.tenant)).status, 404);
+});
+
+c('a merge that would give the subscriber more than 50 subscriptions is 409 and changes nothing (identify, and registration counting its own device)', async (ctx) => {
+  const { api, pk } = ctx;
+  for (let i = 0; i < 48; i++) await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', channel: 'push', token: token(0xe000 + i), platform: 'ios' });
+  for (let i = 0; i < 3; i++) await api.post('/v1/client/subscriptions', pk, { externalId: 'manon-1', channel: 'push', token: token(0xe100 + i), platform: 'ios' });
+  await api.post('/v1/client/widgets', pk, { externalId: 'manon-1', kind: 'k' });
+  const user = await stateOf(api, ctx, 'mfull-1');
+  const anon = await stateOf(api, ctx, 'manon-1');
+  const refused = await api.post('/v1/client/identify', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', attributes: { email: 'x@example.com' } });
+  assert.is(refused.status, 409);
+  assert.is(refused.body.error.code, 'conflict');
+  assert.equal(await stateOf(api, ctx, 'mfull-1'), user, 'the identified subscriber is unchanged (its attributes too)');
+  assert.equal(await stateOf(api, ctx, 'manon-1'), anon, 'no subscription of the anonymous one is lost');
+  // 48 + 1 anonymous = 49, plus the device this registration adds = 50: fits; one more anonymous device would not
+  await api.del(`/v1/subscribers/manon-1/subscriptions/${anon.subscriptions[0].id}`, ctx.boot.keys.tenant);
+  const anon2 = await stateOf(api, ctx, 'manon-1');
+  const over = await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', channel: 'push', token: token(0xe200), platform: 'ios' });
+  assert.is(over.status, 409);
+  assert.equal(await stateOf(api, ctx, 'manon-1'), anon2);
+  assert.is((await api.get('/v1/subscribers/mfull-1/subscriptions?limit=100', ctx.boot.keys.tenant)).body.data.total, 48);
+  // re-registering a device the anonymous subscriber holds adds nothing: 48 + 2 = 50 fits
+  const fits = await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', channel: 'push', token: token(0xe101), platform: 'ios' });
+  assert.is(fits.status, 200);
+  assert.is((await api.get('/v1/subscribers/mfull-1/subscriptions?limit=100', ctx.boot.keys.tenant)).body.data.total, 50);
+  assert.is((await api.get('/v1/subscribers/manon-1', ctx.boot.keys.tenant)).status, 404);
+  assert.is((await api.get('/v1/client/widgets?externalId=mfull-1', pk)).body.data.total, 1, 'its widget moved');
+});
+
+c('widgets: removed with their subscriber, moved by a merge (the user\'s own kept on a duplicate), and a merge beyond 50 widgets is 409 with nothing changed', async (ctx) => {
+  const { api, pk, boot } = ctx;
+  const gone = await api.post('/v1/client/widgets', pk, { externalId: 'wdx-1', kind: 'k', pushToken: 'ptok12345' });
+  assert.is((await api.del('/v1/subscribers/wdx-1', boot.keys.tenant)).status, 200);
+  const after = await api.get('/v1/client/widgets?externalId=wdx-1', pk);
+  assert.is(after.body.data.total, 0);
+  assert.is(await ctx.service.redis.exists(ctx.service.keys.widget(boot.tenant.id, gone.body.data.id)), 0);
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'wdx-1' });
+  assert.is((await api.get('/v1/client/widgets?externalId=wdx-1', pk)).body.data.total, 0, 'a new subscriber of the same externalId starts clean');
+
+  const moved = await api.post('/v1/client/widgets', pk, { externalId: 'anon-w', kind: 'com.x.W' });
+  const dupAnon = await api.post('/v1/client/widgets', pk, { externalId: 'anon-w', kind: 'com.x.P', pushToken: 'ptok-shared' });
+  const own = await api.post('/v1/client/widgets', pk, { externalId: 'user-w', kind: 'com.x.Q', pushToken: 'ptok-shared' });
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-w', anonymousId: 'anon-w' })).status, 200);
+  const list = (await api.get('/v1/client/widgets?externalId=user-w', pk)).body.data.items;
+  assert.equal(list.map((w: any) => w.id).sort(), [moved.body.data.id, own.body.data.id].sort());
+  assert.is(list.find((w: any) => w.id === moved.body.data.id).externalId, 'user-w');
+  assert.is(list.find((w: any) => w.id === own.body.data.id).kind, 'com.x.Q', 'the user\'s widget wins over the anonymous duplicate');
+  assert.is(await ctx.service.redis.exists(ctx.service.keys.widget(boot.tenant.id, dupAnon.body.data.id)), 0);
+  assert.is((await api.get('/v1/client/widgets?externalId=anon-w', pk)).body.data.total, 0);
+  assert.is((await api.del(`/v1/client/widgets/${moved.body.data.id}?externalId=user-w`, pk)).body.data.id, moved.body.data.id, 'the moved widget is the user\'s now');
+
+  for (let i = 0; i < 49; i++) await api.post('/v1/client/widgets', pk, { externalId: 'wfull', kind: `k${i}` });
+  for (let i = 0; i < 2; i++) await api.post('/v1/client/widgets', pk, { externalId: 'wanon', kind: `a${i}` });
+  const user = await stateOf(api, ctx, 'wfull');
+  const anon = await stateOf(api, ctx, 'wanon');
+  const refused = await api.post('/v1/client/identify', pk, { externalId: 'wfull', anonymousId: 'wanon' });
+  assert.is(refused.status, 409);
+  assert.is(refused.body.error.code, 'conflict');
+  assert.match(refused.body.error.message, /widgets/);
+  assert.equal(await stateOf(api, ctx, 'wfull'), user);
+  assert.equal(await stateOf(api, ctx, 'wanon'), anon);
+  // a duplicate does not count: once the user has one of the two (49 widgets still), it fits
+  await api.del(`/v1/client/widgets/${user.widgets[0]!.id}?externalId=wfull`, pk);
+  await api.post('/v1/client/widgets', pk, { externalId: 'wfull', kind: 'a0' });
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'wfull', anonymousId: 'wanon' })).status, 200);
+  assert.is((await api.get('/v1/client/widgets?externalId=wfull&limit=100', pk)).body.data.total, 50);
+});
+
+c('a merge keeps the user\'s properties and adds the anonymous ones only while the result stays within 8 KB', async ({ api, pk, boot, service }) => {
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'pm-anon', properties: { plan: 'free', big: 'a'.repeat(5000), small: 1, later: 'x' } });
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'pm-user', properties: { plan: 'pro', own: 'u'.repeat(4000), off: false } });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'pm-user', anonymousId: 'pm-anon' });
+  assert.is(res.status, 200);
+  // plan: the user's wins; big: would go over 8 KB, left out; small and later: added
+  assert.equal(res.body.data.properties, { plan: 'pro', own: 'u'.repeat(4000), off: false, small: 1, later: 'x' });
+  assert.ok(Buffer.byteLength(JSON.stringify(res.body.data.properties)) <= 8192);
+  const updated = (await inboxEvents(service, boot.tenant.id, 'pm-user')).filter((e) => e.name === '$subscriber.updated').at(-1)!;
+  assert.equal(updated.data, { changes: { properties: { small: 1, later: 'x' } }, previousAttributes: { properties: { small: null, later: null } } });
+});
+
 c.run();
