@@ -62,6 +62,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:
    *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {
@@ -100,6 +101,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: Updated, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '201': { description: Registered, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
@@ -164,13 +166,14 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: clientGetPreferences
    *     summary: The app user's own preferences
-   *     description: Client key only.
+   *     description: Client key only. 404 `not_found` for an externalId that is no subscriber (PATCH creates it).
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - { name: identityHash, in: query, required: false, schema: { type: string } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       '404': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   patch:
    *     operationId: clientUpdatePreferences
@@ -213,6 +216,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The widget already registered (updated when it has this pushToken), content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
    *       '201': { description: The new widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: clientListWidgets

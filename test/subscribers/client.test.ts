@@ -569,4 +569,22 @@ c('a merge keeps the user\'s properties and adds the anonymous ones only while t
   assert.equal(updated.data, { changes: { properties: { small: 1, later: 'x' } }, previousAttributes: { properties: { small: null, later: null } } });
 });
 
+c('the OpenAPI document declares the statuses the client routes answer (409 at the limits, 404 for unknown preferences, 200/201 widgets)', async ({ api }) => {
+  const doc = (await api.get('/v1/openapi.json')).body;
+  const declared = (path: string, method: string) => Object.keys(doc.paths[path][method].responses);
+  for (const [path, method, statuses] of [
+    ['/v1/client/identify', 'post', ['200', '400', '401', '403', '409', '413']],
+    ['/v1/client/subscriptions', 'post', ['200', '201', '400', '401', '403', '409', '413']],
+    ['/v1/client/widgets', 'post', ['200', '201', '400', '401', '403', '409', '413']],
+    ['/v1/client/widgets', 'get', ['200', '400', '401', '403']],
+    ['/v1/client/preferences', 'get', ['200', '400', '401', '403', '404']],
+    ['/v1/client/preferences', 'patch', ['200', '400', '401', '403']],
+  ] as const) {
+    for (const status of statuses) assert.ok(declared(path, method).includes(status), `${method} ${path} declares ${status}: ${declared(path, method)}`);
+  }
+  const widgetList = doc.paths['/v1/client/widgets'].get.parameters.map((p: any) => p.name ?? p.$ref);
+  assert.ok(widgetList.includes('#/components/parameters/limit') && widgetList.includes('#/components/parameters/cursor'));
+  for (const schema of ['Identify', 'SubscriptionRegister']) assert.ok(doc.components.schemas[schema].properties.anonymousIdentityHash, schema);
+});
+
 c.run();
