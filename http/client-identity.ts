@@ -1,6 +1,7 @@
 import type { Context } from 'koa';
 import { ApiError } from '../lib/errors.js';
 import { verifyIdentityHash } from '../lib/identity-hash.js';
+import { readSubscriber } from '../streams/subscriber-writes.js';
 import { upsertSubscriber } from '../streams/subscribers.js';
 import type { AppDeps } from './deps.js';
 import { tenantOf } from './middleware/auth.js';
@@ -10,22 +11,40 @@ import { scopeOf } from './routes/subscribers.js';
  * Identity verification of a client call: a presented `identityHash` must be the hex HMAC-SHA256 of
  * the externalId under the tenant's identity secret (403 `invalid_identity_hash` otherwise); when the
  * tenant requires verification, a call without one is 403 `identity_verification_required`.
- * Returns whether the call is verified. The settings come from the key cache (no Redis read per
+ * Returns whether the call is verified. `names` are the fields checked (the anonymous id of a merge
+ * is checked alike: `anonymousIdentityHash` of `anonymousId`). The settings come from the key cache (no Redis read per
  * call; a rotation or a change of `identityRequired` invalidates them in every process at once); a
  * hash that does not match the cached secret is checked once more against the stored one before
  * it is refused, so a hash made right after a rotation never waits for the invalidation.
  */
-export async function verifyClient(deps: AppDeps, ctx: Context, externalId: string, presented: string | undefined): Promise<boolean> {
+export async function verifyClient(deps: AppDeps, ctx: Context, externalId: string, presented: string | undefined, names: { hash: string; id: string } = { hash: 'identityHash', id: 'externalId' }): Promise<boolean> {
   const tenant = tenantOf(ctx);
   const settings = await deps.keyCache.identity(tenant);
   if (presented === undefined) {
-    if (settings.required) throw new ApiError(403, 'identity_verification_required', 'This tenant requires identityHash on client calls', { param: 'identityHash' });
+    if (settings.required) throw new ApiError(403, 'identity_verification_required', `This tenant requires ${names.hash} with ${names.id} on client calls`, { param: names.hash });
     return false;
   }
   if (verifyIdentityHash(settings.secret, externalId, presented)) return true;
   const stored = await deps.keyCache.identity(tenant, { fresh: true });
   if (stored.secret !== settings.secret && verifyIdentityHash(stored.secret, externalId, presented)) return true;
-  throw new ApiError(403, 'invalid_identity_hash', 'identityHash does not match externalId', { param: 'identityHash' });
+  throw new ApiError(403, 'invalid_identity_hash', `${names.hash} does not match ${names.id}`, { param: names.hash });
+}
+
+/**
+ * Whether the caller may merge the subscriber `anonymousId` into the one it identifies (identify
+ * and registration with `anonymousId`), decided before anything is written. `anonymousIdentityHash`
+ * proves it, checked by `verifyClient` as `identityHash` is (403 `invalid_identity_hash` when
+ * wrong). Without it: a tenant that requires verification refuses (403
+ * `identity_verification_required`); otherwise only a subscriber that was never verified may be
+ * merged (403 `forbidden` on `anonymousId` for a verified one), so a client key cannot take over,
+ * read or delete a verified user.
+ */
+export async function verifyMerge(deps: AppDeps, ctx: Context, anonymousId: string, presented: string | undefined): Promise<void> {
+  if (await verifyClient(deps, ctx, anonymousId, presented, { hash: 'anonymousIdentityHash', id: 'anonymousId' })) return;
+  const anonymous = await readSubscriber(deps.redis, deps.keys, scopeOf(ctx, deps), anonymousId);
+  if (anonymous.exists && anonymous.record.verified === '1') {
+    throw new ApiError(403, 'forbidden', 'anonymousId is a verified subscriber: it is only merged with anonymousIdentityHash', { param: 'anonymousId' });
+  }
 }
 
 /** Marks the subscriber verified after a verified call (creating it when the call creates subscribers). */

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { canonicalJson } from './canonical-json.js';
 import type { ErrorDetail } from './errors.js';
 import { parseDuration } from './durations.js';
 import { bucketWidthMs } from './event-counters.js';
@@ -404,15 +405,6 @@ export function eventConditions(expr: Expression): EventCondition[] {
   return out;
 }
 
-/** JSON with object keys sorted, so two spellings of one value give one text. */
-function canonical(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
-  if (isObject(value)) {
-    return `{${Object.keys(value).sort().filter((k) => value[k] !== undefined).map((k) => `${JSON.stringify(k)}:${canonical(value[k])}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
-}
-
 const keys = new WeakMap<EventCondition, string>();
 
 /**
@@ -424,7 +416,7 @@ const keys = new WeakMap<EventCondition, string>();
 export function conditionKey(condition: EventCondition): string {
   let key = keys.get(condition);
   if (key === undefined) {
-    const filters = [...new Set((condition.where ?? []).map(canonical))].sort();
+    const filters = [...new Set((condition.where ?? []).map(canonicalJson))].sort();
     const width = bucketWidthMs(condition.within === undefined ? null : parseDuration(condition.within));
     key = createHash('sha256').update(JSON.stringify([condition.event, filters, width])).digest('hex').slice(0, 16);
     keys.set(condition, key);

@@ -85,6 +85,12 @@ export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
   for (const e of collapseAlternatives(errors)) {
     let param = callerPath(e.instancePath, base);
     let message = e.message ?? 'is invalid';
+    // a `propertyNames` failure is about one key of the object: name it (`categories.Bad Name`)
+    const propertyName = (e as ErrorObject & { propertyName?: string }).propertyName ?? (e.keyword === 'propertyNames' ? (e.params.propertyName as string | undefined) : undefined);
+    if (propertyName !== undefined) {
+      param = param ? `${param}.${propertyName}` : propertyName;
+      if (e.keyword !== 'propertyNames') message = `is not an allowed name: ${message}`;
+    }
     if (e.keyword === 'required') {
       param = param ? `${param}.${e.params.missingProperty}` : e.params.missingProperty;
       message = 'is required';

@@ -18,8 +18,9 @@
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
             | zadd key score member | zrem key member - | hmset key n - followed by n field/value pairs);
        every key is in this partition; `$SUB` in a or b (and in hmset's pairs) is replaced by the subscriber id
-  then the number of guards G (may be absent: none), then G groups of 3: kind, key, n
-       (absent key - : the key must not exist | scardBelow key n : the set must hold fewer than n members),
+  then the number of guards G (may be absent: none), then G groups of 4: kind, key, a, b
+       (absent key - - : the key must not exist | scardBelow key n - : the set must hold fewer than n members
+        | fieldIs key field value : the hash field holds value, '' meaning absent or empty),
        checked after the version, before anything is written
 
   Returns { 1, subscriberId, createdSequence, newVersion } when applied,
@@ -48,15 +49,17 @@ for _ = 1, ops do
 end
 local guards = tonumber(ARGV[g] or '0')
 for n = 1, guards do
-  local kind, key, limit = ARGV[g + 1], ARGV[g + 2], ARGV[g + 3]
+  local kind, key, a, b = ARGV[g + 1], ARGV[g + 2], ARGV[g + 3], ARGV[g + 4]
   if kind == 'absent' then
     if rcall('EXISTS', key) == 1 then return { -3, n } end
   elseif kind == 'scardBelow' then
-    if rcall('SCARD', key) >= tonumber(limit) then return { -3, n } end
+    if rcall('SCARD', key) >= tonumber(a) then return { -3, n } end
+  elseif kind == 'fieldIs' then
+    if (rcall('HGET', key, a) or '') ~= b then return { -3, n } end
   else
     return redis.error_reply('unknown write guard ' .. tostring(kind))
   end
-  g = g + 3
+  g = g + 4
 end
 
 local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])

@@ -142,6 +142,8 @@ export function createKeys(prefix: string) {
     tokenMoves: (tenantId: string) => `${t(tenantId)}:token-moves`,
     /** hash subscription id → externalId of its subscriber */
     subscriptionOwners: (tenantId: string) => `${t(tenantId)}:scr-owner`,
+    /** hash subscription id → number of the latest claim of its token (lua/claimToken); fences the removal of a moved copy */
+    subscriptionClaims: (tenantId: string) => `${t(tenantId)}:scr-claims`,
     /** hash: a topic record */
     topic: (tenantId: string, topicId: string) => `${t(tenantId)}:topic:${topicId}`,
     /** zset (score 0) of topic ids, by creation */
@@ -150,7 +152,7 @@ export function createKeys(prefix: string) {
     topicSlugs: (tenantId: string) => `${t(tenantId)}:topics:by-slug`,
     /** zset externalId → join time (ms × 1000 + position in the call), the topic's members */
     topicMembers: (tenantId: string, topicId: string) => `${t(tenantId)}:topic-members:${topicId}`,
-    /** hash: a client widget */
+    /** hash: a client widget (lua/*Widget*.lua build the same name from `tenantBase`) */
     widget: (tenantId: string, widgetId: string) => `${t(tenantId)}:widget:${widgetId}`,
     /** zset (score 0) of a subscriber's widget ids */
     subscriberWidgets: (tenantId: string, externalId: string) => `${t(tenantId)}:sub-widgets:${externalId}`,

@@ -1,11 +1,13 @@
 import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
-import { notFound } from '../lib/errors.js';
+import { ApiError, notFound } from '../lib/errors.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { changeSubscriber, readSubscriber, type TenantScope } from './subscriber-writes.js';
 
 export const CHANNELS = ['push', 'email'] as const;
+/** Categories a subscriber's stored preferences hold at most (the merged result of every update). */
+export const MAX_CATEGORIES = 100;
 export type Channel = (typeof CHANNELS)[number];
 type ChannelFlags = Partial<Record<Channel, boolean>>;
 /** Per channel and per category; a channel missing from a category follows `channels`. */
@@ -41,12 +43,21 @@ export async function getPreferences(redis: Redis, keys: Keys, scope: TenantScop
   return readPreferences(snapshot.record.preferences);
 }
 
-/** Applies an update; writes `$preferences.updated` (with the previous values) only when a value really changes. */
+/**
+ * Applies an update; writes `$preferences.updated` (with the previous values) only when a value
+ * really changes. An update that would leave more than MAX_CATEGORIES categories stored (and more
+ * than before) is 400 `limit_exceeded` on `categories`, nothing stored: decided on the snapshot
+ * the compare-and-set write applies to.
+ */
 export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean } = {}): Promise<{ preferences: Preferences; changed: boolean }> {
   return changeSubscriber<{ preferences: Preferences; changed: boolean }>(redis, keys, scope, externalId, (snapshot) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const current = readPreferences(snapshot.record.preferences);
     const next = apply(current, update);
+    const count = Object.keys(next.categories).length;
+    if (count > MAX_CATEGORIES && count > Object.keys(current.categories).length) {
+      throw new ApiError(400, 'limit_exceeded', `A subscriber's preferences hold at most ${MAX_CATEGORIES} categories; remove one (set it to null) first`, { param: 'categories' });
+    }
     if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false } };
     const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
     return {

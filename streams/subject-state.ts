@@ -5,6 +5,7 @@ import { now } from '../lib/clock.js';
 import { parseDuration } from '../lib/durations.js';
 import type { Keys } from './keys.js';
 import { eventFromLog } from './read-models.js';
+import { heldBy } from './subscriptions.js';
 import type { KeptCondition } from './automation-definitions.js';
 
 /** How many of a subscriber's newest timeline events seed a counter (or answer an unkept condition). */
@@ -68,7 +69,8 @@ export async function loadStates(redis: Redis, keys: Keys, p: number, tenantId: 
     if (order.length) {
       ((await second.exec()) ?? []).forEach(([, h], i) => {
         const s = h as Record<string, string>;
-        if (!s?.id) return;
+        // a set entry whose record another subscriber of the partition holds (a token moving) is not this one's
+        if (!s || !heldBy(s, order[i]!)) return;
         states.get(order[i]!)!.subscriptions.push({ channel: s.channel!, enabled: s.enabled === '1', platform: s.platform || null, invalidated: Boolean(s.invalidatedAt) });
       });
     }

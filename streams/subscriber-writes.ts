@@ -42,9 +42,11 @@ export class VersionConflict extends Error {}
 
 /**
  * A condition lua/writeSubscriber checks before it writes anything: `absent` (the key does not
- * exist), `scardBelow` (the set holds fewer than n members). Keys are of the subscriber's partition.
+ * exist), `scardBelow` (the set holds fewer than n members), `fieldIs` (the hash field holds the
+ * value, '' meaning absent or empty: state of another subscriber of the partition that the change
+ * depends on, which the version check does not cover). Keys are of the subscriber's partition.
  */
-export type WriteGuard = ['absent', string] | ['scardBelow', string, number];
+export type WriteGuard = ['absent', string] | ['scardBelow', string, number] | ['fieldIs', string, string, string];
 
 /** Thrown by `writeSubscriber` when guard `index` of the change did not hold (nothing was written). */
 export class GuardFailed extends Error {
@@ -75,7 +77,7 @@ export async function writeSubscriber(
   pushOps(args, change.ops);
   const guards = change.guards ?? [];
   args.push(guards.length);
-  for (const g of guards) args.push(g[0], g[1], g[0] === 'scardBelow' ? g[2] : '-');
+  for (const g of guards) args.push(g[0], g[1], g[2] ?? '-', g[3] ?? '-');
   const reply = await callScript<[number, string?, number?, number?]>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
@@ -113,7 +115,8 @@ function pushOps(args: (string | number)[], ops: RecordOp[]): void {
   args[countAt] = count;
 }
 
-export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; result: T } | { skip: T };
+/** A computed change (`guards`: conditions on state the version does not cover; when one fails the change is recomputed). */
+export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; result: T } | { skip: T };
 
 /**
  * Runs read → compute → compare-and-set until it applies (bounded): the way every subscriber
@@ -122,7 +125,8 @@ export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[
  * on the same connection (one round trip with auto-pipelining; Redis runs them in order): every
  * write bumps the version, so state read after it is still current when the version still matches.
  * `options.record` false reads only the subscriber's version (for a `compute` that does not look at
- * `snapshot.record`).
+ * `snapshot.record`). A change that also depends on state the version does not cover (another
+ * subscriber's, in the same partition) carries `guards`; a failed guard recomputes like a conflict.
  */
 export async function changeSubscriber<T, X = undefined>(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
@@ -139,10 +143,10 @@ export async function changeSubscriber<T, X = undefined>(
     const change = compute(snapshot, extra);
     if ('skip' in change) return change.skip;
     try {
-      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, expectedVersion: snapshot.version });
+      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, expectedVersion: snapshot.version });
       return change.result;
     } catch (err) {
-      if (!(err instanceof VersionConflict)) throw err;
+      if (!(err instanceof VersionConflict) && !(err instanceof GuardFailed)) throw err;
     }
   }
   throw new ApiError(409, 'conflict', 'The subscriber is changing too fast; retry');

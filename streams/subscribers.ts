@@ -5,7 +5,8 @@ import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { releaseToken } from './subscriptions.js';
-import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope } from './subscriber-writes.js';
+import { deleteWidgetsOf } from './widgets.js';
+import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
 export const MAX_PROPERTIES_BYTES = 8 * 1024;
 const ATTRIBUTE_FIELDS = ['email', 'phone', 'locale', 'timezone', 'properties'] as const;
@@ -62,7 +63,12 @@ export async function loadSubscribers(redis: Redis, keys: Keys, scope: TenantSco
   });
 }
 
-/** Checks what a schema cannot: a real IANA time zone and the size of `properties`. */
+/** Serialized size of a `properties` object, the measure of its 8 KB bound. */
+export const propertiesBytes = (properties: Record<string, unknown>): number => Buffer.byteLength(JSON.stringify(properties));
+
+const tooLarge = (base: string) => ({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized, merged with the stored properties` });
+
+/** Checks what a schema cannot: a real IANA time zone and the size of `properties` in the request. */
 export function checkAttributes(attributes: Attributes, base = ''): void {
   const details = [];
   if (attributes.timezone) {
@@ -72,9 +78,7 @@ export function checkAttributes(attributes: Attributes, base = ''): void {
       details.push({ param: `${base}timezone`, message: 'is not an IANA time zone' });
     }
   }
-  if (attributes.properties && Buffer.byteLength(JSON.stringify(attributes.properties)) > MAX_PROPERTIES_BYTES) {
-    details.push({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized` });
-  }
+  if (attributes.properties && propertiesBytes(attributes.properties) > MAX_PROPERTIES_BYTES) details.push(tooLarge(base));
   if (details.length) throw validationError(details);
 }
 
@@ -93,8 +97,29 @@ function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Sub
   };
 }
 
-/** Record operations and the `$subscriber.updated` event for an attribute change (none when nothing changes). */
-export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean } = {}) {
+/**
+ * The keys of `properties` that differ between `before` and `after`: their new values in `changes`
+ * and their old ones in `previous` (null for a key that is absent on that side; a stored property
+ * is never null, since null removes it).
+ */
+function propertyDiff(before: Record<string, unknown>, after: Record<string, unknown>): { changes: Record<string, unknown>; previous: Record<string, unknown> } {
+  const changes: Record<string, unknown> = {};
+  const previous: Record<string, unknown> = {};
+  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
+    if (sameJson(before[k], after[k])) continue;
+    changes[k] = k in after ? after[k] : null;
+    previous[k] = k in before ? before[k] : null;
+  }
+  return { changes, previous };
+}
+
+/**
+ * Record operations and the `$subscriber.updated` event for an attribute change (none when nothing
+ * changes). `properties` of the event carry only the changed keys. Throws 400 `validation` on
+ * `<base>properties` when the merged `properties` would go over 8 KB and grow: computed from the
+ * snapshot the compare-and-set write applies to, so the bound holds for what is stored.
+ */
+export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean; base?: string } = {}) {
   const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
   const next = nextAttributes(current, input);
   const changes: Record<string, unknown> = {};
@@ -102,10 +127,19 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
   const ops: RecordOp[] = [];
   const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
   const before = current ?? { email: null, phone: null, locale: null, timezone: null, properties: {} };
+  // an object stored over the bound before the bound covered the merged result may still shrink
+  const nextBytes = propertiesBytes(next.properties);
+  if (nextBytes > MAX_PROPERTIES_BYTES && nextBytes > propertiesBytes(before.properties)) throw validationError([tooLarge(extra.base ?? '')]);
   for (const field of ATTRIBUTE_FIELDS) {
     if (sameJson(before[field], next[field])) continue;
-    changes[field] = next[field];
-    previous[field] = before[field];
+    if (field === 'properties') {
+      const diff = propertyDiff(before.properties, next.properties);
+      changes.properties = diff.changes;
+      previous.properties = diff.previous;
+    } else {
+      changes[field] = next[field];
+      previous[field] = before[field];
+    }
     const value = next[field];
     if (value === null || (field === 'properties' && Object.keys(value as object).length === 0)) ops.push(['hdel', record, field]);
     else ops.push(['hset', record, field, field === 'properties' ? JSON.stringify(value) : String(value)]);
@@ -128,19 +162,57 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
 /**
  * Creates or updates a subscriber by externalId. An update writes `$subscriber.updated` with the
  * changed fields only when something changed; a creation writes `$subscriber.created` (once).
+ * `options.base` is where the attributes sit in the request body (`attributes.` on identify), for
+ * the `param` of a validation error.
  */
-export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
-  checkAttributes(input);
+export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
+  checkAttributes(input, options.base);
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
   const outcome = await changeSubscriber<Outcome>(redis, keys, scope, externalId, (snapshot) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
-    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified });
+    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified, base: options.base });
     if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
     return { create: true, events: change.events, ops: change.ops, result: { created: !snapshot.exists, changes: change.changes, previous: change.previous } };
   });
   const [after, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
   if (!after.exists) throw notFound('Subscriber');
   return { subscriber: toSubscriber(externalId, after.record, segments), ...outcome };
+}
+
+/**
+ * The properties of `from` that `into` may take in a merge: `into`'s own keys win, and each of
+ * `from`'s other keys is added in `from`'s order when the result stays within MAX_PROPERTIES_BYTES
+ * (one that would take it over is left out, and the next ones are still tried).
+ */
+export function fittingProperties(into: Record<string, unknown>, from: Record<string, unknown>): Record<string, unknown> {
+  const merged: Record<string, unknown> = { ...into };
+  const added: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(from)) {
+    if (k in merged) continue;
+    merged[k] = v;
+    if (propertiesBytes(merged) > MAX_PROPERTIES_BYTES) delete merged[k];
+    else added[k] = v;
+  }
+  return added;
+}
+
+/**
+ * Gives `externalId` the attributes of `from` (a merged anonymous subscriber) that it lacks:
+ * email, phone, locale and timezone when unset, and the properties `fittingProperties` allows
+ * (its own win; the result stays within 8 KB). Decided on the snapshot the compare-and-set write
+ * applies to, with `$subscriber.updated` when something changes.
+ */
+export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber): Promise<void> {
+  await changeSubscriber<null>(redis, keys, scope, externalId, (snapshot) => {
+    const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
+    const input: Attributes = {};
+    for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !current?.[field]) input[field] = from[field];
+    const properties = fittingProperties(current?.properties ?? {}, from.properties);
+    if (Object.keys(properties).length) input.properties = properties;
+    const change = attributeChange(keys, scope, snapshot, externalId, input);
+    if (change.ops.length === 0) return { skip: null };
+    return { create: true, events: change.events, ops: change.ops, result: null };
+  });
 }
 
 /** Reads one subscriber, or throws 404. */
@@ -152,12 +224,16 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
 
 /**
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
- * subscriptions and topic memberships. Its past events stay until retention ages them out; a later
+ * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber.
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string }[]; topicIds: string[]; segments: string[] };
+  // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
+  // retrying the delete, since the subscriber is still there) and once more after it (a widget
+  // registered while the delete ran).
+  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string }[]; topicIds: string[]; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
   const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
@@ -171,21 +247,24 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       ['zrem', keys.subscriberVerifiedIndex(p, scope.tenantId), member],
       ['del', keys.subscriberSubscriptions(p, scope.tenantId, externalId)],
       ['del', keys.subscriberTopics(p, scope.tenantId, externalId)],
-      ...owned.subscriptions.map((s): RecordOp => ['del', keys.subscription(p, scope.tenantId, s.id)]),
+      // a record another subscriber of the partition holds now (a token that moved) stays theirs
+      ...owned.subscriptions.filter((s) => !s.holder || s.holder === externalId).map((s): RecordOp => ['del', keys.subscription(p, scope.tenantId, s.id)]),
     ];
+    const guards = owned.subscriptions.map((s): WriteGuard => ['fieldIs', keys.subscription(p, scope.tenantId, s.id), 'holder', s.holder]);
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
-    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, result: { subscriber, owned } };
+    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, result: { subscriber, owned } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
       segmentsOf(redis, keys, scope, externalId),
     ]);
-    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel')));
-    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push' })), topicIds, segments };
+    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder')));
+    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push', holder: handles[i]![3] ?? '' })), topicIds, segments };
   });
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
-  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, s)));
+  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));
+  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
   if (owned.topicIds.length) {
     const cleanup = redis.pipeline();
     for (const topicId of owned.topicIds) cleanup.zrem(keys.topicMembers(scope.tenantId, topicId), externalId);

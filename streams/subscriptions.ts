@@ -5,7 +5,7 @@ import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
-import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope } from './subscriber-writes.js';
+import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
@@ -69,59 +69,128 @@ export function checkRegistration(input: RegisterInput): void {
 
 const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
 
-/** Reads a subscription record of `externalId` (after the subscriber version, for changeSubscriber). */
-const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, id: string) => (p: number) => redis.hgetall(keys.subscription(p, scope.tenantId, id));
+/**
+ * A subscription record lives at one key per partition (`{pN}:scr:<tenant>:<id>`), so when a token
+ * moves between two subscribers of one partition both sets name the same hash for a moment. The
+ * record's `holder` says whose it is; a set entry whose record another subscriber holds is a stale
+ * reference, not a subscription. Records written before `holder` existed belong to whoever's set
+ * names them.
+ */
+export const heldBy = (h: Record<string, string>, externalId: string): boolean => Boolean(h.id) && (!h.holder || h.holder === externalId);
 
-/** Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not there. */
-async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string): Promise<Subscription | null> {
-  return changeSubscriber<Subscription | null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
-    if (!snapshot.exists || !h.id) return { skip: null };
+/** Subscription `id` as `externalId`'s set and the record have it (after the subscriber version, for changeSubscriber). */
+type Held = { record: Record<string, string>; member: boolean };
+const readHeld = (redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string) => async (p: number): Promise<Held> => {
+  const [record, member] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.sismember(keys.subscriberSubscriptions(p, scope.tenantId, externalId), id)]);
+  return { record, member: member === 1 };
+};
+
+/** The record of subscription `id` when `externalId` holds it, else `{}` (for changeSubscriber). */
+const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string) => async (p: number): Promise<Record<string, string>> => {
+  const { record, member } = await readHeld(redis, keys, scope, externalId, id)(p);
+  return member && heldBy(record, externalId) ? record : {};
+};
+
+/**
+ * Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not
+ * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
+ * record written by a later claim of the token stays). A reference to a record another subscriber
+ * of the partition holds now is dropped without touching the record (guarded: the holder is checked
+ * again in the write).
+ */
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity): Promise<Subscription | null> {
+  return changeSubscriber<Subscription | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
+    if (!snapshot.exists || !member) return { skip: null };
+    const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
+    const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
+    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', h.holder ?? '']];
+    // a reference to no record at all is invisible (lists skip it): dropped silently
+    if (!h.id) return { create: false, events: [], ops: [['srem', set, id]], guards: [['absent', recordKey]], result: null };
     const subscription = toSubscription(externalId, h);
-    return {
-      create: false,
-      events: [{ name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } }],
-      ops: [['del', keys.subscription(snapshot.partition, scope.tenantId, id)], ['srem', keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId), id]],
-      result: subscription,
-    };
-  }, readRecord(redis, keys, scope, id));
+    const event = { name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } };
+    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, result: subscription };
+    if (Number(h.claim ?? 0) > upTo) return { skip: null };
+    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, result: subscription };
+  }, readHeld(redis, keys, scope, externalId, id));
 }
+
+/** The tenant keys of token ownership, in the order lua/claimToken, releaseToken and unclaimToken take them. */
+const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys.subscriptionOwners(tenantId), keys.tokenMoves(tenantId), keys.subscriptionClaims(tenantId)];
 
 /**
  * Registers a device token or an email address for `externalId`. A token that already exists is
- * updated instead of duplicated, and moved (`$subscription.removed` on the previous subscriber,
- * `$subscription.registered` on the new one) when the app's user changed. An unknown externalId is
- * created. Safe under concurrency and to retry: the token's owner is decided in one script
- * (lua/claimToken), the record is written by compare-and-set, and an unsettled move is finished by
- * the next registration of that token.
+ * updated instead of duplicated, and moved (`$subscription.registered` on the new subscriber, then
+ * `$subscription.removed` on the previous one) when the app's user changed. An unknown externalId
+ * is created. Safe under concurrency and to retry: the token's owner is decided in one script
+ * (lua/claimToken), the record is written by compare-and-set stamped with the claim's number, and
+ * an unsettled move is finished by the next registration of that token. A registration refused
+ * because the subscriber holds MAX_SUBSCRIPTIONS_PER_SUBSCRIBER already (409, decided atomically
+ * with the write) changes nothing: the previous subscriber loses its copy only after the new one's
+ * write, and the claim is given back (lua/unclaimToken). `options.enabled` is the `enabled` of a
+ * record this call creates (an anonymous subscriber's muted device stays muted when it moves).
  */
-export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput): Promise<{ subscription: Subscription; created: boolean }> {
+export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean } = {}): Promise<{ subscription: Subscription; created: boolean }> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
-  const [claim, id, previous] = await callScript<[string, string, string?]>(
-    redis, 'claimToken', [keys.tokens(scope.tenantId), keys.subscriptionOwners(scope.tenantId), keys.tokenMoves(scope.tenantId)], [field, newId('subscription'), externalId],
-  );
-  if (claim === 'new') {
-    // The id was made for this call: no record of it can exist unless a concurrent registration of the
-    // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
-    const fresh = await createFresh(redis, keys, scope, externalId, id, input);
-    if (fresh) {
-      await dropIfMovedMeanwhile(redis, keys, scope, externalId, id);
-      return { subscription: fresh, created: true };
+  const tokens = tokenKeys(keys, scope.tenantId);
+  const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
+  const stamp = Number(claimNumber);
+  const enabled = options.enabled ?? true;
+  let outcome: { created: boolean; record: Record<string, string> };
+  try {
+    if (claim === 'new') {
+      // The id was made for this call: no record of it can exist unless a concurrent registration of the
+      // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
+      const fresh = await createFresh(redis, keys, scope, externalId, id, input, { enabled, stamp });
+      if (fresh) {
+        await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
+        return { subscription: fresh, created: true };
+      }
     }
+    outcome = await writeRegistration(redis, keys, scope, externalId, id, fieldsOf(input), { enabled, stamp });
+  } catch (err) {
+    // refused (the limit, or a subscriber changing too fast): this call wrote no record, so its claim goes back
+    if (err instanceof ApiError && claim !== 'same') await callScript(redis, 'unclaimToken', tokens, [field, id, externalId, claim === 'moved' ? previous ?? '' : '']);
+    throw err;
   }
-  if (claim === 'moved' && previous !== undefined) await detach(redis, keys, scope, previous, id, 'moved');
-  const wanted = fieldsOf(input);
-  const outcome = await changeSubscriber<{ created: boolean; record: Record<string, string> }, { record: Record<string, string>; count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, count }) => {
+  // only once this subscriber holds the record does the previous one lose its copy (unless a later
+  // claim of the previous subscriber wrote it anew), then the move is settled
+  if (claim === 'moved' && previous !== undefined) {
+    await detach(redis, keys, scope, previous, id, 'moved', stamp);
+    await redis.hdel(keys.tokenMoves(scope.tenantId), field);
+  }
+  await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
+  // the record as written (no second read)
+  return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
+}
+
+/**
+ * Writes subscription `id` into `externalId` by compare-and-set, stamped with the claim number
+ * `stamp`: creates it (409 when the subscriber holds MAX_SUBSCRIPTIONS_PER_SUBSCRIBER already,
+ * decided on the state the write applies to), takes over the record another subscriber of the
+ * partition holds (the same check; the record is written whole; not when that record was written
+ * under a later claim, which has won already), or updates the fields that differ
+ * (a token the provider had invalidated is revived; an older stamp is raised, without touching
+ * `updatedAt`). The holder read is guarded in the write.
+ */
+async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, make: { enabled: boolean; stamp: number }) {
+  return changeSubscriber<{ created: boolean; record: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
+    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
     const at = isoNow();
-    if (!current.id) {
-      if (count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
-      const record = newRecord(id, wanted, at);
+    if (!member || !heldBy(current, externalId)) {
+      // another subscriber of the partition wrote the record under a later claim: this claim is over
+      // already (the check after the write drops this subscriber's reference)
+      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current } };
+      if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
+      const record = newRecord(id, wanted, at, { ...make, holder: externalId });
       return {
         create: true,
         events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
-        ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
+        // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
+        ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
+        guards,
         result: { created: true, record },
       };
     }
@@ -129,17 +198,16 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     // a token the provider had invalidated is valid again once the app registers it anew
     const revived = Boolean(current.invalidatedAt);
     if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
+    if (changed.length) changed.push(['updatedAt', at]);
+    if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)]);
+    if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
-    return { create: true, events, ops: [...changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['hset', recordKey, 'updatedAt', at]], result: { created: false, record: { ...current, ...Object.fromEntries(changed), updatedAt: at } } };
+    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, result: { created: false, record: { ...current, ...Object.fromEntries(changed) } } };
   }, async (p) => {
-    const [record, count] = await Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
-    return { record, count };
+    const [held, count] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
+    return { ...held, count };
   }, { record: false });
-  if (claim === 'moved') await redis.hdel(keys.tokenMoves(scope.tenantId), field);
-  await dropIfMovedMeanwhile(redis, keys, scope, externalId, id);
-  // the record as written (no second read)
-  return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
 }
 
 /**
@@ -150,15 +218,15 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
  * between the write and this check can leave such a copy; the fan-out never sends to a
  * subscription whose owner is another subscriber (actors/fanout.ts).
  */
-async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<void> {
+async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, stamp: number): Promise<void> {
   const owner = await redis.hget(keys.subscriptionOwners(scope.tenantId), id);
-  if (owner !== null && owner !== externalId) await detach(redis, keys, scope, externalId, id, 'moved');
+  if (owner !== null && owner !== externalId) await detach(redis, keys, scope, externalId, id, 'moved', stamp);
 }
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
 
-/** The stored record of a new subscription. */
-const newRecord = (id: string, fields: Record<string, string>, at: string) => ({ id, ...fields, enabled: '1', createdAt: at, updatedAt: at });
+/** The stored record of a new subscription: its holder, stamped with the number of the claim that wrote it. */
+const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number; holder: string }) => ({ id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp), holder: make.holder });
 
 /**
  * Writes the subscription record of a token claimed as new in one script call, without reading the
@@ -168,12 +236,12 @@ const newRecord = (id: string, fields: Record<string, string>, at: string) => ({
  * version, so concurrent compare-and-set writers of the subscriber still see a conflict and recompute.
  * Null when the record exists already (written by a concurrent registration of the same token).
  */
-async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput): Promise<Subscription | null> {
+async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput, make: { enabled: boolean; stamp: number }): Promise<Subscription | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const recordKey = keys.subscription(p, scope.tenantId, id);
   const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
   const atMs = now();
-  const record = newRecord(id, fieldsOf(input), isoNow(atMs));
+  const record = newRecord(id, fieldsOf(input), isoNow(atMs), { ...make, holder: externalId });
   const subscription = toSubscription(externalId, record);
   try {
     await writeSubscriber(redis, keys, scope, externalId, {
@@ -190,6 +258,14 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   return subscription;
 }
 
+/** The externalId a registration's token or address belongs to in the tenant, or null when it is new. */
+export async function tokenOwner(redis: Redis, keys: Keys, tenantId: string, input: RegisterInput): Promise<string | null> {
+  const handle = input.channel === 'push' ? input.token : input.address;
+  if (!handle) return null;
+  const current = await redis.hget(keys.tokens(tenantId), tokenField(input.channel, handle));
+  return current === null ? null : current.slice(current.indexOf('|') + 1);
+}
+
 /** The externalId owning subscription `id` in the tenant, or null (a malformed id too). */
 export async function ownerOf(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<string | null> {
   if (!isId('subscription', id)) return null;
@@ -199,8 +275,7 @@ export async function ownerOf(redis: Redis, keys: Keys, tenantId: string, id: st
 /** A subscriber's subscription, or 404. */
 export async function getSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<Subscription> {
   if (!isId('subscription', id)) throw notFound('Subscription');
-  const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  const h = await redis.hgetall(keys.subscription(p, scope.tenantId, id));
+  const h = await readRecord(redis, keys, scope, externalId, id)(partitionOf(scope.tenantId, externalId, scope.partitions));
   if (!h.id) throw notFound('Subscription');
   return toSubscription(externalId, h);
 }
@@ -211,7 +286,7 @@ export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantS
   const ids = await redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId));
   const pipeline = redis.pipeline();
   for (const id of ids) pipeline.hgetall(keys.subscription(p, scope.tenantId, id));
-  const records = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id);
+  const records = ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h && heldBy(h, externalId));
   return records.map((h) => toSubscription(externalId, h)).sort((a, b) => (a.id < b.id ? -1 : 1));
 }
 
@@ -232,7 +307,7 @@ export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: Te
       ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', isoNow()]],
       result: null,
     };
-  }, readRecord(redis, keys, scope, id));
+  }, readRecord(redis, keys, scope, externalId, id));
   return getSubscription(redis, keys, scope, externalId, id);
 }
 
@@ -241,14 +316,14 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
   if (!isId('subscription', id)) throw notFound('Subscription');
   const removed = await detach(redis, keys, scope, externalId, id, 'removed');
   if (!removed) throw notFound('Subscription');
-  await releaseToken(redis, keys, scope.tenantId, removed);
+  await releaseToken(redis, keys, scope.tenantId, externalId, removed);
   return removed;
 }
 
-/** Forgets the token index entry of a subscription that is gone (if the token still points at it). */
-export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, s: { id: string; channel: string; token: string | null; address: string | null }): Promise<void> {
+/** Forgets the token index entry of a subscription removed from `externalId` (if the token is still that subscription's, and still `externalId`'s). */
+export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, externalId: string, s: { id: string; channel: string; token: string | null; address: string | null }): Promise<void> {
   const handle = s.channel === 'email' ? s.address : s.token;
-  await callScript(redis, 'releaseToken', [keys.tokens(tenantId), keys.subscriptionOwners(tenantId), keys.tokenMoves(tenantId)], [handle ? tokenField(s.channel, handle) : '', s.id]);
+  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle) : '', s.id, externalId]);
 }
 
 /**
@@ -266,5 +341,5 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
       ops: [['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at]],
       result: null,
     };
-  }, readRecord(redis, keys, scope, id));
+  }, readRecord(redis, keys, scope, externalId, id));
 }

@@ -2,7 +2,9 @@ import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, validationError } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
+import { canonicalJson } from '../lib/canonical-json.js';
 import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
 
 export const MAX_WIDGETS_PER_SUBSCRIBER = 50;
 export const MAX_WIDGET_CONFIGURATION_BYTES = 4 * 1024;
@@ -14,26 +16,39 @@ function toWidget(h: Record<string, string>): Widget {
   return { id: h.id!, externalId: h.externalId!, kind: h.kind!, family: h.family || null, pushToken: h.pushToken || null, configuration: JSON.parse(h.configuration || '{}'), createdAt: h.createdAt! };
 }
 
-/** Registers a widget of the app for `externalId` (at most 50 per subscriber: 409 `conflict` beyond). */
-export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: WidgetInput): Promise<Widget> {
-  const configuration = JSON.stringify(input.configuration ?? {});
-  if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
-  const index = keys.subscriberWidgets(tenantId, externalId);
-  if ((await redis.zcard(index)) >= MAX_WIDGETS_PER_SUBSCRIBER) throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; remove one first`);
-  const widget: Widget = { id: newId('widget'), externalId, kind: input.kind, family: input.family ?? null, pushToken: input.pushToken ?? null, configuration: input.configuration ?? {}, createdAt: isoNow() };
-  await redis.pipeline()
-    .hset(keys.widget(tenantId, widget.id), { id: widget.id, externalId, kind: widget.kind, family: widget.family ?? '', pushToken: widget.pushToken ?? '', configuration, createdAt: widget.createdAt })
-    .zadd(index, 0, widget.id)
-    .exec();
-  return widget;
+/** The hash fields of a script reply `[status, field, value, …]` as a widget. */
+function widgetOfReply(reply: string[]): Widget {
+  const h: Record<string, string> = {};
+  for (let i = 1; i < reply.length; i += 2) h[reply[i]!] = reply[i + 1]!;
+  return toWidget(h);
 }
 
-/** The subscriber's widgets, newest first. */
-export async function listWidgets(redis: Redis, keys: Keys, tenantId: string, externalId: string): Promise<Widget[]> {
-  const ids = await redis.zrange(keys.subscriberWidgets(tenantId, externalId), '+', '-', 'BYLEX', 'REV', 'LIMIT', 0, MAX_WIDGETS_PER_SUBSCRIBER);
+/**
+ * Registers a widget of the app for `externalId`, idempotently (lua/registerWidget): a widget with
+ * the same `pushToken` is updated in place, and without a `pushToken` one with the same kind, family
+ * and configuration (canonical JSON, key order does not matter) is the same widget; `created` says
+ * whether a new one was stored. At most MAX_WIDGETS_PER_SUBSCRIBER per subscriber (409 `conflict`
+ * beyond, checked in the same script).
+ */
+export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
+  const configuration = canonicalJson(input.configuration ?? {});
+  if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
+  const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
+    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER,
+  ]);
+  if (reply[0] === 'full') throw widgetLimit('remove one first');
+  return { widget: widgetOfReply(reply), created: reply[0] === 'created' };
+}
+
+/** Widgets by id (null for one that is gone), for a page of a subscriber's widget index. */
+export async function loadWidgets(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(Widget | null)[]> {
+  if (ids.length === 0) return [];
   const pipeline = redis.pipeline();
   for (const id of ids) pipeline.hgetall(keys.widget(tenantId, id));
-  return ((await pipeline.exec()) ?? []).map(([, h]) => h as Record<string, string>).filter((h) => h?.id).map(toWidget);
+  return ((await pipeline.exec()) ?? []).map(([err, h]) => {
+    if (err) throw err;
+    return (h as Record<string, string>).id ? toWidget(h as Record<string, string>) : null;
+  });
 }
 
 /**
@@ -48,3 +63,24 @@ export async function deleteWidget(redis: Redis, keys: Keys, tenantId: string, e
   await redis.pipeline().del(keys.widget(tenantId, id)).zrem(keys.subscriberWidgets(tenantId, externalId), id).exec();
   return toWidget(h);
 }
+
+/** Removes every widget of `externalId` (lua/deleteWidgets): part of deleting the subscriber. */
+export async function deleteWidgetsOf(redis: Redis, keys: Keys, tenantId: string, externalId: string): Promise<number> {
+  return callScript<number>(redis, 'deleteWidgets', [keys.subscriberWidgets(tenantId, externalId)], [keys.tenantBase(tenantId)]);
+}
+
+/**
+ * Moves every widget of `from` to `to` (lua/moveWidgets): an anonymous subscriber merged into the
+ * identified one. A widget `to` already has (same pushToken, or the same kind, family and
+ * configuration) is removed instead, keeping `to`'s. When `to` would hold more than
+ * MAX_WIDGETS_PER_SUBSCRIBER, nothing changes and this is 409 `conflict`. `check` only answers
+ * whether it would fit, writing nothing.
+ */
+export async function moveWidgets(redis: Redis, keys: Keys, tenantId: string, from: string, to: string, options: { check?: boolean } = {}): Promise<{ moved: number; removed: number }> {
+  const [moved, removed] = await callScript<[number, number]>(redis, 'moveWidgets', [keys.subscriberWidgets(tenantId, from), keys.subscriberWidgets(tenantId, to)], [keys.tenantBase(tenantId), to, MAX_WIDGETS_PER_SUBSCRIBER, options.check ? '1' : '0']);
+  if (moved === -1) throw widgetLimit(`merging would give the subscriber ${removed}`);
+  return { moved, removed };
+}
+
+/** 409 `conflict`: the per-subscriber widget limit. */
+export const widgetLimit = (why: string) => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_WIDGETS_PER_SUBSCRIBER} widgets; ${why}`);

@@ -5,19 +5,21 @@ import { checkBody, checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
-import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
-import { listSubscriptions, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
-import { readSubscriber } from '../../streams/subscriber-writes.js';
-import { addTopicMembers, topicsOfSubscriber } from '../../streams/topic-members.js';
-import { deleteWidget, listWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
+import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
+import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
+import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
+import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { audit } from '../audit.js';
-import { markVerified, verifyClient } from '../client-identity.js';
+import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf } from '../middleware/auth.js';
 import { scopeOf } from './subscribers.js';
 
 type Identified = { externalId: string; identityHash?: string };
+/** The optional merge of an anonymous subscriber that identify and registration take. */
+type Merging = { anonymousId?: string; anonymousIdentityHash?: string };
 
 export function registerClient(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
@@ -32,29 +34,14 @@ export function registerClient(router: Router, deps: AppDeps): void {
     return owner;
   }
 
-  /** Moves what the anonymous subscriber had to the identified one, then deletes the anonymous one. */
-  async function merge(ctx: Context, anonymousId: string, externalId: string): Promise<boolean> {
-    const scope = scopeOf(ctx, deps);
-    const anonymous = await readSubscriber(redis, keys, scope, anonymousId);
-    if (!anonymous.exists || anonymousId === externalId) return false;
-    for (const s of await listSubscriptions(redis, keys, scope, anonymousId)) {
-      const input: RegisterInput = {
-        channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
-        environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
-      };
-      const { subscription } = await registerSubscription(redis, keys, scope, externalId, input);
-      if (!s.enabled) await setSubscriptionEnabled(redis, keys, scope, externalId, subscription.id, false);
-    }
-    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
-    const from = await getSubscriber(redis, keys, scope, anonymousId);
-    const identified = await readSubscriber(redis, keys, scope, externalId);
-    const missing: Attributes = {};
-    for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !identified.record[field]) missing[field] = from[field];
-    const properties = Object.fromEntries(Object.entries(from.properties).filter(([k]) => !(JSON.parse(identified.record.properties ?? '{}') as Record<string, unknown>)[k]));
-    if (Object.keys(properties).length) missing.properties = properties;
-    if (Object.keys(missing).length) await upsertSubscriber(redis, keys, scope, externalId, missing);
-    await deleteSubscriber(redis, keys, scope, anonymousId);
-    return true;
+  /**
+   * Before any write: whether the caller may merge `anonymousId` into `externalId` (verifyMerge) and
+   * whether the result fits the limits (planMerge, 409 otherwise). Null when there is nothing to merge.
+   */
+  async function mergePlan(ctx: Context, body: { externalId: string; anonymousId?: string; anonymousIdentityHash?: string }, registering?: RegisterInput): Promise<MergePlan | null> {
+    if (body.anonymousId === undefined || body.anonymousId === body.externalId) return null;
+    await verifyMerge(deps, ctx, body.anonymousId, body.anonymousIdentityHash);
+    return planMerge(redis, keys, scopeOf(ctx, deps), body.anonymousId, body.externalId, registering);
   }
 
   /**
@@ -64,20 +51,29 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientIdentify
    *     summary: Identify the app's user
    *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
-   *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, topics and missing attributes move;
-   *       the anonymous subscriber is then deleted). A valid `identityHash` marks the subscriber verified.
+   *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, widgets, topics and missing attributes
+   *       move, the user's own values winning; the anonymous subscriber is then deleted). A valid `identityHash` marks the
+   *       subscriber verified. A merge needs `anonymousIdentityHash` (403 `invalid_identity_hash` when wrong); without it, a
+   *       tenant that requires verification answers 403 `identity_verification_required` and an optional one merges only a
+   *       subscriber never verified (403 `forbidden` on `anonymousId` otherwise). A merge that would leave the subscriber more
+   *       than 50 subscriptions or 50 widgets is 409 `conflict`. `attributes.properties` merged with the stored ones must stay
+   *       within 8 KB serialized (400 `validation` on `attributes.properties`). Every refusal comes before any write.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:
    *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {
-    const body = checkBody<Identified & { anonymousId?: string; source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
+    const body = checkBody<Identified & Merging & { source: 'ios' | 'android' | 'web'; attributes?: Attributes }>('Identify', ctx.request.body);
     const verified = await verifyClient(deps, ctx, body.externalId, body.identityHash);
     const scope = scopeOf(ctx, deps);
-    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified });
-    const merged = body.anonymousId ? await merge(ctx, body.anonymousId, body.externalId) : false;
+    // every refusal (identity, limits, the size of properties) comes before the first write
+    const plan = await mergePlan(ctx, body);
+    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
+    if (plan) await mergeSubscriber(redis, keys, scope, plan);
+    const merged = plan !== null;
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
@@ -96,19 +92,25 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     description: Client key only. Creates the subscriber when unknown (`$subscriber.created`) and the subscription
    *       (`$subscription.registered`, 201). Registering a token that exists updates it (200) and moves it to this externalId
    *       when the app's user changed (`$subscription.removed` on the previous one). `environment` is the APNs environment of
-   *       the token; `device` strings are at most 128 characters.
+   *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; beyond, the
+   *       answer is 409 `conflict` and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
+   *       that subscriber is first merged into this one, with the proof and limits of `POST /v1/client/identify` (the device
+   *       registered here counts towards the 50), all checked before any write.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionRegister' } } } }
    *     responses:
    *       '200': { description: Updated, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '201': { description: Registered, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
-    const { externalId, identityHash, anonymousId, ...input } = checkBody<Identified & { anonymousId?: string } & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    const { externalId, identityHash, anonymousId, anonymousIdentityHash, ...input } = checkBody<Identified & Merging & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    checkRegistration(input);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
-    if (anonymousId) await merge(ctx, anonymousId, externalId);
+    const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
+    if (plan) await mergeSubscriber(redis, keys, scope, plan);
     const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input);
     await markVerified(deps, ctx, externalId, verified);
     await audit(deps, ctx, { type: created ? 'subscription.created' : 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription });
@@ -164,18 +166,20 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: clientGetPreferences
    *     summary: The app user's own preferences
-   *     description: Client key only.
+   *     description: Client key only. 404 `not_found` for an externalId that is no subscriber (PATCH creates it).
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - { name: identityHash, in: query, required: false, schema: { type: string } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       '404': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   patch:
    *     operationId: clientUpdatePreferences
    *     summary: Change the app user's own preferences
-   *     description: Client key only. `$preferences.updated` only when a value really changes.
+   *     description: Client key only. `$preferences.updated` only when a value really changes. At most 100 categories are stored
+   *       (400 `limit_exceeded` on `categories` for an update that would store more; nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
    *     responses:
@@ -202,20 +206,28 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: clientRegisterWidget
    *     summary: Register a widget of the app
-   *     description: Client key only. At most 50 widgets per subscriber (409 `conflict` beyond).
+   *     description: Client key only. Idempotent, so the app may register its widgets on every launch. A widget of the subscriber
+   *       with the same `pushToken` is updated in place (200, same id, its kind, family and configuration replaced); without
+   *       `pushToken`, a widget without one and with the same `kind`, `family` and `configuration` (compared as canonical JSON,
+   *       key order does not matter) is the same widget (200, unchanged). Otherwise a new widget (201). At most 50 widgets per
+   *       subscriber (409 `conflict` beyond, nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetRegister' } } } }
    *     responses:
-   *       '201': { description: The widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '200': { description: The widget already registered (updated when it has this pushToken), content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '201': { description: The new widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: clientListWidgets
    *     summary: The app user's own widgets
-   *     description: Client key only. Newest first.
+   *     description: Client key only. Newest first, paginated (`limit`, `cursor`), with `total`.
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200': { description: The widgets, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -224,14 +236,15 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { externalId, identityHash, ...input } = checkBody<Identified & WidgetInput>('WidgetRegister', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
-    respond(ctx, 201, await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input));
+    const { widget, created } = await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input);
+    respond(ctx, created ? 201 : 200, widget);
   });
 
   router.get('/v1/client/widgets', client, async (ctx) => {
-    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery');
     await verifyClient(deps, ctx, query.externalId, query.identityHash);
-    const items = await listWidgets(redis, keys, tenantOf(ctx).id, query.externalId);
-    respond(ctx, 200, { items, hasMore: false, nextCursor: null, total: items.length });
+    const tenantId = tenantOf(ctx).id;
+    respond(ctx, 200, await pageRecords(redis, keys.subscriberWidgets(tenantId, query.externalId), page, 'widget', (ids) => loadWidgets(redis, keys, tenantId, ids)));
   });
 
   /**

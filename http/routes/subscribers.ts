@@ -31,7 +31,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     summary: Create or update a subscriber
    *     description: Scope `subscribers:write`. Creates the subscriber `externalId` (201, `$subscriber.created` on its stream)
    *       or updates its attributes (200, `$subscriber.updated` with the changed fields, only when something changed).
-   *       `properties` merge key by key; a null value removes an attribute or a property.
+   *       `properties` merge key by key; a null value removes an attribute or a property. The merged `properties` must stay
+   *       within 8 KB serialized (400 `validation` on `properties` otherwise, nothing stored); `$subscriber.updated` carries only
+   *       the changed property keys.
    *     tags: [Subscribers]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpsert' } } } }
@@ -84,7 +86,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: updateSubscriber
    *     summary: Update a subscriber's attributes
-   *     description: Scope `subscribers:write`. Writes `$subscriber.updated` with the changed fields only when something changed.
+   *     description: Scope `subscribers:write`. Writes `$subscriber.updated` with the changed fields (of `properties`, the changed
+   *       keys) only when something changed. The merged `properties` must stay within 8 KB serialized (400 `validation` on
+   *       `properties` otherwise, nothing stored).
    *     tags: [Subscribers]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpdate' } } } }
    *     responses:
@@ -93,8 +97,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: deleteSubscriber
    *     summary: Delete a subscriber
-   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions
-   *       and topic memberships; its events age out with the retention. A later event for the externalId creates a new subscriber.
+   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions,
+   *       topic memberships and widgets; its events age out with the retention. A later event for the externalId creates a new subscriber.
    *     tags: [Subscribers]
    *     responses:
    *       '200': { description: The deleted subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
@@ -214,7 +218,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     operationId: updateSubscriberPreferences
    *     summary: Change a subscriber's preferences
    *     description: Scope `preferences:write`. Merges channels and categories (a category set to null follows the channels again);
-   *       writes `$preferences.updated` only when a value really changes.
+   *       writes `$preferences.updated` only when a value really changes. At most 100 categories are stored (400 `limit_exceeded`
+   *       on `categories` for an update that would store more; nothing stored).
    *     tags: [Preferences]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesUpdate' } } } }
    *     responses:

@@ -10,7 +10,7 @@ const attributes: Record<string, Schema> = {
   timezone: nullableString(64, { description: 'IANA time zone, e.g. Europe/Paris.' }),
   properties: {
     type: 'object', nullable: true,
-    description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized.',
+    description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized, the merged result too.',
   },
 };
 
@@ -94,9 +94,21 @@ export const PreferencesUpdate: Schema = {
       maxProperties: 100,
       propertyNames: { pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' },
       additionalProperties: { ...channelPreference, nullable: true },
-      description: 'A category set to null goes back to following `channels`.',
+      description: 'A category set to null goes back to following `channels`. At most 100 per request and 100 stored in total (400 limit_exceeded beyond).',
     },
   },
+};
+
+/** The id the app used before sign-in, merged into `externalId` by identify and registration. */
+const anonymousId: Schema = {
+  type: 'string', minLength: 1, maxLength: 256,
+  description: 'The id the app used before sign-in: that subscriber is merged into externalId (its subscriptions, widgets, topics and missing attributes move, then it is deleted). '
+    + 'Needs anonymousIdentityHash when the tenant requires identity verification; without it, a verified subscriber is never merged (403 forbidden).',
+};
+
+const anonymousIdentityHash: Schema = {
+  type: 'string', minLength: 1, maxLength: 128,
+  description: 'Hex HMAC-SHA256 of anonymousId under the tenant identity secret, checked like identityHash (403 invalid_identity_hash when wrong): proves the caller may merge that subscriber.',
 };
 
 const device: Schema = {
@@ -112,7 +124,8 @@ export const SubscriptionRegister: Schema = {
   properties: {
     externalId,
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
-    anonymousId: { type: 'string', minLength: 1, maxLength: 256 },
+    anonymousId,
+    anonymousIdentityHash,
     channel: { type: 'string', enum: ['push', 'email'] },
     token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push).' },
     address: { type: 'string', minLength: 3, maxLength: 254, format: 'email', description: 'Email address (email).' },
@@ -158,7 +171,8 @@ export const Identify: Schema = {
   properties: {
     externalId,
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
-    anonymousId: { type: 'string', minLength: 1, maxLength: 256, description: 'The id the app used before sign-in; its subscriptions, topics and missing attributes move to externalId.' },
+    anonymousId,
+    anonymousIdentityHash,
     source: { type: 'string', enum: ['ios', 'android', 'web'], default: 'ios' },
     attributes: { type: 'object', additionalProperties: false, properties: attributes },
   },
@@ -169,6 +183,12 @@ export const ClientSubscriberQuery: Schema = {
   additionalProperties: false,
   required: ['externalId'],
   properties: { externalId, identityHash: { type: 'string', minLength: 1, maxLength: 128 } },
+};
+
+/** Query of the app user's widget list: whose, and a page of it (spec 2.2). */
+export const ClientWidgetsQuery: Schema = {
+  ...ClientSubscriberQuery,
+  properties: { ...(ClientSubscriberQuery.properties as Record<string, Schema>), ...LIST_QUERY_PROPERTIES },
 };
 
 export const ClientPreferencesUpdate: Schema = {

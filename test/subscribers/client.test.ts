@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { identityHash } from '../../lib/identity-hash.js';
+import { partitionOf } from '../../lib/partition.js';
 import { setIdentityRequired, tenantIdentity } from '../../streams/identity.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
@@ -88,20 +89,93 @@ c('50 parallel registrations of the same token end with exactly one subscription
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'racer')).filter((n) => n === '$subscription.registered').length, 1);
 });
 
-c('two users registering one device at once leave it with exactly one of them', async ({ api, pk, boot }) => {
-  for (let t = 0; t < 6; t++) {
-    const handle = token(0x7000 + t);
-    const replies = await Promise.all(Array.from({ length: 12 }, (_, i) =>
-      api.post('/v1/client/subscriptions', pk, { externalId: i % 2 ? 'twin-a' : 'twin-b', channel: 'push', token: handle, platform: 'ios' })));
-    assert.ok(replies.every((r) => r.status === 200 || r.status === 201), JSON.stringify(replies.map((r) => r.status)));
-    const holders: string[] = [];
-    for (const who of ['twin-a', 'twin-b']) {
-      const items = (await api.get(`/v1/subscribers/${who}/subscriptions`, boot.keys.tenant)).body.data.items as { token: string }[];
-      holders.push(...items.filter((s) => s.token === handle).map(() => who));
-    }
-    assert.is(holders.length, 1, `token ${t} is held by exactly one subscriber: ${holders.join(', ')}`);
+/** `count` externalIds starting with `prefix`, all in one partition (`same`) or each in another one than `of`. */
+function placed(service: TestService, tenantId: string, prefix: string, count: number, of: string, same: boolean): string[] {
+  const target = partitionOf(tenantId, of, service.config.partitions);
+  const out: string[] = [];
+  for (let i = 0; out.length < count; i++) {
+    const x = `${prefix}-${i}`;
+    if ((partitionOf(tenantId, x, service.config.partitions) === target) === same) out.push(x);
   }
-});
+  return out;
+}
+
+for (const same of [false, true]) {
+  const where = same ? 'in one partition' : 'in two partitions';
+  c(`a registration refused at the 50-subscription limit changes nothing: a token owned by another subscriber stays with it (${where})`, async ({ api, pk, service, boot }) => {
+    const full = `full-${same}`;
+    const [third, fourth] = placed(service, boot.tenant.id, `third-${same}`, 2, full, same);
+    const base = same ? 0xa000 : 0xb000;
+    for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + i), platform: 'ios' })).status, 201);
+    const owned = await api.post('/v1/client/subscriptions', pk, { externalId: third, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    const before = names(await inboxEvents(service, boot.tenant.id, third!));
+    const refused = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    assert.is(refused.status, 409);
+    assert.is(refused.body.error.code, 'conflict');
+    const held = (await api.get(`/v1/subscribers/${third}/subscriptions`, boot.keys.tenant)).body.data;
+    assert.equal(held.items.map((s: any) => s.id), [owned.body.data.id], 'the device stays with its owner');
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, third!)), before, 'no $subscription.removed');
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data.total, 50);
+    // the owner index still names the owner: its app can mute the device, the refused subscriber's cannot
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${third}`, pk, { enabled: false })).status, 200);
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${full}`, pk, { enabled: false })).status, 404);
+    // a token new to the tenant refused the same way is not left claimed
+    const fresh = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x200), platform: 'ios' });
+    assert.is(fresh.status, 409);
+    assert.is(await service.redis.hget(service.keys.tokens(boot.tenant.id), `push:${token(base + 0x200)}`), null);
+    const later = await api.post('/v1/client/subscriptions', pk, { externalId: fourth, channel: 'push', token: token(base + 0x200), platform: 'ios' });
+    assert.is(later.status, 201);
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, fourth!)), ['$subscriber.created', '$subscription.registered']);
+    // once the full subscriber has room, the same registration moves the device
+    const first = (await api.get(`/v1/subscribers/${full}/subscriptions?limit=1`, boot.keys.tenant)).body.data.items[0];
+    await api.del(`/v1/subscribers/${full}/subscriptions/${first.id}`, boot.keys.tenant);
+    const moved = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(base + 0x100), platform: 'ios' });
+    assert.is(moved.status, 201);
+    assert.is(moved.body.data.id, owned.body.data.id);
+    assert.is(moved.body.data.enabled, true);
+    assert.is((await api.get(`/v1/subscribers/${third}/subscriptions`, boot.keys.tenant)).body.data.total, 0);
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data.total, 50);
+    assert.is(names(await inboxEvents(service, boot.tenant.id, third!)).at(-1), '$subscription.removed');
+    // deleting the previous owner leaves the moved device alone
+    await api.del(`/v1/subscribers/${third}`, boot.keys.tenant);
+    assert.is((await api.get(`/v1/subscribers/${full}/subscriptions/${owned.body.data.id}`, boot.keys.tenant)).status, 200);
+    assert.is((await api.patch(`/v1/client/subscriptions/${owned.body.data.id}?externalId=${full}`, pk, { enabled: false })).status, 200);
+  });
+
+  c(`a subscription is reachable under its own subscriber only (${where})`, async ({ api, pk, service, boot }) => {
+    const [owner, other] = placed(service, boot.tenant.id, `reach-${same}`, 2, `reach-${same}-0`, same);
+    const mine = await api.post('/v1/client/subscriptions', pk, { externalId: owner, channel: 'push', token: token(same ? 0xc000 : 0xc001), platform: 'ios' });
+    await api.post('/v1/subscribers', boot.keys.tenant, { externalId: other });
+    const path = `/v1/subscribers/${other}/subscriptions/${mine.body.data.id}`;
+    assert.is((await api.get(path, boot.keys.tenant)).status, 404);
+    assert.is((await api.patch(path, boot.keys.tenant, { enabled: false })).status, 404);
+    assert.is((await api.del(path, boot.keys.tenant)).status, 404);
+    const still = await api.get(`/v1/subscribers/${owner}/subscriptions/${mine.body.data.id}`, boot.keys.tenant);
+    assert.is(still.status, 200);
+    assert.is(still.body.data.enabled, true);
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, other!)), ['$subscriber.created']);
+  });
+}
+
+for (const same of [false, true]) {
+  c(`two users registering one device at once leave it with exactly one of them (${same ? 'in one partition' : 'in two partitions'})`, async ({ api, pk, service, boot }) => {
+    const [a, b] = placed(service, boot.tenant.id, `twin-${same}`, 2, `twin-${same}-0`, same);
+    for (let t = 0; t < 6; t++) {
+      const handle = token((same ? 0x7100 : 0x7000) + t);
+      const replies = await Promise.all(Array.from({ length: 12 }, (_, i) =>
+        api.post('/v1/client/subscriptions', pk, { externalId: i % 2 ? a : b, channel: 'push', token: handle, platform: 'ios' })));
+      assert.ok(replies.every((r) => r.status === 200 || r.status === 201), JSON.stringify(replies.map((r) => r.status)));
+      const holders: string[] = [];
+      for (const who of [a!, b!]) {
+        const items = (await api.get(`/v1/subscribers/${who}/subscriptions`, boot.keys.tenant)).body.data.items as { token: string }[];
+        holders.push(...items.filter((s) => s.token === handle).map(() => who));
+      }
+      assert.is(holders.length, 1, `token ${t} is held by exactly one subscriber: ${holders.join(', ')}`);
+      const owner = await service.redis.hget(service.keys.subscriptionOwners(boot.tenant.id), replies[0]!.body.data.id);
+      assert.is(owner, holders[0], 'the holder is the owner the token index names');
+    }
+  });
+}
 
 c('50 parallel identical enabled:false updates write exactly one $subscription.muted', async ({ api, pk, service, boot }) => {
   const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'muter', channel: 'push', token: token(5), platform: 'ios' });
@@ -224,6 +298,293 @@ c('identity verification: a valid hash marks verified, a wrong one is refused, a
   } finally {
     await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, false, BY_TEST);
   }
+});
+
+c('validation errors name the field as the caller wrote it: attributes.timezone, attributes.properties, categories.<name>', async ({ api, pk, boot }) => {
+  const zone = await api.post('/v1/client/identify', pk, { externalId: 'params-1', attributes: { timezone: 'Mars/Olympus' } });
+  assert.is(zone.status, 400);
+  assert.is(zone.body.error.param, 'attributes.timezone');
+  assert.equal(zone.body.error.details.map((d: any) => d.param), ['attributes.timezone']);
+  const big = await api.post('/v1/client/identify', pk, { externalId: 'params-1', attributes: { properties: { b: 'x'.repeat(9000) } } });
+  assert.is(big.status, 400);
+  assert.is(big.body.error.param, 'attributes.properties');
+  const backend = await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'params-1', timezone: 'Mars/Olympus' });
+  assert.is(backend.body.error.param, 'timezone', 'the backend body has the attributes at its top level');
+  const category = await api.patch('/v1/client/preferences', pk, { externalId: 'params-1', categories: { 'Bad Name': { push: true } } });
+  assert.is(category.status, 400);
+  assert.is(category.body.error.param, 'categories.Bad Name');
+  const backendCategory = await api.patch('/v1/subscribers/params-1/preferences', boot.keys.tenant, { categories: { ok: { push: true }, 'UPPER': { push: false } } });
+  assert.is(backendCategory.body.error.param, 'categories.UPPER');
+});
+
+c('identify: properties that would go over 8 KB merged with the stored ones are 400 on attributes.properties, nothing stored', async ({ api, pk, service, boot }) => {
+  const half = 'x'.repeat(5000);
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'grow-app', attributes: { properties: { a: half } } })).status, 200);
+  const over = await api.post('/v1/client/identify', pk, { externalId: 'grow-app', attributes: { email: 'g@example.com', properties: { b: half } } });
+  assert.is(over.status, 400);
+  assert.is(over.body.error.code, 'validation');
+  assert.is(over.body.error.param, 'attributes.properties');
+  const stored = (await api.get('/v1/subscribers/grow-app', boot.keys.tenant)).body.data;
+  assert.equal(Object.keys(stored.properties), ['a']);
+  assert.is(stored.email, null, 'the rest of the refused update is not stored either');
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'grow-app')), ['$subscriber.created', '$identify']);
+});
+
+c('preferences hold at most 100 categories in total: an update that would store more is 400 limit_exceeded, nothing stored', async ({ api, pk, service, boot }) => {
+  const hundred = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`d${i}`, { push: false }]));
+  assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: hundred })).status, 200);
+  const over = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', channels: { email: false }, categories: { extra1: { push: false } } });
+  assert.is(over.status, 400);
+  assert.is(over.body.error.code, 'limit_exceeded');
+  assert.is(over.body.error.param, 'categories');
+  const backend = await api.patch('/v1/subscribers/pref-cap/preferences', boot.keys.tenant, { categories: { extra2: { email: false } } });
+  assert.is(backend.status, 400);
+  assert.is(backend.body.error.code, 'limit_exceeded');
+  const stored = (await api.get('/v1/subscribers/pref-cap/preferences', boot.keys.tenant)).body.data;
+  assert.is(Object.keys(stored.categories).length, 100);
+  assert.is(stored.channels.email, true, 'the rest of the refused update is not stored either');
+  // changing a stored category, or swapping one for another, stays within the bound
+  assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: { d0: { email: false } } })).status, 200);
+  assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: { d1: null, extra1: { push: true } } })).status, 200);
+  assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-cap')), ['$subscriber.created', '$preferences.updated', '$preferences.updated', '$preferences.updated']);
+});
+
+c('widget registration is idempotent: the same pushToken updates in place, the same kind/family/configuration is the same widget', async ({ api, pk }) => {
+  const body = { externalId: 'wdup-1', kind: 'com.example.OrderStatus', family: 'systemSmall', pushToken: 'ptok-same-1', configuration: { orderId: 7, shop: 'a' } };
+  const first = await api.post('/v1/client/widgets', pk, body);
+  assert.is(first.status, 201);
+  const again = await api.post('/v1/client/widgets', pk, body);
+  assert.is(again.status, 200);
+  assert.equal(again.body.data, first.body.data);
+  const changed = await api.post('/v1/client/widgets', pk, { ...body, family: 'systemMedium', configuration: { orderId: 8 } });
+  assert.is(changed.status, 200);
+  assert.is(changed.body.data.id, first.body.data.id);
+  assert.is(changed.body.data.family, 'systemMedium');
+  assert.equal(changed.body.data.configuration, { orderId: 8 });
+  assert.is(changed.body.data.createdAt, first.body.data.createdAt);
+  // without a push token: kind + family + configuration, whatever the key order
+  const plain = { externalId: 'wdup-1', kind: 'com.example.Weather', family: 'systemSmall', configuration: { city: 'Oslo', units: 'metric' } };
+  const p1 = await api.post('/v1/client/widgets', pk, plain);
+  assert.is(p1.status, 201);
+  const p2 = await api.post('/v1/client/widgets', pk, { ...plain, configuration: { units: 'metric', city: 'Oslo' } });
+  assert.is(p2.status, 200);
+  assert.is(p2.body.data.id, p1.body.data.id);
+  assert.is((await api.post('/v1/client/widgets', pk, { ...plain, family: 'systemLarge' })).status, 201, 'another family is another widget');
+  assert.is((await api.post('/v1/client/widgets', pk, { ...plain, configuration: { city: 'Bergen', units: 'metric' } })).status, 201, 'another configuration is another widget');
+  assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wdup-2', ...{ kind: plain.kind, family: plain.family, configuration: plain.configuration } })).status, 201, 'per subscriber');
+  assert.is((await api.get('/v1/client/widgets?externalId=wdup-1', pk)).body.data.total, 4);
+  // 60 launches re-registering the same widgets never reach the limit
+  for (let i = 0; i < 60; i++) assert.is((await api.post('/v1/client/widgets', pk, plain)).status, 200);
+  const parallel = await Promise.all(Array.from({ length: 20 }, () => api.post('/v1/client/widgets', pk, { externalId: 'wdup-3', kind: 'k', pushToken: 'ptok-parallel' })));
+  assert.is(parallel.filter((r) => r.status === 201).length, 1);
+  assert.is(new Set(parallel.map((r) => r.body.data.id)).size, 1);
+});
+
+c('a subscriber holds at most 50 widgets: the 51st is 409 conflict and stores nothing', async ({ api, pk }) => {
+  for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: `k${i}` })).status, 201);
+  const over = await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: 'k50' });
+  assert.is(over.status, 409);
+  assert.is(over.body.error.code, 'conflict');
+  assert.is((await api.get('/v1/client/widgets?externalId=wlim-1', pk)).body.data.total, 50);
+  assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wlim-1', kind: 'k7' })).status, 200, 'a known widget still answers');
+});
+
+c('the widget list pages by limit and cursor like every list (spec 2.2)', async ({ api, pk }) => {
+  const ids: string[] = [];
+  for (let i = 0; i < 5; i++) ids.push((await api.post('/v1/client/widgets', pk, { externalId: 'w-pages', kind: `com.example.K${i}` })).body.data.id);
+  const first = (await api.get('/v1/client/widgets?externalId=w-pages&limit=2', pk)).body.data;
+  assert.is(first.total, 5);
+  assert.is(first.hasMore, true);
+  const seen = [...first.items];
+  let cursor = first.nextCursor;
+  while (cursor) {
+    const next = (await api.get(`/v1/client/widgets?externalId=w-pages&limit=2&cursor=${cursor}`, pk)).body.data;
+    seen.push(...next.items);
+    cursor = next.nextCursor;
+  }
+  assert.equal(seen.map((w: any) => w.id), [...ids].reverse());
+  const whole = (await api.get('/v1/client/widgets?externalId=w-pages', pk)).body.data;
+  assert.is(whole.items.length, 5);
+  assert.is(whole.hasMore, false);
+  for (const bad of ['limit=0', 'limit=101', 'cursor=zz', 'foo=1']) {
+    const res = await api.get(`/v1/client/widgets?externalId=w-pages&${bad}`, pk);
+    assert.is(res.status, 400, bad);
+    assert.is(res.body.error.code, 'validation');
+  }
+});
+
+/** What a subscriber is, everything a merge would change: record, subscriptions, widgets, events. */
+async function stateOf(api: ReturnType<typeof client>, ctx: Ctx, externalId: string) {
+  const record = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}`, ctx.boot.keys.tenant);
+  const subscriptions = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}/subscriptions?limit=100`, ctx.boot.keys.tenant);
+  const widgetIds = await ctx.service.redis.zrange(ctx.service.keys.subscriberWidgets(ctx.boot.tenant.id, externalId), 0, -1);
+  const widgets = await Promise.all(widgetIds.map((id) => ctx.service.redis.hgetall(ctx.service.keys.widget(ctx.boot.tenant.id, id))));
+  return { status: record.status, record: record.body.data, subscriptions: subscriptions.body.data?.items ?? null, widgets, events: names(await inboxEvents(ctx.service, ctx.boot.tenant.id, externalId)) };
+}
+
+c('anonymousId needs proof: a required tenant refuses a merge without anonymousIdentityHash or with a wrong one, and the victim is untouched', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const hash = (x: string) => identityHash(secret, x);
+  const victim = 'victim-1';
+  await api.post('/v1/client/identify', pk, { externalId: victim, identityHash: hash(victim), attributes: { email: 'victim@corp.com', properties: { ssn: 'secret' } } });
+  await api.post('/v1/client/subscriptions', pk, { externalId: victim, identityHash: hash(victim), channel: 'push', token: token(0xd000), platform: 'ios' });
+  await api.post('/v1/client/widgets', pk, { externalId: victim, identityHash: hash(victim), kind: 'com.example.Victim' });
+  const before = await stateOf(api, ctx, victim);
+  await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, true, BY_TEST);
+  try {
+    for (const route of ['/v1/client/identify', '/v1/client/subscriptions']) {
+      const extra = route.endsWith('subscriptions') ? { channel: 'push', token: token(0xd001), platform: 'ios' } : {};
+      const attacker = `attacker-${route.length}`;
+      const missing = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, ...extra });
+      assert.is(missing.status, 403, route);
+      assert.is(missing.body.error.code, 'identity_verification_required');
+      assert.is(missing.body.error.param, 'anonymousIdentityHash');
+      const wrong = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, anonymousIdentityHash: hash(attacker), ...extra });
+      assert.is(wrong.status, 403, route);
+      assert.is(wrong.body.error.code, 'invalid_identity_hash');
+      assert.is(wrong.body.error.param, 'anonymousIdentityHash');
+      assert.is((await api.get(`/v1/subscribers/${attacker}`, boot.keys.tenant)).status, 404, 'a refused call writes nothing, not even the caller');
+      assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
+    }
+    // with the proof the merge is allowed, also in a required tenant
+    const anon = 'anon-proved';
+    await api.post('/v1/client/subscriptions', pk, { externalId: anon, identityHash: hash(anon), channel: 'push', token: token(0xd002), platform: 'ios' });
+    const ok = await api.post('/v1/client/identify', pk, { externalId: 'user-proved', identityHash: hash('user-proved'), anonymousId: anon, anonymousIdentityHash: hash(anon).toUpperCase() });
+    assert.is(ok.status, 200);
+    assert.is((await api.get(`/v1/subscribers/${anon}`, boot.keys.tenant)).status, 404);
+    assert.equal((await api.get('/v1/subscribers/user-proved/subscriptions', boot.keys.tenant)).body.data.items.map((x: any) => x.token), [token(0xd002)]);
+  } finally {
+    await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, false, BY_TEST);
+  }
+});
+
+c('anonymousId in an optional tenant: a verified subscriber is merged only with anonymousIdentityHash (403 forbidden otherwise), a never-verified one without', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const victim = 'victim-2';
+  await api.post('/v1/client/identify', pk, { externalId: victim, identityHash: identityHash(secret, victim), attributes: { properties: { ssn: 'secret' } } });
+  await api.post('/v1/client/subscriptions', pk, { externalId: victim, channel: 'push', token: token(0xd100), platform: 'ios' });
+  const before = await stateOf(api, ctx, victim);
+  for (const [route, extra] of [['/v1/client/identify', {}], ['/v1/client/subscriptions', { channel: 'push', token: token(0xd101), platform: 'ios' }]] as const) {
+    const refused = await api.post(route, pk, { externalId: 'attacker-2', anonymousId: victim, ...extra });
+    assert.is(refused.status, 403, route);
+    assert.is(refused.body.error.code, 'forbidden');
+    assert.is(refused.body.error.param, 'anonymousId');
+    assert.match(refused.body.error.message, /verified/);
+    assert.is(JSON.stringify(refused.body).includes('secret'), false, 'nothing of the victim is answered');
+    assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
+    assert.is((await api.get('/v1/subscribers/attacker-2', boot.keys.tenant)).status, 404);
+  }
+  const wrong = await api.post('/v1/client/identify', pk, { externalId: 'attacker-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, 'attacker-2') });
+  assert.is(wrong.body.error.code, 'invalid_identity_hash');
+  // the owner of the anonymous id proves it: merged
+  const proved = await api.post('/v1/client/identify', pk, { externalId: 'owner-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, victim) });
+  assert.is(proved.status, 200);
+  assert.equal(proved.body.data.properties, { ssn: 'secret' });
+  assert.is((await api.get(`/v1/subscribers/${victim}`, boot.keys.tenant)).status, 404);
+  // a never-verified anonymous subscriber needs no proof in an optional tenant
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-2', channel: 'push', token: token(0xd102), platform: 'ios' });
+  const merged = await api.post('/v1/client/subscriptions', pk, { externalId: 'user-2', anonymousId: 'anon-2', channel: 'push', token: token(0xd103), platform: 'ios' });
+  assert.is(merged.status, 201);
+  assert.equal((await api.get('/v1/subscribers/user-2/subscriptions', boot.keys.tenant)).body.data.items.map((x: any) => x.token).sort(), [token(0xd102), token(0xd103)].sort());
+  assert.is((await api.get('/v1/subscribers/anon-2', boot.keys.tenant)).status, 404);
+});
+
+c('a merge that would give the subscriber more than 50 subscriptions is 409 and changes nothing (identify, and registration counting its own device)', async (ctx) => {
+  const { api, pk } = ctx;
+  for (let i = 0; i < 48; i++) await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', channel: 'push', token: token(0xe000 + i), platform: 'ios' });
+  for (let i = 0; i < 3; i++) await api.post('/v1/client/subscriptions', pk, { externalId: 'manon-1', channel: 'push', token: token(0xe100 + i), platform: 'ios' });
+  await api.post('/v1/client/widgets', pk, { externalId: 'manon-1', kind: 'k' });
+  const user = await stateOf(api, ctx, 'mfull-1');
+  const anon = await stateOf(api, ctx, 'manon-1');
+  const refused = await api.post('/v1/client/identify', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', attributes: { email: 'x@example.com' } });
+  assert.is(refused.status, 409);
+  assert.is(refused.body.error.code, 'conflict');
+  assert.equal(await stateOf(api, ctx, 'mfull-1'), user, 'the identified subscriber is unchanged (its attributes too)');
+  assert.equal(await stateOf(api, ctx, 'manon-1'), anon, 'no subscription of the anonymous one is lost');
+  // 48 + 1 anonymous = 49, plus the device this registration adds = 50: fits; one more anonymous device would not
+  await api.del(`/v1/subscribers/manon-1/subscriptions/${anon.subscriptions[0].id}`, ctx.boot.keys.tenant);
+  const anon2 = await stateOf(api, ctx, 'manon-1');
+  const over = await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', channel: 'push', token: token(0xe200), platform: 'ios' });
+  assert.is(over.status, 409);
+  assert.equal(await stateOf(api, ctx, 'manon-1'), anon2);
+  assert.is((await api.get('/v1/subscribers/mfull-1/subscriptions?limit=100', ctx.boot.keys.tenant)).body.data.total, 48);
+  // re-registering a device the anonymous subscriber holds adds nothing: 48 + 2 = 50 fits
+  const fits = await api.post('/v1/client/subscriptions', pk, { externalId: 'mfull-1', anonymousId: 'manon-1', channel: 'push', token: token(0xe101), platform: 'ios' });
+  assert.is(fits.status, 200);
+  assert.is((await api.get('/v1/subscribers/mfull-1/subscriptions?limit=100', ctx.boot.keys.tenant)).body.data.total, 50);
+  assert.is((await api.get('/v1/subscribers/manon-1', ctx.boot.keys.tenant)).status, 404);
+  assert.is((await api.get('/v1/client/widgets?externalId=mfull-1', pk)).body.data.total, 1, 'its widget moved');
+});
+
+c('widgets: removed with their subscriber, moved by a merge (the user\'s own kept on a duplicate), and a merge beyond 50 widgets is 409 with nothing changed', async (ctx) => {
+  const { api, pk, boot } = ctx;
+  const gone = await api.post('/v1/client/widgets', pk, { externalId: 'wdx-1', kind: 'k', pushToken: 'ptok12345' });
+  assert.is((await api.del('/v1/subscribers/wdx-1', boot.keys.tenant)).status, 200);
+  const after = await api.get('/v1/client/widgets?externalId=wdx-1', pk);
+  assert.is(after.body.data.total, 0);
+  assert.is(await ctx.service.redis.exists(ctx.service.keys.widget(boot.tenant.id, gone.body.data.id)), 0);
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'wdx-1' });
+  assert.is((await api.get('/v1/client/widgets?externalId=wdx-1', pk)).body.data.total, 0, 'a new subscriber of the same externalId starts clean');
+
+  const moved = await api.post('/v1/client/widgets', pk, { externalId: 'anon-w', kind: 'com.x.W' });
+  const dupAnon = await api.post('/v1/client/widgets', pk, { externalId: 'anon-w', kind: 'com.x.P', pushToken: 'ptok-shared' });
+  const own = await api.post('/v1/client/widgets', pk, { externalId: 'user-w', kind: 'com.x.Q', pushToken: 'ptok-shared' });
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-w', anonymousId: 'anon-w' })).status, 200);
+  const list = (await api.get('/v1/client/widgets?externalId=user-w', pk)).body.data.items;
+  assert.equal(list.map((w: any) => w.id).sort(), [moved.body.data.id, own.body.data.id].sort());
+  assert.is(list.find((w: any) => w.id === moved.body.data.id).externalId, 'user-w');
+  assert.is(list.find((w: any) => w.id === own.body.data.id).kind, 'com.x.Q', 'the user\'s widget wins over the anonymous duplicate');
+  assert.is(await ctx.service.redis.exists(ctx.service.keys.widget(boot.tenant.id, dupAnon.body.data.id)), 0);
+  assert.is((await api.get('/v1/client/widgets?externalId=anon-w', pk)).body.data.total, 0);
+  assert.is((await api.del(`/v1/client/widgets/${moved.body.data.id}?externalId=user-w`, pk)).body.data.id, moved.body.data.id, 'the moved widget is the user\'s now');
+
+  for (let i = 0; i < 49; i++) await api.post('/v1/client/widgets', pk, { externalId: 'wfull', kind: `k${i}` });
+  for (let i = 0; i < 2; i++) await api.post('/v1/client/widgets', pk, { externalId: 'wanon', kind: `a${i}` });
+  const user = await stateOf(api, ctx, 'wfull');
+  const anon = await stateOf(api, ctx, 'wanon');
+  const refused = await api.post('/v1/client/identify', pk, { externalId: 'wfull', anonymousId: 'wanon' });
+  assert.is(refused.status, 409);
+  assert.is(refused.body.error.code, 'conflict');
+  assert.match(refused.body.error.message, /widgets/);
+  assert.equal(await stateOf(api, ctx, 'wfull'), user);
+  assert.equal(await stateOf(api, ctx, 'wanon'), anon);
+  // a duplicate does not count: once the user has one of the two (49 widgets still), it fits
+  await api.del(`/v1/client/widgets/${user.widgets[0]!.id}?externalId=wfull`, pk);
+  await api.post('/v1/client/widgets', pk, { externalId: 'wfull', kind: 'a0' });
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'wfull', anonymousId: 'wanon' })).status, 200);
+  assert.is((await api.get('/v1/client/widgets?externalId=wfull&limit=100', pk)).body.data.total, 50);
+});
+
+c('a merge keeps the user\'s properties and adds the anonymous ones only while the result stays within 8 KB', async ({ api, pk, boot, service }) => {
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'pm-anon', properties: { plan: 'free', big: 'a'.repeat(5000), small: 1, later: 'x' } });
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'pm-user', properties: { plan: 'pro', own: 'u'.repeat(4000), off: false } });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'pm-user', anonymousId: 'pm-anon' });
+  assert.is(res.status, 200);
+  // plan: the user's wins; big: would go over 8 KB, left out; small and later: added
+  assert.equal(res.body.data.properties, { plan: 'pro', own: 'u'.repeat(4000), off: false, small: 1, later: 'x' });
+  assert.ok(Buffer.byteLength(JSON.stringify(res.body.data.properties)) <= 8192);
+  const updated = (await inboxEvents(service, boot.tenant.id, 'pm-user')).filter((e) => e.name === '$subscriber.updated').at(-1)!;
+  assert.equal(updated.data, { changes: { properties: { small: 1, later: 'x' } }, previousAttributes: { properties: { small: null, later: null } } });
+});
+
+c('the OpenAPI document declares the statuses the client routes answer (409 at the limits, 404 for unknown preferences, 200/201 widgets)', async ({ api }) => {
+  const doc = (await api.get('/v1/openapi.json')).body;
+  const declared = (path: string, method: string) => Object.keys(doc.paths[path][method].responses);
+  for (const [path, method, statuses] of [
+    ['/v1/client/identify', 'post', ['200', '400', '401', '403', '409', '413']],
+    ['/v1/client/subscriptions', 'post', ['200', '201', '400', '401', '403', '409', '413']],
+    ['/v1/client/widgets', 'post', ['200', '201', '400', '401', '403', '409', '413']],
+    ['/v1/client/widgets', 'get', ['200', '400', '401', '403']],
+    ['/v1/client/preferences', 'get', ['200', '400', '401', '403', '404']],
+    ['/v1/client/preferences', 'patch', ['200', '400', '401', '403']],
+  ] as const) {
+    for (const status of statuses) assert.ok(declared(path, method).includes(status), `${method} ${path} declares ${status}: ${declared(path, method)}`);
+  }
+  const widgetList = doc.paths['/v1/client/widgets'].get.parameters.map((p: any) => p.name ?? p.$ref);
+  assert.ok(widgetList.includes('#/components/parameters/limit') && widgetList.includes('#/components/parameters/cursor'));
+  for (const schema of ['Identify', 'SubscriptionRegister']) assert.ok(doc.components.schemas[schema].properties.anonymousIdentityHash, schema);
 });
 
 c.run();

@@ -38,8 +38,37 @@ subs('an update writes $subscriber.updated with only the changed fields, and not
   await api.patch('/v1/subscribers/bob', key, { phone: '+14155550100' });
   const events = await inboxEvents(service, tenantId, 'bob');
   assert.equal(names(events), ['$subscriber.created', '$subscriber.updated']);
-  assert.equal(events[1]!.data, { changes: { phone: '+14155550100', properties: { plan: 'pro' } }, previousAttributes: { phone: null, properties: { plan: 'free', seats: 1 } } });
+  // properties carry only the changed keys (null on the side where a key is absent)
+  assert.equal(events[1]!.data, { changes: { phone: '+14155550100', properties: { plan: 'pro', seats: null } }, previousAttributes: { phone: null, properties: { plan: 'free', seats: 1 } } });
   assert.is(events[1]!.source, 'system');
+});
+
+subs('the 8 KB bound of properties holds for the merged result: an update that would go over is 400 on properties and stores nothing', async ({ api, key, service, tenantId }) => {
+  const half = 'x'.repeat(5000);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: 'grow', properties: { a: half } })).status, 201);
+  const patch = await api.patch('/v1/subscribers/grow', key, { properties: { b: half } });
+  assert.is(patch.status, 400);
+  assert.is(patch.body.error.code, 'validation');
+  assert.is(patch.body.error.param, 'properties');
+  const upsert = await api.post('/v1/subscribers', key, { externalId: 'grow', properties: { b: half } });
+  assert.is(upsert.status, 400);
+  assert.is(upsert.body.error.param, 'properties');
+  assert.equal(Object.keys((await api.get('/v1/subscribers/grow', key)).body.data.properties), ['a'], 'nothing stored');
+  assert.equal(names(await inboxEvents(service, tenantId, 'grow')), ['$subscriber.created']);
+  // replacing a key, or removing one while adding another, is fine as long as the result fits
+  const swap = await api.patch('/v1/subscribers/grow', key, { properties: { a: null, b: half } });
+  assert.is(swap.status, 200);
+  assert.equal(Object.keys(swap.body.data.properties), ['b']);
+  const events = await inboxEvents(service, tenantId, 'grow');
+  assert.equal(events[1]!.data, { changes: { properties: { a: null, b: half } }, previousAttributes: { properties: { a: half, b: null } } });
+});
+
+subs('a $subscriber.updated for one changed property carries that key only, not the whole object twice', async ({ api, key, service, tenantId }) => {
+  const big = Object.fromEntries(Array.from({ length: 7 }, (_, i) => [`k${i}`, 'v'.repeat(1000)]));
+  await api.post('/v1/subscribers', key, { externalId: 'small-diff', properties: big });
+  await api.patch('/v1/subscribers/small-diff', key, { properties: { k3: 'changed' } });
+  const [, updated] = await inboxEvents(service, tenantId, 'small-diff');
+  assert.equal(updated!.data, { changes: { properties: { k3: 'changed' } }, previousAttributes: { properties: { k3: 'v'.repeat(1000) } } });
 });
 
 subs('a null attribute removes it', async ({ api, key }) => {

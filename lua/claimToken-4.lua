@@ -1,0 +1,43 @@
+--[[
+  Decides who owns a push token or an email address in a tenant, atomically, so concurrent
+  registrations of one token end with one subscription. Every claim that gives the token an owner
+  gets the next claim number of its subscription; the claimer stamps it on the record it writes,
+  and removing a copy is fenced by it (a move removes the previous subscriber's copy only when that
+  copy's stamp is not newer than the move's claim), so a move never removes the copy of a later
+  claim by the previous subscriber.
+
+  KEYS[1] token index          ({t}:tokens)       field channel:handle -> subscriptionId|externalId
+  KEYS[2] subscription owners  ({t}:scr-owner)    field subscriptionId -> externalId
+  KEYS[3] unsettled moves      ({t}:token-moves)  field channel:handle -> previous externalId
+  KEYS[4] claim numbers        ({t}:scr-claims)   field subscriptionId -> number of its latest claim
+
+  ARGV[1] token field (push:<token> or email:<address>)
+  ARGV[2] subscription id to use when the token is new
+  ARGV[3] externalId registering it
+
+  Returns { 'new', id, claim }                       the token was unknown: it is now the caller's
+          { 'same', id, claim }                      it already belongs to this externalId
+          { 'moved', id, claim, previousExternalId } it belonged to another subscriber (or its move from one is
+                                                     not settled yet): it is the caller's now; the caller writes
+                                                     its record, removes the previous subscriber's copy, then
+                                                     settles the move
+]]
+local rcall = redis.call
+local current = rcall('HGET', KEYS[1], ARGV[1])
+if not current then
+  rcall('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
+  rcall('HSET', KEYS[2], ARGV[2], ARGV[3])
+  return { 'new', ARGV[2], rcall('HINCRBY', KEYS[4], ARGV[2], 1) }
+end
+local bar = string.find(current, '|', 1, true)
+local id, owner = string.sub(current, 1, bar - 1), string.sub(current, bar + 1)
+if owner == ARGV[3] then
+  local claim = tonumber(rcall('HGET', KEYS[4], id) or '0')
+  local pending = rcall('HGET', KEYS[3], ARGV[1])
+  if pending then return { 'moved', id, claim, pending } end
+  return { 'same', id, claim }
+end
+rcall('HSET', KEYS[1], ARGV[1], id .. '|' .. ARGV[3])
+rcall('HSET', KEYS[2], id, ARGV[3])
+rcall('HSET', KEYS[3], ARGV[1], owner)
+return { 'moved', id, rcall('HINCRBY', KEYS[4], id, 1), owner }

@@ -1,0 +1,27 @@
+--[[
+  Forgets the token of a removed subscription, if it still belongs to that subscription and to the
+  subscriber it was removed from (a token another subscriber claimed meanwhile stays theirs).
+
+  KEYS[1] token index          ({t}:tokens)
+  KEYS[2] subscription owners  ({t}:scr-owner)
+  KEYS[3] unsettled moves      ({t}:token-moves)
+  KEYS[4] claim numbers        ({t}:scr-claims)
+
+  ARGV[1] token field (push:<token> or email:<address>), or '' when unknown
+  ARGV[2] subscription id
+  ARGV[3] externalId the subscription was removed from
+
+  Returns 1 when the token entry was removed, 0 otherwise.
+]]
+local rcall = redis.call
+if rcall('HGET', KEYS[2], ARGV[2]) == ARGV[3] then
+  rcall('HDEL', KEYS[2], ARGV[2])
+  rcall('HDEL', KEYS[4], ARGV[2])
+end
+if ARGV[1] == '' then return 0 end
+if rcall('HGET', KEYS[1], ARGV[1]) == ARGV[2] .. '|' .. ARGV[3] then
+  rcall('HDEL', KEYS[1], ARGV[1])
+  rcall('HDEL', KEYS[3], ARGV[1])
+  return 1
+end
+return 0

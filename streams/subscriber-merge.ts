@@ -1,0 +1,69 @@
+import type { Redis } from 'ioredis';
+import { ApiError } from '../lib/errors.js';
+import type { Keys } from './keys.js';
+import { readSubscriber, type TenantScope } from './subscriber-writes.js';
+import { deleteSubscriber, getSubscriber, mergeAttributes } from './subscribers.js';
+import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, listSubscriptions, registerSubscription, tokenOwner, type RegisterInput, type Subscription } from './subscriptions.js';
+import { addTopicMembers, topicsOfSubscriber } from './topic-members.js';
+import { moveWidgets } from './widgets.js';
+
+/**
+ * Merging the anonymous subscriber (the id an app used before sign-in) into the identified one:
+ * its subscriptions, widgets, topics and missing attributes move, then it is deleted. The parts
+ * live in different hash slots (the two partitions, the tenant), so a merge is a sequence of
+ * atomic, idempotent steps that a retry of the request finishes: the anonymous subscriber is
+ * deleted last, so until then the same request merges what is left.
+ */
+
+export type MergePlan = { anonymousId: string; externalId: string; subscriptions: Subscription[] };
+
+/**
+ * Reads what merging `anonymousId` into `externalId` takes and checks it fits, before any write:
+ * the identified subscriber would hold at most MAX_SUBSCRIPTIONS_PER_SUBSCRIBER subscriptions (with
+ * `registering`, the device the same request registers afterwards) and at most 50 widgets (the
+ * check of lua/moveWidgets, writing nothing); 409 `conflict` otherwise. Null when there is nothing
+ * to merge (the same id, or no such anonymous subscriber).
+ */
+export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, anonymousId: string, externalId: string, registering?: RegisterInput): Promise<MergePlan | null> {
+  if (anonymousId === externalId) return null;
+  const [anonymous, subscriptions, own, owner] = await Promise.all([
+    readSubscriber(redis, keys, scope, anonymousId, { record: false }),
+    listSubscriptions(redis, keys, scope, anonymousId),
+    listSubscriptions(redis, keys, scope, externalId),
+    registering ? tokenOwner(redis, keys, scope.tenantId, registering) : Promise.resolve(null),
+  ]);
+  if (!anonymous.exists) return null;
+  const wouldHold = own.length + subscriptions.length + (registering && owner !== externalId && owner !== anonymousId ? 1 : 0);
+  if (wouldHold > MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) {
+    throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; merging would give it ${wouldHold}`);
+  }
+  await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId, { check: true });
+  return { anonymousId, externalId, subscriptions };
+}
+
+/**
+ * Carries out a plan: widgets (one script, which checks the limit again), each subscription (moved
+ * by registering it for the identified subscriber: the same subscription id, muted ones stay muted),
+ * topics, the missing attributes (`mergeAttributes`: the identified subscriber's own win), then
+ * deletes the anonymous subscriber (`$subscriber.deleted`). A registration racing the merge may fill
+ * the identified subscriber after the check: the move that no longer fits is refused with nothing
+ * changed (409), the merge stops there, and what has not moved stays with the anonymous subscriber.
+ */
+export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan): Promise<void> {
+  const { anonymousId, externalId } = plan;
+  await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId);
+  for (const s of plan.subscriptions) {
+    const input: RegisterInput = {
+      channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
+      environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
+    };
+    await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled });
+  }
+  for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
+  const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
+  if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
+  await mergeAttributes(redis, keys, scope, externalId, from);
+  await deleteSubscriber(redis, keys, scope, anonymousId).catch((err: unknown) => {
+    if (!(err instanceof ApiError && err.status === 404)) throw err;
+  });
+}
