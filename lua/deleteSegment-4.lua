@@ -13,12 +13,11 @@
   Returns { 1, record } when deleted (record as HGETALL's flat list as it was), { 0 } when the
           segment did not exist.
 ]]
+-- @include "unlistSlugged"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
-local slug = rcall('HGET', KEYS[3], 'slug')
-if slug and rcall('HGET', KEYS[1], slug) == ARGV[1] then rcall('HDEL', KEYS[1], slug) end
-rcall('ZREM', KEYS[2], ARGV[1])
+unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 rcall('DEL', KEYS[3])
 rcall('INCR', KEYS[4])
 return { 1, record }

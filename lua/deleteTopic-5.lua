@@ -23,12 +23,11 @@
           members the member count it had, reset the number of segments whose backfill was
           reset), { 0 } when the topic did not exist.
 ]]
+-- @include "unlistSlugged"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
-local slug = rcall('HGET', KEYS[3], 'slug')
-if slug and rcall('HGET', KEYS[1], slug) == ARGV[1] then rcall('HDEL', KEYS[1], slug) end
-rcall('ZREM', KEYS[2], ARGV[1])
+unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local members = rcall('ZCARD', KEYS[4])
 rcall('UNLINK', KEYS[3], KEYS[4])
 local reset = 0

@@ -25,13 +25,12 @@
           { 0 } when the workflow did not exist,
           { -1 } when its current version is no longer ARGV[2] (nothing written: read again).
 ]]
+-- @include "unlistSlugged"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
 if rcall('HGET', KEYS[3], 'versionId') ~= ARGV[2] then return { -1 } end
-local slug = rcall('HGET', KEYS[3], 'slug')
-if slug and rcall('HGET', KEYS[1], slug) == ARGV[1] then rcall('HDEL', KEYS[1], slug) end
-rcall('ZREM', KEYS[2], ARGV[1])
+unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local versions = rcall('ZRANGE', KEYS[4], 0, -1)
 rcall('DEL', KEYS[3], KEYS[4])
 local at = tonumber(ARGV[3])
