@@ -375,7 +375,9 @@ export async function run(args: string[]): Promise<BenchResult> {
     say('');
     say(`worker ${fmt(steadyPerSec)} events/s steady (target ${fmt(targetRate)} at --rate ≥ ${fmt(targetRate)}): ${sustained ? 'met' : 'NOT met'}; `
       + `lag p99 ${ms(lagP99, lagLowerBound)} (target ≤ ${lagTargetMs}): ${lagMet ? 'met' : 'NOT met'}`);
-    if (memNo) say(`memory ${fmt(memNo.perEvent)} B/event (${fmt(memNo.perEventNoLedger)} without the ledger copy), target < ${fmt(2 * memoryData)}: ${memNo.perEvent < 2 * memoryData ? 'met' : 'NOT met'} with the ledger, ${memNo.perEventNoLedger < 2 * memoryData ? 'met' : 'NOT met'} without`);
+    for (const m of [memNo, memId]) {
+      if (m) say(`memory (${m.label}) ${fmt(m.perEvent)} B/event (${fmt(m.perEventNoLedger)} without the ledger copy), target < ${fmt(2 * memoryData)}: ${m.perEvent < 2 * memoryData ? 'met' : 'NOT met'} with the ledger, ${m.perEventNoLedger < 2 * memoryData ? 'met' : 'NOT met'} without`);
+    }
     if ((load.statusCodes['202'] ?? 0) !== load.answered || load.errors > 0) say(`WARNING: ${load.answered - accepted} answers were not 202 and ${load.errors} requests failed`);
     if (load.skipped > 0) say(`WARNING: ${load.skipped} requests were due while 256 were in flight and were not sent: the web role did not keep up with the offered rate`);
     if (profDir) say(`CPU profiles written to ${profDir} (summarize: node --import tsx bench/lib/cpuprofile.ts <file>)`);

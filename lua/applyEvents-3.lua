@@ -22,7 +22,9 @@
   ARGV[3] now (ms)
   ARGV[4] number of entries N
   then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
-  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, ru, m, st, and k to skip timers)
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, and k to skip timers)
+  An event sent with the caller's id gets its dedupe entry ({pN}:dedupe, see lua/ingestEvents)
+  pointed at its tenant-log entry instead of the inbox entry.
 
   Returns the number of entries applied (the rest were already applied).
 ]]
@@ -35,6 +37,7 @@ local SAMPLES = 20
 -- anyway: their tenant-log entries are trimmed), up to TRIM_MOST at a time
 local TRIM_EVERY, TRIM_MOST = 8, 16
 local trimBelow = tostring(nowMs - retention)
+local dedupeKey = base .. ':dedupe'
 local n = tonumber(ARGV[4])
 
 -- The entries: one XRANGE over the batch's span (a batch read from the group is contiguous but for
@@ -103,7 +106,7 @@ local function fieldsOf(list)
   end
   if usual then
     return { t = list[2], id = list[6], q = list[8], x = list[10], u = list[12], n = list[14], o = list[16],
-      ts = list[18], r = list[20], d = list[22], ru = list[26], m = list[28], st = list[30] }
+      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30] }
   end
   local f = {}
   for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
@@ -121,7 +124,7 @@ for i = 1, n do
   local f = list and fieldsOf(list) or {}
   local q = tonumber(f.q or '')
   if f.t and f.x and q and f.k ~= 'timer' then
-    f.field, f.seq = f.t .. '|' .. f.x, q
+    f.field, f.seq, f.inboxId = f.t .. '|' .. f.x, q, ARGV[4 + i]
     records[#records + 1] = f
     if not seenField[f.field] then
       seenField[f.field] = true
@@ -157,6 +160,12 @@ for _, f in ipairs(records) do
     local logId = rcall('XADD', logKey, 'MINID', '~', trimBelow, ms .. '-*',
       'id', id, 'q', q, 'x', x, 'u', u, 'n', name, 'o', o, 'ts', ts, 'r', r, 'd', d, 'ru', ru, 'm', m, 'st', st)
     logTail[logKey] = ms
+    -- an event sent with the caller's id: its dedupe entry pointed at the inbox entry, which goes once
+    -- acked; it points at the tenant-log entry from now on (unless it was forgotten or reused meanwhile)
+    if f.c and f.c ~= '' then
+      local dedupeField = field .. '|' .. f.c
+      if rcall('HGET', dedupeKey, dedupeField) == 'i' .. f.inboxId then rcall('HSET', dedupeKey, dedupeField, 'l' .. logId) end
+    end
     -- the subscriber's timeline
     local timeline = listFor(timelines, timelineOrder, base .. ':tl:' .. t .. ':' .. x)
     timeline[#timeline + 1] = q

@@ -6,7 +6,10 @@
   KEYS[1] partition inbox stream        ({pN}:in)
   KEYS[2] sequence hash                 ({pN}:seq)        field tenant|externalId -> last sequence
   KEYS[3] subscriber hash               ({pN}:subs)       field tenant|externalId -> sub_ id
-  KEYS[4] dedupe hash                   ({pN}:dedupe)     field tenant|externalId|callerId -> original event
+  KEYS[4] dedupe hash                   ({pN}:dedupe)     field tenant|externalId|callerId -> where the original is:
+                                                          'i' .. inbox entry id until the worker applies it, then
+                                                          'l' .. tenant-log entry id (lua/applyEvents rewrites it);
+                                                          a pointer, not a copy: the event is stored once
   KEYS[5] dedupe age zset               ({pN}:dedupe-age) member = dedupe field, score = receivedAt ms
 
   ARGV[1] tenant id
@@ -22,12 +25,28 @@
   Returns { -1 } when the inbox backlog is over the limit (nothing stored), else one item per event:
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
+  A dedupe entry whose original is gone (its tenant-log entry trimmed out of the retention before the
+  sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it.
 ]]
 -- @include "ensureSubscriber"
 local rcall = redis.call
 local tenant, workspace, received = ARGV[1], ARGV[2], ARGV[3]
 if rcall('XLEN', KEYS[1]) > tonumber(ARGV[4]) then return { -1 } end
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[5], tenant = tenant, workspace = workspace, received = received, receivedIso = ARGV[6] }
+
+-- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone.
+-- Entries written before pointers held the original itself (meta JSON first).
+local function original(pointer)
+  local kind, id = string.sub(pointer, 1, 1), string.sub(pointer, 2)
+  if kind == '{' then return pointer end
+  local stream = kind == 'i' and KEYS[1] or (kind == 'l' and (ARGV[5] .. ':log:' .. tenant)) or nil
+  local entry = stream and rcall('XRANGE', stream, id, id)[1]
+  if not entry then return nil end
+  local f = {}
+  for j = 1, #entry[2], 2 do f[entry[2][j]] = entry[2][j + 1] end
+  return cjson.encode({ id = f.id, q = tonumber(f.q), ts = f.ts, r = f.r, o = f.o, n = f.n, ru = f.ru or '', m = f.m or '', st = f.st or '' })
+    .. '\n' .. (f.d or '{}')
+end
 
 local out = {}
 local n = tonumber(ARGV[7])
@@ -37,17 +56,17 @@ for i = 0, n - 1 do
     ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
   local field = tenant .. '|' .. externalId
   local dedupeField = callerId ~= '' and (field .. '|' .. callerId) or nil
-  local original = dedupeField and rcall('HGET', KEYS[4], dedupeField)
-  if original then
-    out[#out + 1] = { 2, original }
+  local pointer = dedupeField and rcall('HGET', KEYS[4], dedupeField)
+  local found = pointer and original(pointer)
+  if found then
+    out[#out + 1] = { 2, found }
   else
     local sub, createdSeq = ensureSubscriber(part, externalId, newSub, createdId)
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
-    appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
+    local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
       ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step })
     if dedupeField then
-      local meta = cjson.encode({ id = id, q = seq, ts = ts, r = received, o = source, n = name, ru = runId, m = messageId, st = step })
-      rcall('HSET', KEYS[4], dedupeField, meta .. '\n' .. data)
+      rcall('HSET', KEYS[4], dedupeField, 'i' .. inboxId)
       rcall('ZADD', KEYS[5], received, dedupeField)
     end
     out[#out + 1] = { 1, seq, sub, createdSeq }

@@ -5,8 +5,9 @@ import { sweepRetention } from '../../actors/retention-sweeper.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { partitionOf } from '../../lib/partition.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; tenantId: string };
 const reads = suite<Ctx>('event read models');
 
 const HOUR = 3_600_000;
@@ -16,7 +17,9 @@ const ago = (ms: number) => new Date(Date.now() - ms).toISOString();
 reads.before(async (ctx) => {
   ctx.service = await startTestService('reads', {}, ['web', 'worker']);
   ctx.api = client(ctx.service.url);
-  ctx.key = (await bootstrapWorkspace(ctx.service, 'reads')).keys.tenant;
+  const boot = await bootstrapWorkspace(ctx.service, 'reads');
+  ctx.key = boot.keys.tenant;
+  ctx.tenantId = boot.tenant.id;
   const events = [
     ...Array.from({ length: 25 }, (_, i) => ({ externalId: `buyer-${i % 5}`, name: 'order.completed', data: { n: i } })),
     { externalId: 'buyer-0', name: 'order.refunded', timestamp: ago(2 * DAY) },
@@ -168,6 +171,40 @@ reads('catalog windows roll by the hour and reach the hour ahead; volume shows t
   assert.is(day.buckets.reduce((n: number, b: any) => n + b.count, 0), 2, 'the hour ahead and 24 hours ago');
   const week = (await api.get('/v1/events/volume?range=7d&name=edge.window', key)).body.data;
   assert.is(week.buckets.reduce((n: number, b: any) => n + b.count, 0), 5);
+});
+
+reads('a caller id keeps a pointer to the one stored copy; replays answer the original before and after the worker applied it', async ({ api, key, service, tenantId }) => {
+  const x = 'pointer-1';
+  const p = partitionOf(tenantId, x, service.config.partitions);
+  const field = `${tenantId}|${x}|order-77`;
+  const big = { note: 'n'.repeat(900) };
+  const first = (await api.post('/v1/events', key, { externalId: x, name: 'order.paid', id: 'order-77', data: big })).body.data.items[0];
+  const asOriginal = (item: any) => ({ ...item, status: 'accepted' });
+  // the replay may meet the entry still in the inbox or already in the tenant log: either answers the original
+  const early = (await api.post('/v1/events', key, { externalId: x, name: 'order.paid', id: 'order-77', data: { other: true } })).body.data.items[0];
+  assert.is(early.status, 'duplicate');
+  assert.equal(asOriginal(early), first);
+  const pointer = await waitFor('the worker to point the dedupe entry at the tenant log', async () => {
+    const v = await service.redis.hget(service.keys.dedupe(p), field);
+    return v?.startsWith('l') ? v : null;
+  });
+  assert.ok(pointer.length < 40, `a pointer, not a copy of the event (${pointer.length} bytes)`);
+  const logged = await service.redis.xrange(service.keys.tenantLog(p, tenantId), pointer.slice(1), pointer.slice(1));
+  assert.is(logged.length, 1, 'it names the tenant-log entry');
+  const late = (await api.post('/v1/events', key, { events: [{ externalId: x, name: 'order.paid', id: 'order-77', data: { other: 2 } }] })).body.data.items[0];
+  assert.is(late.status, 'duplicate');
+  assert.equal(asOriginal(late), first);
+  // an entry written before pointers (the original itself) still answers
+  const legacy = JSON.stringify({ id: 'evt_legacy', q: 9, ts: String(Date.parse(first.timestamp)), r: String(Date.parse(first.receivedAt)), o: 'server', n: 'order.old', ru: '', m: '', st: '' });
+  await service.redis.hset(service.keys.dedupe(p), `${tenantId}|${x}|old-1`, `${legacy}\n{"kept":1}`);
+  const old = (await api.post('/v1/events', key, { externalId: x, name: 'order.old', id: 'old-1' })).body.data.items[0];
+  assert.equal([old.status, old.id, old.sequence, old.data], ['duplicate', 'evt_legacy', 9, { kept: 1 }]);
+  // a pointer whose entry was trimmed away has expired: the event is new, and the entry points at it
+  await service.redis.hset(service.keys.dedupe(p), field, 'l1-1');
+  const fresh = (await api.post('/v1/events', key, { externalId: x, name: 'order.paid', id: 'order-77', data: { again: true } })).body.data.items[0];
+  assert.is(fresh.status, 'accepted');
+  assert.is.not(fresh.id, first.id);
+  assert.match((await service.redis.hget(service.keys.dedupe(p), field)) ?? '', /^[il]\d+-\d+$/);
 });
 
 reads('expired data really goes after the retention window', async ({ api, key, service }) => {
