@@ -380,15 +380,8 @@ class WebhookDispatcher {
 
   /** The private audit event of an endpoint the failure streak disabled (spec 3.3). */
   private async announceDisabled(workspaceId: string, endpointId: string): Promise<void> {
-    const { redis, keys, log } = this.ctx;
-    const [workspace, endpoint] = await Promise.all([this.workspaceRef(workspaceId), findEndpoint(redis, keys, workspaceId, endpointId)]);
-    if (!workspace || !endpoint) return;
-    log.warn('webhook endpoint disabled after three days of failures', { workspace: workspaceId, endpoint: endpointId });
-    await appendAudit(redis, keys, {
-      type: 'webhook.disabled', workspace, tenant: endpoint.tenantId ? { id: endpoint.tenantId, slug: endpoint.tenantSlug! } : null,
-      actor: { type: 'system', id: null }, target: { type: 'webhook_endpoint', id: endpointId }, request: null,
-      object: { ...publicEndpoint(endpoint) }, changes: { enabled: false, disabledAt: endpoint.disabledAt }, previousAttributes: { enabled: true, disabledAt: null },
-    });
+    const workspace = await this.workspaceRef(workspaceId);
+    if (workspace) await announceDisabled(this.ctx, workspace, endpointId);
   }
 
   // --- 3. housekeeping ---
@@ -409,13 +402,16 @@ class WebhookDispatcher {
 /**
  * The dispatchers' housekeeping, run by one of them a minute (and once at start): delivery indexes
  * lose ids past the retention (records and payloads expire by themselves), workspaces without
- * endpoints leave the registry, and ledgers nobody reads are trimmed to the last
- * `UNREAD_LEDGER_WINDOW_MS`. Deliveries indexed before the indexes were scored by createdAt get
- * their score first (`rescoreLegacyDeliveries`; nothing to do once that is done).
+ * endpoints leave the registry, ledgers nobody reads are trimmed to the last
+ * `UNREAD_LEDGER_WINDOW_MS`, and endpoints disabled by a dispatcher that stopped before appending
+ * their `webhook.disabled` audit event get it (`announceDisabled`). Deliveries indexed before the
+ * indexes were scored by createdAt get their score first (`rescoreLegacyDeliveries`; nothing to do
+ * once that is done).
  */
-export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; unregistered: number; trimmed: number }> {
+export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; unregistered: number; trimmed: number; announced: number }> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
+  let announced = 0;
   let pruned = 0;
   let unregistered = 0;
   let trimmed = 0;
@@ -432,6 +428,13 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
       continue;
     }
     rescored += await rescoreLegacyDeliveries(redis, keys, ws, endpoints);
+    // endpoints disabled by a dispatcher that stopped before appending their audit event (at most 50 a workspace)
+    const unannounced = await redis.hkeys(keys.webhookUnannounced(ws));
+    const ref = unannounced.length ? await findWorkspace(redis, keys, ws) : null;
+    for (const endpointId of unannounced) {
+      if (ref) await announceDisabled(ctx, { id: ref.id, slug: ref.slug }, endpointId);
+      announced++;
+    }
     const pipeline = redis.pipeline();
     for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebyscore(keys.webhookDeliveries(ws, e, status), '-inf', floor);
     for (const [, removed] of (await pipeline.exec()) ?? []) pruned += Number(removed ?? 0);
@@ -446,7 +449,30 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
     for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
   } while (cursor !== '0');
-  return { rescored, pruned, unregistered, trimmed };
+  return { rescored, pruned, unregistered, trimmed, announced };
+}
+
+/**
+ * Appends the private `webhook.disabled` audit event of an endpoint lua/recordWebhookAttempts
+ * disabled (noted in `webhookUnannounced`), then clears the note. The event id is derived from the
+ * endpoint and its disabledAt, so a crash after the append and before the clear makes the sweep
+ * append the same event again, never a second one.
+ */
+async function announceDisabled(ctx: RoleContext, workspace: Ref, endpointId: string): Promise<void> {
+  const { redis, keys, log } = ctx;
+  const note = keys.webhookUnannounced(workspace.id);
+  const [disabledAt, endpoint] = await Promise.all([redis.hget(note, endpointId), findEndpoint(redis, keys, workspace.id, endpointId)]);
+  if (disabledAt === null) return;
+  if (endpoint) {
+    log.warn('webhook endpoint disabled after three days of failures', { workspace: workspace.id, endpoint: endpointId });
+    await appendAudit(redis, keys, {
+      id: derivedId('webhookEvent', Date.parse(disabledAt), `webhook.disabled|${endpointId}|${disabledAt}`),
+      type: 'webhook.disabled', workspace, tenant: endpoint.tenantId ? { id: endpoint.tenantId, slug: endpoint.tenantSlug! } : null,
+      actor: { type: 'system', id: null }, target: { type: 'webhook_endpoint', id: endpointId }, request: null,
+      object: { ...publicEndpoint(endpoint) }, changes: { enabled: false, disabledAt }, previousAttributes: { enabled: true, disabledAt: null },
+    });
+  }
+  await redis.hdel(note, endpointId);
 }
 
 /** Starts the webhook dispatcher of this process (role `dispatcher`). */

@@ -1,5 +1,6 @@
 --[[
-  Deletes a webhook endpoint with its attempt queue and delivery indexes. Delivery records and
+  Deletes a webhook endpoint with its attempt queue, delivery indexes and any note that its
+  `webhook.disabled` audit event is still to be appended. Delivery records and
   payloads expire with the retention; an attempt in flight finds no endpoint and stops there.
 
   KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
@@ -18,5 +19,6 @@ local e = ARGV[1] .. ':whk:' .. ARGV[2]
 rcall('DEL', KEYS[1])
 rcall('ZREM', KEYS[2], ARGV[2])
 rcall('INCR', KEYS[3])
+rcall('HDEL', ARGV[1] .. ':whks:unannounced', ARGV[2])
 rcall('UNLINK', e .. ':due', e .. ':dlv', e .. ':dlv:pending', e .. ':dlv:success', e .. ':dlv:failed', e .. ':dlv:exhausted')
 return { before, rcall('ZCARD', KEYS[2]) }

@@ -8,7 +8,8 @@
     one; a failed replay leaves the status as it was; a finished delivery stays success; the
     delivery moves to its new status's index with the score it has in the index of all;
   - the endpoint's failure streak (spec 3.3): a success clears `failingSince`; a failure sets it
-    when empty, and disables the endpoint when it is at least `disable after` old.
+    when empty, and disables the endpoint when it is at least `disable after` old, noting it in
+    {w:<ws>}:whks:unannounced until its `webhook.disabled` audit event is in the ledger.
 
   KEYS[1] the workspace's in-flight attempts ({w:<ws>}:whd-inflight)
   KEYS[2] the workspace's attempt leases     ({w:<ws>}:whd-leases)
@@ -88,6 +89,9 @@ for _ = 1, count do
         elseif nowMs - since >= disableAfter and rcall('HGET', e, 'enabled') == '1' then
           rcall('HSET', e, 'enabled', '0', 'disabledAt', nowIso, 'updatedAt', nowIso)
           rcall('INCR', base .. ':whks:v')
+          -- the audit event is appended by the caller; until it is, the endpoint waits here (a crash in
+          -- between leaves it for the housekeeping sweep)
+          rcall('HSET', base .. ':whks:unannounced', endpointId, nowIso)
           disabled = endpointId
         end
       end

@@ -51,6 +51,8 @@ export function createKeys(prefix: string) {
     webhookEndpoints: (workspaceId: string) => `${w(workspaceId)}:whks`,
     /** string: bumped on every endpoint change, so dispatchers reload their copy of the endpoints */
     webhookVersion: (workspaceId: string) => `${w(workspaceId)}:whks:v`,
+    /** hash endpoint id → disabledAt: endpoints the failure streak disabled whose `webhook.disabled` audit event is not in the ledger yet */
+    webhookUnannounced: (workspaceId: string) => `${w(workspaceId)}:whks:unannounced`,
     /** hash: a webhook endpoint (url, patterns, secrets, enabled, activeSince, failingSince) */
     webhookEndpoint: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}`,
     /** zset of an endpoint's delivery ids scored by createdAt (streams/scored-index.ts); with `status`, those in that status */
@@ -74,7 +76,7 @@ export function createKeys(prefix: string) {
     sequences: (n: number) => `${p(n)}:seq`,
     /** hash `tenant|externalId` → sub_ id (the subscriber exists) */
     subscribers: (n: number) => `${p(n)}:subs`,
-    /** hash `tenant|externalId|callerId` → the original event (dedupe of the caller's ids) */
+    /** hash `tenant|externalId|callerId` → where the original event is: `i<inbox id>`, then `l<tenant-log id>` once applied (dedupe of the caller's ids) */
     dedupe: (n: number) => `${p(n)}:dedupe`,
     /** zset dedupe field → receivedAt ms, to expire dedupe entries with the retention */
     dedupeAge: (n: number) => `${p(n)}:dedupe-age`,

@@ -96,6 +96,7 @@ clock('three days of continuous failure disable the endpoint; its attempts then 
     (await ctx.service.redis.xrange(ctx.service.keys.ledger(ws.workspace.id), '-', '+')).map(([, f]) => JSON.parse(f[3]!)).find((p) => p.type === 'webhook.disabled') ?? null);
   assert.ok(audit, 'webhook.disabled is written to the ledger');
   assert.equal([audit.target.id, audit.actor.type, audit.data.object.enabled], [e.id, 'system', false]);
+  await waitFor('the note the disabling wrote to be cleared once announced', async () => (await ctx.service.redis.hlen(ctx.service.keys.webhookUnannounced(ws.workspace.id))) === 0);
 
   const sent = r.requests.length;
   const two = wheOf((await track(ctx, ws, 'fail.two')).id);

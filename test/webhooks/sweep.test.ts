@@ -60,6 +60,32 @@ sweep('ledgers of workspaces without endpoints keep the last hour only; read led
   assert.is(await redis.xlen(keys.ledger(b.workspace.id)), 2, 'a ledger the dispatchers read is trimmed by their group only');
 });
 
+sweep('an endpoint disabled by a dispatcher that stopped before its audit event gets it from the sweep, once, under a fixed id', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const d = await bootstrapWorkspace(ctx.service, 'sw-d');
+  const id = await endpoint(ctx, 'sw-d', d.keys.workspace);
+  // what lua/recordWebhookAttempts leaves when the streak disables the endpoint, the dispatcher then killed
+  const disabledAt = new Date(now()).toISOString();
+  await redis.hset(keys.webhookEndpoint(d.workspace.id, id), 'enabled', '0', 'disabledAt', disabledAt);
+  await redis.hset(keys.webhookUnannounced(d.workspace.id), id, disabledAt);
+  const disabledEvents = async () => (await redis.xrange(keys.ledger(d.workspace.id), '-', '+')).map(([, f]) => JSON.parse(f[3]!)).filter((p) => p.type === 'webhook.disabled');
+  assert.is((await disabledEvents()).length, 0);
+  assert.is((await sweepWebhooks(ctx.role)).announced, 1);
+  const [event] = await disabledEvents();
+  assert.equal([event.target.id, event.actor.type, event.data.object.enabled, event.changes], [id, 'system', false, { enabled: false, disabledAt }]);
+  assert.is(event.id, derivedId('webhookEvent', Date.parse(disabledAt), `webhook.disabled|${id}|${disabledAt}`));
+  assert.is(await redis.hlen(keys.webhookUnannounced(d.workspace.id)), 0, 'the note is cleared');
+  assert.is((await sweepWebhooks(ctx.role)).announced, 0);
+  // killed after the append but before the note was cleared: the next sweep appends the same event (same id) again
+  await redis.hset(keys.webhookUnannounced(d.workspace.id), id, disabledAt);
+  await sweepWebhooks(ctx.role);
+  assert.equal((await disabledEvents()).map((e) => e.id), [event.id, event.id]);
+  // deleting the endpoint drops a note still there
+  await redis.hset(keys.webhookUnannounced(d.workspace.id), id, disabledAt);
+  assert.is((await ctx.api.del(`/v1/workspaces/sw-d/webhooks/${id}`, d.keys.workspace)).status, 200);
+  assert.is(await redis.hlen(keys.webhookUnannounced(d.workspace.id)), 0);
+});
+
 sweep('delivery indexes lose ids past the retention, by when each delivery was made', async (ctx) => {
   const { redis, keys, config } = ctx.service;
   const b = await bootstrapWorkspace(ctx.service, 'sw-b');
