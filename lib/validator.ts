@@ -122,11 +122,33 @@ export function checkBody<T>(name: string, value: unknown): T {
   return value as T;
 }
 
-/** Validates (and coerces) query parameters against schema `name`. */
+const integerParams = new Map<string, Set<string>>();
+
+/** The properties of query schema `name` that are integers (ajv would coerce `1e1` or `0x10` to one). */
+function integersOf(name: string): Set<string> {
+  let found = integerParams.get(name);
+  if (!found) {
+    const properties = (allSchemas()[name]?.properties ?? {}) as Record<string, Schema>;
+    found = new Set(Object.entries(properties).filter(([, schema]) => schema.type === 'integer').map(([k]) => k));
+    integerParams.set(name, found);
+  }
+  return found;
+}
+
+/**
+ * Validates (and coerces) query parameters against schema `name`. An integer parameter is written
+ * in decimal digits (`limit=10`, not `1e1`, `0x0a` or `10.0`).
+ */
 export function checkQuery<T>(name: string, value: Record<string, unknown>): T {
   const copy: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) copy[k] = Array.isArray(v) ? v[v.length - 1] : v;
+  const details: ErrorDetail[] = [];
+  const integers = integersOf(name);
+  for (const [k, v] of Object.entries(value)) {
+    copy[k] = Array.isArray(v) ? v[v.length - 1] : v;
+    if (integers.has(k) && typeof copy[k] === 'string' && !/^-?\d+$/.test(copy[k] as string)) details.push({ param: k, message: 'must be an integer, in decimal digits' });
+  }
   const fn = compiled(queries, name, 'query');
-  if (!fn(copy)) throw validationError(errorDetails(fn.errors ?? []));
+  if (!fn(copy)) for (const d of errorDetails(fn.errors ?? [])) if (!details.some((x) => x.param === d.param)) details.push(d);
+  if (details.length) throw validationError(details);
   return copy as T;
 }

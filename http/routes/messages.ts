@@ -145,6 +145,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
    *     responses:
    *       '200': { description: The canceled message, content: { application/json: { schema: { $ref: '#/components/schemas/MessageResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    * /v1/messages/{id}/deliveries:
    *   get:

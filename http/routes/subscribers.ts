@@ -40,6 +40,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: Updated (or unchanged), content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
    *       '201': { description: Created, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listSubscribers
@@ -93,6 +94,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberUpdate' } } } }
    *     responses:
    *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: deleteSubscriber
@@ -102,6 +104,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     tags: [Subscribers]
    *     responses:
    *       '200': { description: The deleted subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
@@ -170,6 +173,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
    *     responses:
    *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: removeSubscriberSubscription
@@ -178,6 +182,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     tags: [Subscriptions]
    *     responses:
    *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
@@ -224,6 +229,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesUpdate' } } } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:read'), async (ctx) => {

@@ -189,6 +189,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersAddedResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listTopicSubscribers
@@ -245,6 +246,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRemovedResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/topics/:topicSlug/subscribers/remove', write, async (ctx) => {

@@ -143,6 +143,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: deleteWorkflow
@@ -162,6 +163,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *         description: The deleted workflow
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowResponse' } } }
    *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/workflows/:workflowSlug', read, async (ctx) => {

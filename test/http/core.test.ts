@@ -74,6 +74,18 @@ core('a __proto__ key is valid JSON but never accepted: 400 validation naming th
   assert.is((await api.get('/v1/subscribers/proto-1', keys.tenant)).status, 404);
 });
 
+core('list limit is 1 to 100 in decimal digits; other spellings of a number are 400 naming limit', async ({ api, keys }) => {
+  assert.is((await api.get('/v1/events?limit=10', keys.tenant)).status, 200);
+  assert.is((await api.get('/v1/events?limit=0010', keys.tenant)).status, 200);
+  for (const bad of ['1e1', '0x0a', '10.0', ' 10', '+10', '', '0', '101', 'ten']) {
+    const res = await api.get(`/v1/events?limit=${encodeURIComponent(bad)}`, keys.tenant);
+    assert.is(res.status, 400, bad);
+    assert.equal([res.body.error.code, res.body.error.param, res.body.error.details.length], ['validation', 'limit', 1], bad);
+  }
+  const two = await api.get('/v1/events?limit=1e1&source=fax', keys.tenant);
+  assert.equal(two.body.error.details.map((d: any) => d.param).sort(), ['limit', 'source'], 'every failing parameter is listed');
+});
+
 core('a body over the limit is 413 payload_too_large', async ({ api, keys }) => {
   const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
   assert.is(res.status, 413);
