@@ -34,6 +34,8 @@ const LEDGER_BATCH = 200;
 const RECORD_CHUNK = 200;
 const RECORD_DELAY_MS = 20;
 const STOP_GRACE_MS = 2_000;
+/** how old a note of an unannounced disabled endpoint is before the sweep appends its audit event */
+const ANNOUNCE_GRACE_MS = 60_000;
 /** Ledger entries this much older (by their stream id, Redis's clock) than every endpoint's activeSince are skipped unread. */
 const CLOCK_SKEW_MS = 5 * 60_000;
 
@@ -428,10 +430,11 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
       continue;
     }
     rescored += await rescoreLegacyDeliveries(redis, keys, ws, endpoints);
-    // endpoints disabled by a dispatcher that stopped before appending their audit event (at most 50 a workspace)
-    const unannounced = await redis.hkeys(keys.webhookUnannounced(ws));
-    const ref = unannounced.length ? await findWorkspace(redis, keys, ws) : null;
-    for (const endpointId of unannounced) {
+    // endpoints disabled by a dispatcher that stopped before appending their audit event (at most 50
+    // a workspace); a note younger than a minute is left to the dispatcher that wrote it, which is at it
+    const notes = Object.entries(await redis.hgetall(keys.webhookUnannounced(ws))).filter(([, at]) => !(now() - Date.parse(at) < ANNOUNCE_GRACE_MS));
+    const ref = notes.length ? await findWorkspace(redis, keys, ws) : null;
+    for (const [endpointId] of notes) {
       if (ref) await announceDisabled(ctx, { id: ref.id, slug: ref.slug }, endpointId);
       announced++;
     }
