@@ -434,8 +434,8 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     // a workspace); a note younger than a minute is left to the dispatcher that wrote it, which is at it
     const notes = Object.entries(await redis.hgetall(keys.webhookUnannounced(ws))).filter(([, at]) => !(now() - Date.parse(at) < ANNOUNCE_GRACE_MS));
     const ref = notes.length ? await findWorkspace(redis, keys, ws) : null;
-    for (const [endpointId] of notes) {
-      if (ref) await announceDisabled(ctx, { id: ref.id, slug: ref.slug }, endpointId);
+    if (ref) for (const [endpointId] of notes) {
+      await announceDisabled(ctx, { id: ref.id, slug: ref.slug }, endpointId);
       announced++;
     }
     const pipeline = redis.pipeline();
