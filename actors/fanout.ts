@@ -5,7 +5,7 @@ import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
 import { ingestEvents } from '../streams/ingest.js';
 import type { Keys } from '../streams/keys.js';
-import { callScript } from '../streams/lua-scripts.js';
+import { callScript, hashReply } from '../streams/lua-scripts.js';
 import { moveMessage, toMessage, type DeliveryStatus, type Message, type Target } from '../streams/messages.js';
 import { DefinitionsCache, needsOf } from '../streams/automation-definitions.js';
 import { selectWhere } from '../streams/subject-state.js';
@@ -60,33 +60,45 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
   });
   const planned: Planned[] = [];
   const existing: string[] = [];
-  // Two auto-pipelined batches for the whole chunk (no pipeline object per subscriber): first what
-  // each subscriber is, then every subscription record.
-  const subscribers = await Promise.all(externalIds.map(async (externalId) => {
+  // One script call per partition the chunk touches (lua/readAudience: existence, preferences and
+  // subscription records), then one HMGET of the owners for the whole chunk.
+  const byPartition = new Map<number, string[]>();
+  for (const externalId of externalIds) {
     const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-    const [exists, preferences, ids] = await Promise.all([
-      redis.hexists(keys.subscribers(p), `${scope.tenantId}|${externalId}`),
-      redis.hget(keys.subscriber(p, scope.tenantId, externalId), 'preferences'),
-      redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
-    ]);
-    return { externalId, p, exists, preferences, ids };
+    const list = byPartition.get(p);
+    if (list) list.push(externalId);
+    else byPartition.set(p, [externalId]);
+  }
+  type Row = [0] | [1, string | null, string[][]];
+  const found = new Map<string, { preferences: string | null; records: Record<string, string>[] }>();
+  await Promise.all([...byPartition].map(async ([p, ids]) => {
+    const rows = await callScript<Row[]>(redis, 'readAudience', [keys.subscribers(p)], [keys.partitionBase(p), scope.tenantId, ...ids]);
+    rows.forEach((row, i) => {
+      if (row[0] !== 1) return;
+      found.set(ids[i]!, { preferences: row[1], records: row[2].map(hashReply) });
+    });
   }));
   // a record whose owner index names another subscriber is a stale copy of a moved token: not sent
-  const owners = keys.subscriptionOwners(scope.tenantId);
-  const records = await Promise.all(subscribers.map(({ externalId, p, exists, ids }) =>
-    (exists ? Promise.all(ids.map((id) => Promise.all([redis.hgetall(keys.subscription(p, scope.tenantId, id)), redis.hget(owners, id)]))) : Promise.resolve([])).then((rows) =>
-      rows.filter(([h, owner]) => h.id && owner === externalId).map(([h]) => toSubscription(externalId, h)))));
-  subscribers.forEach(({ externalId, exists, preferences }, i) => {
+  const subscriptionIds = [...found.values()].flatMap((f) => f.records.map((h) => h.id!));
+  const owners = subscriptionIds.length ? await redis.hmget(keys.subscriptionOwners(scope.tenantId), ...subscriptionIds) : [];
+  const ownerOf = new Map(subscriptionIds.map((id, i) => [id, owners[i]]));
+  for (const externalId of externalIds) {
     const skip = (subscriptionId: string | null, reason: string) => {
       const d = base(externalId, subscriptionId);
       planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
     };
-    if (!exists) return skip(null, 'subscriber_not_found');
+    const subscriber = found.get(externalId);
+    if (!subscriber) {
+      skip(null, 'subscriber_not_found');
+      continue;
+    }
     existing.push(externalId);
-    const prefs = readPreferences(preferences ?? undefined);
-    const optOut = pushOptOut(prefs, message.content.category ?? null);
-    const subscriptions = records[i]!;
-    if (subscriptions.length === 0) return skip(null, 'no_subscription');
+    const optOut = pushOptOut(readPreferences(subscriber.preferences ?? undefined), message.content.category ?? null);
+    const subscriptions = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId).map((h) => toSubscription(externalId, h));
+    if (subscriptions.length === 0) {
+      skip(null, 'no_subscription');
+      continue;
+    }
     for (const s of subscriptions) {
       const reason = skipReason(s, optOut);
       if (reason) skip(s.id, reason);
@@ -95,7 +107,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
         planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
       }
     }
-  });
+  }
   return { planned, existing };
 }
 

@@ -13,7 +13,7 @@
 ]]
 local rcall = redis.call
 local base, msg = ARGV[1], ARGV[2]
-local out = {}
+local out, created = {}, {}
 local n = tonumber(ARGV[3])
 for i = 0, n - 1 do
   local id, status, fields = ARGV[4 + 3 * i], ARGV[5 + 3 * i], cjson.decode(ARGV[6 + 3 * i])
@@ -30,9 +30,15 @@ for i = 0, n - 1 do
     rcall('HSET', key, unpack(flat))
     rcall('ZADD', KEYS[2], 0, id)
     rcall('ZADD', base .. ':msg-dlv:' .. msg .. ':' .. status, 0, id)
-    rcall('HINCRBY', KEYS[1], 'n:total', 1)
-    rcall('HINCRBY', KEYS[1], 'n:' .. status, 1)
+    created[status] = (created[status] or 0) + 1
     out[#out + 1] = { id, status }
   end
 end
+-- the counts once per status, not once per delivery
+local total = 0
+for status, count in pairs(created) do
+  rcall('HINCRBY', KEYS[1], 'n:' .. status, count)
+  total = total + count
+end
+if total > 0 then rcall('HINCRBY', KEYS[1], 'n:total', total) end
 return out

@@ -14,7 +14,7 @@
 ]]
 local rcall = redis.call
 local base, msg, at = ARGV[1], ARGV[2], ARGV[3]
-local recorded = 0
+local recorded, byStatus = 0, {}
 local i = 5
 for _ = 1, tonumber(ARGV[4]) do
   local id, to, f = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -28,12 +28,13 @@ for _ = 1, tonumber(ARGV[4]) do
     rcall('HSET', key, unpack(fields))
     rcall('ZREM', base .. ':msg-dlv:' .. msg .. ':pending', id)
     rcall('ZADD', base .. ':msg-dlv:' .. msg .. ':' .. to, 0, id)
-    rcall('HINCRBY', KEYS[1], 'n:' .. to, 1)
+    byStatus[to] = (byStatus[to] or 0) + 1
     recorded = recorded + 1
   end
   i = i + 3 + 2 * f
 end
 if recorded > 0 then
+  for status, count in pairs(byStatus) do rcall('HINCRBY', KEYS[1], 'n:' .. status, count) end
   local pending = rcall('HINCRBY', KEYS[1], 'n:pending', -recorded)
   rcall('HSET', KEYS[1], 'updatedAt', at)
   if pending <= 0 and rcall('HGET', KEYS[1], 'fanout') == 'done' and rcall('HGET', KEYS[1], 'status') == 'sending' then

@@ -8,7 +8,7 @@ import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
-import { callScript } from './lua-scripts.js';
+import { callScript, hashReply } from './lua-scripts.js';
 import { loadSubscribers, type Subscriber } from './subscribers.js';
 
 /** Progress of the pass that computes a segment's membership over the existing subscribers. */
@@ -40,13 +40,6 @@ export type SegmentPatch = { name?: string | null; description?: string | null; 
 
 /** What a create, or a change of `where`, sets the backfill to; a job runner takes it from there. */
 export const PENDING: Backfill = { status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null };
-
-/** `HGETALL`'s flat list (as a script returns it) as a record. */
-function record(flat: string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
-  return out;
-}
 
 function toSegment(h: Record<string, string>, memberCount: number): Segment {
   return {
@@ -169,8 +162,8 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
   if (reply[0] !== 1) throw notFound('Segment');
   if (reply[3] === 1) await queueBackfills(redis, keys, scope, [current.id]);
   const count = await memberCount(redis, keys, tenantId, scope.partitions, current.id);
-  const before = toSegment(record(reply[1]!), count);
-  const after = toSegment(record(reply[2]!), count);
+  const before = toSegment(hashReply(reply[1]!), count);
+  const after = toSegment(hashReply(reply[2]!), count);
   const changed = diff(editable(before), editable(after));
   if (changed) {
     await appendAudit(redis, keys, {
@@ -203,7 +196,7 @@ export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScop
   const replies = (await cleanup.exec()) ?? [];
   let count = 0;
   for (let p = 0; p < scope.partitions; p++) count += Number(replies[1 + p * 2]?.[1] ?? 0);
-  const segment = toSegment(record(reply[1]!), count);
+  const segment = toSegment(hashReply(reply[1]!), count);
   await appendAudit(redis, keys, { type: 'segment.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
   return segment;
 }

@@ -8,7 +8,7 @@ import type { WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
-import { callScript } from './lua-scripts.js';
+import { callScript, hashReply } from './lua-scripts.js';
 
 /**
  * A workflow: a trigger and steps run per subscriber, addressed by its slug. Its definition lives
@@ -50,13 +50,6 @@ export type WorkflowPatch = {
 
 /** Tries of a PATCH that loses the compare-and-set against a concurrent definition change. */
 const UPDATE_ATTEMPTS = 10;
-
-/** `HGETALL`'s flat list (as a script returns it) as a record. */
-function record(flat: string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
-  return out;
-}
 
 /** The stored definition: only `trigger`, `steps` and `cancelOn` (absent when none). */
 function definitionOf(parts: { trigger: WorkflowDefinition['trigger']; steps: WorkflowDefinition['steps']; cancelOn?: WorkflowDefinition['cancelOn'] | null }): WorkflowDefinition {
@@ -172,8 +165,8 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     );
     if (reply[0] === -1) continue; // another change made a new version first: recompute from it
     if (reply[0] !== 1) throw notFound('Workflow');
-    const before = toWorkflow(record(reply[1]!), current);
-    const after = toWorkflow(record(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
+    const before = toWorkflow(hashReply(reply[1]!), current);
+    const after = toWorkflow(hashReply(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
     const changed = diff(editable(before), editable(after));
     if (changed) {
       await appendAudit(redis, keys, {
@@ -214,7 +207,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   }
   if (reply[0] === -1) throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
   if (reply[0] !== 1) throw notFound('Workflow');
-  const h = record(reply[1]!);
+  const h = hashReply(reply[1]!);
   // the current version is read for the answer, then every version record goes
   const cleanup = redis.pipeline().hgetall(keys.workflowVersion(tenantId, h.versionId!));
   for (const versionId of reply[2] ?? []) cleanup.del(keys.workflowVersion(tenantId, versionId));
