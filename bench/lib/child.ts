@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 /** The repository root (bench/lib/../..). */
@@ -35,9 +35,23 @@ export function spawnChild(command: string, args: string[], env: Record<string, 
   return { process: child, stderr: () => tail.trim() };
 }
 
-/** `node --import tsx <script> …args`, the way the Procfile runs the service's process types. */
+let built = false;
+
+/**
+ * The service's own roles (`bin/<name>.ts`) run the way the Procfile runs them: plain `node` on the
+ * built output `dist/bin/<name>.js`, built first when older than the sources (as `npm start` does,
+ * with `bin/ensure-build.js`). Any other script (the bench's helpers and baselines) runs with
+ * `node --import tsx`.
+ */
 export function spawnNode(script: string, args: string[] = [], env: Record<string, string> = {}): Child {
-  return spawnChild(process.execPath, ['--import', 'tsx', script, ...args], env);
+  const role = /^bin\/([a-z-]+)\.ts$/.exec(script);
+  if (!role) return spawnChild(process.execPath, ['--import', 'tsx', script, ...args], env);
+  if (!built) {
+    const build = spawnSync(process.execPath, ['bin/ensure-build.js'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    if (build.status !== 0) throw new Error('building dist/ failed (bin/ensure-build.js)');
+    built = true;
+  }
+  return spawnChild(process.execPath, [`dist/bin/${role[1]}.js`, ...args], env);
 }
 
 /** Resolves once `url` answers `status` to a GET; fails when the child exits first or after `timeoutMs`. */
