@@ -122,12 +122,16 @@ async function settle(ctx: FanoutContext, tenantId: string, messageId: string, o
   await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, messageId)], args);
 }
 
-/** Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream, and sends the pending ones. */
-async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[]): Promise<void> {
+/**
+ * Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream, and sends the
+ * pending ones. `whole`: the chunk is the whole audience (a message to one subscriber), so the
+ * fan-out is marked done with the deliveries' creation (no `finishFanout` call after).
+ */
+async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[], whole = false): Promise<void> {
   const { redis, keys, pusher } = ctx;
   const { planned, existing } = await plan(ctx, scope, message, externalIds);
   if (planned.length === 0) return;
-  const args: string[] = [keys.tenantBase(scope.tenantId), message.id, String(planned.length)];
+  const args: string[] = [keys.tenantBase(scope.tenantId), message.id, whole ? isoNow() : '', String(planned.length)];
   for (const d of planned) args.push(d.id, d.status, JSON.stringify(d.fields));
   const states = await callScript<[string, string][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, message.id), keys.messageDeliveries(scope.tenantId, message.id)], args);
   // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a duplicate
@@ -256,16 +260,20 @@ async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: S
 export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: string): Promise<void> {
   const { redis, keys } = ctx;
   const recordKey = keys.message(scope.tenantId, messageId);
-  const record = await redis.hgetall(recordKey);
-  if (!record.id) return;
-  if (record.status === 'queued') await moveMessage(redis, keys, scope.tenantId, messageId, ['queued'], 'sending', { startedAt: isoNow() });
-  else if (record.status !== 'sending') return; // canceled, completed, failed, or still scheduled
-  const message = toMessage({ ...record, status: 'sending' });
+  // a queued message becomes sending in the same call that reads it
+  const record = hashReply(await callScript<string[]>(redis, 'startFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]));
+  if (record.status !== 'sending') return; // unknown, canceled, completed, failed, or still scheduled
+  const message = toMessage(record);
+  if ('externalId' in message.to) {
+    // One subscriber: its deliveries are created with the fan-out marked done, and the last settled
+    // completes the message. A dispatcher killed after that creation resumes here too: the
+    // deliveries exist, and those still pending are sent (same apns-id and collapse id) and settled.
+    await processChunk(ctx, scope, message, [message.to.externalId], true);
+    return;
+  }
   if (record.fanout !== 'done' && record.cursor !== 'done') {
     const cursor = record.cursor || undefined;
-    if ('externalId' in message.to) {
-      await processChunk(ctx, scope, message, [message.to.externalId]);
-    } else if ('topic' in message.to) {
+    if ('topic' in message.to) {
       const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
       if (!topic) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'topic_not_found', completedAt: isoNow() });

@@ -10,14 +10,8 @@
 
   Returns the message status afterwards.
 ]]
+-- @include "completeWhenSettled"
 local rcall = redis.call
 local base, msg = ARGV[1], ARGV[2]
 rcall('HSET', KEYS[1], 'fanout', 'done', 'cursor', 'done', 'updatedAt', ARGV[3])
-local status = rcall('HGET', KEYS[1], 'status')
-if status == 'sending' and tonumber(rcall('HGET', KEYS[1], 'n:pending') or '0') <= 0 then
-  rcall('ZREM', base .. ':messages:sending', msg)
-  rcall('ZADD', base .. ':messages:completed', 0, msg)
-  rcall('HSET', KEYS[1], 'status', 'completed', 'completedAt', ARGV[3])
-  return 'completed'
-end
-return status
+return completeWhenSettled(KEYS[1], base, msg, ARGV[3])

@@ -14,6 +14,7 @@
 
   Returns { 1, previousStatus } when moved, { 0, currentStatus } otherwise ('' for an unknown message).
 ]]
+-- @include "setMessageStatus"
 local rcall = redis.call
 local base, id, to = ARGV[1], ARGV[2], ARGV[4]
 local current = rcall('HGET', KEYS[1], 'status')
@@ -21,9 +22,7 @@ if not current then return { 0, '' } end
 local allowed = false
 for s in string.gmatch(ARGV[3], '[^,]+') do if s == current then allowed = true end end
 if not allowed then return { 0, current } end
-rcall('ZREM', base .. ':messages:' .. current, id)
-rcall('ZADD', base .. ':messages:' .. to, 0, id)
-rcall('HSET', KEYS[1], 'status', to)
+setMessageStatus(KEYS[1], base, id, current, to)
 local n = tonumber(ARGV[5])
 for i = 0, n - 1 do rcall('HSET', KEYS[1], ARGV[6 + 2 * i], ARGV[7 + 2 * i]) end
 if current == 'scheduled' then rcall('ZREM', base .. ':msg-due', id) end

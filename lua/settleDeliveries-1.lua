@@ -12,6 +12,7 @@
 
   Returns the number of deliveries recorded (those not pending any more are left alone).
 ]]
+-- @include "completeWhenSettled"
 local rcall = redis.call
 local base, msg, at = ARGV[1], ARGV[2], ARGV[3]
 local recorded, byStatus = 0, {}
@@ -35,12 +36,8 @@ for _ = 1, tonumber(ARGV[4]) do
 end
 if recorded > 0 then
   for status, count in pairs(byStatus) do rcall('HINCRBY', KEYS[1], 'n:' .. status, count) end
-  local pending = rcall('HINCRBY', KEYS[1], 'n:pending', -recorded)
+  rcall('HINCRBY', KEYS[1], 'n:pending', -recorded)
   rcall('HSET', KEYS[1], 'updatedAt', at)
-  if pending <= 0 and rcall('HGET', KEYS[1], 'fanout') == 'done' and rcall('HGET', KEYS[1], 'status') == 'sending' then
-    rcall('ZREM', base .. ':messages:sending', msg)
-    rcall('ZADD', base .. ':messages:completed', 0, msg)
-    rcall('HSET', KEYS[1], 'status', 'completed', 'completedAt', at)
-  end
+  completeWhenSettled(KEYS[1], base, msg, at)
 end
 return recorded

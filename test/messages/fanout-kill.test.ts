@@ -77,4 +77,37 @@ kill('a dispatcher killed mid-fan-out is resumed by another: every device gets t
   if (process.env.HERALD_TEST_VERBOSE) console.log(`killed at ${atKill.counts.sent} sent; ${resent} in-flight pushes sent again`);
 });
 
+kill('a dispatcher killed with a one-subscriber push in flight: the next one sends it again under the same apns-id and completes the message once', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const token = 'd1'.repeat(32);
+  await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: 'one-kill', channel: 'push', token, platform: 'ios' });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ delayMs: 5_000, times: 1 }); // the first push is held: the kill lands before its answer
+  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const sent = await api.post('/v1/messages', boot.keys.tenant, { to: 'one-kill', title: 'Once', body: 'after a SIGKILL' });
+  const id = sent.body.data.id;
+  await waitFor('the push to reach the peer', async () => ctx.peer.requests.some((r) => (r.payload as any)?.herald?.messageId === id), 30_000, 5);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  // killed between the deliveries' creation (the fan-out marked done with it) and the settling
+  const atKill = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+  assert.is(atKill.status, 'sending');
+  assert.equal(atKill.counts, { total: 1, pending: 1, sent: 0, failed: 0, skipped: 0, canceled: 0 });
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await waitFor('the next dispatcher to complete the message', async () => {
+    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+    return m.status === 'completed' ? m : null;
+  }, 30_000, 50);
+  assert.equal(done.counts, { total: 1, pending: 0, sent: 1, failed: 0, skipped: 0, canceled: 0 });
+  const deliveries = (await api.get(`/v1/messages/${id}/deliveries`, boot.keys.tenant)).body.data.items;
+  assert.is(deliveries.length, 1);
+  assert.is(deliveries[0].status, 'sent');
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
+  assert.is(received.length, 2, 'sent once before the kill, once after');
+  assert.is(new Set(received.map((r) => `${r.apnsId}|${r.headers['apns-collapse-id']}`)).size, 1, 'same apns-id and collapse id: the device shows it once');
+});
+
 kill.run();
