@@ -5,7 +5,8 @@ import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
 import { ingestEvents } from '../streams/ingest.js';
 import type { Keys } from '../streams/keys.js';
-import { callScript, hashReply } from '../streams/lua-scripts.js';
+import { callScript } from '../streams/lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 import { moveMessage, toMessage, type DeliveryStatus, type Message, type Target } from '../streams/messages.js';
 import { DefinitionsCache, needsOf } from '../streams/automation-definitions.js';
 import { selectWhere } from '../streams/subject-state.js';
@@ -75,7 +76,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
     const rows = await callScript<Row[]>(redis, 'readAudience', [keys.subscribers(p)], [keys.partitionBase(p), scope.tenantId, ...ids]);
     rows.forEach((row, i) => {
       if (row[0] !== 1) return;
-      found.set(ids[i]!, { preferences: row[1], records: row[2].map(hashReply) });
+      found.set(ids[i]!, { preferences: row[1], records: row[2].map((h) => recordOf(h)) });
     });
   }));
   // a record whose owner index names another subscriber is a stale copy of a moved token: not sent
@@ -261,7 +262,7 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: 
   const { redis, keys } = ctx;
   const recordKey = keys.message(scope.tenantId, messageId);
   // a queued message becomes sending in the same call that reads it
-  const record = hashReply(await callScript<string[]>(redis, 'startFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]));
+  const record = recordOf(await callScript<string[]>(redis, 'startFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]));
   if (record.status !== 'sending') return; // unknown, canceled, completed, failed, or still scheduled
   const message = toMessage(record);
   if ('externalId' in message.to) {

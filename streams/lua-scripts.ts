@@ -68,10 +68,3 @@ export function callScript(client: Redis | ChainableCommander, name: string, key
   if (typeof fn !== 'function') throw new Error(`Lua script ${name} is not defined on this client`);
   return fn.call(client, ...keys, ...args);
 }
-
-/** An `HGETALL` reply returned by a script (a flat list of fields and values) as a record. */
-export function hashReply(flat: string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
-  return out;
-}

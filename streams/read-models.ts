@@ -3,6 +3,7 @@ import { isoNow, now } from '../lib/clock.js';
 import type { EventSource } from '../lib/event-names.js';
 import type { StoredEvent } from './ingest.js';
 import type { Keys } from './keys.js';
+import { recordOf } from '../lib/field-list.js';
 
 /**
  * Reads of the read models the subscriber actors keep per partition. A subscriber lives in one
@@ -14,8 +15,7 @@ const SCAN_CHUNK = 200;
 const SCAN_BUDGET = 2_000;
 
 export function eventFromLog(fields: string[]): StoredEvent {
-  const f: Record<string, string> = {};
-  for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
+  const f = recordOf(fields);
   return {
     id: f.id!, sequence: Number(f.q), externalId: f.x!, name: f.n!, source: f.o as EventSource,
     timestamp: isoNow(Number(f.ts)), receivedAt: isoNow(Number(f.r)), data: JSON.parse(f.d || '{}'),

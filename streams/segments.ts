@@ -8,7 +8,8 @@ import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
-import { callScript, hashReply } from './lua-scripts.js';
+import { callScript } from './lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 import { loadSubscribers, type Subscriber } from './subscribers.js';
 
 /** Progress of the pass that computes a segment's membership over the existing subscribers. */
@@ -162,8 +163,8 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
   if (reply[0] !== 1) throw notFound('Segment');
   if (reply[3] === 1) await queueBackfills(redis, keys, scope, [current.id]);
   const count = await memberCount(redis, keys, tenantId, scope.partitions, current.id);
-  const before = toSegment(hashReply(reply[1]!), count);
-  const after = toSegment(hashReply(reply[2]!), count);
+  const before = toSegment(recordOf(reply[1]!), count);
+  const after = toSegment(recordOf(reply[2]!), count);
   const changed = diff(editable(before), editable(after));
   if (changed) {
     await appendAudit(redis, keys, {
@@ -196,7 +197,7 @@ export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScop
   const replies = (await cleanup.exec()) ?? [];
   let count = 0;
   for (let p = 0; p < scope.partitions; p++) count += Number(replies[1 + p * 2]?.[1] ?? 0);
-  const segment = toSegment(hashReply(reply[1]!), count);
+  const segment = toSegment(recordOf(reply[1]!), count);
   await appendAudit(redis, keys, { type: 'segment.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
   return segment;
 }

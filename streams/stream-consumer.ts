@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
+import { recordOf } from '../lib/field-list.js';
 
 export type StreamEntry = { id: string; fields: Record<string, string> };
 export type StreamHandler = (stream: string, entries: StreamEntry[]) => Promise<void>;
@@ -56,10 +57,7 @@ function toEntries(raw: [string, string[]][]): StreamEntry[] {
   const out: StreamEntry[] = [];
   for (const item of raw) {
     if (!item || !item[1]) continue; // an id whose entry was deleted
-    const [id, list] = item;
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < list.length; i += 2) fields[list[i]!] = list[i + 1]!;
-    out.push({ id, fields });
+    out.push({ id: item[0], fields: recordOf(item[1]) });
   }
   return out;
 }

@@ -6,7 +6,8 @@ import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, type Ref } from './ledger.js';
-import { callScript, hashReply } from './lua-scripts.js';
+import { callScript } from './lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 import { PENDING, queueBackfills, segmentsNamingTopic } from './segments.js';
 
 /** A topic: a named set of subscribers of one tenant, addressed by its slug. */
@@ -102,8 +103,8 @@ export async function updateTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   const reply = await callScript<[number, string[]?, string[]?]>(redis, 'updateTopic', [keys.topic(tenantId, current.id)], args);
   if (reply[0] !== 1) throw notFound('Topic');
   const count = await redis.zcard(keys.topicMembers(tenantId, current.id));
-  const before = toTopic(hashReply(reply[1]!), count);
-  const after = toTopic(hashReply(reply[2]!), count);
+  const before = toTopic(recordOf(reply[1]!), count);
+  const after = toTopic(recordOf(reply[2]!), count);
   const changed = diff(editable(before), editable(after));
   if (changed) {
     await appendAudit(redis, keys, {
@@ -132,7 +133,7 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   );
   if (reply[0] !== 1) throw notFound('Topic');
   await queueBackfills(redis, keys, scope, naming);
-  const topic = toTopic(hashReply(reply[1]!), Number(reply[2]));
+  const topic = toTopic(recordOf(reply[1]!), Number(reply[2]));
   await appendAudit(redis, keys, { type: 'topic.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
   return topic;
 }

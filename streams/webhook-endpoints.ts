@@ -7,6 +7,7 @@ import type { Writer, Workspace } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 
 /** A webhook endpoint as stored (spec 2.5 plus what delivery needs). */
 export type WebhookEndpoint = {
@@ -75,9 +76,7 @@ export function toEndpoint(h: Record<string, string>): WebhookEndpoint | null {
 
 /** A record from an HGETALL reply of a script (a flat list). */
 export function endpointFromList(list: string[]): WebhookEndpoint | null {
-  const h: Record<string, string> = {};
-  for (let i = 0; i < list.length; i += 2) h[list[i]!] = list[i + 1]!;
-  return toEndpoint(h);
+  return toEndpoint(recordOf(list));
 }
 
 export function publicEndpoint(e: WebhookEndpoint): PublicWebhookEndpoint {

@@ -5,6 +5,7 @@ import { isId, newId } from '../lib/ids.js';
 import { canonicalJson } from '../lib/canonical-json.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 
 export const MAX_WIDGETS_PER_SUBSCRIBER = 50;
 export const MAX_WIDGET_CONFIGURATION_BYTES = 4 * 1024;
@@ -18,9 +19,7 @@ function toWidget(h: Record<string, string>): Widget {
 
 /** The hash fields of a script reply `[status, field, value, …]` as a widget. */
 function widgetOfReply(reply: string[]): Widget {
-  const h: Record<string, string> = {};
-  for (let i = 1; i < reply.length; i += 2) h[reply[i]!] = reply[i + 1]!;
-  return toWidget(h);
+  return toWidget(recordOf(reply, 1));
 }
 
 /**

@@ -8,7 +8,8 @@ import type { WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
-import { callScript, hashReply } from './lua-scripts.js';
+import { callScript } from './lua-scripts.js';
+import { recordOf } from '../lib/field-list.js';
 
 /**
  * A workflow: a trigger and steps run per subscriber, addressed by its slug. Its definition lives
@@ -165,8 +166,8 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     );
     if (reply[0] === -1) continue; // another change made a new version first: recompute from it
     if (reply[0] !== 1) throw notFound('Workflow');
-    const before = toWorkflow(hashReply(reply[1]!), current);
-    const after = toWorkflow(hashReply(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
+    const before = toWorkflow(recordOf(reply[1]!), current);
+    const after = toWorkflow(recordOf(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
     const changed = diff(editable(before), editable(after));
     if (changed) {
       await appendAudit(redis, keys, {
@@ -207,7 +208,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   }
   if (reply[0] === -1) throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
   if (reply[0] !== 1) throw notFound('Workflow');
-  const h = hashReply(reply[1]!);
+  const h = recordOf(reply[1]!);
   // the current version is read for the answer, then every version record goes
   const cleanup = redis.pipeline().hgetall(keys.workflowVersion(tenantId, h.versionId!));
   for (const versionId of reply[2] ?? []) cleanup.del(keys.workflowVersion(tenantId, versionId));
