@@ -1,0 +1,54 @@
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/**
+ * `npm start` as an operator (or a supervisor, or a test suite) runs and stops it: npm forwards the
+ * SIGTERM or SIGINT it receives to its child, and that child must be the service itself; a shell
+ * in between dies of the signal and leaves the service running, holding its port.
+ */
+const start = suite('npm start');
+
+/** true when the service answers on `port`, false when nothing listens there */
+async function answers(port: number): Promise<boolean> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/health`, { signal: AbortSignal.timeout(2_000) });
+    return res.status === 200;
+  } catch {
+    return false;
+  }
+}
+
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  start(`${signal} to npm stops the service it started`, async () => {
+    const port = await freePort();
+    const npm = spawn('npm', ['start'], {
+      cwd: ROOT,
+      env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('npm-start'), HERALD_ROLES: 'web', LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
+    npm.stderr!.on('data', (d) => (output = (output + d).slice(-10_000)));
+    const exited = new Promise<void>((done) => npm.once('exit', () => done()));
+    try {
+      // the first start may build dist/ with tsc
+      await waitFor('the service to answer', () => answers(port), 120_000, 200).catch((err: Error) => {
+        throw new Error(`${err.message}\n${output}`);
+      });
+      npm.kill(signal);
+      await waitFor('the service to stop', async () => !(await answers(port)), 15_000, 100);
+      await exited;
+    } finally {
+      npm.kill('SIGKILL');
+    }
+    assert.not.ok(await answers(port), 'nothing answers on the port once npm is gone');
+  });
+}
+
+start.run();
