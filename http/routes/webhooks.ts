@@ -235,7 +235,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/workspaces/:workspaceSlug/webhooks/:id', write, async (ctx) => {
-    const body = checkBody<UpdateBody>('UpdateWebhookRequest', ctx.request.body ?? {});
+    const body = checkBody<UpdateBody>('UpdateWebhookRequest', ctx.request.body);
     const workspace = workspaceOf(ctx);
     await endpointOr404(ctx);
     const patch: EndpointPatch = {};

@@ -189,6 +189,16 @@ endpoints('PATCH edits url, description, events, tenant and enabled; disabling s
   assert.is(unknown.body.error.code, 'validation');
 });
 
+endpoints('PATCH with a JSON body that is not an object (null too) is 400 validation, as on every other route', async ({ api, key }) => {
+  const e = (await api.post(base(), key, { url: PUBLIC_URL })).body.data;
+  for (const raw of ['null', '42', '[]', '"x"']) {
+    const res = await api.call('PATCH', `${base()}/${e.id}`, { key, raw });
+    assert.is(res.status, 400, raw);
+    assert.is(res.body.error.code, 'validation', raw);
+    assert.equal(res.body.error.details, [{ param: 'body', message: 'must be object' }], raw);
+  }
+});
+
 endpoints('rotate answers a new secret once; the endpoint shows when it rotated', async ({ api, key }) => {
   const e = (await api.post(base(), key, { url: PUBLIC_URL })).body.data;
   const rotated = await api.post(`${base()}/${e.id}/rotate`, key);
