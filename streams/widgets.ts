@@ -46,21 +46,22 @@ export async function loadWidgets(redis: Redis, keys: Keys, tenantId: string, id
   for (const id of ids) pipeline.hgetall(keys.widget(tenantId, id));
   return ((await pipeline.exec()) ?? []).map(([err, h]) => {
     if (err) throw err;
-    return (h as Record<string, string>).id ? toWidget(h as Record<string, string>) : null;
+    const w = h as Record<string, string>;
+    return w.id && !w.deletedAt ? toWidget(w) : null;
   });
 }
 
 /**
- * Deletes a widget of `externalId`: the deleted widget, or null when there is none (deleting twice
- * is fine). A malformed id, or a widget of another subscriber, is 404.
+ * Deletes a widget of `externalId` (lua/deleteWidget): the deleted widget, or null when it was
+ * deleted before (its tombstone is kept `tombstoneMs`, so deleting twice is fine). A malformed id,
+ * an id this tenant never held (another tenant's) and a widget of another subscriber are 'not_found'
+ * (404, spec 2.3 rule 2).
  */
-export async function deleteWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, id: string): Promise<Widget | null | 'foreign'> {
-  if (!isId('widget', id)) return 'foreign';
-  const h = await redis.hgetall(keys.widget(tenantId, id));
-  if (!h.id) return null;
-  if (h.externalId !== externalId) return 'foreign';
-  await redis.pipeline().del(keys.widget(tenantId, id)).zrem(keys.subscriberWidgets(tenantId, externalId), id).exec();
-  return toWidget(h);
+export async function deleteWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, id: string, tombstoneMs: number): Promise<Widget | null | 'not_found'> {
+  if (!isId('widget', id)) return 'not_found';
+  const reply = await callScript<string[]>(redis, 'deleteWidget', [keys.subscriberWidgets(tenantId, externalId)], [keys.tenantBase(tenantId), id, externalId, isoNow(), tombstoneMs]);
+  if (reply[0] === 'deleted') return widgetOfReply(reply);
+  return reply[0] === 'gone' ? null : 'not_found';
 }
 
 /** Removes every widget of `externalId` (lua/deleteWidgets): part of deleting the subscriber. */

@@ -253,8 +253,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: clientDeleteWidget
    *     summary: Delete a widget
-   *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when there is
-   *       no such widget any more (deleting twice is fine). A malformed id or a widget of another subscriber is 404.
+   *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when this
+   *       subscriber deleted it before (deleting twice is fine; remembered for the event retention, `EVENT_RETENTION_DAYS`).
+   *       A malformed id, an id this tenant never held (another tenant's included) or a widget of another subscriber is
+   *       404 `not_found` (spec 2.3).
    *     tags: [Client]
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
@@ -272,8 +274,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
   router.delete('/v1/client/widgets/:id', client, async (ctx) => {
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
     await verifyClient(deps, ctx, query.externalId, query.identityHash);
-    const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!);
-    if (deleted === 'foreign') throw notFound('Widget');
+    const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);
+    if (deleted === 'not_found') throw notFound('Widget');
     respond(ctx, 200, deleted);
   });
 

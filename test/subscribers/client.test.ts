@@ -277,6 +277,23 @@ c('widgets: register, list own, delete answers the widget then null', async ({ a
   assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'w-user', kind: 'k', configuration: { pad: 'x'.repeat(5000) } })).body.error.details[0].param, 'configuration');
 });
 
+c('widgets: an id of another tenant or one never issued is 404 on DELETE (spec 2.3), and the widget stays', async ({ api, pk, service }) => {
+  const other = await bootstrapWorkspace(service, 'client-other');
+  const theirs = await api.post('/v1/client/widgets', other.keys.client, { externalId: 'w-user', kind: 'com.example.Orders' });
+  assert.is(theirs.status, 201);
+  const foreign = await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, pk);
+  assert.is(foreign.status, 404);
+  assert.is(foreign.body.error.code, 'not_found');
+  const neverIssued = await api.del(`/v1/client/widgets/${theirs.body.data.id.slice(0, -4)}zzzz?externalId=w-user`, pk);
+  assert.is(neverIssued.status, 404);
+  assert.is((await api.get('/v1/client/widgets?externalId=w-user', other.keys.client)).body.data.total, 1, 'the other tenant keeps its widget');
+  // deleted in its own tenant: 200 with the widget, then 200 null; the other tenant still gets 404
+  assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, other.keys.client)).body.data.id, theirs.body.data.id);
+  assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, other.keys.client)).body.data, null);
+  assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, pk)).status, 404);
+  assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=someone-else`, other.keys.client)).status, 404, 'a tombstone of another subscriber is 404 too');
+});
+
 c('identity verification: a valid hash marks verified, a wrong one is refused, and a tenant can require it', async ({ api, pk, service, boot }) => {
   const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
   const good = identityHash(secret, 'verified-user');
