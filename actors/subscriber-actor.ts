@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { now } from '../lib/clock.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
-import { callScript } from '../streams/lua-scripts.js';
+import { applyEvents } from '../streams/apply-events.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import { PartitionLeases } from '../streams/partition-leases.js';
 import { connectRedis } from '../streams/redis.js';
@@ -50,8 +50,7 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     const p = partitionOfStream.get(stream)!;
     const events = entries.filter((entry) => entry.fields.k !== 'timer');
     if (events.length) {
-      // the script reads the entries from the inbox itself: only their ids travel back
-      await callScript<number>(redis, 'applyEvents', [keys.applied(p), keys.partitionTenants(p), stream], [keys.partitionBase(p), config.retentionMs, now(), events.length, ...events.map((e) => e.id)]);
+      await applyEvents(redis, keys, p, config.retentionMs, now(), events);
     }
     await automation.handle(p, entries);
     if (events.length) await forwardToLedger(redis, keys, events, await forwarding);

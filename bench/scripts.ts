@@ -1,9 +1,10 @@
 import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
+import { recordOf } from '../lib/field-list.js';
+import { applyEvents } from '../streams/apply-events.js';
 import { ingestEvents } from '../streams/ingest.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { callScript } from '../streams/lua-scripts.js';
 import { connectRedis } from '../streams/redis.js';
 import { numberOption } from './lib/args.js';
 import { redisBenchmark, startRedis } from './lib/redis.js';
@@ -93,12 +94,9 @@ export async function run(args: string[]): Promise<BenchResult> {
 
 /** Applies everything in the inbox in calls of `batch` entries, as the worker would; returns the entries applied. */
 async function applyAll(redis: Redis, keys: Keys, batch: number): Promise<number> {
-  const ids = ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id]) => id);
+  const entries = ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id, list]) => ({ id, fields: recordOf(list) }));
   let applied = 0;
-  for (let i = 0; i < ids.length; i += batch) {
-    const chunk = ids.slice(i, i + batch);
-    applied += await callScript<number>(redis, 'applyEvents', [keys.applied(0), keys.partitionTenants(0), keys.inbox(0)], [keys.partitionBase(0), RETENTION, now(), chunk.length, ...chunk]);
-  }
+  for (let i = 0; i < entries.length; i += batch) applied += await applyEvents(redis, keys, 0, RETENTION, now(), entries.slice(i, i + batch));
   await redis.xtrim(keys.inbox(0), 'MAXLEN', 0);
   return applied;
 }

@@ -2,14 +2,16 @@ import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { now, setClockOffset } from '../../lib/clock.js';
+import { recordOf } from '../../lib/field-list.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { createKeys, type Keys } from '../../streams/keys.js';
-import { callScript } from '../../streams/lua-scripts.js';
+import type { StreamEntry } from '../../streams/stream-consumer.js';
+import { applyEvents } from '../../streams/apply-events.js';
 import { connectRedis } from '../../streams/redis.js';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 
 /**
- * lua/applyEvents-3.lua called directly (one partition), on entries written by the ingest script:
+ * lua/applyEvents-2.lua called directly (one partition), on entries written by the ingest script:
  * what a batch leaves in every read model when its effects are gathered per key, and that a
  * redelivered or partly requested batch applies each event exactly once.
  */
@@ -31,12 +33,13 @@ apply.after(async (ctx) => ctx.redis.disconnect());
 
 const event = (externalId: string, name: string, timestampMs = now()) => ({ externalId, name, source: 'server' as const, timestampMs, data: '{"n":1}', callerId: null, runId: null, messageId: null, step: null });
 
-async function inboxIds({ redis, keys }: Ctx): Promise<string[]> {
-  return ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id]) => id);
+/** The inbox entries, as the worker reads them. */
+async function inbox({ redis, keys }: Ctx): Promise<StreamEntry[]> {
+  return ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id, list]) => ({ id, fields: recordOf(list) }));
 }
 
-function applyIds({ redis, keys }: Ctx, ids: string[], retentionMs = RETENTION): Promise<number> {
-  return callScript<number>(redis, 'applyEvents', [keys.applied(0), keys.partitionTenants(0), keys.inbox(0)], [keys.partitionBase(0), retentionMs, now(), ids.length, ...ids]);
+function apply1({ redis, keys }: Ctx, entries: StreamEntry[], retentionMs = RETENTION): Promise<number> {
+  return applyEvents(redis, keys, 0, retentionMs, now(), entries);
 }
 
 apply('a batch of several subscribers and names: every read model counts each event once', async (ctx) => {
@@ -44,9 +47,9 @@ apply('a batch of several subscribers and names: every read model counts each ev
   const ts = now();
   // a: 3 events (2 names), b: 2 events (1 name); each subscriber's first event also writes $subscriber.created
   await ingestEvents(redis, keys, scope, [event('a', 'open', ts - 5_000), event('b', 'open', ts - 1_000), event('a', 'buy', ts - 3_000), event('a', 'open', ts), event('b', 'open', ts - 2_000)]);
-  const ids = await inboxIds(ctx);
-  assert.is(ids.length, 7);
-  assert.is(await applyIds(ctx, ids), 7);
+  const entries = await inbox(ctx);
+  assert.is(entries.length, 7);
+  assert.is(await apply1(ctx, entries), 7);
 
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 7, 'the tenant log holds each event once');
   const timelineOf = async (x: string) => (await redis.zrange(keys.timeline(0, T, x), 0, -1, 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
@@ -88,11 +91,11 @@ apply('a batch of several subscribers and names: every read model counts each ev
 apply('redelivered entries change nothing; a later bucket write keeps the bucket\'s expiry', async (ctx) => {
   const { redis, keys } = ctx;
   await ingestEvents(redis, keys, scope, [event('c', 'open'), event('c', 'open')]);
-  const ids = await inboxIds(ctx);
-  assert.is(await applyIds(ctx, ids), 3);
+  const entries = await inbox(ctx);
+  assert.is(await apply1(ctx, entries), 3);
   const before = { log: await redis.xlen(keys.tenantLog(0, T)), catalog: await redis.hgetall(keys.catalog(0, T)) };
-  assert.is(await applyIds(ctx, ids), 0, 'the same ids again: nothing applied');
-  assert.is(await applyIds(ctx, [ids[2]!, ids[1]!]), 0);
+  assert.is(await apply1(ctx, entries), 0, 'the same entries again: nothing applied');
+  assert.is(await apply1(ctx, [entries[2]!, entries[1]!]), 0);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), before.log);
   assert.equal(await redis.hgetall(keys.catalog(0, T)), before.catalog);
 
@@ -100,39 +103,39 @@ apply('redelivered entries change nothing; a later bucket write keeps the bucket
   const ts = now();
   const day = ts - (ts % DAY);
   const expiry = await redis.pexpiretime(keys.volume(0, T, 'd', day));
-  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(3)), 2);
+  assert.is(await apply1(ctx, (await inbox(ctx)).slice(3)), 2);
   assert.is(await redis.pexpiretime(keys.volume(0, T, 'd', day)), expiry);
   assert.is(await redis.pfcount(keys.uniques(0, T, 'd', day, '*')), 2);
 });
 
-apply('only the requested ids are applied, wherever they are in the inbox', async (ctx) => {
+apply('only the given entries are applied, wherever they are in the inbox', async (ctx) => {
   const { redis, keys } = ctx;
-  // 150 subscribers: 300 entries ($subscriber.created then the event, each); request the first
-  // entries of three subscribers far apart (a span wider than one read of the span)
+  // 150 subscribers: 300 entries ($subscriber.created then the event, each); first the first
+  // entries of three subscribers far apart, with an entry that is no event (a timer's fields)
   await ingestEvents(redis, keys, scope, Array.from({ length: 100 }, (_, i) => event(`e${i}`, 'open')));
   await ingestEvents(redis, keys, scope, Array.from({ length: 50 }, (_, i) => event(`e${100 + i}`, 'open')));
-  const ids = await inboxIds(ctx);
-  assert.is(ids.length, 300);
-  const wanted = [ids[0]!, ids[150]!, ids[298]!];
-  assert.is(await applyIds(ctx, wanted), 3);
+  const entries = await inbox(ctx);
+  assert.is(entries.length, 300);
+  const wanted = [entries[0]!, entries[150]!, entries[298]!];
+  assert.is(await apply1(ctx, [...wanted, { id: entries[299]!.id, fields: { k: 'timer', tm: 'run|ws|t|r|e0' } }]), 3);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 3);
   const applied = await redis.hgetall(keys.applied(0));
   assert.equal(Object.keys(applied).length, 3, 'three subscribers applied, no other');
   // the rest later, in order: each is applied once
-  assert.is(await applyIds(ctx, ids.filter((id) => !wanted.includes(id))), 297);
+  assert.is(await apply1(ctx, entries.filter((entry) => !wanted.includes(entry))), 297);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 300);
 });
 
 apply('every 8th event of a subscriber drops its timeline entries older than the retention', async (ctx) => {
   const { redis, keys } = ctx;
   await ingestEvents(redis, keys, scope, Array.from({ length: 3 }, () => event('f', 'open'))); // q 1..4
-  assert.is(await applyIds(ctx, await inboxIds(ctx)), 4);
+  assert.is(await apply1(ctx, await inbox(ctx)), 4);
   setClockOffset(2 * DAY);
   await ingestEvents(redis, keys, scope, Array.from({ length: 3 }, () => event('f', 'open'))); // q 5..7: no trim yet
-  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(4), DAY), 3);
+  assert.is(await apply1(ctx, (await inbox(ctx)).slice(4), DAY), 3);
   assert.is(await redis.zcard(keys.timeline(0, T, 'f')), 7);
   await ingestEvents(redis, keys, scope, [event('f', 'open')]); // q 8
-  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(7), DAY), 1);
+  assert.is(await apply1(ctx, (await inbox(ctx)).slice(7), DAY), 1);
   const left = (await redis.zrange(keys.timeline(0, T, 'f'), 0, -1, 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
   assert.equal(left, [5, 6, 7, 8], 'the four entries older than a day are gone');
 });
