@@ -13,6 +13,10 @@ export function createAjv(schemas: Record<string, Schema>, options: { coerceType
   // verbose: an error carries its schema, so a failed oneOf can say what its alternatives are (`x-errorMessage`)
   const ajv = new Ajv({ allErrors: true, strict: false, verbose: true, coerceTypes: options.coerceTypes ?? false, useDefaults: true });
   addFormats(ajv);
+  // A date-time must also be one the code can read: ajv-formats accepts RFC 3339 forms `Date.parse`
+  // cannot (`+00` offsets, leap second `23:59:60`), whose NaN would be stored and break every read.
+  const dateTime = ajv.formats['date-time'] as { validate: (s: string) => boolean; compare: (a: string, b: string) => number | undefined };
+  ajv.addFormat('date-time', { type: 'string', validate: (s: string) => dateTime.validate(s) && Number.isFinite(Date.parse(s)), compare: dateTime.compare });
   ajv.addSchema({ $id: ROOT, components: { schemas } });
   return ajv;
 }
