@@ -29,6 +29,7 @@
 
   Returns the number of entries applied (the rest were already applied).
 ]]
+-- @include "dedupeField"
 local rcall = redis.call
 local base, retention, nowMs = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local HOUR, DAY = 3600000, 86400000
@@ -141,8 +142,11 @@ for _, f in ipairs(records) do
     -- an event sent with the caller's id: its dedupe entry pointed at the inbox entry, which goes once
     -- acked; it points at the tenant-log entry from now on (unless it was forgotten or reused meanwhile)
     if f.c ~= '' then
-      local dedupeField = field .. '|' .. f.c
-      if rcall('HGET', dedupeKey, dedupeField) == 'i' .. f.inboxId then rcall('HSET', dedupeKey, dedupeField, 'l' .. logId) end
+      local dedupe = dedupeField(t, x, f.c)
+      local pointer = rcall('HGET', dedupeKey, dedupe)
+      -- an entry ingested before dedupeField has the old form of the field (see lua/ingestEvents)
+      if not pointer then dedupe = field .. '|' .. f.c; pointer = rcall('HGET', dedupeKey, dedupe) end
+      if pointer == 'i' .. f.inboxId then rcall('HSET', dedupeKey, dedupe, 'l' .. logId) end
     end
     -- the subscriber's timeline
     local timeline = listFor(timelines, timelineOrder, base .. ':tl:' .. t .. ':' .. x)

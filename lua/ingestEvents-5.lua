@@ -6,7 +6,7 @@
   KEYS[1] partition inbox stream        ({pN}:in)
   KEYS[2] sequence hash                 ({pN}:seq)        field tenant|externalId -> last sequence
   KEYS[3] subscriber hash               ({pN}:subs)       field tenant|externalId -> sub_ id
-  KEYS[4] dedupe hash                   ({pN}:dedupe)     field tenant|externalId|callerId -> where the original is:
+  KEYS[4] dedupe hash                   ({pN}:dedupe)     field includes/dedupeField -> where the original is:
                                                           'i' .. inbox entry id until the worker applies it, then
                                                           'l' .. tenant-log entry id (lua/applyEvents rewrites it);
                                                           a pointer, not a copy: the event is stored once
@@ -29,14 +29,15 @@
   sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it.
 ]]
 -- @include "ensureSubscriber"
+-- @include "dedupeField"
 local rcall = redis.call
 local tenant, workspace, received = ARGV[1], ARGV[2], ARGV[3]
 if rcall('XLEN', KEYS[1]) > tonumber(ARGV[4]) then return { -1 } end
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[5], tenant = tenant, workspace = workspace, received = received, receivedIso = ARGV[6] }
 
--- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone.
--- Entries written before pointers held the original itself (meta JSON first).
-local function original(pointer)
+-- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone
+-- (or, with `owner`, when it is not that externalId's). Entries written before pointers held the original itself (meta JSON first).
+local function original(pointer, owner)
   local kind, id = string.sub(pointer, 1, 1), string.sub(pointer, 2)
   if kind == '{' then return pointer end
   local stream = kind == 'i' and KEYS[1] or (kind == 'l' and (ARGV[5] .. ':log:' .. tenant)) or nil
@@ -44,6 +45,7 @@ local function original(pointer)
   if not entry then return nil end
   local f = {}
   for j = 1, #entry[2], 2 do f[entry[2][j]] = entry[2][j + 1] end
+  if owner and f.x ~= owner then return nil end
   return cjson.encode({ id = f.id, q = tonumber(f.q), ts = f.ts, r = f.r, o = f.o, n = f.n, ru = f.ru or '', m = f.m or '', st = f.st or '' })
     .. '\n' .. (f.d or '{}')
 end
@@ -55,9 +57,15 @@ for i = 0, n - 1 do
   local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step =
     ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
   local field = tenant .. '|' .. externalId
-  local dedupeField = callerId ~= '' and (field .. '|' .. callerId) or nil
-  local pointer = dedupeField and rcall('HGET', KEYS[4], dedupeField)
+  local dedupe = callerId ~= '' and dedupeField(tenant, externalId, callerId) or nil
+  local pointer = dedupe and rcall('HGET', KEYS[4], dedupe)
   local found = pointer and original(pointer)
+  if dedupe and not pointer then
+    -- an entry of the field's form before dedupeField (tenant|externalId|callerId, ambiguous when the ids
+    -- hold `|`), until the retention forgets those: it counts only when its original is this subscriber's
+    local legacy = rcall('HGET', KEYS[4], field .. '|' .. callerId)
+    found = legacy and original(legacy, externalId)
+  end
   if found then
     out[#out + 1] = { 2, found }
   else
@@ -65,9 +73,9 @@ for i = 0, n - 1 do
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
     local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
       ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step })
-    if dedupeField then
-      rcall('HSET', KEYS[4], dedupeField, 'i' .. inboxId)
-      rcall('ZADD', KEYS[5], received, dedupeField)
+    if dedupe then
+      rcall('HSET', KEYS[4], dedupe, 'i' .. inboxId)
+      rcall('ZADD', KEYS[5], received, dedupe)
     end
     out[#out + 1] = { 1, seq, sub, createdSeq }
   end

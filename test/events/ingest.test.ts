@@ -1,16 +1,18 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
+import { partitionOf } from '../../lib/partition.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string; tenantId: string };
 const ingest = suite<Ctx>('POST /v1/events');
 
 ingest.before(async (ctx) => {
   ctx.service = await startTestService('ingest');
   ctx.api = client(ctx.service.url);
-  const { keys } = await bootstrapWorkspace(ctx.service, 'ingest');
+  const { keys, tenant } = await bootstrapWorkspace(ctx.service, 'ingest');
+  ctx.tenantId = tenant.id;
   ctx.key = keys.tenant;
   ctx.clientKey = keys.client;
 });
@@ -76,6 +78,30 @@ ingest('the same id twice in one batch stores it once', async ({ api, key }) => 
   const res = await api.post('/v1/events', key, { events: [{ externalId: 'dup-3', name: 'x', id: 'same' }, { externalId: 'dup-3', name: 'x', id: 'same' }] });
   assert.equal(res.body.data.items.map((i: any) => i.status), ['accepted', 'duplicate']);
   assert.is(res.body.data.items[0].id, res.body.data.items[1].id);
+});
+
+ingest('dedupe ids holding | never make one subscriber\'s event a duplicate of another\'s', async ({ api, key, service, tenantId }) => {
+  // externalId `a|b` with id `c` and externalId `a` with id `b|c`, in one partition: one dedupe field before
+  const partitions = service.config.partitions;
+  let suffix = 0;
+  while (partitionOf(tenantId, `pipe|${suffix}`, partitions) !== partitionOf(tenantId, 'pipe', partitions)) suffix++;
+  const first = await api.post('/v1/events', key, { externalId: `pipe|${suffix}`, name: 'first', id: 'r', data: { secret: 1 } });
+  const second = await api.post('/v1/events', key, { externalId: 'pipe', name: 'second', id: `${suffix}|r` });
+  assert.is(first.body.data.items[0].status, 'accepted');
+  assert.is(second.body.data.items[0].status, 'accepted', 'another subscriber, another id');
+  assert.is(second.body.data.items[0].name, 'second');
+  assert.is.not(second.body.data.items[0].id, first.body.data.items[0].id);
+  const replay = await api.post('/v1/events', key, { externalId: 'pipe', name: 'second', id: `${suffix}|r` });
+  assert.equal([replay.body.data.items[0].status, replay.body.data.items[0].id], ['duplicate', second.body.data.items[0].id]);
+  // an entry of the field's old form (tenant|externalId|id) still answers its own subscriber's replays, never another's
+  const p = partitionOf(tenantId, 'pipe', partitions);
+  const inboxId = (await service.redis.xrevrange(service.keys.inbox(p), '+', '-', 'COUNT', 1))[0]![0];
+  await service.redis.hset(service.keys.dedupe(p), `${tenantId}|pipe|legacy-1`, `i${inboxId}`);
+  const legacy = await api.post('/v1/events', key, { externalId: 'pipe', name: 'second', id: 'legacy-1' });
+  assert.equal([legacy.body.data.items[0].status, legacy.body.data.items[0].id], ['duplicate', second.body.data.items[0].id]);
+  await service.redis.hset(service.keys.dedupe(p), `${tenantId}|pipe|${suffix}|legacy-2`, `i${inboxId}`);
+  const foreign = await api.post('/v1/events', key, { externalId: `pipe|${suffix}`, name: 'third', id: 'legacy-2' });
+  assert.is(foreign.body.data.items[0].status, 'accepted', 'an old-form entry whose original is another subscriber\'s is not a duplicate');
 });
 
 ingest('a batch with any invalid event is refused whole with details per item', async ({ api, key, service }) => {

@@ -176,7 +176,7 @@ reads('catalog windows roll by the hour and reach the hour ahead; volume shows t
 reads('a caller id keeps a pointer to the one stored copy; replays answer the original before and after the worker applied it', async ({ api, key, service, tenantId }) => {
   const x = 'pointer-1';
   const p = partitionOf(tenantId, x, service.config.partitions);
-  const field = `${tenantId}|${x}|order-77`;
+  const field = `${tenantId}|${Buffer.byteLength(x)}|${x}|order-77`;
   const big = { note: 'n'.repeat(900) };
   const first = (await api.post('/v1/events', key, { externalId: x, name: 'order.paid', id: 'order-77', data: big })).body.data.items[0];
   const asOriginal = (item: any) => ({ ...item, status: 'accepted' });
