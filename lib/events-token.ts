@@ -23,12 +23,12 @@ export async function signEventsToken(secret: Uint8Array, claims: EventsTokenCla
   return { token, expiresAt: new Date(exp * 1000).toISOString() };
 }
 
-/** The claims of a valid events token, or null when it is invalid or expired. */
-export async function verifyEventsToken(secret: Uint8Array, token: string): Promise<EventsTokenClaims | null> {
+/** The claims of a valid events token and when it expires, or null when it is invalid or expired. */
+export async function verifyEventsToken(secret: Uint8Array, token: string): Promise<(EventsTokenClaims & { expiresAt: string }) | null> {
   try {
     const { payload } = await jwtVerify(token, secret, { issuer: ISSUER, audience: AUDIENCE, algorithms: ['HS256'], currentDate: new Date(now()) });
-    if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || payload.scope !== 'events:read') return null;
-    return { tenantId: payload.sub, workspaceId: payload.wid };
+    if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || payload.scope !== 'events:read' || typeof payload.exp !== 'number') return null;
+    return { tenantId: payload.sub, workspaceId: payload.wid, expiresAt: new Date(payload.exp * 1000).toISOString() };
   } catch {
     return null;
   }

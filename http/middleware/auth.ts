@@ -19,8 +19,8 @@ import { jsonBody } from './json-body.js';
  */
 export type Plane = 'tenant' | 'workspace' | 'client' | 'any';
 
-/** What a route knows about its caller once `authorize` has run; `principal` is null for an events token. */
-export type AuthState = { principal: Principal | null; workspace: Workspace; tenant: Tenant | null };
+/** What a route knows about its caller once `authorize` has run; `principal` is null for an events token, `tokenExpiresAt` its expiry. */
+export type AuthState = { principal: Principal | null; workspace: Workspace; tenant: Tenant | null; tokenExpiresAt?: string };
 
 export type AuthOptions = {
   /** the route also accepts an events token (`GET /v1/events/token`), which holds `events:read` for one tenant */
@@ -37,7 +37,7 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
   const header = ctx.get('Service-Tenant').trim();
   if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This token belongs to another tenant');
   if (scope !== null && !hasScope(['events:read'], scope)) throw new ApiError(403, 'missing_permission', `An events token lacks the scope ${scope}`);
-  return { principal: null, workspace, tenant };
+  return { principal: null, workspace, tenant, tokenExpiresAt: claims.expiresAt };
 }
 
 const BEARER = /^Bearer\s+(\S+)\s*$/i;

@@ -22,14 +22,14 @@ export function registerWhoami(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/whoami', authorize(deps, 'any', null, { eventsToken: true }), (ctx) => {
-    const { principal, workspace, tenant } = ctx.state.auth as AuthState;
+    const { principal, workspace, tenant, tokenExpiresAt } = ctx.state.auth as AuthState;
     respond(ctx, 200, {
       kind: principal ? principal.key.kind : 'events_token',
       keyId: principal?.key.id ?? null,
       scopes: principal ? principal.key.scopes : ['events:read'],
       workspace: { id: workspace.id, slug: workspace.slug },
       tenant: tenant ? { id: tenant.id, slug: tenant.slug } : null,
-      expiresAt: principal?.key.expiresAt ?? null,
+      expiresAt: principal ? principal.key.expiresAt : tokenExpiresAt ?? null,
     });
   });
 }

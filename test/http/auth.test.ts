@@ -207,6 +207,14 @@ auth('an events token cannot mint another token: GET /v1/events/token is 403 for
   isError(await api.get('/v1/events/token', token), 403, 'forbidden');
 });
 
+auth('GET /v1/whoami with an events token says when it expires', async ({ api, acme }) => {
+  const issued = (await api.get('/v1/events/token', acme.keys.tenant)).body.data;
+  const me = await api.get('/v1/whoami', issued.token);
+  isOk(me);
+  assert.is(me.body.data.kind, 'events_token');
+  assert.is(me.body.data.expiresAt, issued.expiresAt);
+});
+
 // ---- 403 missing_permission -----------------------------------------------------------------
 
 auth('a key with only events:read posting events is 403 missing_permission', async ({ service, api }) => {
