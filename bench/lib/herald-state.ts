@@ -140,7 +140,7 @@ export type ScriptCost = {
  * `start` turns it on (with room for `maxLen` entries) and clears it; `collect` reads it, turns it
  * back off, and classifies EVALSHA calls by their first key: `:in` is ingestEvents, `:applied`
  * applyEvents, `:lease:` lease scripts. Events per call are counted from the number of arguments
- * (12 per event for ingestEvents, 15 per inbox entry for applyEvents; the fixed ones are fewer).
+ * (12 per event for ingestEvents, 14 per inbox entry for applyEvents; the fixed ones are fewer).
  */
 export class SlowlogProfile {
   private saved: [string, string] | null = null;
@@ -182,7 +182,7 @@ export class SlowlogProfile {
           events = Math.floor(rest / 12); // 12 ARGV per event
         } else if (firstKey.endsWith(':applied')) {
           kind = 'applyEvents';
-          events = Math.max(0, Math.floor((rest - 4) / 15)); // 4 fixed ARGV, then 15 per inbox entry (its id and fields)
+          events = Math.max(0, rest - 4); // 4 fixed ARGV, then one inbox entry id per entry
         } else if (firstKey.includes(':lease:')) kind = 'lease scripts';
         else kind = 'other scripts';
       }

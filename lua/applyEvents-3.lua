@@ -13,17 +13,16 @@
 
   KEYS[1] applied hash        ({pN}:applied)  field tenant|externalId -> last applied sequence
   KEYS[2] partition tenants   ({pN}:tenants)  zset of tenant ids with data here, score = last write ms
+  KEYS[3] partition inbox     ({pN}:in)       the entries, read here by id (the caller sends ids, not
+                                              the events again: half the bytes of a batch)
 
   ARGV[1] partition key base ({pN} with the key prefix); read-model keys are built from it with the
           suffixes of streams/keys.ts (tenantLog, timeline, catalog, volume, uniques, samples)
   ARGV[2] retention (ms)
   ARGV[3] now (ms)
   ARGV[4] number of entries N
-  then N groups of 15, the inbox entries in stream order as the worker read them (the caller sends
-  their fields: reading them again here with XRANGE cost Redis a quarter of the call, as much as
-  every read-model write but the tenant log's; streams/apply-events.ts builds the groups):
-    inbox entry id, then its fields t, id, q, x, u, n, o, ts, r, d, c, ru, m, st ('' when absent);
-    an entry without t, x or a numeric q (not an event) is skipped
+  then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, and k to skip timers)
   An event sent with the caller's id gets its dedupe entry ({pN}:dedupe, see lua/ingestEvents)
   pointed at its tenant-log entry instead of the inbox entry.
 
@@ -53,6 +52,17 @@ end
 local trimBelow = decimal(nowMs - retention)
 local dedupeKey = base .. ':dedupe'
 local n = tonumber(ARGV[4])
+
+-- The entries: one XRANGE over the batch's span (a batch read from the group is contiguous but for
+-- entries of other kinds); any id it does not cover (a claimed batch with gaps wider than the
+-- span read) is read on its own.
+local wanted, byId = {}, {}
+for i = 1, n do wanted[ARGV[4 + i]] = true end
+if n > 0 then
+  for _, entry in ipairs(rcall('XRANGE', KEYS[3], ARGV[5], ARGV[4 + n], 'COUNT', n + 64)) do
+    if wanted[entry[1]] then byId[entry[1]] = entry[2] end
+  end
+end
 
 local appliedNow, appliedOrder = {}, {}
 local logTail, tenants = {}, {}
@@ -94,15 +104,40 @@ local function countIn(vol, uv, name, x, untilMs, uvUntilMs)
   end
 end
 
+-- An inbox event as lua/includes/appendInboxEvent writes it (always the same fields in the same
+-- order) is read by position into a table built whole; anything else (a timer entry) field by field.
+local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st' }
+local function fieldsOf(list)
+  local usual = #list == 2 * #LAYOUT
+  if usual then
+    for j, name in ipairs(LAYOUT) do
+      if list[2 * j - 1] ~= name then
+        usual = false
+        break
+      end
+    end
+  end
+  if usual then
+    return { t = list[2], id = list[6], q = list[8], x = list[10], u = list[12], n = list[14], o = list[16],
+      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30] }
+  end
+  local f = {}
+  for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
+  return f
+end
+
 -- pass 1: the entries' fields, and the distinct subscribers' last applied sequences in one HMGET
 local records, fieldsWanted, seenField = {}, {}, {}
-for i = 0, n - 1 do
-  local b = 5 + i * 15
-  local f = { inboxId = ARGV[b], t = ARGV[b + 1], id = ARGV[b + 2], q = ARGV[b + 3], x = ARGV[b + 4], u = ARGV[b + 5], n = ARGV[b + 6],
-    o = ARGV[b + 7], ts = ARGV[b + 8], r = ARGV[b + 9], d = ARGV[b + 10], c = ARGV[b + 11], ru = ARGV[b + 12], m = ARGV[b + 13], st = ARGV[b + 14] }
-  local q = tonumber(f.q)
-  if f.t ~= '' and f.x ~= '' and q then
-    f.field, f.seq = f.t .. '|' .. f.x, q
+for i = 1, n do
+  local list = byId[ARGV[4 + i]]
+  if not list then
+    local entry = rcall('XRANGE', KEYS[3], ARGV[4 + i], ARGV[4 + i])[1]
+    list = entry and entry[2]
+  end
+  local f = list and fieldsOf(list) or {}
+  local q = tonumber(f.q or '')
+  if f.t and f.x and q and f.k ~= 'timer' then
+    f.field, f.seq, f.inboxId = f.t .. '|' .. f.x, q, ARGV[4 + i]
     records[#records + 1] = f
     if not seenField[f.field] then
       seenField[f.field] = true
@@ -125,7 +160,7 @@ for _, f in ipairs(records) do
     appliedNow[field] = f.q
     tenants[t] = true
     local id, u, name, o, ts, r, d, ru, m, st =
-      f.id, f.u, f.n, f.o, tonumber(f.ts), f.r, f.d, f.ru, f.m, f.st
+      f.id or '', f.u or '', f.n or '', f.o or '', tonumber(f.ts or ''), f.r or '', f.d or '', f.ru or '', f.m or '', f.st or ''
     -- tenant log (the one durable copy of the event); log ids carry receivedAt, so the tenant log
     -- merged across partitions reads newest-received first; never below the stream's last id (web
     -- processes' clocks may differ slightly)
@@ -141,7 +176,7 @@ for _, f in ipairs(records) do
     logTail[logKey] = ms
     -- an event sent with the caller's id: its dedupe entry pointed at the inbox entry, which goes once
     -- acked; it points at the tenant-log entry from now on (unless it was forgotten or reused meanwhile)
-    if f.c ~= '' then
+    if f.c and f.c ~= '' then
       local dedupe = dedupeField(t, x, f.c)
       local pointer = rcall('HGET', dedupeKey, dedupe)
       -- an entry ingested before dedupeField has the old form of the field (see lua/ingestEvents)
