@@ -50,7 +50,7 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     const p = partitionOfStream.get(stream)!;
     const events = entries.filter((entry) => entry.fields.k !== 'timer');
     if (events.length) {
-      await applyEvents(redis, keys, p, config.retentionMs, now(), events);
+      await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id));
     }
     await automation.handle(p, entries);
     if (events.length) await forwardToLedger(redis, keys, events, await forwarding);

@@ -18,8 +18,10 @@ local rcall = redis.call
 local key = ARGV[1] .. ':widget:' .. ARGV[2]
 local h = rcall('HGETALL', key)
 if #h == 0 then return { 'missing' } end
-if rcall('HGET', key, 'externalId') ~= ARGV[3] then return { 'foreign' } end
-if rcall('HEXISTS', key, 'deletedAt') == 1 then return { 'gone' } end
+local w = {}
+for i = 1, #h, 2 do w[h[i]] = h[i + 1] end
+if w.externalId ~= ARGV[3] then return { 'foreign' } end
+if w.deletedAt then return { 'gone' } end
 rcall('DEL', key)
 rcall('ZREM', KEYS[1], ARGV[2])
 rcall('HSET', key, 'id', ARGV[2], 'externalId', ARGV[3], 'deletedAt', ARGV[4])

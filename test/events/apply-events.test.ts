@@ -2,10 +2,8 @@ import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { now, setClockOffset } from '../../lib/clock.js';
-import { recordOf } from '../../lib/field-list.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { createKeys, type Keys } from '../../streams/keys.js';
-import type { StreamEntry } from '../../streams/stream-consumer.js';
 import { applyEvents } from '../../streams/apply-events.js';
 import { connectRedis } from '../../streams/redis.js';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
@@ -33,13 +31,12 @@ apply.after(async (ctx) => ctx.redis.disconnect());
 
 const event = (externalId: string, name: string, timestampMs = now()) => ({ externalId, name, source: 'server' as const, timestampMs, data: '{"n":1}', callerId: null, runId: null, messageId: null, step: null });
 
-/** The inbox entries, as the worker reads them. */
-async function inbox({ redis, keys }: Ctx): Promise<StreamEntry[]> {
-  return ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id, list]) => ({ id, fields: recordOf(list) }));
+async function inboxIds({ redis, keys }: Ctx): Promise<string[]> {
+  return ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id]) => id);
 }
 
-function apply1({ redis, keys }: Ctx, entries: StreamEntry[], retentionMs = RETENTION): Promise<number> {
-  return applyEvents(redis, keys, 0, retentionMs, now(), entries);
+function applyIds({ redis, keys }: Ctx, ids: string[], retentionMs = RETENTION): Promise<number> {
+  return applyEvents(redis, keys, 0, retentionMs, now(), ids);
 }
 
 apply('a batch of several subscribers and names: every read model counts each event once', async (ctx) => {
@@ -47,9 +44,9 @@ apply('a batch of several subscribers and names: every read model counts each ev
   const ts = now();
   // a: 3 events (2 names), b: 2 events (1 name); each subscriber's first event also writes $subscriber.created
   await ingestEvents(redis, keys, scope, [event('a', 'open', ts - 5_000), event('b', 'open', ts - 1_000), event('a', 'buy', ts - 3_000), event('a', 'open', ts), event('b', 'open', ts - 2_000)]);
-  const entries = await inbox(ctx);
-  assert.is(entries.length, 7);
-  assert.is(await apply1(ctx, entries), 7);
+  const ids = await inboxIds(ctx);
+  assert.is(ids.length, 7);
+  assert.is(await applyIds(ctx, ids), 7);
 
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 7, 'the tenant log holds each event once');
   const timelineOf = async (x: string) => (await redis.zrange(keys.timeline(0, T, x), 0, -1, 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
@@ -91,11 +88,11 @@ apply('a batch of several subscribers and names: every read model counts each ev
 apply('redelivered entries change nothing; a later bucket write keeps the bucket\'s expiry', async (ctx) => {
   const { redis, keys } = ctx;
   await ingestEvents(redis, keys, scope, [event('c', 'open'), event('c', 'open')]);
-  const entries = await inbox(ctx);
-  assert.is(await apply1(ctx, entries), 3);
+  const ids = await inboxIds(ctx);
+  assert.is(await applyIds(ctx, ids), 3);
   const before = { log: await redis.xlen(keys.tenantLog(0, T)), catalog: await redis.hgetall(keys.catalog(0, T)) };
-  assert.is(await apply1(ctx, entries), 0, 'the same entries again: nothing applied');
-  assert.is(await apply1(ctx, [entries[2]!, entries[1]!]), 0);
+  assert.is(await applyIds(ctx, ids), 0, 'the same ids again: nothing applied');
+  assert.is(await applyIds(ctx, [ids[2]!, ids[1]!]), 0);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), before.log);
   assert.equal(await redis.hgetall(keys.catalog(0, T)), before.catalog);
 
@@ -103,39 +100,39 @@ apply('redelivered entries change nothing; a later bucket write keeps the bucket
   const ts = now();
   const day = ts - (ts % DAY);
   const expiry = await redis.pexpiretime(keys.volume(0, T, 'd', day));
-  assert.is(await apply1(ctx, (await inbox(ctx)).slice(3)), 2);
+  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(3)), 2);
   assert.is(await redis.pexpiretime(keys.volume(0, T, 'd', day)), expiry);
   assert.is(await redis.pfcount(keys.uniques(0, T, 'd', day, '*')), 2);
 });
 
-apply('only the given entries are applied, wherever they are in the inbox', async (ctx) => {
+apply('only the requested ids are applied, wherever they are in the inbox', async (ctx) => {
   const { redis, keys } = ctx;
   // 150 subscribers: 300 entries ($subscriber.created then the event, each); request the first
   // entries of three subscribers far apart (a span wider than one read of the span)
   await ingestEvents(redis, keys, scope, Array.from({ length: 100 }, (_, i) => event(`e${i}`, 'open')));
   await ingestEvents(redis, keys, scope, Array.from({ length: 50 }, (_, i) => event(`e${100 + i}`, 'open')));
-  const entries = await inbox(ctx);
-  assert.is(entries.length, 300);
-  const wanted = [entries[0]!, entries[150]!, entries[298]!];
-  assert.is(await apply1(ctx, wanted), 3);
+  const ids = await inboxIds(ctx);
+  assert.is(ids.length, 300);
+  const wanted = [ids[0]!, ids[150]!, ids[298]!];
+  assert.is(await applyIds(ctx, wanted), 3);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 3);
   const applied = await redis.hgetall(keys.applied(0));
   assert.equal(Object.keys(applied).length, 3, 'three subscribers applied, no other');
   // the rest later, in order: each is applied once
-  assert.is(await apply1(ctx, entries.filter((entry) => !wanted.includes(entry))), 297);
+  assert.is(await applyIds(ctx, ids.filter((id) => !wanted.includes(id))), 297);
   assert.is(await redis.xlen(keys.tenantLog(0, T)), 300);
 });
 
 apply('every 8th event of a subscriber drops its timeline entries older than the retention', async (ctx) => {
   const { redis, keys } = ctx;
   await ingestEvents(redis, keys, scope, Array.from({ length: 3 }, () => event('f', 'open'))); // q 1..4
-  assert.is(await apply1(ctx, await inbox(ctx)), 4);
+  assert.is(await applyIds(ctx, await inboxIds(ctx)), 4);
   setClockOffset(2 * DAY);
   await ingestEvents(redis, keys, scope, Array.from({ length: 3 }, () => event('f', 'open'))); // q 5..7: no trim yet
-  assert.is(await apply1(ctx, (await inbox(ctx)).slice(4), DAY), 3);
+  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(4), DAY), 3);
   assert.is(await redis.zcard(keys.timeline(0, T, 'f')), 7);
   await ingestEvents(redis, keys, scope, [event('f', 'open')]); // q 8
-  assert.is(await apply1(ctx, (await inbox(ctx)).slice(7), DAY), 1);
+  assert.is(await applyIds(ctx, (await inboxIds(ctx)).slice(7), DAY), 1);
   const left = (await redis.zrange(keys.timeline(0, T, 'f'), 0, -1, 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
   assert.equal(left, [5, 6, 7, 8], 'the four entries older than a day are gone');
 });
