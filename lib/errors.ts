@@ -29,6 +29,9 @@ export type ErrorCode =
 
 export type ErrorDetail = { param: string; message: string };
 
+/** The codes whose `details` always list the failing fields (spec Part 7); the others carry details only when they have some. */
+const LISTS_FIELDS = new Set<ErrorCode>(['validation', 'bad_request', 'parse']);
+
 /** The one error type of the service: a status, a stable code, a human message. */
 export class ApiError extends Error {
   readonly status: number;
@@ -42,7 +45,8 @@ export class ApiError extends Error {
     this.status = status;
     this.code = code;
     this.param = options.param ?? null;
-    this.details = options.details ?? null;
+    // spec Part 7: for the three 400 request codes `details` lists each failing field, always
+    this.details = options.details ?? (LISTS_FIELDS.has(code) ? [{ param: this.param ?? 'request', message }] : null);
   }
 }
 

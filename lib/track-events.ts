@@ -1,5 +1,5 @@
 import { now } from './clock.js';
-import { ApiError, validationError, type ErrorCode, type ErrorDetail } from './errors.js';
+import { ApiError, type ErrorCode, type ErrorDetail } from './errors.js';
 import { isReserved, isSdkName, type EventSource } from './event-names.js';
 import { bodyProblems } from './validator.js';
 
@@ -68,9 +68,12 @@ function checkBatch(schema: string, body: unknown, events: unknown[], paramOf: (
   });
   if (found.size === 0) return serialized;
   const code = PRIORITY.find((c) => found.has(c))!;
-  const details = PRIORITY.flatMap((c) => found.get(c) ?? []).sort((a, b) => itemIndex(a.param) - itemIndex(b.param));
-  const err = validationError(details, code);
-  throw new ApiError(400, code, err.message, { param: err.param, details });
+  const byItem = (a: ErrorDetail, b: ErrorDetail) => itemIndex(a.param) - itemIndex(b.param);
+  const details = PRIORITY.flatMap((c) => found.get(c) ?? []).sort(byItem);
+  // `param` and the message name the first failure of the code answered, not of another reason
+  const first = [...found.get(code)!].sort(byItem)[0]!;
+  const more = details.length > 1 ? ` (${details.length} failures in details)` : '';
+  throw new ApiError(400, code, `${first.param}: ${first.message}${more}`, { param: first.param, details });
 }
 
 /** The item a detail names (`events[3].name` → 3; -1 for the request itself), to list details in input order. */

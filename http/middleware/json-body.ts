@@ -44,8 +44,8 @@ function bodyError(err: unknown): ApiError {
     if (path) return validationError([{ param: path, message: 'is not an allowed field' }]);
   }
   if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', 'Request body is larger than the limit');
-  if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br');
-  return new ApiError(400, 'parse', 'Request body is not valid JSON');
+  if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br', { param: 'Content-Encoding' });
+  return new ApiError(400, 'parse', 'Request body is not valid JSON', { param: 'body' });
 }
 
 /**

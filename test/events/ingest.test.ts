@@ -130,6 +130,11 @@ ingest('a batch failing for several reasons names every failing item, in input o
   assert.is(res.status, 400);
   assert.is(res.body.error.code, 'validation');
   assert.equal(res.body.error.details.map((d: any) => d.param), ['events[1].name', 'events[2].timestamp', 'events[3].data', 'events[4].name', 'events[5].data']);
+  assert.is(res.body.error.param, 'events[4].name', 'param names the first failure of the code answered');
+  // without a validation failure the code is invalid_timestamp, and param its item, not the earlier data one
+  const two = await api.post('/v1/events', key, { events: [events[3], events[2]] });
+  assert.equal([two.body.error.code, two.body.error.param, two.body.error.details.length], ['invalid_timestamp', 'events[1].timestamp', 2]);
+  assert.ok(two.body.error.message.startsWith('events[1].timestamp: '), two.body.error.message);
   assert.is(await inboxLength(service), before, 'nothing of the batch is stored');
 });
 

@@ -56,10 +56,11 @@ core('a route with a path parameter gets it decoded, and a path of two segments 
   assert.is(res.body.data.externalId, externalId);
 });
 
-core('malformed JSON is 400 parse', async ({ api, keys }) => {
+core('malformed JSON is 400 parse, its details naming the body (Part 7: details list each failing field)', async ({ api, keys }) => {
   const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: '{"a":' });
   assert.is(res.status, 400);
   assert.is(res.body.error.code, 'parse');
+  assert.equal(res.body.error.details, [{ param: 'body', message: 'Request body is not valid JSON' }]);
 });
 
 core('a __proto__ key is valid JSON but never accepted: 400 validation naming the field, nothing stored', async ({ api, keys }) => {
@@ -97,6 +98,7 @@ core('a body in another media type (a form) is 400 bad_request naming Content-Ty
   assert.is(res.status, 400);
   assert.is(res.body.error.code, 'bad_request');
   assert.is(res.body.error.param, 'Content-Type');
+  assert.equal(res.body.error.details.map((d: any) => d.param), ['Content-Type']);
 });
 
 core('a JSON body sent as text/plain or without a Content-Type is read as JSON (what fetch sends for a string)', async ({ service, keys }) => {
@@ -125,7 +127,8 @@ core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding 
   assert.is((await post(gzipSync(event), 'gzip')).status, 202);
   const unknown = await post(event, 'zstd-x');
   assert.is(unknown.status, 400);
-  assert.is(((await unknown.json()) as any).error.code, 'bad_request');
+  const { error } = (await unknown.json()) as any;
+  assert.equal([error.code, error.details.map((d: any) => d.param)], ['bad_request', ['Content-Encoding']]);
 });
 
 core('OPTIONS answers the allowed methods in the envelope; 405 carries an Allow header', async ({ service, api, keys }) => {
