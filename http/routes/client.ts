@@ -58,11 +58,14 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       subscriber never verified (403 `forbidden` on `anonymousId` otherwise). A merge that would leave the subscriber more
    *       than 50 subscriptions or 50 widgets is 409 `conflict`. `attributes.properties` merged with the stored ones must stay
    *       within 8 KB serialized (400 `validation` on `attributes.properties`). Every refusal comes before any write.
+   *       503 `unavailable` when event processing is behind (`INBOX_MAX_BACKLOG`); the attributes and a merge may be
+   *       stored already, `$identify` is not, and retrying the same request finishes it.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/Identify' } } } }
    *     responses:
    *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {

@@ -244,7 +244,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     description: Client key (`svc_pk_`) only, scope `client`. Body `{ externalId, identityHash?, source, events }`
    *       with 1 to 100 events and `source` one of `ios`, `android`, `web`. Of the reserved names only the SDK's own
    *       (spec 6.1) are accepted; engine names are `reserved_event`. Same answer and rules as `POST /v1/events`.
-   *       `identityHash` is checked as on every client call (see `docs/client.md`).
+   *       `identityHash` is checked as on every client call (see `docs/client.md`). 503 `unavailable` when event
+   *       processing is behind (`INBOX_MAX_BACKLOG`); retry the whole request.
    *     tags: [Client]
    *     requestBody:
    *       required: true
@@ -253,6 +254,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '202':
    *         description: The stored events, in input order
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
+   *       '503': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/events', authorize(deps, 'client', 'client'), async (ctx) => {
