@@ -364,6 +364,10 @@ c('preferences hold at most 100 categories in total: an update that would store 
   assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: { d0: { email: false } } })).status, 200);
   assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: { d1: null, extra1: { push: true } } })).status, 200);
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-cap')), ['$subscriber.created', '$preferences.updated', '$preferences.updated', '$preferences.updated']);
+  // one request names at most 100 categories: more is a validation error of the request's shape (docs/client.md)
+  const hundredAndOne = Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`d${i}`, null]));
+  const wide = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: hundredAndOne });
+  assert.equal([wide.status, wide.body.error.code, wide.body.error.param], [400, 'validation', 'categories']);
 });
 
 c('widget registration is idempotent: the same pushToken updates in place, the same kind/family/configuration is the same widget', async ({ api, pk }) => {
