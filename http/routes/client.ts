@@ -125,8 +125,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/subscriptions/{id}:
    *   parameters:
    *     - { name: id, in: path, required: true, schema: { type: string } }
-   *     - { name: externalId, in: query, required: false, description: "When given, must be the subscription's subscriber", schema: { type: string } }
-   *     - { name: identityHash, in: query, required: false, description: Required when the tenant requires identity verification, schema: { type: string } }
+   *     - { name: externalId, in: query, required: false, description: "When given, must be the subscription's subscriber", schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     - { name: identityHash, in: query, required: false, description: Required when the tenant requires identity verification, schema: { type: string, minLength: 1, maxLength: 128 } }
    *   patch:
    *     operationId: clientSetSubscriptionEnabled
    *     summary: Enable or disable this device
@@ -173,7 +173,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
    *       '404': { $ref: '#/components/responses/Error' }
@@ -228,7 +228,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:
@@ -264,7 +264,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string } }
+   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
    *     responses:
    *       '200': { description: The deleted widget or null, content: { application/json: { schema: { $ref: '#/components/schemas/NullableWidgetResponse' } } } }
    *       '400': { $ref: '#/components/responses/Error' }

@@ -70,9 +70,9 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
-   *       - { name: name, in: query, schema: { type: string } }
+   *       - { name: name, in: query, schema: { type: string, minLength: 1, maxLength: 101 } }
    *       - { name: source, in: query, schema: { type: string, enum: [server, ios, android, web, system, webhook] } }
-   *       - { name: provider, in: query, schema: { type: string } }
+   *       - { name: provider, in: query, schema: { type: string, minLength: 1, maxLength: 64 } }
    *       - { name: after, in: query, description: Only events received after this time, schema: { type: string, format: date-time } }
    *     responses:
    *       '200':
@@ -139,7 +139,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: range, in: query, schema: { type: string, enum: ['24h', '7d', '30d'], default: '24h' } }
-   *       - { name: name, in: query, schema: { type: string } }
+   *       - { name: name, in: query, schema: { type: string, minLength: 1, maxLength: 101 } }
    *     responses:
    *       '200':
    *         description: Volume buckets, oldest first

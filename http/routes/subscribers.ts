@@ -51,7 +51,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
-   *       - { name: email, in: query, description: Exact email (case-insensitive), schema: { type: string } }
+   *       - { name: email, in: query, description: Exact email (case-insensitive), schema: { type: string, minLength: 1, maxLength: 254 } }
    *     responses:
    *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
