@@ -1,5 +1,6 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import { now } from '../../lib/clock.js';
+import { ROLES } from '../../lib/config.js';
 import { VERSION } from '../../lib/version.js';
 import { liveRoles } from '../../streams/heartbeat.js';
 import type { AppDeps } from '../deps.js';
@@ -14,8 +15,11 @@ export function registerHealth(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: getHealth
    *     summary: Service health
-   *     description: No credential. Redis reachability and round-trip latency, version, and live processes per role.
-   *       Answers 200 with status `degraded` (and 503) when Redis does not answer.
+   *     description: No credential. Redis reachability and round-trip latency, version, and live processes per role
+   *       (every role listed, 0 when none has announced itself in the last 15 seconds).
+   *       Status `ok` when Redis answers and every role has a live process; `degraded` (still 200) when a role has
+   *       none (with no worker, events are accepted but not processed; with no dispatcher nothing is delivered);
+   *       `degraded` and 503 when Redis does not answer.
    *     tags: [Health]
    *     security: []
    *     responses:
@@ -29,16 +33,17 @@ export function registerHealth(router: Router, deps: AppDeps): void {
   router.get('/v1/health', async (ctx) => {
     const started = process.hrtime.bigint();
     let reachable = true;
-    let roles: Record<string, number> = {};
+    const roles: Record<string, number> = Object.fromEntries(ROLES.map((role) => [role, 0]));
     try {
       await Promise.race([deps.redis.ping(), new Promise((_, fail) => setTimeout(() => fail(new Error('timeout')), 1_000).unref())]);
-      roles = await liveRoles(deps.redis, deps.keys);
+      Object.assign(roles, await liveRoles(deps.redis, deps.keys));
     } catch {
       reachable = false;
     }
     const latencyMs = reachable ? Number(process.hrtime.bigint() - started) / 1e6 : null;
+    const everyRole = ROLES.every((role) => roles[role]! > 0);
     respond(ctx, reachable ? 200 : 503, {
-      status: reachable ? 'ok' : 'degraded',
+      status: reachable && everyRole ? 'ok' : 'degraded',
       version: VERSION,
       redis: { reachable, latencyMs: latencyMs === null ? null : Math.round(latencyMs * 1000) / 1000 },
       roles,

@@ -64,7 +64,7 @@ export const Health: Schema = {
   additionalProperties: false,
   required: ['status', 'version', 'redis', 'roles', 'uptimeSeconds'],
   properties: {
-    status: { type: 'string', enum: ['ok', 'degraded'] },
+    status: { type: 'string', enum: ['ok', 'degraded'], description: '`ok`: Redis answers and every role has a live process; `degraded` otherwise.' },
     version: { type: 'string' },
     redis: {
       type: 'object',
@@ -74,7 +74,7 @@ export const Health: Schema = {
     },
     roles: {
       type: 'object',
-      description: 'Live processes per role, from heartbeats of the last 15 seconds.',
+      description: 'Live processes per role (web, worker, dispatcher, scheduler; 0 when none), from heartbeats of the last 15 seconds.',
       additionalProperties: { type: 'integer' },
     },
     uptimeSeconds: { type: 'integer' },

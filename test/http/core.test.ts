@@ -14,16 +14,23 @@ core.before(async (ctx) => {
 });
 core.after(async (ctx) => ctx.service.stop());
 
-core('health answers without a credential, with redis latency and version', async ({ api }) => {
+core('health answers without a credential, with redis latency, version and live processes per role: degraded while a role has none', async ({ api }) => {
   const res = await api.get('/v1/health');
   assert.is(res.status, 200);
   assert.is(res.body.success, true);
   assert.is(res.body.error, null);
-  assert.is(res.body.data.status, 'ok');
   assert.is(res.body.data.redis.reachable, true);
   assert.type(res.body.data.redis.latencyMs, 'number');
   assert.is(res.body.data.version, '0.1.0');
-  assert.is(res.body.data.roles.web, 1);
+  // this service runs the web role alone: no worker processes the events it accepts
+  assert.equal([res.body.data.status, res.body.data.roles], ['degraded', { web: 1, worker: 0, dispatcher: 0, scheduler: 0 }]);
+  const all = await startTestService('core-all-roles', {}, ['web', 'worker', 'dispatcher', 'scheduler']);
+  try {
+    const whole = await client(all.url).get('/v1/health');
+    assert.equal([whole.status, whole.body.data.status, whole.body.data.roles], [200, 'ok', { web: 1, worker: 1, dispatcher: 1, scheduler: 1 }]);
+  } finally {
+    await all.stop();
+  }
 });
 
 core('an unknown route is 404 not_found in the envelope', async ({ api }) => {
