@@ -290,7 +290,9 @@ export class Automation {
       // again, and a chain of runs started by one another's events stops at MAX_RUN_DEPTH
       let depth: number | undefined;
       for (const wf of defs.workflows) {
-        if (!wf.enabled || wf.definition.trigger.event !== event.name || event.data.workflowId === wf.id) continue;
+        // an event of a run (it carries the run's id; the workflow's is in its data) never starts that run's workflow;
+        // a caller's own event is no run's, whatever its free-form data holds
+        if (!wf.enabled || wf.definition.trigger.event !== event.name || (event.runId && event.data.workflowId === wf.id)) continue;
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
         depth ??= event.runId ? (await depthOf(event.runId)) + 1 : 0;
         if (depth > MAX_RUN_DEPTH) {

@@ -294,4 +294,15 @@ wf('two workflows triggered by $run.completed stop after depth 3, the chain star
   for (const slug of ['chain-start', 'follow-a', 'follow-b']) await api.del(`/v1/workflows/${slug}`, key);
 });
 
+wf('a caller\'s event whose data holds a workflowId is no event of a run: it starts that workflow', async (ctx) => {
+  const { api, key } = ctx;
+  const created = await api.post('/v1/workflows', key, { slug: 'form-sent', trigger: { event: 'form.sent' }, steps: [{ type: 'exit' }] });
+  assert.is(created.status, 201, created.text);
+  // free-form data that happens to name the workflow (a caller echoing a webhook payload, say)
+  await api.post('/v1/events', key, { externalId: 'form-filler', name: 'form.sent', data: { workflowId: created.body.data.id } });
+  const run = await waitFor('the run to complete', () => runOf(ctx, 'form-sent', 'form-filler', 'completed'), 10_000);
+  assert.is(run.depth, 0);
+  await api.del('/v1/workflows/form-sent', key);
+});
+
 wf.run();
