@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
-import { counterField, expiredFields, initField, nextExpiry } from '../lib/event-counters.js';
+import { counterField, countFields, covers, expiredFields, initField, initValue, nextExpiry } from '../lib/event-counters.js';
 import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
 import { derivedId, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
@@ -264,8 +264,8 @@ export class Automation {
         for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
         state.counters = {};
         for (const k of kept.values()) {
-          ops.push(['hset', countersKey, initField(k.key), 1]);
-          state.counters[initField(k.key)] = '1';
+          ops.push(['hset', countersKey, initField(k.key), initValue(k.withinMs)]);
+          state.counters[initField(k.key)] = initValue(k.withinMs);
         }
         if (state.history) state.history = [];
         for (const run of runs) {
@@ -332,7 +332,11 @@ export class Automation {
     // segment membership, re-evaluated after the subscriber's items, and its window timer
     if (reevaluate) this.segments(p, tenantId, workspaceId, defs, state, topicIdBySlug, nowMs, windowTimerFired, ops);
     // counters that fell out of every window, and those of conditions no longer kept (seeded again if kept again)
-    for (const k of kept.values()) for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
+    for (const k of kept.values()) {
+      for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
+      // pruned to this window: a longer one that shared the counter and is no longer kept is seeded again if kept again
+      if (k.withinMs !== null && Number(state.counters[initField(k.key)]) > k.withinMs) ops.push(['hset', countersKey, initField(k.key), initValue(k.withinMs)]);
+    }
     for (const field of Object.keys(state.counters)) if (!kept.has(field.slice(0, field.indexOf('|')))) ops.push(['hdel', countersKey, field, '-']);
     if (deleted) for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
@@ -393,12 +397,19 @@ function conditionsOf(version: { definition: Parameters<typeof workflowExpressio
   return out;
 }
 
-/** Seeds the counters of kept conditions not yet seeded for this subscriber from its loaded history. */
+/**
+ * Seeds from its loaded history each counter of a kept condition that this subscriber has not seeded
+ * yet, or that was pruned to a shorter window than the condition now kept (its buckets are counted again).
+ */
 function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptCondition>, ops: Op[], countersKey: string): void {
   const history: HistoryEvent[] = state.history ?? [];
   for (const k of kept.values()) {
     const init = initField(k.key);
-    if (state.counters[init]) continue;
+    if (covers(state.counters, k.key, k.withinMs)) continue;
+    for (const field of countFields(state.counters, k.key)) {
+      ops.push(['hdel', countersKey, field, '-']);
+      delete state.counters[field];
+    }
     const counts = new Map<string, number>();
     for (const e of history) {
       if (!matchesEvent(k.condition, e)) continue;
@@ -409,7 +420,7 @@ function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptConditi
       ops.push(['hincrby', countersKey, field, n]);
       state.counters[field] = String(Number(state.counters[field] ?? 0) + n);
     }
-    ops.push(['hset', countersKey, init, 1]);
-    state.counters[init] = '1';
+    ops.push(['hset', countersKey, init, initValue(k.withinMs)]);
+    state.counters[init] = initValue(k.withinMs);
   }
 }

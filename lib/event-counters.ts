@@ -39,6 +39,30 @@ export function initField(key: string): string {
 }
 
 /**
+ * The value of `<key>|init`: the window (ms) whose buckets the counter keeps, `all` for an all-time
+ * counter. Conditions whose windows share a bucket width share the key, and the counter is pruned to
+ * the longest of them that is kept: a longer window (a segment created later, an inline `to.where`,
+ * a branch of an old version) must not be answered from it.
+ */
+export function initValue(withinMs: number | null): string {
+  return withinMs === null ? 'all' : String(withinMs);
+}
+
+/** True when `key`'s counter was seeded and still keeps every bucket a window of `withinMs` counts. */
+export function covers(fields: Record<string, string>, key: string, withinMs: number | null): boolean {
+  const init = fields[initField(key)];
+  if (!init) return false;
+  return withinMs === null || Number(init) >= withinMs;
+}
+
+/** Every count field of `key` (its buckets, or `all`), not its `init` mark. */
+export function countFields(fields: Record<string, string>, key: string): string[] {
+  const prefix = `${key}|`;
+  const init = initField(key);
+  return Object.keys(fields).filter((field) => field.startsWith(prefix) && field !== init);
+}
+
+/**
  * Calls `fn(start, count)` for each bucket field of `key`. Iterates the hash once without
  * allocating; the hash holds every counter of one subscriber (a few hundred to a few thousand fields).
  */

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { countInWindow, initField } from '../lib/event-counters.js';
+import { countInWindow, covers } from '../lib/event-counters.js';
 import { conditionKey, evaluate, eventConditions, matchesEvent, type EventCondition, type EventLike, type Expression, type Subject } from '../lib/expressions.js';
 import { now } from '../lib/clock.js';
 import { parseDuration } from '../lib/durations.js';
@@ -127,19 +127,22 @@ export function subjectOf(state: SubjectState, topicIdBySlug: ReadonlyMap<string
     event,
     count(condition: EventCondition): number {
       const key = conditionKey(condition);
-      const k = kept.get(key);
-      if (k && state.counters[initField(key)]) return countInWindow(state.counters, key, condition.within ? parseDuration(condition.within) : null, nowMs);
+      const within = condition.within ? parseDuration(condition.within) : null;
+      if (kept.has(key) && covers(state.counters, key, within)) return countInWindow(state.counters, key, within, nowMs);
       return countFromHistory(state.history ?? [], condition, nowMs);
     },
   };
 }
 
-/** True when evaluating these conditions for this state needs its history (a condition not kept or not yet seeded). */
+/**
+ * True when evaluating these conditions for this state needs its history: a condition not kept, not
+ * yet seeded, or with a longer window than its shared counter keeps.
+ */
 export function needsHistory(state: SubjectState, conditions: readonly EventCondition[], kept: ReadonlyMap<string, KeptCondition>): boolean {
   if (state.history) return false;
   return conditions.some((c) => {
     const key = conditionKey(c);
-    return !kept.has(key) || !state.counters[initField(key)];
+    return !kept.has(key) || !covers(state.counters, key, c.within ? parseDuration(c.within) : null);
   });
 }
 

@@ -73,4 +73,23 @@ audience('bad targets: unknown segment, invalid expression with its path', async
   assert.ok(bad.body.error.details.some((d: any) => d.param.startsWith('to.where.all[1]')), JSON.stringify(bad.body.error.details));
 });
 
+audience('a window sharing its counter with a shorter kept one counts every event in it: to: { where } and a new segment', async (ctx) => {
+  const { api, key } = ctx;
+  // 1m and 3h windows both have 1-minute buckets, so they share one counter; the segment keeps only its minute of it
+  await api.post('/v1/segments', key, { slug: 'knocked-1m', where: { any: [{ event: 'knock', within: '1m' }, { event: 'knock.done' }] } });
+  await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'kim', channel: 'push', token: tokenOf(100), platform: 'ios' });
+  await api.post('/v1/events', key, { externalId: 'kim', name: 'knock', data: {}, timestamp: new Date(Date.now() - 10 * 60_000).toISOString() });
+  await api.post('/v1/events', key, { externalId: 'kim', name: 'knock.done', data: {} });
+  await waitFor('kim handled by the actors', async () => (await api.get('/v1/segments/knocked-1m/members', key)).body.data.items.length === 1, 10_000, 100);
+  const where = { all: [{ attribute: 'externalId', eq: 'kim' }, { event: 'knock', within: '3h' }] };
+  const sent = await api.post('/v1/messages', key, { to: { where }, title: 'Knock', body: 'in the last 3 hours' });
+  assert.is(sent.status, 202, sent.text);
+  const message = await completed(ctx, sent.body.data.id);
+  assert.equal(delivered(ctx, message.id), new Set([tokenOf(100)]), 'the 10-minute-old knock counts in a 3h window');
+  await api.post('/v1/segments', key, { slug: 'knocked-3h', where: { event: 'knock', within: '3h' } });
+  await waitFor('the backfill', async () => (await api.get('/v1/segments/knocked-3h', key)).body.data.backfill.status === 'completed', 20_000, 100);
+  const members = (await api.get('/v1/segments/knocked-3h/members', key)).body.data.items.map((m: any) => m.externalId);
+  assert.equal(members, ['kim'], 'a new segment with the longer window counts the knock too');
+});
+
 audience.run();
