@@ -97,6 +97,8 @@ function eventSpec(value: unknown, path: string, what: string, ctx: Ctx): void {
   }
   for (const key of Object.keys(value)) if (key !== 'event' && key !== 'where') ctx.details.push({ param: `${path}.${key}`, message: 'is not an allowed field' });
   eventName(value.event, `${path}.event`, ctx);
+  // a deleted subscriber runs nothing (its runs are canceled with it): a run it triggered could never start
+  if (what === 'trigger' && value.event === '$subscriber.deleted') ctx.details.push({ param: `${path}.event`, message: 'cannot be $subscriber.deleted: a deleted subscriber runs no workflow (use a webhook on subscriber.deleted)' });
   if (value.where !== undefined) where(value.where, `${path}.where`, ctx);
 }
 

@@ -58,7 +58,8 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       (`steps[2].then[0].duration`). The workflow starts at version 1, enabled unless `enabled` is false.
    *       A trigger may be an engine event (`$run.completed`, `$send`...): a run started by another run's event is one
    *       deeper than it (`depth` on the run), and one that would be deeper than 3 is not started (logged, nothing
-   *       written), so workflows that trigger one another stop. Audited as `workflow.created`.
+   *       written), so workflows that trigger one another stop. Any reserved event may trigger except
+   *       `$subscriber.deleted` (a deleted subscriber runs nothing: 400 `validation` on `trigger.event`). Audited as `workflow.created`.
    *     tags: [Workflows]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:

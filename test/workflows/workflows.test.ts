@@ -95,6 +95,7 @@ workflows('problems in a definition are validation details with exact paths, all
     [{ trigger: { event: 'a', where: { all: [{ attribute: 'plan', eq: 'pro' }, { attribute: 'seats', eq: { many: true } }] } }, steps: WELCOME }, 'trigger.where.all[1].eq'],
     [{ trigger: { event: 'Not A Name' }, steps: WELCOME }, 'trigger.event'],
     [{ trigger: { event: '$not.reserved' }, steps: WELCOME }, 'trigger.event'],
+    [{ trigger: { event: '$subscriber.deleted' }, steps: WELCOME }, 'trigger.event'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'sleep', duration: '91d' }] }] }, 'steps[0].then[0].duration'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'sleep', duration: '0s' }] }, 'steps[0].duration'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'sleep', duration: 90 }] }, 'steps[0].duration'],
