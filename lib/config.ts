@@ -87,7 +87,7 @@ type Env = Record<string, string | undefined>;
 function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
+  const value = /^[0-9]{1,10}$/.test(raw) ? Number(raw) : NaN; // decimal digits only: not 1e1, 0x1e, 30.0 or " 30"
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
   }
