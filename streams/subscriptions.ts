@@ -58,6 +58,21 @@ function fieldsOf(input: RegisterInput): Record<string, string> {
   };
 }
 
+/**
+ * What a registration of a token already held by this subscriber changes: the fields it gives.
+ * Those it leaves out (`platform`, `environment`, `authorizationStatus`, `device`) keep their stored
+ * values, as an update in place does; a given `device` replaces the stored one whole. A new record
+ * (or one moving from another subscriber) is written whole, with the defaults for what is left out.
+ */
+function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Record<string, string> {
+  const left = new Set<string>();
+  if (input.platform === undefined) left.add('platform');
+  if (input.environment === undefined) left.add('environment');
+  if (input.authorizationStatus === undefined) left.add('authorizationStatus');
+  if (input.device === undefined) left.add('device');
+  return Object.fromEntries(Object.entries(all).filter(([k]) => !left.has(k)));
+}
+
 /** 400 unless the handle fits the channel: a push subscription has a `token`, an email one an `address`. */
 export function checkRegistration(input: RegisterInput): void {
   const wrong = (param: string, message: string) => new ApiError(400, 'validation', `${param}: ${message}`, { param, details: [{ param, message }] });
@@ -147,7 +162,8 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
         return { subscription: fresh, created: true };
       }
     }
-    outcome = await writeRegistration(redis, keys, scope, externalId, id, fieldsOf(input), { enabled, stamp });
+    const wanted = fieldsOf(input);
+    outcome = await writeRegistration(redis, keys, scope, externalId, id, wanted, givenFieldsOf(input, wanted), { enabled, stamp });
   } catch (err) {
     // refused (the limit, or a subscriber changing too fast): this call wrote no record, so its claim goes back
     if (err instanceof ApiError && claim !== 'same') await callScript(redis, 'unclaimToken', tokens, [field, id, externalId, claim === 'moved' ? previous ?? '' : '']);
@@ -173,7 +189,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
  * (a token the provider had invalidated is revived; an older stamp is raised, without touching
  * `updatedAt`). The holder read is guarded in the write.
  */
-async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, make: { enabled: boolean; stamp: number }) {
+async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: { enabled: boolean; stamp: number }) {
   return changeSubscriber<{ created: boolean; record: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
@@ -194,7 +210,7 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
         result: { created: true, record },
       };
     }
-    const changed = Object.entries(wanted).filter(([k, v]) => (current[k] ?? '') !== v);
+    const changed = Object.entries(given).filter(([k, v]) => (current[k] ?? '') !== v);
     // a token the provider had invalidated is valid again once the app registers it anew
     const revived = Boolean(current.invalidatedAt);
     if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);

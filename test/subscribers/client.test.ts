@@ -67,6 +67,15 @@ c('registering an existing token updates it instead of duplicating it', async ({
   assert.is(again.body.data.device.appVersion, '1.1');
   assert.is((await api.get('/v1/subscribers/dev-2/subscriptions', boot.keys.tenant)).body.data.total, 1);
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'dev-2')), ['$subscriber.created', '$subscription.registered']);
+  // fields left out keep their stored values; those given replace them (device whole)
+  const sandbox = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), environment: 'sandbox', authorizationStatus: 'provisional' });
+  assert.equal([sandbox.status, sandbox.body.data.platform, sandbox.body.data.environment, sandbox.body.data.authorizationStatus, sandbox.body.data.device], [200, 'ios', 'sandbox', 'provisional', { appVersion: '1.1' }]);
+  const bare = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2) });
+  assert.equal([bare.body.data.environment, bare.body.data.authorizationStatus, bare.body.data.device, bare.body.data.updatedAt], ['sandbox', 'provisional', { appVersion: '1.1' }, sandbox.body.data.updatedAt], 'nothing changed');
+  const device = await api.post('/v1/client/subscriptions', pk, { externalId: 'dev-2', channel: 'push', token: token(2), device: { osVersion: '18.2' } });
+  assert.equal([device.body.data.device, device.body.data.environment], [{ osVersion: '18.2' }, 'sandbox']);
+  const stored = (await api.get('/v1/subscribers/dev-2/subscriptions', boot.keys.tenant)).body.data.items[0];
+  assert.equal([stored.environment, stored.authorizationStatus, stored.device], ['sandbox', 'provisional', { osVersion: '18.2' }]);
 });
 
 c('a token registered by another user moves to the new subscriber', async ({ api, pk, service, boot }) => {
