@@ -112,6 +112,17 @@ export const WebhookEvent: Schema = {
     workspace: ref,
     tenant: { ...ref, nullable: true },
     data: { type: 'object', required: ['object'], properties: { object: { type: 'object' } } },
+    actor: {
+      type: 'object', required: ['type', 'id'], description: 'Audit events: who made the change (an API key, the operator CLI, or the service itself).',
+      properties: { type: { type: 'string', enum: ['api_key', 'cli', 'system'] }, id: { type: 'string', nullable: true, description: 'The `key_` id for api_key; null otherwise.' } },
+    },
+    target: { type: 'object', required: ['type', 'id'], description: 'Audit events: the record changed.', properties: { type: { type: 'string' }, id: { type: 'string' } } },
+    request: {
+      type: 'object', nullable: true, required: ['id', 'ip', 'userAgent'], description: 'Audit events: the API request that made the change (its `Request-Id`); null for the CLI and the service.',
+      properties: { id: { type: 'string' }, ip: { type: 'string', nullable: true }, userAgent: { type: 'string', nullable: true } },
+    },
+    changes: { type: 'object', description: '`*.updated` audit events: the changed fields with their new values.' },
+    previousAttributes: { type: 'object', description: '`*.updated` audit events: the same fields with their values before the change.' },
   },
   description: 'Audit events add actor, target and request; *.updated events add changes and previousAttributes.',
 };
