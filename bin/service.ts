@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Redis } from 'ioredis';
 import type { Config, Role } from '../lib/config.js';
@@ -12,6 +12,9 @@ import { connectRedis, describeTarget } from '../streams/redis.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
+
+/** How long a stopping web role waits for the requests in flight before cutting their connections. */
+const SHUTDOWN_GRACE_MS = 5_000;
 
 export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void> };
 
@@ -48,9 +51,25 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     const { port } = server.address() as AddressInfo;
     url = `http://127.0.0.1:${port}`;
     log.info('web listening', { port });
+    // Stopping answers the requests in flight (each with `Connection: close`) and closes idle
+    // keep-alive connections; only what is still open after SHUTDOWN_GRACE_MS is cut. Cutting a
+    // request the service had taken (events stored, a message created) would lose its answer.
+    const inFlight = new Set<ServerResponse>();
+    let closing = false;
+    server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+      if (closing) return void res.setHeader('Connection', 'close');
+      inFlight.add(res);
+      res.once('close', () => inFlight.delete(res));
+    });
     stops.push(() => new Promise<void>((done) => {
-      server.close(() => done());
-      server.closeAllConnections();
+      closing = true;
+      for (const res of inFlight) if (!res.headersSent) res.setHeader('Connection', 'close');
+      const force = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
+      server.close(() => {
+        clearTimeout(force);
+        done();
+      });
+      server.closeIdleConnections();
     }));
   }
   stops.push(startHeartbeat(redis, keys, roles));

@@ -1,0 +1,65 @@
+import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+/**
+ * Stopping the web role (SIGTERM, `npm start` stopped) answers the requests already in flight
+ * instead of cutting their connections: a request the service has begun to take must not be
+ * stored and then lost to the caller as a reset connection.
+ */
+const shutdown = suite('web shutdown');
+
+type Answer = { status: number; connection: string | undefined; body: any };
+
+/** Sends the head and the first half of a POST now; `finish()` sends the rest and resolves with the answer. */
+function slowPost(url: string, path: string, key: string, body: unknown, agent: Agent): { req: ClientRequest; finish: () => Promise<Answer> } {
+  const data = Buffer.from(JSON.stringify(body));
+  let answer!: Promise<Answer>;
+  const req = request(url + path, { method: 'POST', agent, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': data.length } });
+  answer = new Promise((done, fail) => {
+    req.on('response', (res: IncomingMessage) => {
+      let text = '';
+      res.on('data', (chunk) => (text += chunk));
+      res.on('end', () => done({ status: res.statusCode!, connection: res.headers.connection, body: JSON.parse(text) }));
+    });
+    req.on('error', fail);
+  });
+  answer.catch(() => undefined); // awaited by finish(); a reset fails the test there, not the process
+  req.write(data.subarray(0, 10));
+  return { req, finish: () => (req.end(data.subarray(10)), answer) };
+}
+
+shutdown('a request in flight when the service stops is answered, its connection then closed', async () => {
+  const service = await startTestService('shutdown');
+  const { keys } = await bootstrapWorkspace(service, 'shutdown');
+  const api = client(service.url);
+  const agent = new Agent({ keepAlive: true });
+  try {
+    // An idle keep-alive connection (a client between two requests) must not hold the stop up.
+    assert.is((await api.get('/v1/health')).status, 200);
+    const idle = await new Promise<number>((done, fail) => request(service.url + '/v1/health', { agent }, (res) => { res.resume(); res.on('end', () => done(res.statusCode!)); }).on('error', fail).end());
+    assert.is(idle, 200);
+
+    const inFlight = slowPost(service.url, '/v1/events', keys.tenant, { externalId: 'late-1', name: 'shutdown.test', id: 'late-1' }, new Agent({ keepAlive: true }));
+    await new Promise((r) => setTimeout(r, 100)); // the service has the head and part of the body
+    let stopped = false;
+    const stopping = service.stop().then(() => (stopped = true));
+    await new Promise((r) => setTimeout(r, 100));
+    assert.is(stopped, false, 'the stop waits for the request in flight');
+
+    const answer = await inFlight.finish();
+    assert.is(answer.status, 202);
+    assert.is(answer.body.data.items[0].status, 'accepted');
+    assert.is(answer.connection, 'close', 'the answer tells the client the connection ends');
+    await waitFor('the stop to finish', async () => stopped, 3_000);
+    await stopping;
+  } finally {
+    agent.destroy();
+    await service.stop();
+  }
+});
+
+shutdown.run();
