@@ -68,7 +68,9 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   const child = spawn(
     'redis-server',
     ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--logfile', join(dir, 'redis.log')],
-    { stdio: 'ignore' },
+    // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
+    // service, stopping gracefully, still needs Redis; `stop` below ends the server last.
+    { stdio: 'ignore', detached: true },
   );
   await waitForSocket(socket, child, 10_000);
   const stop = () =>

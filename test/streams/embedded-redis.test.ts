@@ -131,6 +131,50 @@ embedded('a second resolve while the embedded server runs reuses it, and its sto
   await first.stop(); // a second stop is harmless
 });
 
+/*
+ * Ctrl-C in a terminal sends SIGINT to the whole foreground process group: npm, the service and
+ * any child in that group. The service stops gracefully on it and needs its Redis to do so (it
+ * answers the requests in flight, records webhook results, releases leases), then stops the
+ * embedded server last. A redis-server in the service's group would quit at once instead.
+ */
+embedded('a Ctrl-C to the process group of the service does not reach the embedded redis-server; the service stops it last', async (ctx) => {
+  const dataDir = temp(ctx, 'ctrl-c');
+  const { port } = await nobody();
+  const script = `
+    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    const resolved = await resolveRedis(loadConfig(), { host: '127.0.0.1', port: ${port} });
+    process.on('SIGINT', () => process.stdout.write('sigint\\n'));
+    process.on('SIGTERM', async () => { await resolved.stop(); process.exit(0); });
+    process.stdout.write(JSON.stringify(resolved.target) + '\\n');
+    setInterval(() => {}, 1000);`;
+  // detached: the child leads a process group of its own, as npm start does in a terminal
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
+  try {
+    const deadline = Date.now() + 30_000;
+    while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+    const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
+    assert.ok(await answersPing(target), stderr);
+
+    process.kill(-child.pid!, 'SIGINT'); // what the terminal does on Ctrl-C
+    const until = Date.now() + 5_000;
+    while (!stdout.includes('sigint') && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300));
+    assert.ok(await answersPing(target), 'the embedded redis-server is still up while the service stops');
+
+    child.kill('SIGTERM');
+    assert.is(await exited, 0);
+    assert.not.ok(await answersPing(target), 'the service stopped it');
+  } finally {
+    if (child.exitCode === null) process.kill(-child.pid!, 'SIGKILL');
+  }
+});
+
 embedded('without redis-server on PATH it rejects with a ConfigError whose message is the install hint', async (ctx) => {
   const dataDir = temp(ctx, 'nopath');
   const emptyBin = temp(ctx, 'empty-bin');
