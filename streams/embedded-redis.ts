@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../lib/config.js';
@@ -30,6 +30,41 @@ export function answersPing(target: { host: string; port: number } | { path: str
 
 export type ResolvedRedis = { target: RedisTarget; embedded: boolean; stop: () => Promise<void> };
 
+/** True while a process with this pid exists. */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The pid written in `file`, or null. */
+function ownerOf(file: string): number | null {
+  try {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    return Number.isInteger(pid) && pid > 0 ? pid : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Asks the server on `path` to shut down (it flushes its append-only file first) and waits until it is gone. */
+async function shutdownServer(path: string, limitMs = 5_000): Promise<void> {
+  await new Promise<void>((done) => {
+    const socket = createConnection(path);
+    const timer = setTimeout(() => socket.destroy(), 1_000);
+    socket.on('connect', () => socket.write('SHUTDOWN\r\n'));
+    socket.on('close', () => {
+      clearTimeout(timer);
+      done();
+    });
+    socket.on('error', () => undefined);
+  });
+  for (const deadline = Date.now() + limitMs; Date.now() < deadline && (await answersPing({ path }, 200)); ) await new Promise((r) => setTimeout(r, 50));
+}
+
 function waitForSocket(path: string, child: ChildProcess, limitMs: number): Promise<void> {
   const deadline = Date.now() + limitMs;
   return new Promise((done, fail) => {
@@ -51,7 +86,8 @@ function waitForSocket(path: string, child: ChildProcess, limitMs: number): Prom
 /**
  * The Redis of the operator contract: `REDIS_URL` when set; else 127.0.0.1:6379 when it answers;
  * (`local`, overridable for tests) else a private `redis-server` with append-only persistence under `<dataDir>/redis`, reached
- * through a unix socket (reused when one from an earlier run still answers). Throws a
+ * through a unix socket (reused when one from an earlier run still answers, and taken over, to be
+ * stopped by this process, when the process that started it is gone). Throws a
  * `ConfigError` with an install hint when no `redis-server` is on the machine.
  */
 export async function resolveRedis(config: Config, local: { host: string; port: number } = { host: '127.0.0.1', port: 6379 }): Promise<ResolvedRedis> {
@@ -62,7 +98,22 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   }
   const dir = resolve(config.dataDir, 'redis');
   const socket = join(dir, 'redis.sock');
-  if (await answersPing({ path: socket })) return { target: { path: socket }, embedded: true, stop: none };
+  // The process that starts the server owns it (its pid in `owner.pid`) and stops it. A server whose
+  // owner is gone (SIGKILLed) is taken over by the next process that finds it, so it still stops
+  // with a service; while its owner runs, other processes (the CLI) only use it.
+  const ownerFile = join(dir, 'owner.pid');
+  if (await answersPing({ path: socket })) {
+    const owner = ownerOf(ownerFile);
+    if (owner !== null && alive(owner)) return { target: { path: socket }, embedded: true, stop: none };
+    writeFileSync(ownerFile, `${process.pid}\n`);
+    let stopped = false;
+    const stop = async () => {
+      if (stopped) return;
+      stopped = true;
+      await shutdownServer(socket);
+    };
+    return { target: { path: socket }, embedded: true, stop };
+  }
   if (spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).error) throw new ConfigError(INSTALL_HINT);
   mkdirSync(dir, { recursive: true });
   const child = spawn(
@@ -73,6 +124,7 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
     { stdio: 'ignore', detached: true },
   );
   await waitForSocket(socket, child, 10_000);
+  writeFileSync(ownerFile, `${process.pid}\n`);
   const stop = () =>
     new Promise<void>((done) => {
       if (child.exitCode !== null) return done();

@@ -175,6 +175,35 @@ embedded('a Ctrl-C to the process group of the service does not reach the embedd
   }
 });
 
+embedded('a server left running by a SIGKILLed process is reused by the next one, which then stops it (README: stopped with the service)', async (ctx) => {
+  const dataDir = temp(ctx, 'orphan');
+  const local = await nobody();
+  const script = `
+    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    const resolved = await resolveRedis(loadConfig(), ${JSON.stringify(local)});
+    process.stdout.write(JSON.stringify(resolved.target) + '\\n');
+    setInterval(() => {}, 1000);`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
+  const exited = new Promise<void>((done) => child.once('exit', () => done()));
+  const deadline = Date.now() + 30_000;
+  while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+  const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
+  child.kill('SIGKILL');
+  await exited;
+  assert.ok(await answersPing(target), 'the server outlives the process killed with SIGKILL (nothing is lost)');
+
+  const next = await resolveEmbedded(ctx, dataDir, local);
+  assert.equal(next.target, target, 'the next start reuses it');
+  const other = await resolveEmbedded(ctx, dataDir, local);
+  await other.stop();
+  assert.ok(await answersPing(target), 'a process using it while its owner runs (the CLI) leaves it running');
+  await next.stop();
+  assert.not.ok(await answersPing(target), 'the process that took it over stops it');
+});
+
 embedded('without redis-server on PATH it rejects with a ConfigError whose message is the install hint', async (ctx) => {
   const dataDir = temp(ctx, 'nopath');
   const emptyBin = temp(ctx, 'empty-bin');
