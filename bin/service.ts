@@ -1,7 +1,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Redis } from 'ioredis';
-import type { Config, Role } from '../lib/config.js';
+import { ConfigError, type Config, type Role } from '../lib/config.js';
 import { createLogger, type Logger } from '../lib/log.js';
 import { createApp } from '../http/app.js';
 import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
@@ -44,8 +44,20 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     stops.push(() => keyCache.stop());
     const tokenSecret = await eventsTokenSecret(redis, keys, config);
     const app = createApp({ config, redis, keys, keyCache, log, tokenSecret });
-    const server: Server = await new Promise((done) => {
-      const s = app.listen(config.port, () => done(s));
+    const server: Server = await new Promise<Server>((done, fail) => {
+      const s = app.listen(config.port, () => {
+        s.off('error', fail);
+        done(s);
+      });
+      s.once('error', fail);
+    }).catch(async (err: NodeJS.ErrnoException) => {
+      // what started already (the other roles, Redis, an embedded server) stops before the error is told
+      for (const stop of stops.reverse()) await stop().catch(() => undefined);
+      await redis.quit().catch(() => redis.disconnect());
+      await resolved.stop();
+      if (err.code === 'EADDRINUSE') throw new ConfigError(`PORT ${config.port} is already in use: stop what listens on it, or set PORT to a free port`);
+      if (err.code === 'EACCES') throw new ConfigError(`PORT ${config.port} needs privileges this process lacks: set PORT to 1024 or above`);
+      throw err;
     });
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;

@@ -51,4 +51,25 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   });
 }
 
+start('a port already in use is one line on stderr and exit 1, with nothing left running', async () => {
+  const { createServer } = await import('node:net');
+  const taken = createServer();
+  const port = await freePort();
+  await new Promise<void>((done) => taken.listen(port, '0.0.0.0', () => done()));
+  try {
+    const child = spawn(process.execPath, ['bin/serve.js'], {
+      cwd: ROOT,
+      env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('port-taken'), HERALD_ROLES: 'web,worker', LOG_LEVEL: 'error' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (d) => (stderr += d));
+    const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
+    assert.is(code, 1, stderr);
+    assert.is(stderr, `herald: PORT ${port} is already in use: stop what listens on it, or set PORT to a free port\n`);
+  } finally {
+    taken.close();
+  }
+});
+
 start.run();
