@@ -18,10 +18,10 @@ import { topicMemberPage, type MemberPosition } from '../streams/topic-members.j
 import { findTopic } from '../streams/topics.js';
 
 /** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
+type PushAnswer = { outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number };
 export type Pusher = {
-  sendAll(jobs: { tenantId: string; token: string; environment: 'production' | 'sandbox'; content: Message['content']; messageId: string; deliveryId: string }[]): Promise<{
-    outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number;
-  }[]>;
+  /** results in the order of `jobs`; `onResult` hears each as soon as it is final */
+  sendAll(jobs: { tenantId: string; token: string; environment: 'production' | 'sandbox'; content: Message['content']; messageId: string; deliveryId: string }[], onResult?: (index: number, result: PushAnswer) => void): Promise<PushAnswer[]>;
 };
 
 export type FanoutContext = {
@@ -113,7 +113,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
 }
 
 /** Records many deliveries' outcomes in one script call (lua/settleDeliveries). */
-async function settle(ctx: FanoutContext, tenantId: string, messageId: string, outcomes: { id: string; status: DeliveryStatus; fields: Record<string, string> }[]): Promise<void> {
+async function settle(ctx: FanoutContext, tenantId: string, messageId: string, outcomes: Outcome[]): Promise<void> {
   if (outcomes.length === 0) return;
   const args: (string | number)[] = [ctx.keys.tenantBase(tenantId), messageId, isoNow(), outcomes.length];
   for (const o of outcomes) {
@@ -147,22 +147,48 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Mes
   // collapse id, so the device shows it once: the message id is the default collapse id.
   const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
   const toSend = planned.filter((d, i) => states[i]![1] === 'pending' && d.subscription);
+  // Each push is recorded soon after APNs answers it (SETTLE_EVERY answers or SETTLE_WITHIN_MS,
+  // whichever comes first), not when the chunk's last answer is in: a dispatcher killed mid-chunk
+  // leaves pending, to be sent again, only the pushes in flight and the few answers not yet recorded.
+  const outcomes: Outcome[] = [];
+  const writes: Promise<void>[] = [];
+  let failure: unknown = null;
+  let timer: NodeJS.Timeout | null = null;
+  const flush = () => {
+    if (timer) clearTimeout(timer);
+    timer = null;
+    if (outcomes.length === 0) return;
+    writes.push(settle(ctx, scope.tenantId, message.id, outcomes.splice(0)).catch((err: unknown) => void (failure ??= err)));
+  };
   const results = await pusher.sendAll(toSend.map((d) => ({
     tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
-  })));
-  const outcomes = toSend.map((d, i) => {
-    const result = results[i]!;
-    const fields: Record<string, string> = { attempts: String(result.attempts) };
-    if (result.httpStatus !== null) fields.providerStatus = String(result.httpStatus);
-    if (result.apnsId) fields.apnsId = result.apnsId;
-    if (result.reason) fields.providerReason = result.reason;
-    if (result.timestamp) fields.providerTimestamp = isoNow(result.timestamp);
-    if (result.outcome === 'sent') fields.sentAt = isoNow();
-    else fields.reason = result.reason ?? 'failed';
-    return { id: d.id, status: result.outcome as DeliveryStatus, fields };
+  })), (i, result) => {
+    outcomes.push(outcomeOf(toSend[i]!.id, result));
+    if (outcomes.length >= SETTLE_EVERY) flush();
+    else timer ??= setTimeout(flush, SETTLE_WITHIN_MS);
   });
-  await settle(ctx, scope.tenantId, message.id, outcomes);
+  flush();
+  await Promise.all(writes);
+  if (failure) throw failure;
   await Promise.all(toSend.map((d, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
+}
+
+/** Answers recorded together at most: one settleDeliveries call per this many, or per SETTLE_WITHIN_MS. */
+const SETTLE_EVERY = 64;
+const SETTLE_WITHIN_MS = 20;
+
+type Outcome = { id: string; status: DeliveryStatus; fields: Record<string, string> };
+
+/** What a delivery records of its push's final answer. */
+function outcomeOf(id: string, result: PushAnswer): Outcome {
+  const fields: Record<string, string> = { attempts: String(result.attempts) };
+  if (result.httpStatus !== null) fields.providerStatus = String(result.httpStatus);
+  if (result.apnsId) fields.apnsId = result.apnsId;
+  if (result.reason) fields.providerReason = result.reason;
+  if (result.timestamp) fields.providerTimestamp = isoNow(result.timestamp);
+  if (result.outcome === 'sent') fields.sentAt = isoNow();
+  else fields.reason = result.reason ?? 'failed';
+  return { id, status: result.outcome as DeliveryStatus, fields };
 }
 
 type PartitionCursor = { p: number; after: string | null };

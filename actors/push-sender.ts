@@ -93,15 +93,21 @@ export class PushSender {
    * Sends many pushes (a fan-out chunk). Each round passes the limiter once per group of up to
    * `APNS_MAX_CONCURRENT_PER_TENANT` pushes (one weighted bottleneck job: per-job scheduling costs
    * a timer hop and caps a limiter near 400 jobs/s), then the retryable ones wait their backoff
-   * and go again, up to `APNS_MAX_ATTEMPTS`. Results are in the order of `jobs`.
+   * and go again, up to `APNS_MAX_ATTEMPTS`. Results are in the order of `jobs`; `onResult` hears
+   * each one as soon as it is final (its push answered for good), before the others are, so a
+   * caller can record it at once.
    */
-  async sendAll(jobs: PushJob[]): Promise<PushResult[]> {
+  async sendAll(jobs: PushJob[], onResult?: (index: number, result: PushResult) => void): Promise<PushResult[]> {
     const results: (PushResult | undefined)[] = new Array(jobs.length);
+    const finish = (i: number, result: PushResult) => {
+      results[i] = result;
+      onResult?.(i, result);
+    };
     const answers: ApnsAnswer[][] = jobs.map(() => []);
     const requests = jobs.map((job) => buildApnsRequest(job.content, { messageId: job.messageId, deliveryId: job.deliveryId }));
     let pending: number[] = [];
     requests.forEach((request, i) => {
-      if (payloadSize(request.payload) > APNS_MAX_PAYLOAD_BYTES) results[i] = refused('payload_too_large');
+      if (payloadSize(request.payload) > APNS_MAX_PAYLOAD_BYTES) finish(i, refused('payload_too_large'));
       else pending.push(i);
     });
     // a weighted job heavier than the limiter's reservoir would never start
@@ -118,41 +124,39 @@ export class PushSender {
         for (let from = 0; from < indexes.length; from += batch) {
           const group = indexes.slice(from, from + batch);
           if (this.#closed) {
-            for (const i of group) results[i] = { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! };
+            for (const i of group) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
             continue;
           }
           const connections = await Promise.all(group.map((i) => this.#providers.get(tenantId, jobs[i]!.environment)));
           const sendable = group.filter((i, k) => {
             const connection = connections[k]!;
-            if ('unavailable' in connection) results[i] = { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! };
+            if ('unavailable' in connection) finish(i, { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! });
             return !('unavailable' in connection);
           });
           if (sendable.length === 0) continue;
-          let got: ApnsAnswer[];
           try {
-            got = await this.#schedule(tenantId, batch, sendable.map((i) => () => {
+            // each answer is taken as it comes: a final one is told at once, not when the group is done
+            await this.#schedule(tenantId, batch, sendable.map((i) => async () => {
               const connection = connections[group.indexOf(i)] as ApnsConnection;
-              return this.#attempt(connection, requests[i]!, jobs[i]!.token);
+              const answer = await this.#attempt(connection, requests[i]!, jobs[i]!.token);
+              answers[i]!.push(answer);
+              this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
+              if (!retryable(answer) || attempt >= this.#config.apnsMaxAttempts) finish(i, resultOf(answer, attempt, answers[i]!));
+              else retry.push(i);
+              return answer;
             }));
           } catch (err) {
             // Only a stopped limiter rejects: close() dropped these waiting pushes.
             if (!this.#closed) throw err;
-            for (const i of sendable) results[i] = { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! };
+            for (const i of sendable) if (!results[i] && !retry.includes(i)) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
             continue;
           }
-          sendable.forEach((i, k) => {
-            const answer = got[k]!;
-            answers[i]!.push(answer);
-            this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
-            if (!retryable(answer) || attempt >= this.#config.apnsMaxAttempts) results[i] = resultOf(answer, attempt, answers[i]!);
-            else retry.push(i);
-          });
         }
       }));
       pending = retry;
       if (pending.length > 0) {
         if (this.#closed) {
-          for (const i of pending) results[i] = { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! };
+          for (const i of pending) finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
           break;
         }
         await this.#sleep(backoffMs(this.#config.apnsRetryBaseMs, attempt));

@@ -77,6 +77,35 @@ kill('a dispatcher killed mid-fan-out is resumed by another: every device gets t
   if (process.env.HERALD_TEST_VERBOSE) console.log(`killed at ${atKill.counts.sent} sent; ${resent} in-flight pushes sent again`);
 });
 
+kill('a dispatcher killed while one push of a chunk is unanswered sends again only that push: the chunk\'s answered pushes were recorded as they came', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const ids = Array.from({ length: 50 }, (_, i) => `h-${i}`);
+  const tokenOf = (i: number) => (0x7000 + i).toString(16).padStart(64, 'e');
+  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'hold-one' });
+  await api.post('/v1/topics/hold-one/subscribers', boot.keys.tenant, { externalIds: ids });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 20_000, times: 1 }); // held: its chunk never finishes before the kill
+  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'hold-one' }, title: 'Held', body: 'one push' })).body.data.id;
+  // every push answered but the held one is recorded, its chunk (25) unfinished included
+  await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 15_000, 20);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await waitFor('the next dispatcher to complete the message', async () => {
+    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+    return m.status === 'completed' ? m : null;
+  }, 30_000, 50);
+  assert.equal(done.counts, { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 });
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
+  assert.is(received.length, 51, 'the 50 pushes, and the held one again');
+  assert.is(received.filter((r) => r.token === tokenOf(7)).length, 2);
+});
+
 kill('a dispatcher killed with a one-subscriber push in flight: the next one sends it again under the same apns-id and completes the message once', async (ctx) => {
   const boot = (ctx as any).boot;
   const api = client(ctx.service.url);
