@@ -90,8 +90,10 @@ for _ = 1, ops do
   end
 end
 
+-- creating the subscriber is a change too: a concurrent writer that read it absent recomputes
+-- (else each of two parallel creates without attributes would report the creation)
 local newVersion = version
-if events > 0 or ops > 0 then
+if events > 0 or ops > 0 or createdSeq > 0 then
   if rcall('EXISTS', record) == 1 then newVersion = rcall('HINCRBY', record, 'v', 1) end
 end
 return { 1, sub, createdSeq, newVersion }

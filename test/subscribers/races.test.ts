@@ -1,0 +1,44 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { client } from '../helpers/api.js';
+import { inboxEvents, names } from '../helpers/inbox.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+// Concurrent identical requests, as retrying clients send them: the audit ledger records what the
+// stream records (one entry per real change), whatever the interleaving.
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
+const races = suite<Ctx>('concurrent requests and the audit ledger');
+
+races.before(async (ctx) => {
+  ctx.service = await startTestService('races');
+  ctx.api = client(ctx.service.url);
+  const { keys, tenant, workspace } = await bootstrapWorkspace(ctx.service, 'races');
+  ctx.key = keys.tenant;
+  ctx.pk = keys.client;
+  ctx.tenantId = tenant.id;
+  ctx.workspaceId = workspace.id;
+});
+races.after(async (ctx) => ctx.service.stop());
+
+type Entry = { type: string; target: { id: string } | null; changes?: Record<string, unknown>; previousAttributes?: Record<string, unknown> };
+async function ledger(service: TestService, workspaceId: string, type: string, targetId?: string): Promise<Entry[]> {
+  const entries = (await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!) as Entry);
+  return entries.filter((e) => e.type === type && (targetId === undefined || e.target?.id === targetId));
+}
+
+const times = <T>(n: number, f: (i: number) => Promise<T>) => Promise.all(Array.from({ length: n }, (_, i) => f(i)));
+
+races('parallel creates of one externalId without attributes: one 201 and one subscriber.created, through the API and identify', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const upserts = await times(20, () => api.post('/v1/subscribers', key, { externalId: 'twin' }));
+  assert.equal(upserts.map((r) => r.status).sort(), [...Array(19).fill(200), 201]);
+  const identifies = await times(20, () => api.post('/v1/client/identify', pk, { externalId: 'twin-app', source: 'ios' }));
+  assert.ok(identifies.every((r) => r.status === 200));
+  for (const externalId of ['twin', 'twin-app']) {
+    assert.equal(names(await inboxEvents(service, tenantId, externalId)).filter((n) => n === '$subscriber.created'), ['$subscriber.created']);
+    const id = (await api.get(`/v1/subscribers/${externalId}`, key)).body.data.id;
+    assert.is((await ledger(service, workspaceId, 'subscriber.created', id)).length, 1, `one subscriber.created for ${externalId}`);
+  }
+});
+
+races.run();
