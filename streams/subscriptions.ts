@@ -308,23 +308,24 @@ export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantS
 
 /**
  * Sets `enabled` (spec 3.2b): `$subscription.muted` / `$subscription.unmuted` only when the value
- * really changes; concurrent identical updates write one event.
+ * really changes; concurrent identical updates write one event. `changed` says whether this call
+ * made the change (the caller audits it then, and only then).
  */
-export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean): Promise<Subscription> {
+export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean): Promise<{ subscription: Subscription; changed: boolean }> {
   if (!isId('subscription', id)) throw notFound('Subscription');
-  await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+  const changed = await changeSubscriber<boolean, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
     if (!snapshot.exists || !h.id) throw notFound('Subscription');
-    if ((h.enabled === '1') === enabled) return { skip: null };
+    if ((h.enabled === '1') === enabled) return { skip: false };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const subscription = { ...toSubscription(externalId, h), enabled };
     return {
       create: false,
       events: [{ name: enabled ? '$subscription.unmuted' : '$subscription.muted', data: { subscription: publicOf(subscription) } }],
       ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', isoNow()]],
-      result: null,
+      result: true,
     };
   }, readRecord(redis, keys, scope, externalId, id));
-  return getSubscription(redis, keys, scope, externalId, id);
+  return { subscription: await getSubscription(redis, keys, scope, externalId, id), changed };
 }
 
 /** Removes a subscription (`$subscription.removed`) and forgets its token; 404 when it is not the subscriber's. */

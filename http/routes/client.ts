@@ -7,7 +7,7 @@ import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
-import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, getSubscription, type RegisterInput } from '../../streams/subscriptions.js';
+import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { audit } from '../audit.js';
 import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
@@ -151,10 +151,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
     const owner = await subscriptionOwner(ctx);
     const scope = scopeOf(ctx, deps);
-    const before = await getSubscription(redis, keys, scope, owner, ctx.params.id!);
-    const after = await setSubscriptionEnabled(redis, keys, scope, owner, before.id, enabled);
-    if (before.enabled !== after.enabled) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: before.enabled } });
-    respond(ctx, 200, after);
+    const { subscription, changed } = await setSubscriptionEnabled(redis, keys, scope, owner, ctx.params.id!, enabled);
+    if (changed) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { enabled }, previousAttributes: { enabled: !enabled } });
+    respond(ctx, 200, subscription);
   });
 
   router.delete('/v1/client/subscriptions/:id', client, async (ctx) => {

@@ -193,10 +193,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
-    const before = await getSubscription(redis, keys, scope, externalId, ctx.params.id!);
-    const after = await setSubscriptionEnabled(redis, keys, scope, externalId, before.id, enabled);
-    if (before.enabled !== after.enabled) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled: after.enabled }, previousAttributes: { enabled: before.enabled } });
-    respond(ctx, 200, after);
+    const { subscription, changed } = await setSubscriptionEnabled(redis, keys, scope, externalId, ctx.params.id!, enabled);
+    if (changed) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { enabled }, previousAttributes: { enabled: !enabled } });
+    respond(ctx, 200, subscription);
   });
 
   router.delete('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {

@@ -41,4 +41,16 @@ races('parallel creates of one externalId without attributes: one 201 and one su
   }
 });
 
+races('parallel identical enabled changes audit one subscription.updated per real change, as the stream has one $subscription.muted', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const reg = await api.post('/v1/client/subscriptions', pk, { externalId: 'muter', channel: 'push', token: 'b'.repeat(64), platform: 'ios' });
+  const id = reg.body.data.id;
+  const mutes = await times(25, () => api.patch(`/v1/client/subscriptions/${id}`, pk, { enabled: false }));
+  assert.ok(mutes.every((r) => r.status === 200 && r.body.data.enabled === false));
+  const unmutes = await times(25, () => api.patch(`/v1/subscribers/muter/subscriptions/${id}`, key, { enabled: true }));
+  assert.ok(unmutes.every((r) => r.status === 200 && r.body.data.enabled === true));
+  assert.equal(names(await inboxEvents(service, tenantId, 'muter')).filter((n) => n.includes('muted')), ['$subscription.muted', '$subscription.unmuted']);
+  const updates = await ledger(service, workspaceId, 'subscription.updated', id);
+  assert.equal(updates.map((e) => [e.changes, e.previousAttributes]), [[{ enabled: false }, { enabled: true }], [{ enabled: true }, { enabled: false }]]);
+});
+
 races.run();
