@@ -164,12 +164,12 @@ export async function moveMessage(redis: Redis, keys: Keys, tenantId: string, id
   return { moved: moved === 1, status };
 }
 
-/** Cancels a scheduled (or not yet started) message; 409 `conflict` once its sending has begun. */
-export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Message> {
+/** Cancels a scheduled (or not yet started) message; 409 `conflict` once its sending has begun. `canceled`: this call canceled it (not an earlier one). */
+export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<{ message: Message; canceled: boolean }> {
   await getMessage(redis, keys, tenantId, id);
   const { moved, status } = await moveMessage(redis, keys, tenantId, id, ['scheduled', 'queued'], 'canceled', { canceledAt: isoNow() });
   if (!moved && status !== 'canceled') throw new ApiError(409, 'conflict', `The message is ${status}; only scheduled or queued messages can be canceled`);
-  return getMessage(redis, keys, tenantId, id);
+  return { message: await getMessage(redis, keys, tenantId, id), canceled: moved };
 }
 
 export async function getDelivery(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Delivery> {

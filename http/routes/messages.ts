@@ -141,6 +141,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     operationId: cancelMessage
    *     summary: Cancel a message that has not started sending
    *     description: Scope `messages:send`. A scheduled (or still queued) message becomes `canceled`; once sending has begun, 409 `conflict`.
+   *       Canceling a canceled message answers it again (200); `message.canceled` is audited once.
    *     tags: [Messages]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
    *     responses:
@@ -178,8 +179,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
   });
 
   router.post('/v1/messages/:id/cancel', authorize(deps, 'tenant', 'messages:send'), async (ctx: Context) => {
-    const message = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!);
-    await audit(deps, ctx, { type: 'message.canceled', target: { type: 'message', id: message.id }, object: message });
+    const { message, canceled } = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!);
+    // a message canceled before (by this request's retry, or a concurrent one) is answered as it is, audited once
+    if (canceled) await audit(deps, ctx, { type: 'message.canceled', target: { type: 'message', id: message.id }, object: message });
     respond(ctx, 200, message);
   });
 

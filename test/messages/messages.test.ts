@@ -7,7 +7,7 @@ import { apnsCredentials, BUNDLE_ID, pushSetup } from '../helpers/push-setup.js'
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
-type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string };
+type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
 const m = suite<Ctx>('messages and APNs delivery');
 
 const hex = (n: number, width = 64) => n.toString(16).padStart(width, '0');
@@ -23,6 +23,7 @@ m.before(async (ctx) => { try {
   ctx.key = boot.keys.tenant;
   ctx.pk = boot.keys.client;
   ctx.tenantId = boot.tenant.id;
+  ctx.workspaceId = boot.workspace.id;
   const res = await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(key) });
   assert.ok(res.status === 200 || res.status === 201, JSON.stringify(res.body));
   } catch (err) {
@@ -240,6 +241,16 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
   assert.ok(Date.parse(all.startedAt) >= Date.parse(all.sendAt));
   assert.is((await ctx.api.post(`/v1/messages/${soon.body.data.id}/cancel`, ctx.key)).body.error.code, 'conflict');
   assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === cancelMe.body.data.id).length, 0);
+});
+
+m('canceling a message again (or many times at once) answers it canceled and audits message.canceled once', async (ctx) => {
+  const later = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'never', body: 'b', sendAt: new Date(Date.now() + 60_000).toISOString() });
+  const id = later.body.data.id;
+  const cancels = await Promise.all(Array.from({ length: 10 }, () => ctx.api.post(`/v1/messages/${id}/cancel`, ctx.key)));
+  assert.ok(cancels.every((r) => r.status === 200 && r.body.data.status === 'canceled'));
+  assert.is((await ctx.api.post(`/v1/messages/${id}/cancel`, ctx.key)).status, 200);
+  const ledger = (await ctx.service.redis.xrange(ctx.service.keys.ledger(ctx.workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!));
+  assert.is(ledger.filter((e) => e.type === 'message.canceled' && e.target?.id === id).length, 1);
 });
 
 m('bad requests are clear errors', async (ctx) => {
