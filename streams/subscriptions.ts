@@ -144,14 +144,14 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  * write, and the claim is given back (lua/unclaimToken). `options.enabled` is the `enabled` of a
  * record this call creates (an anonymous subscriber's muted device stays muted when it moves).
  */
-export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean } = {}): Promise<{ subscription: Subscription; created: boolean }> {
+export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean } = {}): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
   const tokens = tokenKeys(keys, scope.tenantId);
   const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
   const stamp = Number(claimNumber);
   const enabled = options.enabled ?? true;
-  let outcome: { created: boolean; record: Record<string, string> };
+  let outcome: { created: boolean; record: Record<string, string>; before: Record<string, string> };
   try {
     if (claim === 'new') {
       // The id was made for this call: no record of it can exist unless a concurrent registration of the
@@ -159,7 +159,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, { enabled, stamp });
       if (fresh) {
         await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
-        return { subscription: fresh, created: true };
+        return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
       }
     }
     const wanted = fieldsOf(input);
@@ -177,7 +177,26 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
   }
   await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
   // the record as written (no second read)
-  return { subscription: toSubscription(externalId, outcome.record), created: outcome.created };
+  const subscription = toSubscription(externalId, outcome.record);
+  return { subscription, created: outcome.created, ...(outcome.created ? { changes: {}, previousAttributes: {} } : diffOf(toSubscription(externalId, outcome.before), subscription)) };
+}
+
+/**
+ * A registration's outcome: `created` for a new record on this subscriber (registered or moved
+ * here), else the public fields it changed (`changes`, `previousAttributes`; both empty when the
+ * app registered what was stored, as it does on every launch).
+ */
+export type Registered = { subscription: Subscription; created: boolean; changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
+
+function diffOf(before: Subscription, after: Subscription): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } {
+  const changes: Record<string, unknown> = {};
+  const previousAttributes: Record<string, unknown> = {};
+  for (const k of Object.keys(after) as (keyof Subscription)[]) {
+    if (k === 'updatedAt' || JSON.stringify(before[k]) === JSON.stringify(after[k])) continue;
+    changes[k] = after[k];
+    previousAttributes[k] = before[k];
+  }
+  return { changes, previousAttributes };
 }
 
 /**
@@ -190,7 +209,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
  * `updatedAt`). The holder read is guarded in the write.
  */
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: { enabled: boolean; stamp: number }) {
-  return changeSubscriber<{ created: boolean; record: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
+  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
@@ -198,7 +217,7 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (!member || !heldBy(current, externalId)) {
       // another subscriber of the partition wrote the record under a later claim: this claim is over
       // already (the check after the write drops this subscriber's reference)
-      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current } };
+      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
       const record = newRecord(id, wanted, at, { ...make, holder: externalId });
       return {
@@ -207,7 +226,7 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
         // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
         ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
         guards,
-        result: { created: true, record },
+        result: { created: true, record, before: {} },
       };
     }
     const changed = Object.entries(given).filter(([k, v]) => (current[k] ?? '') !== v);
@@ -217,9 +236,9 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (changed.length) changed.push(['updatedAt', at]);
     if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)]);
     if (!current.holder) changed.push(['holder', externalId]);
-    if (changed.length === 0) return { skip: { created: false, record: current } };
+    if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
-    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, result: { created: false, record: { ...current, ...Object.fromEntries(changed) } } };
+    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, result: { created: false, record: { ...current, ...Object.fromEntries(changed) }, before: current } };
   }, async (p) => {
     const [held, count] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
     return { ...held, count };

@@ -115,9 +115,12 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const scope = scopeOf(ctx, deps);
     const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
     if (plan) await mergeSubscriber(redis, keys, scope, plan);
-    const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input);
+    const { subscription, created, changes, previousAttributes } = await registerSubscription(redis, keys, scope, externalId, input);
     await markVerified(deps, ctx, externalId, verified);
-    await audit(deps, ctx, { type: created ? 'subscription.created' : 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription });
+    const target = { type: 'subscription', id: subscription.id };
+    if (created) await audit(deps, ctx, { type: 'subscription.created', target, object: subscription });
+    // registering what is stored (every launch does) changes nothing and audits nothing
+    else if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscription.updated', target, object: subscription, changes, previousAttributes });
     respond(ctx, created ? 201 : 200, subscription);
   });
 

@@ -53,4 +53,19 @@ races('parallel identical enabled changes audit one subscription.updated per rea
   assert.equal(updates.map((e) => [e.changes, e.previousAttributes]), [[{ enabled: false }, { enabled: true }], [{ enabled: true }, { enabled: false }]]);
 });
 
+races('re-registering a device audits subscription.updated only when a field changed, with changes and previousAttributes', async ({ api, pk, service, workspaceId }) => {
+  const device = { channel: 'push', token: 'c'.repeat(64), platform: 'ios', authorizationStatus: 'provisional' };
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'launcher', ...device });
+  assert.is(first.status, 201);
+  const id = first.body.data.id;
+  // every launch registers again, some at once
+  const launches = await times(10, () => api.post('/v1/client/subscriptions', pk, { externalId: 'launcher', ...device }));
+  assert.ok(launches.every((r) => r.status === 200 && r.body.data.id === id));
+  assert.equal(await ledger(service, workspaceId, 'subscription.updated', id), [], 'nothing changed, nothing audited');
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'launcher', ...device, authorizationStatus: 'authorized' });
+  const updates = await ledger(service, workspaceId, 'subscription.updated', id);
+  assert.equal(updates.map((e) => [e.changes, e.previousAttributes]), [[{ authorizationStatus: 'authorized' }, { authorizationStatus: 'provisional' }]]);
+  assert.is((await ledger(service, workspaceId, 'subscription.created', id)).length, 1);
+});
+
 races.run();
