@@ -239,11 +239,11 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const update = checkBody<PreferencesUpdate>('PreferencesUpdate', ctx.request.body);
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
-    const before = await getPreferences(redis, keys, scope, externalId);
-    const { preferences, changed } = await updatePreferences(redis, keys, scope, externalId, update);
+    // the previous preferences are the ones this change replaced (read in its compare-and-set), not a read before it
+    const { preferences, changed, previous } = await updatePreferences(redis, keys, scope, externalId, update);
     if (changed) {
       const subscriber = await getSubscriber(redis, keys, scope, externalId);
-      await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: before } });
+      await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } });
     }
     respond(ctx, 200, preferences);
   });

@@ -68,4 +68,17 @@ races('re-registering a device audits subscription.updated only when a field cha
   assert.is((await ledger(service, workspaceId, 'subscription.created', id)).length, 1);
 });
 
+races('parallel preference updates of different categories: none lost, and each audit entry names the preferences its change replaced', async ({ api, key, service, workspaceId }) => {
+  const created = await api.post('/v1/subscribers', key, { externalId: 'chooser' });
+  const updates = await times(12, (i) => api.patch('/v1/subscribers/chooser/preferences', key, { categories: { [`cat-${i}`]: { push: false } } }));
+  assert.ok(updates.every((r) => r.status === 200));
+  assert.is(Object.keys((await api.get('/v1/subscribers/chooser/preferences', key)).body.data.categories).length, 12);
+  const entries = await ledger(service, workspaceId, 'subscriber.updated', created.body.data.id);
+  assert.is(entries.length, 12);
+  // one after the other: each entry's previous preferences are the ones the entry before set
+  const count = (e: Entry, side: 'changes' | 'previousAttributes') => Object.keys((e[side]!.preferences as { categories: object }).categories).length;
+  assert.equal(entries.map((e) => count(e, 'previousAttributes')).sort((a, b) => a - b), Array.from({ length: 12 }, (_, i) => i));
+  for (const e of entries) assert.is(count(e, 'changes'), count(e, 'previousAttributes') + 1);
+});
+
 races.run();
