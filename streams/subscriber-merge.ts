@@ -45,25 +45,37 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * Carries out a plan: widgets (one script, which checks the limit again), each subscription (moved
  * by registering it for the identified subscriber: the same subscription id, muted ones stay muted),
  * topics, the missing attributes (`mergeAttributes`: the identified subscriber's own win), then
- * deletes the anonymous subscriber (`$subscriber.deleted`). A registration racing the merge may fill
+ * deletes the anonymous subscriber (`$subscriber.deleted`) once it holds no subscription and no
+ * topic: a device registered for it (or a topic it joined) since its parts were read moves in one
+ * more round instead of going with the delete. A registration racing the merge may fill
  * the identified subscriber after the check: the move that no longer fits is refused with nothing
  * changed (409), the merge stops there, and what has not moved stays with the anonymous subscriber.
  */
 export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan): Promise<void> {
   const { anonymousId, externalId } = plan;
-  await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId);
-  for (const s of plan.subscriptions) {
-    const input: RegisterInput = {
-      channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
-      environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
-    };
-    await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled });
+  let subscriptions = plan.subscriptions;
+  for (let round = 0; round < MERGE_ROUNDS; round++) {
+    await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId);
+    for (const s of subscriptions) {
+      const input: RegisterInput = {
+        channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
+        environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
+      };
+      await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled });
+    }
+    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
+    const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
+    if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
+    await mergeAttributes(redis, keys, scope, externalId, from);
+    const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { ifEmpty: true }).catch((err: unknown) => {
+      if (!(err instanceof ApiError && err.status === 404)) throw err;
+      return from;
+    });
+    if (deleted) return;
+    subscriptions = await listSubscriptions(redis, keys, scope, anonymousId);
   }
-  for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
-  const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
-  if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
-  await mergeAttributes(redis, keys, scope, externalId, from);
-  await deleteSubscriber(redis, keys, scope, anonymousId).catch((err: unknown) => {
-    if (!(err instanceof ApiError && err.status === 404)) throw err;
-  });
+  throw new ApiError(409, 'conflict', 'The anonymous subscriber is changing too fast; retry');
 }
+
+/** Rounds of a merge before it gives up (409) on an anonymous subscriber that keeps gaining devices. */
+const MERGE_ROUNDS = 5;

@@ -227,17 +227,23 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
  * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber.
  */
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber>;
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { ifEmpty: true }): Promise<Subscriber | null>;
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { ifEmpty?: boolean } = {}): Promise<Subscriber | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
   // retrying the delete, since the subscriber is still there) and once more after it (a widget
   // registered while the delete ran).
   await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string }[]; topicIds: string[]; segments: string[] };
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean }[]; topicIds: string[]; liveTopics: number; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
-  const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
+  // `ifEmpty` (the end of a merge): only when the subscriber holds no subscription and no live topic,
+  // decided on the state the delete applies to; null otherwise, with nothing changed
+  const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber | null; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
     if (!snapshot.exists) throw notFound('Subscriber');
+    const holds = owned.subscriptions.some((s) => s.held) || owned.liveTopics > 0;
+    if (options.ifEmpty && holds) return { skip: { subscriber: null, owned } };
     const subscriber = toSubscriber(externalId, snapshot.record, owned.segments);
     const member = `$SUB|${externalId}`;
     const ops: RecordOp[] = [
@@ -259,9 +265,17 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
       segmentsOf(redis, keys, scope, externalId),
     ]);
-    const handles = await Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder')));
-    return { subscriptions: ids.map((id, i) => ({ id, token: handles[i]![0], address: handles[i]![1], channel: handles[i]![2] ?? 'push', holder: handles[i]![3] ?? '' })), topicIds, segments };
+    const [handles, live] = await Promise.all([
+      Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder', 'id'))),
+      options.ifEmpty ? Promise.all(topicIds.map((id) => redis.exists(keys.topic(scope.tenantId, id)))) : Promise.resolve([]),
+    ]);
+    const subscriptions = ids.map((id, i) => {
+      const [token, address, channel, holder, recordId] = handles[i]!;
+      return { id, token, address, channel: channel ?? 'push', holder: holder ?? '', held: Boolean(recordId) && (!holder || holder === externalId) };
+    });
+    return { subscriptions, topicIds, liveTopics: live.filter((n) => n > 0).length, segments };
   });
+  if (!subscriber) return null;
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
   await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));
   await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);

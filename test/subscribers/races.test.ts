@@ -81,4 +81,22 @@ races('parallel preference updates of different categories: none lost, and each 
   for (const e of entries) assert.is(count(e, 'changes'), count(e, 'previousAttributes') + 1);
 });
 
+races('a device registered for the anonymous subscriber while it is merged is kept: it moves to the user, or stays with the anonymous id', async ({ api, key, pk }) => {
+  for (let round = 0; round < 4; round++) {
+    const anonymousId = `anon-${round}`, externalId = `signed-in-${round}`;
+    await api.post('/v1/client/subscriptions', pk, { externalId: anonymousId, channel: 'push', token: `${round}`.repeat(64), platform: 'ios' });
+    const tokens = Array.from({ length: 8 }, (_, i) => `${round}${i}`.padEnd(64, 'd'));
+    const identify = times(2, () => api.post('/v1/client/identify', pk, { externalId, anonymousId, source: 'ios' }));
+    const registrations = times(8, (i) => new Promise((r) => setTimeout(r, i * (2 + round))).then(() => api.post('/v1/client/subscriptions', pk, { externalId: anonymousId, channel: 'push', token: tokens[i], platform: 'ios' })));
+    assert.ok((await identify).every((r) => r.status === 200));
+    assert.ok((await registrations).every((r) => r.status === 201));
+    const held = new Set<string>();
+    for (const id of [anonymousId, externalId]) {
+      const list = await api.get(`/v1/subscribers/${id}/subscriptions?limit=100`, key);
+      if (list.status === 200) for (const s of list.body.data.items) held.add(s.token);
+    }
+    assert.equal(tokens.filter((t) => !held.has(t)), [], `round ${round}: every registered device is held by someone`);
+  }
+});
+
 races.run();
