@@ -78,4 +78,4 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
 }
 
 /** Rounds of a merge before it gives up (409) on an anonymous subscriber that keeps gaining devices. */
-const MERGE_ROUNDS = 5;
+const MERGE_ROUNDS = 10;

@@ -88,8 +88,10 @@ races('a device registered for the anonymous subscriber while it is merged is ke
     const tokens = Array.from({ length: 8 }, (_, i) => `${round}${i}`.padEnd(64, 'd'));
     const identify = times(2, () => api.post('/v1/client/identify', pk, { externalId, anonymousId, source: 'ios' }));
     const registrations = times(8, (i) => new Promise((r) => setTimeout(r, i * (2 + round))).then(() => api.post('/v1/client/subscriptions', pk, { externalId: anonymousId, channel: 'push', token: tokens[i], platform: 'ios' })));
-    assert.ok((await identify).every((r) => r.status === 200));
     assert.ok((await registrations).every((r) => r.status === 201));
+    // a merge outpaced by registrations may give up with 409 "changing too fast" (declared): a retry finishes it
+    for (const r of await identify) assert.ok(r.status === 200 || (r.status === 409 && r.body.error.code === 'conflict'), JSON.stringify(r.body));
+    if ((await identify).some((r) => r.status === 409)) assert.is((await api.post('/v1/client/identify', pk, { externalId, anonymousId, source: 'ios' })).status, 200);
     const held = new Set<string>();
     for (const id of [anonymousId, externalId]) {
       const list = await api.get(`/v1/subscribers/${id}/subscriptions?limit=100`, key);
