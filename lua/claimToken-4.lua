@@ -1,7 +1,7 @@
 --[[
   Decides who owns a push token or an email address in a tenant, atomically, so concurrent
   registrations of one token end with one subscription. Every claim that gives the token an owner
-  gets the next claim number of its subscription; the claimer stamps it on the record it writes,
+  (or confirms its owner) gets the next claim number of its subscription; the claimer stamps it on the record it writes,
   and removing a copy is fenced by it (a move removes the previous subscriber's copy only when that
   copy's stamp is not newer than the move's claim), so a move never removes the copy of a later
   claim by the previous subscriber.
@@ -32,10 +32,11 @@ end
 local bar = string.find(current, '|', 1, true)
 local id, owner = string.sub(current, 1, bar - 1), string.sub(current, bar + 1)
 if owner == ARGV[3] then
-  local claim = tonumber(rcall('HGET', KEYS[4], id) or '0')
   local pending = rcall('HGET', KEYS[3], ARGV[1])
-  if pending then return { 'moved', id, claim, pending } end
-  return { 'same', id, claim }
+  if pending then return { 'moved', id, tonumber(rcall('HGET', KEYS[4], id) or '0'), pending } end
+  -- a claim of its own token gets a number too: a removal that read the record before this claim's
+  -- write does not release the token under it (lua/releaseToken)
+  return { 'same', id, rcall('HINCRBY', KEYS[4], id, 1) }
 end
 rcall('HSET', KEYS[1], ARGV[1], id .. '|' .. ARGV[3])
 rcall('HSET', KEYS[2], id, ARGV[3])

@@ -10,10 +10,14 @@
   ARGV[1] token field (push:<token> or email:<address>), or '' when unknown
   ARGV[2] subscription id
   ARGV[3] externalId the subscription was removed from
+  ARGV[4] claim number stamped on the record that was removed ('' for none known)
 
-  Returns 1 when the token entry was removed, 0 otherwise.
+  Returns 1 when the token entry was removed, 0 otherwise. Nothing is released when the subscription
+  was claimed after the removed record was written (a registration of the same subscriber whose write
+  lands after the removal: it writes the record anew, and the token stays its).
 ]]
 local rcall = redis.call
+if ARGV[4] and ARGV[4] ~= '' and tonumber(rcall('HGET', KEYS[4], ARGV[2]) or '0') > tonumber(ARGV[4]) then return 0 end
 if rcall('HGET', KEYS[2], ARGV[2]) == ARGV[3] then
   rcall('HDEL', KEYS[2], ARGV[2])
   rcall('HDEL', KEYS[4], ARGV[2])

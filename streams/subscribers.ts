@@ -235,7 +235,7 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   // retrying the delete, since the subscriber is still there) and once more after it (a widget
   // registered while the delete ran).
   await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean }[]; topicIds: string[]; liveTopics: number; segments: string[] };
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean; claim: number }[]; topicIds: string[]; liveTopics: number; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
   // `ifEmpty` (the end of a merge): only when the subscriber holds no subscription and no live topic,
@@ -266,12 +266,12 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       segmentsOf(redis, keys, scope, externalId),
     ]);
     const [handles, live] = await Promise.all([
-      Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder', 'id'))),
+      Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder', 'id', 'claim'))),
       options.ifEmpty ? Promise.all(topicIds.map((id) => redis.exists(keys.topic(scope.tenantId, id)))) : Promise.resolve([]),
     ]);
     const subscriptions = ids.map((id, i) => {
-      const [token, address, channel, holder, recordId] = handles[i]!;
-      return { id, token, address, channel: channel ?? 'push', holder: holder ?? '', held: Boolean(recordId) && (!holder || holder === externalId) };
+      const [token, address, channel, holder, recordId, claim] = handles[i]!;
+      return { id, token, address, channel: channel ?? 'push', holder: holder ?? '', held: Boolean(recordId) && (!holder || holder === externalId), claim: Number(claim ?? 0) };
     });
     return { subscriptions, topicIds, liveTopics: live.filter((n) => n > 0).length, segments };
   });

@@ -113,8 +113,8 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * of the partition holds now is dropped without touching the record (guarded: the holder is checked
  * again in the write).
  */
-async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity): Promise<Subscription | null> {
-  return changeSubscriber<Subscription | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity): Promise<{ subscription: Subscription; claim: number } | null> {
+  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -123,9 +123,10 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     if (!h.id) return { create: false, events: [], ops: [['srem', set, id]], guards: [['absent', recordKey]], result: null };
     const subscription = toSubscription(externalId, h);
     const event = { name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } };
-    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, result: subscription };
-    if (Number(h.claim ?? 0) > upTo) return { skip: null };
-    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, result: subscription };
+    const claim = Number(h.claim ?? 0);
+    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, result: { subscription, claim } };
+    if (claim > upTo) return { skip: null };
+    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, result: { subscription, claim } };
   }, readHeld(redis, keys, scope, externalId, id));
 }
 
@@ -352,14 +353,18 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
   if (!isId('subscription', id)) throw notFound('Subscription');
   const removed = await detach(redis, keys, scope, externalId, id, 'removed');
   if (!removed) throw notFound('Subscription');
-  await releaseToken(redis, keys, scope.tenantId, externalId, removed);
-  return removed;
+  await releaseToken(redis, keys, scope.tenantId, externalId, { ...removed.subscription, claim: removed.claim });
+  return removed.subscription;
 }
 
-/** Forgets the token index entry of a subscription removed from `externalId` (if the token is still that subscription's, and still `externalId`'s). */
-export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, externalId: string, s: { id: string; channel: string; token: string | null; address: string | null }): Promise<void> {
+/**
+ * Forgets the token index entry of a subscription removed from `externalId` (if the token is still
+ * that subscription's, and still `externalId`'s, and not claimed since the removed record's `claim`
+ * stamp: a registration racing the removal keeps it).
+ */
+export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, externalId: string, s: { id: string; channel: string; token: string | null; address: string | null; claim: number }): Promise<void> {
   const handle = s.channel === 'email' ? s.address : s.token;
-  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle) : '', s.id, externalId]);
+  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle) : '', s.id, externalId, s.claim]);
 }
 
 /**

@@ -101,4 +101,19 @@ races('a device registered for the anonymous subscriber while it is merged is ke
   }
 });
 
+races('deleting a subscriber while its device registers again leaves the device with one subscription, and its token owned', async ({ api, key, pk }) => {
+  for (let round = 0; round < 12; round++) {
+    const externalId = `leaving-${round}`, other = `next-user-${round}`, token = `${round}`.padStart(64, 'e');
+    await api.post('/v1/client/subscriptions', pk, { externalId, channel: 'push', token, platform: 'ios' });
+    const registrations = times(6, (i) => new Promise((r) => setTimeout(r, i * (1 + (round % 4)))).then(() => api.post('/v1/client/subscriptions', pk, { externalId, channel: 'push', token, platform: 'ios' })));
+    assert.is((await api.del(`/v1/subscribers/${externalId}`, key)).status, 200);
+    assert.ok((await registrations).every((r) => r.status === 200 || r.status === 201));
+    const held = async (id: string) => { const r = await api.get(`/v1/subscribers/${id}/subscriptions`, key); return r.status === 200 ? r.body.data.items.filter((s: { token: string }) => s.token === token).length : 0; };
+    assert.ok((await held(externalId)) <= 1, `round ${round}: one subscription per device`);
+    // the device changes hands: it moves, whoever held it
+    await api.post('/v1/client/subscriptions', pk, { externalId: other, channel: 'push', token, platform: 'ios' });
+    assert.equal([await held(externalId), await held(other)], [0, 1], `round ${round}: the device has one holder`);
+  }
+});
+
 races.run();
