@@ -93,9 +93,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientRegisterSubscription
    *     summary: Register a device token or an email address
    *     description: Client key only. Creates the subscriber when unknown (`$subscriber.created`) and the subscription
-   *       (`$subscription.registered`, 201). Registering a token that exists updates it (200; the fields given replace the stored ones, and
-   *       platform, environment, authorizationStatus and device left out keep theirs) and moves it to this externalId
-   *       when the app's user changed (`$subscription.removed` on the previous one). `environment` is the APNs environment of
+   *       (`$subscription.registered`, 201). Registering a token this externalId holds updates it (200; the fields given
+   *       replace the stored ones, and platform, environment, authorizationStatus and device left out keep theirs); a token another
+   *       subscriber holds moves to this externalId (201, same subscription id, `$subscription.removed` on the previous one). `environment` is the APNs environment of
    *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; beyond, the
    *       answer is 409 `conflict` and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
    *       that subscriber is first merged into this one, with the proof and limits of `POST /v1/client/identify` (the device
