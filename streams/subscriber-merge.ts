@@ -46,8 +46,8 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * by registering it for the identified subscriber: the same subscription id, muted ones stay muted),
  * topics, the missing attributes (`mergeAttributes`: the identified subscriber's own win), then
  * deletes the anonymous subscriber (`$subscriber.deleted`) once it holds no subscription and no
- * topic: a device registered for it (or a topic it joined) since its parts were read moves in one
- * more round instead of going with the delete. A registration racing the merge may fill
+ * topic the identified subscriber is not in: a device registered for it (or a topic it joined) since
+ * its parts were read moves in one more round instead of going with the delete. A registration racing the merge may fill
  * the identified subscriber after the check: the move that no longer fits is refused with nothing
  * changed (409), the merge stops there, and what has not moved stays with the anonymous subscriber.
  */
@@ -67,7 +67,7 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
     if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
     await mergeAttributes(redis, keys, scope, externalId, from);
-    const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { ifEmpty: true }).catch((err: unknown) => {
+    const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { mergedInto: externalId }).catch((err: unknown) => {
       if (!(err instanceof ApiError && err.status === 404)) throw err;
       return from;
     });

@@ -222,28 +222,40 @@ export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope
   return toSubscriber(externalId, snapshot.record, segments);
 }
 
+/** Of `topicIds`, those that still exist and `into` is not a member of (what a merge has yet to move). */
+async function notMovedTopics(redis: Redis, keys: Keys, scope: TenantScope, topicIds: string[], into: string): Promise<string[]> {
+  if (topicIds.length === 0) return [];
+  const intoTopics = keys.subscriberTopics(partitionOf(scope.tenantId, into, scope.partitions), scope.tenantId, into);
+  const [live, held] = await Promise.all([
+    Promise.all(topicIds.map((id) => redis.exists(keys.topic(scope.tenantId, id)))),
+    redis.smismember(intoTopics, ...topicIds),
+  ]);
+  return topicIds.filter((_, i) => live[i]! > 0 && !held[i]);
+}
+
 /**
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
  * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber.
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber>;
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { ifEmpty: true }): Promise<Subscriber | null>;
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { ifEmpty?: boolean } = {}): Promise<Subscriber | null> {
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto: string }): Promise<Subscriber | null>;
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto?: string } = {}): Promise<Subscriber | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
   // retrying the delete, since the subscriber is still there) and once more after it (a widget
   // registered while the delete ran).
   await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean; claim: number }[]; topicIds: string[]; liveTopics: number; segments: string[] };
+  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean; claim: number }[]; topicIds: string[]; /** live topics not moved yet (merge) */ liveTopics: number; segments: string[] };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
-  // `ifEmpty` (the end of a merge): only when the subscriber holds no subscription and no live topic,
-  // decided on the state the delete applies to; null otherwise, with nothing changed
+  // `mergedInto` (the end of a merge into that subscriber): only when this one holds no subscription
+  // and no live topic that subscriber is not in yet, decided on the state the delete applies to;
+  // null otherwise, with nothing changed
   const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber | null; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
     if (!snapshot.exists) throw notFound('Subscriber');
     const holds = owned.subscriptions.some((s) => s.held) || owned.liveTopics > 0;
-    if (options.ifEmpty && holds) return { skip: { subscriber: null, owned } };
+    if (options.mergedInto !== undefined && holds) return { skip: { subscriber: null, owned } };
     const subscriber = toSubscriber(externalId, snapshot.record, owned.segments);
     const member = `$SUB|${externalId}`;
     const ops: RecordOp[] = [
@@ -267,13 +279,13 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     ]);
     const [handles, live] = await Promise.all([
       Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder', 'id', 'claim'))),
-      options.ifEmpty ? Promise.all(topicIds.map((id) => redis.exists(keys.topic(scope.tenantId, id)))) : Promise.resolve([]),
+      options.mergedInto !== undefined ? notMovedTopics(redis, keys, scope, topicIds, options.mergedInto) : Promise.resolve([]),
     ]);
     const subscriptions = ids.map((id, i) => {
       const [token, address, channel, holder, recordId, claim] = handles[i]!;
       return { id, token, address, channel: channel ?? 'push', holder: holder ?? '', held: Boolean(recordId) && (!holder || holder === externalId), claim: Number(claim ?? 0) };
     });
-    return { subscriptions, topicIds, liveTopics: live.filter((n) => n > 0).length, segments };
+    return { subscriptions, topicIds, liveTopics: live.length, segments };
   });
   if (!subscriber) return null;
   // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).

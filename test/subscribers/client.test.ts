@@ -251,6 +251,17 @@ c('identify writes $identify, sets attributes and merges the anonymous subscribe
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'anon-123')).at(-1), '$subscriber.deleted');
 });
 
+c('a merge moves the anonymous subscriber\'s topics too, and deletes it', async ({ api, pk, boot }) => {
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-topic', channel: 'push', token: token(70), platform: 'ios' });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'merge-news' });
+  await api.post('/v1/topics/merge-news/subscribers', boot.keys.tenant, { externalIds: ['anon-topic'] });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'user-topic', anonymousId: 'anon-topic' });
+  assert.is(res.status, 200, JSON.stringify(res.body.error));
+  assert.is((await api.get('/v1/subscribers/anon-topic', boot.keys.tenant)).status, 404);
+  const members = (await api.get('/v1/topics/merge-news/subscribers', boot.keys.tenant)).body.data.items.map((m: any) => m.externalId);
+  assert.equal(members, ['user-topic']);
+});
+
 c('a client key cannot change another subscriber\'s subscription', async ({ api, pk }) => {
   const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'owner', channel: 'push', token: token(8), platform: 'ios' });
   const res = await api.call('PATCH', `/v1/client/subscriptions/${body.data.id}?externalId=intruder`, { key: pk, body: { enabled: false } });
