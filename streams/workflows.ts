@@ -49,8 +49,8 @@ export type WorkflowPatch = {
   trigger?: WorkflowDefinition['trigger']; steps?: WorkflowDefinition['steps']; cancelOn?: WorkflowDefinition['cancelOn'] | null;
 };
 
-/** Tries of a PATCH that loses the compare-and-set against a concurrent definition change. */
-const UPDATE_ATTEMPTS = 10;
+/** Tries of a PATCH that loses the compare-and-set against a concurrent definition change (each try loses only to a change that won: 50 outlast 50 writers at once). */
+const UPDATE_ATTEMPTS = 50;
 
 /** The stored definition: only `trigger`, `steps` and `cancelOn` (absent when none). */
 function definitionOf(parts: { trigger: WorkflowDefinition['trigger']; steps: WorkflowDefinition['steps']; cancelOn?: WorkflowDefinition['cancelOn'] | null }): WorkflowDefinition {

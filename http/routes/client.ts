@@ -135,11 +135,13 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientSetSubscriptionEnabled
    *     summary: Enable or disable this device
    *     description: Client key only. Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
+   *       409 `conflict` when the subscriber is changing too fast (retry), as on every subscriber write.
    *       The subscription id (returned at registration) is the device's handle on its subscription.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
    *     responses:
    *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: clientRemoveSubscription
@@ -148,6 +150,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     tags: [Client]
    *     responses:
    *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.patch('/v1/client/subscriptions/:id', client, async (ctx) => {
@@ -190,6 +193,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/client/preferences', client, async (ctx) => {

@@ -256,6 +256,14 @@ workflows('a definition change makes a new version; old versions stay as they we
   assert.is((await api.get('/v1/workflows/versioned', key)).body.data.version, 4);
 });
 
+workflows('20 parallel definition changes all answer 200 and number their versions 2 to 21, none twice', async ({ api, key }) => {
+  await api.post('/v1/workflows', key, body('raced'));
+  const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => api.patch('/v1/workflows/raced', key, { steps: [{ type: 'sleep', duration: `${i + 1}m` }, ...WELCOME] })));
+  assert.equal(answers.map((a) => a.status), Array(20).fill(200));
+  assert.equal(answers.map((a) => a.body.data.version).sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => i + 2));
+  assert.is((await api.get('/v1/workflows/raced', key)).body.data.version, 21);
+});
+
 workflows('delete answers the workflow as it was and removes it with every version', async (ctx) => {
   const { api, key, service, tenantId } = ctx;
   const created = (await api.post('/v1/workflows', key, body('short-lived'))).body.data;
