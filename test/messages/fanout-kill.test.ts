@@ -13,6 +13,9 @@ const kill = suite<Ctx>('fan-out survives a dispatcher SIGKILL');
 
 const MEMBERS = 400;
 
+/** The settings of a dispatcher process on the test service's Redis and key prefix. */
+const dispatcherEnv = (ctx: Ctx) => ({ ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! });
+
 kill.before(async (ctx) => {
   const { peer, key, env } = await pushSetup();
   ctx.peer = peer;
@@ -43,7 +46,7 @@ kill('a dispatcher killed mid-fan-out is resumed by another: every device gets t
   await api.post('/v1/topics', boot.keys.tenant, { slug: 'kill-all' });
   await api.post('/v1/topics/kill-all/subscribers', boot.keys.tenant, { externalIds: ids });
   ctx.peer.respondWith({ delayMs: 15 }); // slow answers: the kill lands with pushes in flight
-  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const env = dispatcherEnv(ctx);
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
   const sent = await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'kill-all' }, title: 'Survive', body: 'a SIGKILL' });
@@ -87,7 +90,7 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
   await api.post('/v1/topics/hold-one/subscribers', boot.keys.tenant, { externalIds: ids });
   ctx.peer.reset();
   ctx.peer.respondWith({ token: tokenOf(7), delayMs: 20_000, times: 1 }); // held: its chunk never finishes before the kill
-  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const env = dispatcherEnv(ctx);
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
   const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'hold-one' }, title: 'Held', body: 'one push' })).body.data.id;
@@ -113,7 +116,7 @@ kill('a dispatcher killed with a one-subscriber push in flight: the next one sen
   await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: 'one-kill', channel: 'push', token, platform: 'ios' });
   ctx.peer.reset();
   ctx.peer.respondWith({ delayMs: 5_000, times: 1 }); // the first push is held: the kill lands before its answer
-  const env = { ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! };
+  const env = dispatcherEnv(ctx);
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
   const sent = await api.post('/v1/messages', boot.keys.tenant, { to: 'one-kill', title: 'Once', body: 'after a SIGKILL' });
