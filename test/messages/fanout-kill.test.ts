@@ -13,6 +13,12 @@ const kill = suite<Ctx>('fan-out survives a dispatcher SIGKILL');
 
 const MEMBERS = 400;
 
+/** The message once completed (by the dispatcher started after the kill). */
+const completed = (api: ReturnType<typeof client>, key: string, id: string) => waitFor('the next dispatcher to complete the message', async () => {
+  const m = (await api.get(`/v1/messages/${id}`, key)).body.data;
+  return m.status === 'completed' ? m : null;
+}, 30_000, 50);
+
 /** The settings of a dispatcher process on the test service's Redis and key prefix. */
 const dispatcherEnv = (ctx: Ctx) => ({ ...ctx.env, REDIS_URL: ctx.service.env.REDIS_URL!, REDIS_KEY_PREFIX: ctx.service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: ctx.service.env.HERALD_PARTITIONS! });
 
@@ -99,10 +105,7 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
   first.child.kill('SIGKILL');
   await first.exited;
   ctx.dispatchers.push(startRoleProcess('dispatcher', env));
-  const done = await waitFor('the next dispatcher to complete the message', async () => {
-    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
-    return m.status === 'completed' ? m : null;
-  }, 30_000, 50);
+  const done = await completed(api, boot.keys.tenant, id);
   assert.equal(done.counts, { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 });
   const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
   assert.is(received.length, 51, 'the 50 pushes, and the held one again');
@@ -129,10 +132,7 @@ kill('a dispatcher killed with a one-subscriber push in flight: the next one sen
   assert.is(atKill.status, 'sending');
   assert.equal(atKill.counts, { total: 1, pending: 1, sent: 0, failed: 0, skipped: 0, canceled: 0 });
   ctx.dispatchers.push(startRoleProcess('dispatcher', env));
-  const done = await waitFor('the next dispatcher to complete the message', async () => {
-    const m = (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
-    return m.status === 'completed' ? m : null;
-  }, 30_000, 50);
+  const done = await completed(api, boot.keys.tenant, id);
   assert.equal(done.counts, { total: 1, pending: 0, sent: 1, failed: 0, skipped: 0, canceled: 0 });
   const deliveries = (await api.get(`/v1/messages/${id}/deliveries`, boot.keys.tenant)).body.data.items;
   assert.is(deliveries.length, 1);
