@@ -3,10 +3,12 @@
   token still holds the attempt's lease, so a late duplicate (a dispatcher whose lease expired and
   whose attempt another one took over) records nothing. Per result, atomically:
   - the attempt is stored on the delivery (`a:<n>`, n counting every attempt, replays included);
-  - status (spec 3.2): 2xx → success (a queued retry is dropped); a failed scheduled attempt →
-    failed with the next attempt queued after the retry schedule, or exhausted after the last
-    one; a failed replay leaves the status as it was; a finished delivery stays success; the
-    delivery moves to its new status's index with the score it has in the index of all;
+  - status (spec 3.2): 2xx → success from pending or failed (a queued retry is dropped); a
+    failed scheduled attempt → failed with the next attempt queued after the retry schedule, or
+    exhausted after the last one; a replay changes no other status ("unchanged by this row"): an
+    exhausted delivery stays exhausted whatever its replay answers, a failed replay leaves the
+    status as it was, and a finished delivery stays success; the delivery moves to its new
+    status's index with the score it has in the index of all;
   - the endpoint's failure streak (spec 3.3): a success clears `failingSince`; a failure sets it
     when empty, and disables the endpoint when it is at least `disable after` old, noting it in
     {w:<ws>}:whks:unannounced until its `webhook.disabled` audit event is in the ledger.
@@ -54,7 +56,7 @@ for _ = 1, count do
     local attempts = replay == '' and rcall('HINCRBY', d, 'attempts', 1) or nil
     local after = status
     if success then
-      after = 'success'
+      if status ~= 'exhausted' then after = 'success' end
       rcall('ZREM', e .. ':due', deliveryId)
       rcall('HSET', d, 'nextAttemptAt', '')
     elseif attempts and status ~= 'success' then

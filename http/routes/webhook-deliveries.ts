@@ -83,8 +83,9 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *     description: |
    *       Scope `webhooks:write`. Answers 202 at once; the stored payload goes out as one extra attempt (fresh
    *       `webhook-timestamp` and signature, same `webhook-id` and bytes), whatever the delivery's status. It
-   *       does not count toward the ten attempts. A 2xx answer marks the delivery `success` (also from
-   *       `failed` or `exhausted`, and cancels its queued retry); a failed replay leaves the status as it was.
+   *       does not count toward the ten attempts. A 2xx answer marks a `pending` or `failed` delivery `success`
+   *       and cancels its queued retry; an `exhausted` delivery stays `exhausted` (spec 3.2), and a failed
+   *       replay leaves any status as it was.
    *       A disabled endpoint is `400 endpoint_disabled`.
    *     tags: [Webhooks]
    *     parameters:

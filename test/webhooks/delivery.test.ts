@@ -392,7 +392,7 @@ delivery('a consumer group lost (NOGROUP) is recreated and delivery goes on, wit
   assert.equal(r.requests.map((q) => q.id), [wheOf(one.id), wheOf(two.id)], 're-reading the ledger sent nothing twice');
 });
 
-delivery('ten failed attempts make a delivery exhausted, then nothing more is sent; a replay can still succeed', async (ctx) => {
+delivery('ten failed attempts make a delivery exhausted, then nothing more is sent; a replay that succeeds is recorded and leaves it exhausted (spec 3.2)', async (ctx) => {
   const ws = await bootstrapWorkspace(ctx.service, 'whd-exhaust');
   let status = 503;
   const r = await receiver(ctx, () => ({ status }));
@@ -410,8 +410,10 @@ delivery('ten failed attempts make a delivery exhausted, then nothing more is se
   assert.is((await deliveries(ctx, ws, e.id, 'exhausted')).total, 1);
   status = 200;
   await ctx.api.post(`/v1/workspaces/whd-exhaust/webhooks/${e.id}/deliveries/${d.id}/replay`, ws.keys.workspace);
-  const replayed = await waitDelivery(ctx, ws, e.id, id, (x) => x.status === 'success', 'success after replay');
-  assert.equal([replayed.attemptCount, replayed.attempts.length, replayed.attempts[10].trigger], [10, 11, 'replay']);
+  const replayed = await waitDelivery(ctx, ws, e.id, id, (x) => x.attempts.length === 11, 'the replay recorded');
+  assert.equal([replayed.status, replayed.attemptCount, replayed.attempts[10].trigger, replayed.attempts[10].statusCode], ['exhausted', 10, 'replay', 200]);
+  assert.is(r.requests.length, 11, 'the replay was sent');
+  assert.equal([(await deliveries(ctx, ws, e.id, 'exhausted')).total, (await deliveries(ctx, ws, e.id, 'success')).total], [1, 0]);
 });
 
 delivery.run();
