@@ -24,6 +24,9 @@ export function buildOpenApi(): Record<string, unknown> {
       security: [{ bearer: [] }],
       components: {
         securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key: svc_ws_…, svc_tn_… or svc_pk_….' } },
+        headers: {
+          RequestId: { description: 'The request id, equal to `metadata.requestId` of the envelope.', required: true, schema: { type: 'string' } },
+        },
         responses: {
           Error: { description: 'An error in the envelope; branch on error.code.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } } },
         },
@@ -38,6 +41,7 @@ export function buildOpenApi(): Record<string, unknown> {
     },
   }) as Record<string, unknown>;
   listErrorAnswers(doc.paths as Paths);
+  declareRequestId(doc);
   return asOpenApi30(doc) as Record<string, unknown>;
 }
 
@@ -69,6 +73,28 @@ function listErrorAnswers(paths: Paths): void {
       if (BODY_METHODS.has(method)) statuses.push('413');
       op.responses ??= {};
       for (const status of statuses) op.responses[status] ??= ERROR;
+    }
+  }
+}
+
+/**
+ * Every answer carries the `Request-Id` header (spec 2.1): declared once under
+ * `components.headers` and referenced from every response object, the shared ones and each
+ * operation's own (a response that is itself a `$ref` gets it through the component).
+ */
+function declareRequestId(doc: Record<string, unknown>): void {
+  const header = { $ref: '#/components/headers/RequestId' };
+  const add = (response: unknown) => {
+    if (response === null || typeof response !== 'object' || '$ref' in response) return;
+    const r = response as { headers?: Record<string, unknown> };
+    r.headers = { 'Request-Id': header, ...r.headers };
+  };
+  const components = doc.components as { responses?: Record<string, unknown> };
+  for (const response of Object.values(components.responses ?? {})) add(response);
+  for (const item of Object.values(doc.paths as Paths)) {
+    for (const [method, value] of Object.entries(item)) {
+      if (!METHODS.has(method)) continue;
+      for (const response of Object.values((value as Operation).responses ?? {})) add(response);
     }
   }
 }

@@ -170,6 +170,19 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   // a body over HTTP_BODY_LIMIT_BYTES is 413 wherever a body is read, and only there
   assert.ok(doc.paths['/v1/events'].post.responses['413']);
   assert.not.ok(doc.paths['/v1/events'].get.responses['413']);
+  // every answer declares the Request-Id header (spec 2.1), directly or through a shared response
+  const resolve = (r: any) => (r.$ref ? doc.components.responses[r.$ref.split('/').pop()] : r);
+  let answers = 0;
+  for (const item of Object.values<any>(doc.paths)) {
+    for (const op of Object.values<any>(item)) {
+      for (const [status, response] of Object.entries<any>(op?.responses ?? {})) {
+        assert.equal(resolve(response).headers?.['Request-Id'], { $ref: '#/components/headers/RequestId' }, status);
+        answers++;
+      }
+    }
+  }
+  assert.ok(answers > 300, `${answers} answers`);
+  assert.ok(doc.paths['/v1/messages'].post.responses['202'].headers['Idempotent-Replayed'], 'headers an operation declares stay');
 });
 
 core('the bounds the document declares on string query parameters are the ones the service checks', async ({ service, api, keys }) => {
