@@ -43,14 +43,17 @@ export async function getPreferences(redis: Redis, keys: Keys, scope: TenantScop
   return readPreferences(snapshot.record.preferences);
 }
 
+/** The preferences after an update, whether it changed them, the ones it replaced, and whether it created the subscriber (`create`). */
+export type PreferencesOutcome = { preferences: Preferences; changed: boolean; previous: Preferences; created: boolean };
+
 /**
  * Applies an update; writes `$preferences.updated` (with the previous values) only when a value
  * really changes. An update that would leave more than MAX_CATEGORIES categories stored (and more
  * than before) is 400 `limit_exceeded` on `categories`, nothing stored: decided on the snapshot
  * the compare-and-set write applies to.
  */
-export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean } = {}): Promise<{ preferences: Preferences; changed: boolean; previous: Preferences }> {
-  return changeSubscriber<{ preferences: Preferences; changed: boolean; previous: Preferences }>(redis, keys, scope, externalId, (snapshot) => {
+export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean } = {}): Promise<PreferencesOutcome> {
+  return changeSubscriber<PreferencesOutcome>(redis, keys, scope, externalId, (snapshot) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const current = readPreferences(snapshot.record.preferences);
     const next = apply(current, update);
@@ -58,13 +61,13 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
     if (count > MAX_CATEGORIES && count > Object.keys(current.categories).length) {
       throw new ApiError(400, 'limit_exceeded', `A subscriber's preferences hold at most ${MAX_CATEGORIES} categories; remove one (set it to null) first`, { param: 'categories' });
     }
-    if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false, previous: current } };
+    if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false, previous: current, created: false } };
     const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
     return {
       create: true,
       events: [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
       ops: [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
-      result: { preferences: next, changed: true, previous: current },
+      result: { preferences: next, changed: true, previous: current, created: !snapshot.exists },
     };
   });
 }

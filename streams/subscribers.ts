@@ -202,18 +202,21 @@ export function fittingProperties(into: Record<string, unknown>, from: Record<st
  * (its own win; the result stays within 8 KB). Decided on the snapshot the compare-and-set write
  * applies to, with `$subscriber.updated` when something changes.
  */
-export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber): Promise<void> {
-  await changeSubscriber<null>(redis, keys, scope, externalId, (snapshot) => {
+export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber): Promise<AttributeOutcome> {
+  return changeSubscriber<AttributeOutcome>(redis, keys, scope, externalId, (snapshot) => {
     const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
     const input: Attributes = {};
     for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !current?.[field]) input[field] = from[field];
     const properties = fittingProperties(current?.properties ?? {}, from.properties);
     if (Object.keys(properties).length) input.properties = properties;
     const change = attributeChange(keys, scope, snapshot, externalId, input);
-    if (change.ops.length === 0) return { skip: null };
-    return { create: true, events: change.events, ops: change.ops, result: null };
+    if (change.ops.length === 0) return { skip: { changes: {}, previous: {} } };
+    return { create: true, events: change.events, ops: change.ops, result: { changes: change.changes, previous: change.previous } };
   });
 }
+
+/** What an attribute write changed: the new values and the ones they replaced, for the audit entry. */
+export type AttributeOutcome = { changes: Record<string, unknown>; previous: Record<string, unknown> };
 
 /** Reads one subscriber, or throws 404. */
 export async function getSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber> {

@@ -5,8 +5,8 @@ import { checkBody, checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
-import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
-import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
+import { getSubscriber, upsertSubscriber, type AttributeOutcome, type Attributes, type Subscriber } from '../../streams/subscribers.js';
+import { mergeSubscriber, planMerge, type MergeOutcome, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { audit } from '../audit.js';
@@ -45,6 +45,19 @@ export function registerClient(router: Router, deps: AppDeps): void {
   }
 
   /**
+   * The audit entries of a client call that changed a subscriber's attributes or merged one: one
+   * `subscriber.updated` for the attributes it changed (`own`, then those the merge filled in), and
+   * `subscriber.deleted` for the anonymous subscriber the merge deleted.
+   */
+  async function auditMerge(ctx: Context, subscriber: Subscriber, merge: MergeOutcome | null, own: AttributeOutcome = { changes: {}, previous: {} }): Promise<void> {
+    const changes = { ...own.changes, ...merge?.attributes.changes };
+    const previousAttributes = { ...merge?.attributes.previous, ...own.previous };
+    if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes });
+    const deleted = merge?.deleted;
+    if (deleted) await audit(deps, ctx, { type: 'subscriber.deleted', target: { type: 'subscriber', id: deleted.id }, object: deleted });
+  }
+
+  /**
    * @openapi
    * /v1/client/identify:
    *   post:
@@ -74,14 +87,18 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const scope = scopeOf(ctx, deps);
     // every refusal (identity, limits, the size of properties) comes before the first write
     const plan = await mergePlan(ctx, body);
-    const { subscriber, created } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
-    if (plan) await mergeSubscriber(redis, keys, scope, plan);
+    const { subscriber, created, changes, previous } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
+    const merge = plan ? await mergeSubscriber(redis, keys, scope, plan) : null;
     const merged = plan !== null;
+    // audited before $identify is appended: a 503 there leaves the writes and their entries done, and a retry changes nothing more
+    const written = await getSubscriber(redis, keys, scope, body.externalId);
+    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
+    // one subscriber.updated for what this call changed: its own attributes, then what the merge filled in
+    await auditMerge(ctx, written, merge, created ? undefined : { changes, previous });
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
     }]);
-    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
     const { segments: _segments, ...own } = await getSubscriber(redis, keys, scope, body.externalId);
     respond(ctx, 200, own);
   });
@@ -114,7 +131,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
     const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
-    if (plan) await mergeSubscriber(redis, keys, scope, plan);
+    const merge = plan ? await mergeSubscriber(redis, keys, scope, plan) : null;
+    if (merge) await auditMerge(ctx, await getSubscriber(redis, keys, scope, externalId), merge);
     const { subscription, created, changes, previousAttributes } = await registerSubscription(redis, keys, scope, externalId, input);
     await markVerified(deps, ctx, externalId, verified);
     const target = { type: 'subscription', id: subscription.id };
@@ -205,8 +223,15 @@ export function registerClient(router: Router, deps: AppDeps): void {
   router.patch('/v1/client/preferences', client, async (ctx) => {
     const { externalId, identityHash, ...update } = checkBody<Identified & PreferencesUpdate>('ClientPreferencesUpdate', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
-    const { preferences } = await updatePreferences(redis, keys, scopeOf(ctx, deps), externalId, update, { create: true });
+    const scope = scopeOf(ctx, deps);
+    const { preferences, changed, previous, created } = await updatePreferences(redis, keys, scope, externalId, update, { create: true });
     await markVerified(deps, ctx, externalId, verified);
+    if (changed) {
+      const subscriber = await getSubscriber(redis, keys, scope, externalId);
+      const target = { type: 'subscriber', id: subscriber.id };
+      if (created) await audit(deps, ctx, { type: 'subscriber.created', target, object: subscriber });
+      else await audit(deps, ctx, { type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } });
+    }
     respond(ctx, 200, preferences);
   });
 

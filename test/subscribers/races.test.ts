@@ -81,6 +81,36 @@ races('parallel preference updates of different categories: none lost, and each 
   for (const e of entries) assert.is(count(e, 'changes'), count(e, 'previousAttributes') + 1);
 });
 
+races('client calls audit what they change once: identify attributes, a merge (filled attributes, the deleted anonymous subscriber), client preferences', async ({ api, key, pk, service, workspaceId }) => {
+  const first = await api.post('/v1/client/identify', pk, { externalId: 'app-user', source: 'ios', attributes: { locale: 'en-GB' } });
+  const id = first.body.data.id;
+  assert.is((await ledger(service, workspaceId, 'subscriber.created', id)).length, 1);
+  // ten identical retries of a change: one entry, naming the value it replaced
+  const again = await times(10, () => api.post('/v1/client/identify', pk, { externalId: 'app-user', source: 'ios', attributes: { locale: 'fr-FR', properties: { plan: 'pro' } } }));
+  assert.ok(again.every((r) => r.status === 200));
+  let updated = await ledger(service, workspaceId, 'subscriber.updated', id);
+  assert.is(updated.length, 1);
+  assert.equal([updated[0]!.changes, updated[0]!.previousAttributes], [{ locale: 'fr-FR', properties: { plan: 'pro' } }, { locale: 'en-GB', properties: { plan: null } }]);
+  // a merge: the anonymous email moves (the user has none), its locale does not (the user's wins); the anonymous subscriber is deleted
+  const anonymous = await api.post('/v1/client/identify', pk, { externalId: 'app-anon', source: 'ios', attributes: { email: 'anon@example.com', locale: 'de-DE' } });
+  await times(3, () => api.post('/v1/client/identify', pk, { externalId: 'app-user', anonymousId: 'app-anon', source: 'ios' }));
+  updated = await ledger(service, workspaceId, 'subscriber.updated', id);
+  assert.is(updated.length, 2);
+  assert.equal([updated[1]!.changes, updated[1]!.previousAttributes], [{ email: 'anon@example.com' }, { email: null }]);
+  assert.is((await ledger(service, workspaceId, 'subscriber.deleted', anonymous.body.data.id)).length, 1);
+  // client preferences: a change is subscriber.updated with the preferences it replaced; the same update again writes nothing
+  await times(5, () => api.patch('/v1/client/preferences', pk, { externalId: 'app-user', categories: { news: { push: false } } }));
+  updated = await ledger(service, workspaceId, 'subscriber.updated', id);
+  assert.is(updated.length, 3);
+  assert.equal((updated[2]!.changes!.preferences as { categories: unknown }).categories, { news: { push: false } });
+  assert.equal((updated[2]!.previousAttributes!.preferences as { categories: unknown }).categories, {});
+  // preferences of an unknown user create it: subscriber.created, not updated
+  const fresh = await api.patch('/v1/client/preferences', pk, { externalId: 'app-new', channels: { push: false } });
+  assert.is(fresh.status, 200);
+  const freshId = (await api.get('/v1/subscribers/app-new', key)).body.data.id;
+  assert.equal([(await ledger(service, workspaceId, 'subscriber.created', freshId)).length, (await ledger(service, workspaceId, 'subscriber.updated', freshId)).length], [1, 0]);
+});
+
 races('a device registered for the anonymous subscriber while it is merged is kept: it moves to the user, or stays with the anonymous id', async ({ api, key, pk }) => {
   for (let round = 0; round < 4; round++) {
     const anonymousId = `anon-${round}`, externalId = `signed-in-${round}`;
