@@ -46,7 +46,8 @@ export async function tenantEventsPage(
   redis: Redis, keys: Keys, partitions: number, tenantId: string, limit: number, after: LogPosition | null, filter: LogFilter,
 ): Promise<{ items: StoredEvent[]; next: LogPosition | null }> {
   const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && !filter.provider;
-  const minId = filter.afterMs !== undefined ? `${filter.afterMs + 1}-0` : '-';
+  // a time before 1970 (a negative millisecond, which is no stream id) keeps every event
+  const minId = filter.afterMs !== undefined && filter.afterMs >= 0 ? `${filter.afterMs + 1}-0` : '-';
   const found: { pos: LogPosition; event: StoredEvent }[] = [];
   let floor: LogPosition | null = null; // where an unfinished scan stopped: nothing older is known
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {

@@ -89,7 +89,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     let position = null;
     if (after) {
       const match = /^(\d+)\/((?:evt_[0-9a-z]+)?)$/.exec(after);
-      if (!match) throw badCursor();
+      if (!match || !Number.isSafeInteger(Number(match[1]))) throw badCursor(); // past that, no stream id
       position = { ms: Number(match[1]), id: match[2]! };
     }
     const filter = { name: query.name, source: query.source, provider: query.provider, afterMs: query.after ? Date.parse(query.after) : undefined };

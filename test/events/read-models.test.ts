@@ -84,6 +84,22 @@ reads('the tenant log filters by name, source and receivedAt', async ({ api, key
   assert.is(badSource.body.error.details[0].param, 'source');
 });
 
+reads('GET /v1/events answers a time before 1970 and a forged cursor beyond any stream id without a 500', async ({ api, key }) => {
+  const all = (await api.get('/v1/events?limit=100', key)).body.data.items;
+  for (const after of ['1969-12-31T00:00:00Z', '0000-01-01T00:00:00Z']) {
+    const res = await api.get(`/v1/events?limit=100&after=${after}`, key);
+    assert.is(res.status, 200, after);
+    assert.equal(res.body.data.items.map((e: any) => e.id), all.map((e: any) => e.id), `after=${after} filters nothing out`);
+  }
+  const forged = (position: string) => Buffer.from(JSON.stringify({ v: 1, p: position })).toString('base64url');
+  for (const position of ['18446744073709551615/', '99999999999999999999999/evt_x']) {
+    const res = await api.get(`/v1/events?cursor=${forged(position)}`, key);
+    assert.is(res.status, 400, position);
+    assert.is(res.body.error.code, 'validation');
+    assert.is(res.body.error.param, 'cursor');
+  }
+});
+
 reads('the catalog counts every window, orders by 7-day volume and counts distinct subscribers', async ({ api, key }) => {
   const res = await api.get('/v1/events/names', key);
   const entries = res.body.data.items;
