@@ -1,6 +1,6 @@
 import { HttpMethodEnum, koaBody } from 'koa-body';
 import type { Context, Next } from 'koa';
-import { ApiError, validationError } from '../../lib/errors.js';
+import { ApiError, validationError, type ErrorDetail } from '../../lib/errors.js';
 
 /** Content types read as JSON: JSON itself, and none or `text/plain` (what `fetch` sends for a string body). */
 const READ_AS_JSON = ['application/json', '+json', 'text/plain'];
@@ -33,6 +33,28 @@ function protoKeyPath(text: string): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * Deepest nesting of arrays and objects a body may have, the body itself being level 1. Code that
+ * walks a value recursively (`JSON.stringify` among it) overflows the stack a few thousand levels
+ * down, far below what the body limit lets brackets nest; no field of the API needs more.
+ */
+export const MAX_BODY_DEPTH = 64;
+
+/** The first place (in document order) where a parsed body nests deeper than MAX_BODY_DEPTH. Iterative: a body may nest thousands deep. */
+function tooDeep(body: unknown): ErrorDetail | null {
+  const stack: { value: unknown; path: string; level: number }[] = [{ value: body, path: '', level: 1 }];
+  while (stack.length > 0) {
+    const { value, path, level } = stack.pop()!;
+    if (value === null || typeof value !== 'object') continue;
+    if (level > MAX_BODY_DEPTH) return { param: path || 'body', message: `nests arrays and objects deeper than ${MAX_BODY_DEPTH} levels` };
+    const children: [string, unknown][] = Array.isArray(value)
+      ? value.map((item, i) => [`${path}[${i}]`, item])
+      : Object.entries(value).map(([key, item]) => [path ? `${path}.${key}` : key, item]);
+    for (let i = children.length - 1; i >= 0; i--) stack.push({ value: children[i]![1], path: children[i]![0], level: level + 1 });
+  }
+  return null;
 }
 
 /** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
@@ -70,6 +92,8 @@ export function jsonBody(limitBytes: number) {
     } catch (err) {
       throw bodyError(err);
     }
+    const deep = tooDeep(ctx.request.body);
+    if (deep) throw validationError([deep]);
     return next();
   };
 }
