@@ -42,17 +42,28 @@ function protoKeyPath(text: string): string | null {
  */
 export const MAX_BODY_DEPTH = 64;
 
-/** The first place (in document order) where a parsed body nests deeper than MAX_BODY_DEPTH. Iterative: a body may nest thousands deep. */
-function tooDeep(body: unknown): ErrorDetail | null {
-  const stack: { value: unknown; path: string; level: number }[] = [{ value: body, path: '', level: 1 }];
+/** A lone surrogate: with the `u` flag a surrogate pair is one code point, so only an unpaired half matches. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * The first problem (in document order) of a parsed body that no schema sees: nesting deeper than
+ * MAX_BODY_DEPTH, or a string, value or key, holding a lone surrogate. JSON's `\ud800` escape can
+ * carry one, UTF-8 cannot: Redis would store U+FFFD instead, so a subscriber's externalId would no
+ * longer match its partition (counted, never listed, never addressable) and Lua's cjson refuses the
+ * escape (a message fan-out failing on every retry). Iterative: a body may nest thousands deep.
+ */
+function bodyProblem(body: unknown): ErrorDetail | null {
+  const notWellFormed = (param: string): ErrorDetail => ({ param, message: 'must be well-formed Unicode: it holds a lone surrogate' });
+  const stack: { value: unknown; path: string; level: number; badKey?: boolean }[] = [{ value: body, path: '', level: 1 }];
   while (stack.length > 0) {
-    const { value, path, level } = stack.pop()!;
+    const { value, path, level, badKey } = stack.pop()!;
+    if (badKey || (typeof value === 'string' && LONE_SURROGATE.test(value))) return notWellFormed(path || 'body');
     if (value === null || typeof value !== 'object') continue;
     if (level > MAX_BODY_DEPTH) return { param: path || 'body', message: `nests arrays and objects deeper than ${MAX_BODY_DEPTH} levels` };
-    const children: [string, unknown][] = Array.isArray(value)
-      ? value.map((item, i) => [`${path}[${i}]`, item])
-      : Object.entries(value).map(([key, item]) => [path ? `${path}.${key}` : key, item]);
-    for (let i = children.length - 1; i >= 0; i--) stack.push({ value: children[i]![1], path: children[i]![0], level: level + 1 });
+    const children = Array.isArray(value)
+      ? value.map((item, i) => ({ value: item as unknown, path: `${path}[${i}]`, level: level + 1 }))
+      : Object.entries(value).map(([key, item]) => ({ value: item, path: path ? `${path}.${key}` : key, level: level + 1, badKey: LONE_SURROGATE.test(key) }));
+    for (let i = children.length - 1; i >= 0; i--) stack.push(children[i]!);
   }
   return null;
 }
@@ -92,8 +103,8 @@ export function jsonBody(limitBytes: number) {
     } catch (err) {
       throw bodyError(err);
     }
-    const deep = tooDeep(ctx.request.body);
-    if (deep) throw validationError([deep]);
+    const problem = bodyProblem(ctx.request.body);
+    if (problem) throw validationError([problem]);
     return next();
   };
 }

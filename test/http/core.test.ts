@@ -82,6 +82,31 @@ core('a __proto__ key is valid JSON but never accepted: 400 validation naming th
   assert.is((await api.get('/v1/subscribers/proto-1', keys.tenant)).status, 404);
 });
 
+core('a lone surrogate (a \\ud800 escape UTF-8 cannot carry) is 400 validation naming the field; a surrogate pair is a character like any other', async ({ api, keys }) => {
+  // stored, such a subscriber could never be read again (counted in total, missing from items, not addressable),
+  // and a message to it stayed `sending`, its fan-out failing on every retry
+  const cases: [string, string, string][] = [
+    ['/v1/subscribers', String.raw`{"externalId":"lone-\ud800"}`, 'externalId'],
+    ['/v1/messages', String.raw`{"to":"lone-\udfff","title":"t","body":"b"}`, 'to'],
+    ['/v1/events', String.raw`{"events":[{"externalId":"lone-1","name":"app.opened","data":{"s":"x\ud800y"}}]}`, 'events[0].data.s'],
+    ['/v1/topics', String.raw`{"slug":"lone","name":"\udc00"}`, 'name'],
+  ];
+  for (const [path, raw, param] of cases) {
+    const res = await api.call('POST', path, { key: keys.tenant, raw });
+    assert.is(res.status, 400, path);
+    assert.equal([res.body.error.code, res.body.error.param], ['validation', param], path);
+    assert.equal(res.body.error.details, [{ param, message: 'must be well-formed Unicode: it holds a lone surrogate' }]);
+  }
+  const key = await api.call('POST', '/v1/events', { key: keys.tenant, raw: String.raw`{"externalId":"lone-1","name":"app.opened","data":{"\ud800":1}}` });
+  assert.equal([key.status, key.body.error.param], [400, 'data.\ud800'], 'a key is checked like a value');
+  const pair = await api.call('POST', '/v1/subscribers', { key: keys.tenant, raw: String.raw`{"externalId":"pair-\ud83d\ude00"}` });
+  assert.is(pair.status, 201);
+  assert.is((await api.get(`/v1/subscribers/${encodeURIComponent('pair-😀')}`, keys.tenant)).body.data.externalId, 'pair-😀');
+  const list = (await api.get('/v1/subscribers?limit=100', keys.tenant)).body.data;
+  assert.is(list.total, list.items.length, 'every subscriber counted is listed');
+  assert.is((await api.get('/v1/topics/lone', keys.tenant)).status, 404);
+});
+
 core('list limit is 1 to 100 in decimal digits; other spellings of a number are 400 naming limit', async ({ api, keys }) => {
   assert.is((await api.get('/v1/events?limit=10', keys.tenant)).status, 200);
   assert.is((await api.get('/v1/events?limit=0010', keys.tenant)).status, 200);
