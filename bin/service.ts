@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
 import { createLogger, type Logger } from '../lib/log.js';
 import { createApp } from '../http/app.js';
+import { answerUnparsedRequest } from '../http/middleware/errors.js';
 import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
 import { startHeartbeat } from '../streams/heartbeat.js';
 import { KeyCache } from '../streams/key-cache.js';
@@ -60,6 +61,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       throw err;
     });
     server.keepAliveTimeout = 65_000;
+    server.on('clientError', answerUnparsedRequest);
     const { port } = server.address() as AddressInfo;
     url = `http://127.0.0.1:${port}`;
     log.info('web listening', { port });

@@ -13,13 +13,18 @@ export function respond(ctx: Context, status: number, data: unknown): void {
   ctx.body = { success: true, data, error: null, metadata: metadata(ctx) };
 }
 
-/** Writes `err` as the error envelope. */
-export function respondError(ctx: Context, err: ApiError): void {
-  ctx.status = err.status;
-  ctx.body = {
+/** The error envelope of `err` for the request `requestId`. */
+export function errorEnvelope(err: ApiError, requestId: string) {
+  return {
     success: false,
     data: null,
     error: { code: err.code, message: err.message, param: err.param, details: err.details },
-    metadata: metadata(ctx),
+    metadata: { timestamp: isoNow(), requestId },
   };
+}
+
+/** Writes `err` as the error envelope. */
+export function respondError(ctx: Context, err: ApiError): void {
+  ctx.status = err.status;
+  ctx.body = errorEnvelope(err, ctx.state.requestId as string);
 }

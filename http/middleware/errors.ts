@@ -1,8 +1,9 @@
+import type { Duplex } from 'node:stream';
 import type { Context, Next } from 'koa';
 import { ApiError } from '../../lib/errors.js';
 import { newRequestId } from '../../lib/ids.js';
 import type { Logger } from '../../lib/log.js';
-import { respondError } from '../envelope.js';
+import { errorEnvelope, respondError } from '../envelope.js';
 import { isRedisUnavailable } from '../../streams/redis.js';
 
 /** Turns what routing throws (http-errors shaped) into the service's errors; body errors are mapped where bodies are read (json-body.ts). */
@@ -37,4 +38,23 @@ export function envelopeErrors(log: Logger) {
         : new ApiError(500, 'internal', 'Internal error; quote the request id when reporting it'));
     }
   };
+}
+
+/**
+ * The HTTP server's `clientError` listener: a request Node cannot parse (headers over its 16 KB
+ * limit, a malformed request line or header) never reaches Koa, and Node's own answer is a bare
+ * 400 or 431 without a body. It is answered here as any malformed request is (spec Part 7): 400
+ * `bad_request` in the envelope, with a `Request-Id`, and the connection closed.
+ */
+export function answerUnparsedRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
+  const attached = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || attached?.headersSent) return void socket.destroy();
+  const [param, message] = err.code === 'HPE_HEADER_OVERFLOW'
+    ? ['headers', 'The request line and headers are larger than 16 KB']
+    : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? ['request', 'The request did not arrive whole in time']
+      : ['request', 'The request is not well-formed HTTP'];
+  const requestId = newRequestId();
+  const body = JSON.stringify(errorEnvelope(new ApiError(400, 'bad_request', message, { param }), requestId));
+  socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`);
 }

@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -105,6 +106,37 @@ core('a lone surrogate (a \\ud800 escape UTF-8 cannot carry) is 400 validation n
   const list = (await api.get('/v1/subscribers?limit=100', keys.tenant)).body.data;
   assert.is(list.total, list.items.length, 'every subscriber counted is listed');
   assert.is((await api.get('/v1/topics/lone', keys.tenant)).status, 404);
+});
+
+core('a request Node cannot parse (headers over 16 KB, a malformed request line) is 400 bad_request in the envelope, with its Request-Id', async ({ service, keys }) => {
+  const ask = (head: string) => new Promise<{ status: number; headers: Record<string, string>; body: string }>((resolve, reject) => {
+    const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => socket.write(head));
+    let text = '';
+    socket.on('data', (chunk) => (text += chunk));
+    socket.on('error', reject);
+    socket.on('end', () => {
+      const [top = '', body = ''] = text.split('\r\n\r\n');
+      const [statusLine = '', ...lines] = top.split('\r\n');
+      resolve({ status: Number(statusLine.split(' ')[1]), headers: Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()])), body });
+    });
+  });
+  const cases: [string, string][] = [
+    [`GET /v1/events?name=${'x'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\n\r\n`, 'headers'],
+    [`GET /v1/events HTTP/1.1\r\nHost: x\r\nService-Tenant: ${'x'.repeat(20_000)}\r\n\r\n`, 'headers'],
+    ['GET /v1/events HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n', 'request'],
+    ['NOT A REQUEST\r\n\r\n', 'request'],
+  ];
+  for (const [head, param] of cases) {
+    const res = await ask(head);
+    assert.is(res.status, 400, head.slice(0, 40));
+    assert.is(res.headers['content-type'], 'application/json; charset=utf-8');
+    const body = JSON.parse(res.body);
+    assert.equal([body.success, body.data, body.error.code, body.error.param], [false, null, 'bad_request', param]);
+    assert.equal(body.error.details.map((d: any) => d.param), [param]);
+    assert.match(body.metadata.requestId, /^req_/);
+    assert.is(res.headers['request-id'], body.metadata.requestId);
+    assert.ok(Number.isFinite(Date.parse(body.metadata.timestamp)));
+  }
 });
 
 core('list limit is 1 to 100 in decimal digits; other spellings of a number are 400 naming limit', async ({ api, keys }) => {
