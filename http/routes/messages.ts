@@ -61,6 +61,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire. An empty (or blank) or
    *       longer than 255 characters `Idempotency-Key` is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
+   *       The whole APNs payload (title, body, data and the rest) must fit in 4 KB: over it is 400 `validation`
+   *       naming `data` when there is some, else `body`; `collapseId` is at most 64 bytes of UTF-8.
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'

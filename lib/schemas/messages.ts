@@ -27,7 +27,7 @@ export const MessageCreate: Schema = {
     badge: { type: 'integer', minimum: 0, maximum: 99999 },
     sound: { type: 'string', minLength: 1, maxLength: 128 },
     threadId: { type: 'string', minLength: 1, maxLength: 64 },
-    collapseId: { type: 'string', minLength: 1, maxLength: 64 },
+    collapseId: { type: 'string', minLength: 1, maxLength: 64, description: 'apns-collapse-id: at most 64 bytes of UTF-8 (400 validation beyond); defaults to the message id.' },
     image: { type: 'string', format: 'uri', maxLength: 2048 },
     url: { type: 'string', format: 'uri', maxLength: 2048, description: 'A link (or deep link) to open on tap.' },
     priority: { type: 'string', enum: ['high', 'normal'], default: 'high' },
