@@ -151,11 +151,13 @@ function groupByResource(names: Iterable<string>, source: 'audit' | 'stream', de
 /**
  * The catalog of spec 4.6: public audit events by resource, then the reserved stream events
  * by resource, then `callerNames` (the stream event names the workspace's tenants have seen)
- * grouped by their first segment.
+ * grouped by their first segment. It lists only what an endpoint's `events` can name: a caller's
+ * name that no pattern may name (`key.pressed`, `webhook.received`, `profile.viewed`: the words
+ * of the private audit resources) reaches `*` only and is left out, and so is its group's pattern.
  */
 export function webhookCatalog(callerNames: string[]): CatalogGroup[] {
   const audit: CatalogGroup[] = Object.entries(PUBLIC_AUDIT_EVENTS).map(([resource, events]) => ({ resource, source: 'audit', pattern: `${resource}.*`, events }));
   const reserved = groupByResource(RESERVED_NAMES, 'stream', (name) => (SDK_EVENT_NAMES as readonly string[]).includes(name) ? 'Sent by the SDK.' : 'Written by the engine.');
-  const own = groupByResource([...callerNames].filter((n) => !n.startsWith('$')).sort(), 'stream', () => null);
+  const own = groupByResource([...callerNames].filter((n) => !n.startsWith('$') && patternProblem(n) === null).sort(), 'stream', () => null);
   return [...audit, ...reserved, ...own];
 }

@@ -169,6 +169,31 @@ delivery('filters pick events by exact name, resource.*, $ names and tenant; pri
   assert.is(catalog.find((g: any) => g.resource === 'order' && g.source === 'stream').pattern, 'order.*');
 });
 
+delivery('every name and pattern the catalog lists can be subscribed; caller names in the private words reach * only and are not listed', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-catalog');
+  const all = await receiver(ctx);
+  await endpoint(ctx, ws, all);
+  for (const name of ['key.pressed', 'webhook.received', 'profile.viewed', 'keys.typed', 'key']) await track(ctx, ws.keys.tenant, name, 'c-1');
+  const groups = await waitFor('the catalog to list the names sent', async () => {
+    const res = await ctx.api.get('/v1/workspaces/whd-catalog/webhooks/catalog', ws.keys.workspace);
+    const listed = res.body.data.groups as any[];
+    return listed.some((g) => g.events.some((e: any) => e.name === 'keys.typed')) && listed.some((g) => g.events.some((e: any) => e.name === 'key')) ? listed : null;
+  });
+  const names = groups.flatMap((g: any) => g.events.map((e: any) => e.name as string));
+  const patterns = groups.map((g: any) => g.pattern as string | null).filter((p: string | null): p is string => p !== null);
+  for (const hidden of ['key.pressed', 'webhook.received', 'profile.viewed']) assert.not.ok(names.includes(hidden), hidden);
+  assert.not.ok(patterns.includes('key.*'));
+  assert.equal(groups.find((g: any) => g.source === 'stream' && g.resource === 'key'), { resource: 'key', source: 'stream', pattern: null, events: [{ name: 'key', description: null }] });
+  // the create route takes every one of them (each alone too: one refused pattern refuses the endpoint)
+  const listed = [...names, ...patterns];
+  assert.ok(listed.length <= 100, String(listed.length));
+  const res = await ctx.api.post('/v1/workspaces/whd-catalog/webhooks', ws.keys.workspace, { url: all.url + '/every', events: listed });
+  assert.is(res.status, 201, res.text);
+  // the hidden names still reach `*`
+  await waitFor('the private-word names to reach *', async () => ['key.pressed', 'webhook.received', 'profile.viewed'].every((n) => all.requests.some((q) => q.body.type === n)));
+  assertVerified(all);
+});
+
 delivery('an endpoint never receives events from before its creation, an edit or a re-enable', async (ctx) => {
   const ws = await bootstrapWorkspace(ctx.service, 'whd-since');
   const { slug } = ws.workspace;
