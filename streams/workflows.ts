@@ -80,7 +80,7 @@ function toWorkflow(h: Record<string, string>, version: Pick<WorkflowVersion, 't
   };
 }
 
-const editable = (w: Workflow) => ({ name: w.name, description: w.description, enabled: w.enabled, version: w.version, trigger: w.trigger, steps: w.steps, cancelOn: w.cancelOn });
+const editable = (w: Workflow) => ({ name: w.name, description: w.description, enabled: w.enabled, version: w.version, versionId: w.versionId, trigger: w.trigger, steps: w.steps, cancelOn: w.cancelOn });
 
 /** Loads versions by id in one round trip; null for one that no longer exists. */
 export async function loadVersions(redis: Redis, keys: Keys, tenantId: string, ids: string[]): Promise<(WorkflowVersion | null)[]> {

@@ -437,8 +437,10 @@ workflows('create, update and delete are audited in the workspace ledger', async
   assert.equal(c.target, { type: 'workflow', id: created.id });
   assert.equal(u1.changes, { name: 'After', enabled: false });
   assert.equal(u1.previousAttributes, { name: 'Before', enabled: true });
-  assert.equal(u2.changes, { version: 2, trigger: { event: 'user.upgraded' } });
-  assert.equal(u2.previousAttributes, { version: 1, trigger: TRIGGER });
+  // a new version changes the record's versionId too (the one the runs' $run.* events carry): old and new
+  assert.equal(u2.changes, { version: 2, versionId: u2.data.object.versionId, trigger: { event: 'user.upgraded' } });
+  assert.equal(u2.previousAttributes, { version: 1, versionId: created.versionId, trigger: TRIGGER });
+  assert.is.not(u2.data.object.versionId, created.versionId);
   assert.is(d.data.object.version, 2);
   const groups = (await api.get('/v1/workspaces/workflows/webhooks/catalog', (await bootstrapWorkspace(service, 'workflows')).keys.workspace)).body.data.groups as any[];
   assert.equal(groups.find((g) => g.resource === 'workflow' && g.source === 'audit').events.map((e: any) => e.name), ['workflow.created', 'workflow.updated', 'workflow.deleted']);
