@@ -13,7 +13,7 @@ import {
   rotateIdentitySecret, setIdentityRequired, tenantIdentity, type Tenant, type Workspace, type Writer,
 } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { connectRedis, describeTarget, type RedisTarget } from '../streams/redis.js';
+import { checkDatabase, connectRedis, describeTarget, type RedisTarget } from '../streams/redis.js';
 
 const USAGE = `usage: herald <command> [options]
 
@@ -228,6 +228,12 @@ async function openRedis(target: RedisTarget): Promise<Redis> {
     redis.disconnect();
     // connect() rejects with "Connection is closed."; the socket's own error says why.
     throw new CliError(`cannot reach Redis at ${describeTarget(target)}: ${(seen.error ?? (err as Error)).message}`);
+  }
+  try {
+    await checkDatabase(redis, target);
+  } catch (err) {
+    redis.disconnect();
+    throw err;
   }
   return redis;
 }

@@ -9,7 +9,7 @@ import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
 import { startHeartbeat } from '../streams/heartbeat.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { connectRedis, describeTarget } from '../streams/redis.js';
+import { checkDatabase, connectRedis, describeTarget } from '../streams/redis.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
@@ -27,7 +27,14 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   const resolved: ResolvedRedis = await resolveRedis(config);
   const redis = connectRedis(resolved.target);
   redis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
-  await redis.ping();
+  try {
+    await redis.ping();
+    await checkDatabase(redis, resolved.target);
+  } catch (err) {
+    redis.disconnect();
+    await resolved.stop();
+    throw err;
+  }
   log.info('redis ready', { redis: describeTarget(resolved.target), embedded: resolved.embedded });
   const keys = createKeys(config.keyPrefix);
   const stops: Stop[] = [];

@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis';
+import { ConfigError } from '../lib/config.js';
 import { defineScripts } from './lua-scripts.js';
 
 /** Where Redis is: a URL, or the unix socket of the embedded server. */
@@ -14,6 +15,20 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}): R
   const redis = 'url' in target ? new Redis(target.url, base) : new Redis({ ...base, path: target.path });
   defineScripts(redis);
   return redis;
+}
+
+/**
+ * Checks that a connected client is in the database its URL names (`redis://host/5`). ioredis
+ * reports a failed `SELECT` on connect (a number past the server's `databases`) only as an 'error'
+ * event and goes on in database 0, so a deployment would silently share another one's data.
+ * Throws a ConfigError naming the URL when the database is not there.
+ */
+export async function checkDatabase(redis: Redis, target: RedisTarget): Promise<void> {
+  const db = redis.options.db ?? 0;
+  if (!db) return;
+  await redis.select(db).catch((err: Error) => {
+    throw new ConfigError(`cannot use Redis at ${describeTarget(target)}: it has no database ${db} (${err.message})`);
+  });
 }
 
 /** Human form of a target for logs (credentials removed). */

@@ -422,6 +422,28 @@ cli('an unreachable Redis is one line naming it, exit 1, without ioredis stack t
   assert.ok(elapsed < 10_000, `finished in ${elapsed} ms`);
 });
 
+cli('a REDIS_URL naming a database the server does not have is one line, exit 1, and writes nothing to database 0', async ({ env }) => {
+  // ioredis reports a failed SELECT only as an 'error' event and goes on in database 0: the run
+  // printed another deployment's workspace (or created one there) instead of failing.
+  const url = new URL(env.REDIS_URL!);
+  const run = await herald({ ...env, REDIS_URL: `redis://${url.host}/99` }, 'bootstrap', '--workspace', 'db-missing', '--json');
+  assert.is(run.code, 1, `exit code (stdout: ${run.stdout})`);
+  assert.is(run.stdout, '');
+  assert.is(run.stderr, `herald: cannot use Redis at redis://${url.host}/99: it has no database 99 (ERR DB index is out of range)\n`);
+  const list = await herald(env, 'key', 'list', '--workspace', 'db-missing', '--json');
+  assert.is(list.code, 1, 'no workspace db-missing was made in database 0');
+});
+
+cli('a REDIS_URL with a database number keeps the deployment in that database', async ({ env }) => {
+  const url = new URL(env.REDIS_URL!);
+  const run = await herald({ ...env, REDIS_URL: `redis://${url.host}/5` }, 'bootstrap', '--workspace', 'db-five', '--json');
+  ok(run, 'bootstrap in database 5');
+  assertBootstrapShape(oneJsonLine(run), 'db-five');
+  assert.is((await herald(env, 'key', 'list', '--workspace', 'db-five', '--json')).code, 1, 'database 0 has no workspace db-five');
+  const five = await herald({ ...env, REDIS_URL: `redis://${url.host}/5` }, 'key', 'list', '--workspace', 'db-five', '--json');
+  ok(five, 'key list in database 5');
+});
+
 cli('help prints the usage on stdout; no command is exit 2 with the usage on stderr', async ({ env }) => {
   for (const args of [['--help'], ['help'], ['key', 'create', '--help'], ['-h']]) {
     const help = await herald(env, ...args);

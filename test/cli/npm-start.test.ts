@@ -72,4 +72,22 @@ start('a port already in use is one line on stderr and exit 1, with nothing left
   }
 });
 
+start('a REDIS_URL naming a database the server does not have is one line on stderr and exit 1 for every role', async () => {
+  const url = new URL(await testRedisUrl());
+  for (const role of ['web', 'worker']) {
+    const child = spawn(process.execPath, ['--import', 'tsx', join('bin', `${role}.ts`)], {
+      cwd: ROOT,
+      env: { ...process.env, PORT: String(await freePort()), REDIS_URL: `redis://${url.host}/99`, REDIS_KEY_PREFIX: uniquePrefix('db-missing'), LOG_LEVEL: 'error' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
+    clearTimeout(timer);
+    assert.is(code, 1, `${role}: ${stderr}`);
+    assert.is(stderr, `herald: cannot use Redis at redis://${url.host}/99: it has no database 99 (ERR DB index is out of range)\n`, role);
+  }
+});
+
 start.run();
