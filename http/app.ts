@@ -1,6 +1,7 @@
 import Koa from 'koa';
 import type { AppDeps } from './deps.js';
 import { envelopeErrors } from './middleware/errors.js';
+import { redisGate } from './middleware/redis-gate.js';
 import { RoutesBySegment } from './routes-by-segment.js';
 import { registerApps } from './routes/apps.js';
 import { registerClient } from './routes/client.js';
@@ -35,6 +36,7 @@ export function createApp(deps: AppDeps): Koa {
   registerMessages(router, deps);
 
   app.use(envelopeErrors(deps.log));
+  app.use(redisGate(deps.redis));
   app.use(router.middleware());
   return app;
 }

@@ -1,0 +1,100 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { answersPing } from '../../streams/embedded-redis.js';
+import { client, type Reply } from '../helpers/api.js';
+import { freePort } from '../helpers/redis.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+/**
+ * Redis stopped and started again under a running web role (an operator restarting Redis, a
+ * managed Redis failing over): requests during the outage are answered at once with the 503
+ * `unavailable` envelope (clients retry 5xx, spec Part 7), health says so, and the service carries
+ * on by itself once Redis is back. Until audit G a request during the outage waited in ioredis's
+ * offline queue until the next flush of its reconnect loop: 11 s at first, then up to 42 s.
+ */
+type Ctx = { dir: string; port: number; redis: ChildProcess | null; service: TestService; api: ReturnType<typeof client>; key: string };
+const outage = suite<Ctx>('redis outage');
+
+async function startRedis(ctx: Ctx): Promise<void> {
+  ctx.redis = spawn('redis-server', ['--port', String(ctx.port), '--bind', '127.0.0.1', '--dir', ctx.dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''], { stdio: 'ignore' });
+  await waitFor('redis-server to answer', () => answersPing({ host: '127.0.0.1', port: ctx.port }, 200), 10_000);
+}
+
+async function stopRedis(ctx: Ctx): Promise<void> {
+  const child = ctx.redis;
+  if (!child || child.exitCode !== null) return;
+  await new Promise<void>((done) => {
+    child.once('exit', () => done());
+    child.kill('SIGTERM');
+  });
+  ctx.redis = null;
+}
+
+/** The answer within `ms`, or a failure saying the request hung. */
+async function within(ms: number, what: string, call: () => Promise<Reply>): Promise<Reply & { ms: number }> {
+  const started = Date.now();
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, fail) => (timer = setTimeout(() => fail(new Error(`${what} did not answer within ${ms} ms`)), ms)));
+  try {
+    const reply = await Promise.race([call(), hung]);
+    return { ...reply, ms: Date.now() - started };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+outage.before(async (ctx) => {
+  ctx.dir = mkdtempSync(join(tmpdir(), 'herald-outage-'));
+  ctx.port = await freePort();
+  await startRedis(ctx);
+  ctx.service = await startTestService('outage', { REDIS_URL: `redis://127.0.0.1:${ctx.port}` });
+  ctx.api = client(ctx.service.url);
+  ctx.key = (await bootstrapWorkspace(ctx.service, 'outage')).keys.tenant;
+});
+
+outage.after(async (ctx) => {
+  if (!ctx.redis) await startRedis(ctx).catch(() => undefined); // a graceful stop needs Redis
+  await ctx.service?.stop();
+  await stopRedis(ctx);
+  rmSync(ctx.dir, { recursive: true, force: true });
+});
+
+outage('requests while Redis is down answer 503 unavailable at once; once it is back the service carries on by itself', async (ctx) => {
+  const { api, key } = ctx;
+  const before = await api.post('/v1/events', key, { externalId: 'outage-1', name: 'before.outage' });
+  assert.is(before.status, 202);
+
+  await stopRedis(ctx);
+  await waitFor('the service to see Redis gone', async () => ctx.service.redis.status !== 'ready', 5_000);
+  // long enough for the reconnect loop to be past its first flush of queued commands
+  await new Promise((r) => setTimeout(r, 1_500));
+  for (const [what, call] of [
+    ['POST /v1/events', () => api.post('/v1/events', key, { externalId: 'outage-1', name: 'during.outage' })],
+    ['GET /v1/events', () => api.get('/v1/events', key)],
+    ['GET /v1/subscribers/outage-1/timeline', () => api.get('/v1/subscribers/outage-1/timeline', key)],
+  ] as const) {
+    const reply = await within(5_000, what, call);
+    assert.is(reply.status, 503, `${what}: ${reply.text}`);
+    assert.is(reply.body.success, false);
+    assert.is(reply.body.error.code, 'unavailable', what);
+    assert.ok(reply.ms < 3_000, `${what} answered in ${reply.ms} ms`);
+  }
+  const health = await within(5_000, 'GET /v1/health', () => api.get('/v1/health'));
+  assert.is(health.status, 503);
+  assert.is(health.body.data.status, 'degraded');
+  assert.is(health.body.data.redis.reachable, false);
+
+  await startRedis(ctx);
+  await waitFor('the service to answer again', async () => (await within(5_000, 'GET /v1/health', () => api.get('/v1/health'))).status === 200, 15_000, 200);
+  const after = await within(5_000, 'POST /v1/events', () => api.post('/v1/events', key, { externalId: 'outage-1', name: 'after.outage' }));
+  assert.is(after.status, 202, after.text);
+  const events = await api.get('/v1/events?limit=100', key);
+  assert.is(events.status, 200);
+});
+
+outage.run();
