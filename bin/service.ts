@@ -7,6 +7,7 @@ import { createApp } from '../http/app.js';
 import { answerUnparsedRequest } from '../http/middleware/errors.js';
 import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
 import { startHeartbeat } from '../streams/heartbeat.js';
+import { checkPartitionCount } from '../streams/partition-leases.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
 import { checkDatabase, connectRedis, describeTarget } from '../streams/redis.js';
@@ -30,6 +31,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   try {
     await redis.ping();
     await checkDatabase(redis, resolved.target);
+    await checkPartitionCount(redis, createKeys(config.keyPrefix), config.partitions);
   } catch (err) {
     redis.disconnect();
     await resolved.stop();

@@ -69,6 +69,8 @@ export function createKeys(prefix: string) {
     webhookLeases: (workspaceId: string) => `${w(workspaceId)}:whd-leases`,
     /** hash `<role>:<host>:<pid>` → last heartbeat (ms) of every running process */
     processes: `${prefix}processes`,
+    /** string: the deployment's HERALD_PARTITIONS, set by the first process to start */
+    partitionCount: `${prefix}partitions`,
     // --- partition keys: everything of one subscriber and its partition shares the tag {pN} ---
     /** stream: the partition inbox every event of its subscribers is appended to */
     inbox: (n: number) => `${p(n)}:in`,

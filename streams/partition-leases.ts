@@ -1,8 +1,22 @@
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
+import { ConfigError } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+
+/**
+ * Records the deployment's partition count on first start and refuses a process configured with
+ * another: it would hash subscribers into other partitions (a second stream per externalId, a
+ * second `$subscriber.created`, dedupe ids accepted twice) and lease partitions that do not exist.
+ */
+export async function checkPartitionCount(redis: Redis, keys: Keys, partitions: number): Promise<void> {
+  await redis.set(keys.partitionCount, String(partitions), 'NX');
+  const stored = Number(await redis.get(keys.partitionCount));
+  if (stored !== partitions) {
+    throw new ConfigError(`HERALD_PARTITIONS is ${partitions}, but this deployment (REDIS_KEY_PREFIX ${JSON.stringify(keys.prefix)}) runs with ${stored} partitions; the count is fixed for the life of a deployment`);
+  }
+}
 
 export type LeaseOptions = {
   /** the leasing group: `worker` or `scheduler` */

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -87,6 +88,32 @@ start('a REDIS_URL naming a database the server does not have is one line on std
     clearTimeout(timer);
     assert.is(code, 1, `${role}: ${stderr}`);
     assert.is(stderr, `herald: cannot use Redis at redis://${url.host}/99: it has no database 99 (ERR DB index is out of range)\n`, role);
+  }
+});
+
+start('a process whose HERALD_PARTITIONS differs from the deployment\'s stops with one line and exit 1', async () => {
+  // Another partition count hashes subscribers into other partitions: the same externalId got a
+  // second stream (a second $subscriber.created, sequences from 1 again, dedupe ids accepted twice).
+  const env = { REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('partitions'), LOG_LEVEL: 'error' };
+  const first = await startTestService('partitions', { ...env, HERALD_PARTITIONS: '8' });
+  try {
+    const child = spawn(process.execPath, ['--import', 'tsx', join('bin', 'web.ts')], {
+      cwd: ROOT,
+      env: { ...process.env, ...env, PORT: String(await freePort()), HERALD_PARTITIONS: '16' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
+    clearTimeout(timer);
+    assert.is(code, 1, stderr);
+    assert.is(stderr, 'herald: HERALD_PARTITIONS is 16, but this deployment (REDIS_KEY_PREFIX ' + JSON.stringify(env.REDIS_KEY_PREFIX) + ') runs with 8 partitions; the count is fixed for the life of a deployment\n');
+    // the same count starts fine
+    const second = await startTestService('partitions-same', { ...env, HERALD_PARTITIONS: '8' });
+    await second.stop();
+  } finally {
+    await first.stop();
   }
 });
 
