@@ -1,4 +1,6 @@
+import { resolve } from 'node:path';
 import { parseDuration } from './durations.js';
+import { PROJECT_ROOT } from './paths.js';
 import { parseEncryptionKey } from './secret-box.js';
 
 /**
@@ -46,7 +48,11 @@ export type Config = {
   segmentBackfillChunk: number;
   /** How long a message being fanned out may sit unacked before another dispatcher takes it over. `DISPATCHER_CLAIM_IDLE_MS`, default 60000. */
   dispatcherClaimIdleMs: number;
-  /** Directory of the embedded redis-server's data. `HERALD_DATA_DIR`, default `./var`. */
+  /**
+   * Directory of the embedded redis-server's data, absolute. `HERALD_DATA_DIR`, default `var`; a relative
+   * one is taken from the project folder, not the working directory, so `npx herald` run from any
+   * folder of the project finds the server `npm start` (which runs in the project folder) uses.
+   */
   dataDir: string;
   /** Key encrypting secrets at rest (APNs private keys): 32 bytes as 64 hex characters or base64. `HERALD_ENCRYPTION_KEY`; unset: storing such secrets is refused. */
   encryptionKey: Buffer | null;
@@ -159,7 +165,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     webhookAttemptTimeoutMs: integer(e, 'WEBHOOK_ATTEMPT_TIMEOUT_MS', 30_000, 100, 30_000),
     webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),
     logLevel,
-    dataDir: e.HERALD_DATA_DIR ?? './var',
+    dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tokenSecret: e.HERALD_TOKEN_SECRET || null,
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),

@@ -1,6 +1,10 @@
+import { spawnSync } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ConfigError, loadConfig } from '../../lib/config.js';
+import { PROJECT_ROOT } from '../../lib/paths.js';
 
 const config = suite('config');
 
@@ -11,6 +15,18 @@ config('numeric settings are decimal digits within their range; other spellings 
     assert.throws(() => loadConfig({ EVENT_RETENTION_DAYS: bad }, {}), (err: Error) => err instanceof ConfigError && err.message === `EVENT_RETENTION_DAYS must be an integer from 1 to 3650, got "${bad}"`, bad);
   }
   assert.throws(() => loadConfig({ PORT: '3e3' }, {}), (err: Error) => err instanceof ConfigError && /^PORT /.test(err.message));
+});
+
+config('the embedded Redis data folder is in the project folder whatever the working directory: `npx herald` from a subfolder finds the server `npm start` runs', () => {
+  // npm start runs in the project folder; npx keeps the caller's. A data folder relative to the
+  // working directory made the CLI start a second, empty embedded server under <subfolder>/var.
+  const script = `import { loadConfig } from ${JSON.stringify(join(PROJECT_ROOT, 'lib', 'config.ts'))}; import { resolve } from 'node:path';
+    process.stdout.write(JSON.stringify([resolve(loadConfig({}, {}).dataDir), resolve(loadConfig({ HERALD_DATA_DIR: 'data/herald' }, {}).dataDir), resolve(loadConfig({ HERALD_DATA_DIR: '/srv/herald' }, {}).dataDir)]));`;
+  for (const cwd of [join(PROJECT_ROOT, 'docs'), tmpdir()]) {
+    const run = spawnSync(process.execPath, ['--import', import.meta.resolve('tsx'), '--input-type=module', '-e', script], { cwd, encoding: 'utf8', env: { ...process.env, HERALD_DATA_DIR: '' } });
+    assert.is(run.status, 0, run.stderr);
+    assert.equal(JSON.parse(run.stdout), [join(PROJECT_ROOT, 'var'), join(PROJECT_ROOT, 'data', 'herald'), resolve('/srv/herald')], cwd);
+  }
 });
 
 config.run();
