@@ -28,17 +28,17 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   const resolved: ResolvedRedis = await resolveRedis(config);
   const redis = connectRedis(resolved.target);
   redis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
+  const keys = createKeys(config.keyPrefix);
   try {
     await redis.ping();
     await checkDatabase(redis, resolved.target);
-    await checkPartitionCount(redis, createKeys(config.keyPrefix), config.partitions);
+    await checkPartitionCount(redis, keys, config.partitions);
   } catch (err) {
     redis.disconnect();
     await resolved.stop();
     throw err;
   }
   log.info('redis ready', { redis: describeTarget(resolved.target), embedded: resolved.embedded });
-  const keys = createKeys(config.keyPrefix);
   const stops: Stop[] = [];
   let url: string | null = null;
 
