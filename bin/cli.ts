@@ -238,7 +238,19 @@ async function openRedis(target: RedisTarget): Promise<Redis> {
   return redis;
 }
 
-const COMMANDS = ['bootstrap', 'tenant create', 'tenant identity-secret', 'tenant update', 'key create', 'key revoke', 'key list', 'apns set', 'apns show'];
+/** Each command and the options it takes besides --json and --help (as USAGE lists them); any other is a usage mistake. */
+const COMMAND_OPTIONS: Record<string, string[]> = {
+  bootstrap: ['workspace'],
+  'tenant create': ['workspace', 'slug'],
+  'tenant identity-secret': ['workspace', 'tenant', 'rotate'],
+  'tenant update': ['workspace', 'tenant', 'identity-verification'],
+  'key create': ['workspace', 'tenant', 'kind', 'scopes', 'expires', 'name'],
+  'key revoke': ['workspace', 'id'],
+  'key list': ['workspace'],
+  'apns set': ['workspace', 'tenant', 'key-id', 'team-id', 'bundle-id', 'key-file'],
+  'apns show': ['workspace', 'tenant'],
+};
+const COMMANDS = Object.keys(COMMAND_OPTIONS);
 
 /** Runs the CLI with `argv` (without node and script); resolves to the exit code. */
 export async function main(argv: string[]): Promise<number> {
@@ -272,6 +284,11 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (!COMMANDS.includes(command)) {
     process.stderr.write(usageLine(command ? `unknown command "${command}"` : 'no command given'));
+    return 2;
+  }
+  const foreign = Object.keys(options).find((name) => name !== 'json' && name !== 'help' && !COMMAND_OPTIONS[command]!.includes(name));
+  if (foreign) {
+    process.stderr.write(usageLine(`--${foreign} does not apply to ${command}`));
     return 2;
   }
   let resolved;

@@ -128,6 +128,10 @@ const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
   { what: 'a tenant key with the client scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'tenant', '--scopes', 'client', '--name', 'bad-tenant-client', '--json'], code: 2, reason: /^herald: --scopes: "client" can never be used by a tenant key: only client keys call \/v1\/client routes$/ },
   { what: 'a workspace key with the client scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read,client', '--name', 'bad-workspace-client', '--json'], code: 2, reason: /^herald: --scopes: "client" can never be used by a workspace key/ },
   { what: 'a missing --slug on tenant create', args: ['tenant', 'create', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --slug is required$/ },
+  // An option the command does not take is a mistake too: `key list --tenant emea` listed every key of the workspace as if they were emea's.
+  { what: 'an option key list does not take', args: ['key', 'list', '--workspace', 'acme', '--tenant', 'emea', '--json'], code: 2, reason: /^herald: --tenant does not apply to key list$/ },
+  { what: 'an option bootstrap does not take', args: ['bootstrap', '--workspace', 'acme', '--tenant', 'emea', '--name', 'bad-bootstrap-tenant', '--json'], code: 2, reason: /^herald: --tenant does not apply to bootstrap$/ },
+  { what: 'an option key revoke does not take', args: ['key', 'revoke', '--workspace', 'acme', '--id', 'key_00000000000000000000000000', '--kind', 'tenant'], code: 2, reason: /^herald: --kind does not apply to key revoke$/ },
   { what: 'a missing --id on key revoke', args: ['key', 'revoke', '--workspace', 'acme', '--json'], code: 2, reason: /^herald: --id is required$/ },
 ];
 
