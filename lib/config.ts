@@ -142,6 +142,7 @@ function hostName(env: Env, name: string, fallback: string): string {
 function redisUrl(raw: string | undefined): string | null {
   if (!raw) return null;
   if (!/^rediss?:\/\//.test(raw)) throw new ConfigError('REDIS_URL must start with redis:// or rediss://');
+  if (!URL.canParse(raw)) throw new ConfigError('REDIS_URL is not a valid URL (percent-encode @, :, / and # in a password)');
   return raw;
 }
 

@@ -17,6 +17,13 @@ config('numeric settings are decimal digits within their range; other spellings 
   assert.throws(() => loadConfig({ PORT: '3e3' }, {}), (err: Error) => err instanceof ConfigError && /^PORT /.test(err.message));
 });
 
+config('a REDIS_URL that is not a URL is refused naming the setting (it was \"cannot start: Invalid URL\"), without echoing it (it may hold a password)', () => {
+  for (const bad of ['redis://127.0.0.1:notaport', 'redis://:secret@127.0.0.1:99999', 'rediss://[::1']) {
+    assert.throws(() => loadConfig({ REDIS_URL: bad }, {}), (err: Error) => err instanceof ConfigError && err.message === 'REDIS_URL is not a valid URL (percent-encode @, :, / and # in a password)', bad);
+  }
+  assert.is(loadConfig({ REDIS_URL: 'redis://:s%40cret@127.0.0.1:6380/2' }, {}).redisUrl, 'redis://:s%40cret@127.0.0.1:6380/2');
+});
+
 config('the embedded Redis data folder is in the project folder whatever the working directory: `npx herald` from a subfolder finds the server `npm start` runs', () => {
   // npm start runs in the project folder; npx keeps the caller's. A data folder relative to the
   // working directory made the CLI start a second, empty embedded server under <subfolder>/var.
