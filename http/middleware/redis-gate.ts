@@ -12,8 +12,9 @@ const UNGATED = new Set(['/v1/health', '/v1/openapi.json']);
  * retry 5xx (spec Part 7); the connection comes back by itself and requests pass again.
  */
 export function redisGate(redis: Redis) {
-  return async function gate(ctx: Context, next: Next): Promise<void> {
+  // not async: on the path of every request, it hands on next()'s promise instead of wrapping it in another
+  return function gate(ctx: Context, next: Next): Promise<void> {
     if (redis.status !== 'ready' && !UNGATED.has(ctx.path)) throw new ApiError(503, 'unavailable', 'The service is temporarily unavailable; retry later');
-    await next();
+    return next();
   };
 }
