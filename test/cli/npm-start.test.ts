@@ -16,6 +16,21 @@ const ROOT = join(import.meta.dirname, '..', '..');
 const start = suite('npm start');
 
 /** true when the service answers on `port`, false when nothing listens there */
+/** Runs the role `bin/<role>.ts` on a free PORT with `env` until it exits (killed after 20 s): its exit code and stderr. */
+async function roleRun(role: string, env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join('bin', `${role}.ts`)], {
+    cwd: ROOT,
+    env: { ...process.env, ...env, PORT: String(await freePort()) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (d) => (stderr += d));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
+  clearTimeout(timer);
+  return { code, stderr };
+}
+
 async function answers(port: number): Promise<boolean> {
   try {
     const res = await fetch(`http://127.0.0.1:${port}/v1/health`, { signal: AbortSignal.timeout(2_000) });
@@ -76,16 +91,7 @@ start('a port already in use is one line on stderr and exit 1, with nothing left
 start('a REDIS_URL naming a database the server does not have is one line on stderr and exit 1 for every role', async () => {
   const url = new URL(await testRedisUrl());
   for (const role of ['web', 'worker']) {
-    const child = spawn(process.execPath, ['--import', 'tsx', join('bin', `${role}.ts`)], {
-      cwd: ROOT,
-      env: { ...process.env, PORT: String(await freePort()), REDIS_URL: `redis://${url.host}/99`, REDIS_KEY_PREFIX: uniquePrefix('db-missing'), LOG_LEVEL: 'error' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr!.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-    const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
-    clearTimeout(timer);
+    const { code, stderr } = await roleRun(role, { REDIS_URL: `redis://${url.host}/99`, REDIS_KEY_PREFIX: uniquePrefix('db-missing'), LOG_LEVEL: 'error' });
     assert.is(code, 1, `${role}: ${stderr}`);
     assert.is(stderr, `herald: cannot use Redis at redis://${url.host}/99: it has no database 99 (ERR DB index is out of range)\n`, role);
   }
@@ -97,16 +103,7 @@ start('a process whose HERALD_PARTITIONS differs from the deployment\'s stops wi
   const env = { REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('partitions'), LOG_LEVEL: 'error' };
   const first = await startTestService('partitions', { ...env, HERALD_PARTITIONS: '8' });
   try {
-    const child = spawn(process.execPath, ['--import', 'tsx', join('bin', 'web.ts')], {
-      cwd: ROOT,
-      env: { ...process.env, ...env, PORT: String(await freePort()), HERALD_PARTITIONS: '16' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr!.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
-    const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
-    clearTimeout(timer);
+    const { code, stderr } = await roleRun('web', { ...env, HERALD_PARTITIONS: '16' });
     assert.is(code, 1, stderr);
     assert.is(stderr, 'herald: HERALD_PARTITIONS is 16, but this deployment (REDIS_KEY_PREFIX ' + JSON.stringify(env.REDIS_KEY_PREFIX) + ') runs with 8 partitions; the count is fixed for the life of a deployment\n');
     // the same count starts fine
