@@ -99,7 +99,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
     }]);
-    const { segments: _segments, ...own } = await getSubscriber(redis, keys, scope, body.externalId);
+    // appending $identify leaves the record as it was written: the answer is that record
+    const { segments: _segments, ...own } = written;
     respond(ctx, 200, own);
   });
 
