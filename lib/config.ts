@@ -48,6 +48,8 @@ export type Config = {
   segmentBackfillChunk: number;
   /** How long a message being fanned out may sit unacked before another dispatcher takes it over. `DISPATCHER_CLAIM_IDLE_MS`, default 60000. */
   dispatcherClaimIdleMs: number;
+  /** How often a worker settles audit entries left in the outboxes by a process that died mid-write, and how old such an entry must be. `AUDIT_OUTBOX_SWEEP_MS`, default 10000. */
+  auditOutboxSweepMs: number;
   /**
    * Directory of the embedded redis-server's data, absolute. `HERALD_DATA_DIR`, default `var`; a relative
    * one is taken from the project folder, not the working directory, so `npx herald` run from any
@@ -173,6 +175,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),
     segmentBackfillChunk: integer(e, 'SEGMENT_BACKFILL_CHUNK', 500, 1, 10_000),
     dispatcherClaimIdleMs: integer(e, 'DISPATCHER_CLAIM_IDLE_MS', 60_000, 500, 3_600_000),
+    auditOutboxSweepMs: integer(e, 'AUDIT_OUTBOX_SWEEP_MS', 10_000, 100, 3_600_000),
     encryptionKey: encryptionKey(e.HERALD_ENCRYPTION_KEY),
     apnsHost: hostName(e, 'APNS_HOST', 'api.push.apple.com'),
     apnsSandboxHost: hostName(e, 'APNS_SANDBOX_HOST', 'api.sandbox.push.apple.com'),

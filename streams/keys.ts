@@ -34,6 +34,13 @@ export function createKeys(prefix: string) {
     apiKeyIndex: (workspaceId: string) => `${w(workspaceId)}:keys`,
     /** pub/sub channel announcing revoked key hashes to every process */
     keyRevocations: `${prefix}channel:key-revocations`,
+    /**
+     * hash intent token → pending audit intent, one per hash slot (streams/audit-outbox.ts): the
+     * workspace's, a tenant's or a partition's, beside the records its writes change
+     */
+    workspaceOutbox: (workspaceId: string) => `${w(workspaceId)}:outbox`,
+    tenantOutbox: (tenantId: string) => `${t(tenantId)}:outbox`,
+    partitionOutbox: (n: number) => `${p(n)}:outbox`,
     /** stream: the workspace ledger (audit events and subscriber stream events) */
     ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
     // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names

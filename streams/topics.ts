@@ -5,7 +5,8 @@ import { isId, newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
-import { appendAudit, diff, type Ref } from './ledger.js';
+import { auditIntent, settleAudit, type AuditDraft, type AuditScope } from './audit-outbox.js';
+import { diff, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 import { PENDING, queueBackfills, segmentsNamingTopic } from './segments.js';
@@ -78,14 +79,15 @@ export async function createTopic(redis: Redis, keys: Keys, scope: TopicScope, i
   const tenantId = scope.tenant.id;
   const id = newId('topic');
   const at = isoNow();
-  const [created] = await callScript<[number, string]>(
-    redis, 'createTopic',
-    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id)],
-    [id, input.slug, input.name ?? '', input.description ?? '', at],
-  );
-  if (created !== 1) throw new ApiError(409, 'conflict', `A topic with slug "${input.slug}" already exists`, { param: 'slug' });
   const topic: Topic = { id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, subscriberCount: 0, createdAt: at, updatedAt: at };
-  await appendAudit(redis, keys, { type: 'topic.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.create', auditScope(scope, by), topic);
+  const reply = await callScript<[number, string]>(
+    redis, 'createTopic',
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), intent.key],
+    [id, input.slug, input.name ?? '', input.description ?? '', at, intent.token, intent.json],
+  );
+  if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A topic with slug "${input.slug}" already exists`, { param: 'slug' });
+  await settleAudit(redis, keys, intent, TOPIC_AUDITS['topic.create'](topic, reply));
   return topic;
 }
 
@@ -98,21 +100,14 @@ export async function updateTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   const current = await findTopic(redis, keys, tenantId, slug);
   if (!current) throw notFound('Topic');
   const fields = EDITABLE.filter((f) => patch[f] !== undefined);
-  const args: string[] = [isoNow(), String(fields.length)];
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.update', auditScope(scope, by), null);
+  const args: string[] = [isoNow(), intent.token, intent.json, String(fields.length)];
   for (const f of fields) args.push(f, patch[f] ?? '');
-  const reply = await callScript<[number, string[]?, string[]?]>(redis, 'updateTopic', [keys.topic(tenantId, current.id)], args);
+  const reply = await callScript<UpdateReply>(redis, 'updateTopic', [keys.topic(tenantId, current.id), keys.topicMembers(tenantId, current.id), intent.key], args);
   if (reply[0] !== 1) throw notFound('Topic');
-  const count = await redis.zcard(keys.topicMembers(tenantId, current.id));
-  const before = toTopic(recordOf(reply[1]!), count);
-  const after = toTopic(recordOf(reply[2]!), count);
-  const changed = diff(editable(before), editable(after));
-  if (changed) {
-    await appendAudit(redis, keys, {
-      type: 'topic.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id: after.id }, request: by.request,
-      object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
-    });
-  }
-  return after;
+  const drafts = TOPIC_AUDITS['topic.update'](null, reply);
+  if (drafts.length) await settleAudit(redis, keys, intent, drafts);
+  return toTopic(recordOf(reply[2]!), reply[3]!);
 }
 
 /**
@@ -126,14 +121,37 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   if (!id) throw notFound('Topic');
   // segments whose rule names the slug are evaluated again without the topic (their backfill restarts)
   const naming = await segmentsNamingTopic(redis, keys, tenantId, slug);
-  const reply = await callScript<[number, string[]?, number?, number?]>(
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.delete', auditScope(scope, by), null);
+  const reply = await callScript<DeleteReply>(
     redis, 'deleteTopic',
-    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId)],
-    [id, JSON.stringify(PENDING), ...naming.map((segmentId) => keys.segment(tenantId, segmentId))],
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId), intent.key],
+    [id, JSON.stringify(PENDING), intent.token, intent.json, ...naming.map((segmentId) => keys.segment(tenantId, segmentId))],
   );
   if (reply[0] !== 1) throw notFound('Topic');
   await queueBackfills(redis, keys, scope, naming);
-  const topic = toTopic(recordOf(reply[1]!), Number(reply[2]));
-  await appendAudit(redis, keys, { type: 'topic.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'topic', id }, request: by.request, object: { ...topic } });
-  return topic;
+  await settleAudit(redis, keys, intent, TOPIC_AUDITS['topic.delete'](null, reply));
+  return toTopic(recordOf(reply[1]!), reply[2]!);
 }
+
+const auditScope = (scope: TopicScope, by: Writer): AuditScope => ({ workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, request: by.request });
+
+type UpdateReply = [number, string[]?, string[]?, number?];
+type DeleteReply = [number, string[]?, number?, number?];
+
+/** The audit entries of topic writes, from their scripts' replies (streams/audit-outbox.ts). */
+export const TOPIC_AUDITS = {
+  'topic.create': (topic: Topic, reply: [number, string]): AuditDraft[] =>
+    reply[0] === 1 ? [{ type: 'topic.created', target: { type: 'topic', id: topic.id }, object: { ...topic } }] : [],
+  'topic.update': (_: null, reply: UpdateReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const before = toTopic(recordOf(reply[1]!), reply[3]!);
+    const after = toTopic(recordOf(reply[2]!), reply[3]!);
+    const changed = diff(editable(before), editable(after));
+    return changed ? [{ type: 'topic.updated', target: { type: 'topic', id: after.id }, object: { ...after }, ...changed }] : [];
+  },
+  'topic.delete': (_: null, reply: DeleteReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const topic = toTopic(recordOf(reply[1]!), reply[2]!);
+    return [{ type: 'topic.deleted', target: { type: 'topic', id: topic.id }, object: { ...topic } }];
+  },
+};

@@ -13,10 +13,12 @@
   KEYS[3] the topic's record             (hash)
   KEYS[4] the topic's members            (zset externalId -> join score)
   KEYS[5] the tenant's automation version (string counter)
+  KEYS[6] the tenant's audit outbox      (hash, lua/includes/recordAudit)
 
   ARGV[1] topic id
   ARGV[2] backfill (JSON of the pending progress)
-  ARGV[3..] records of the tenant's segments naming the slug (same slot: `{t:<tenant>}:seg:<id>`);
+  ARGV[3] audit intent token, ARGV[4] audit intent (recorded when the topic is deleted)
+  ARGV[5..] records of the tenant's segments naming the slug (same slot: `{t:<tenant>}:seg:<id>`);
           one that no longer exists is skipped
 
   Returns { 1, record, members, reset } when deleted (record as HGETALL's flat list as it was,
@@ -24,6 +26,7 @@
           reset), { 0 } when the topic did not exist.
 ]]
 -- @include "unlistSlugged"
+-- @include "recordAudit"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
@@ -31,7 +34,7 @@ unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local members = rcall('ZCARD', KEYS[4])
 rcall('UNLINK', KEYS[3], KEYS[4])
 local reset = 0
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   if rcall('EXISTS', ARGV[i]) == 1 then
     rcall('HSET', ARGV[i], 'backfill', ARGV[2])
     rcall('HDEL', ARGV[i], 'backfillCursor')
@@ -39,4 +42,6 @@ for i = 3, #ARGV do
   end
 end
 if reset > 0 then rcall('INCR', KEYS[5]) end
-return { 1, record, members, reset }
+local reply = { 1, record, members, reset }
+recordAudit(KEYS[6], ARGV[3], ARGV[4], reply)
+return reply

@@ -1,0 +1,85 @@
+import { now } from '../lib/clock.js';
+import { appendDrafts, parseOutboxField } from '../streams/audit-outbox.js';
+import { AUDIT_OPS } from '../streams/audit-ops.js';
+import type { RoleContext, Stop } from '../streams/role-context.js';
+
+/** Most intents settled per outbox and sweep; the rest wait for the next sweep. */
+const PER_OUTBOX = 1_000;
+const TENANTS_PER_WORKSPACE = 10_000;
+
+/** Every outbox of the deployment: each workspace's, each of its tenants', each partition's. */
+async function outboxes(ctx: RoleContext): Promise<string[]> {
+  const { redis, keys, config } = ctx;
+  const workspaces = await redis.hvals(keys.workspaceSlugs);
+  const pipeline = redis.pipeline();
+  for (const ws of workspaces) pipeline.zrange(keys.tenantIndex(ws), 0, TENANTS_PER_WORKSPACE - 1);
+  const tenants = ((await pipeline.exec()) ?? []).flatMap(([err, ids]) => (err ? [] : (ids as string[])));
+  return [
+    ...workspaces.map((ws) => keys.workspaceOutbox(ws)),
+    ...tenants.map((t) => keys.tenantOutbox(t)),
+    ...Array.from({ length: config.partitions }, (_, p) => keys.partitionOutbox(p)),
+  ];
+}
+
+/**
+ * Settles the audit intents that their writers left behind (killed between the write and the
+ * ledger append; streams/audit-outbox.ts): those older than `minAgeMs`, which a live writer has
+ * long settled itself. An intent of an operation this version does not know, or whose reply it
+ * cannot read, is kept and reported.
+ */
+export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Promise<{ settled: number; kept: number }> {
+  const { redis, keys, log } = ctx;
+  const all = await outboxes(ctx);
+  const lengths = redis.pipeline();
+  for (const key of all) lengths.hlen(key);
+  const counts = (await lengths.exec()) ?? [];
+  let settled = 0;
+  let kept = 0;
+  for (let i = 0; i < all.length; i++) {
+    if (!counts[i]?.[1]) continue;
+    const key = all[i]!;
+    let cursor = '0';
+    let seen = 0;
+    do {
+      const [next, flat] = await redis.hscan(key, cursor, 'COUNT', 100);
+      cursor = next;
+      seen += flat.length / 2;
+      const pipeline = redis.pipeline();
+      for (let f = 0; f + 1 < flat.length; f += 2) {
+        const token = flat[f]!;
+        try {
+          const { record, reply } = parseOutboxField(flat[f + 1]!);
+          if (now() - record.at < minAgeMs) continue;
+          const op = AUDIT_OPS[record.op];
+          if (!op) throw new Error(`unknown audit op ${record.op}`);
+          appendDrafts(pipeline, keys, record, op(record.input as never, reply));
+          pipeline.hdel(key, token);
+          settled++;
+        } catch (err) {
+          kept++;
+          log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
+        }
+      }
+      const replies = (await pipeline.exec()) ?? [];
+      for (const [err] of replies) if (err) throw err;
+    } while (cursor !== '0' && seen < PER_OUTBOX);
+  }
+  return { settled, kept };
+}
+
+/** Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock). */
+export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
+  const every = ctx.config.auditOutboxSweepMs;
+  const lockKey = ctx.keys.lock('audit-outbox-sweep');
+  const timer = setInterval(async () => {
+    try {
+      if ((await ctx.redis.set(lockKey, String(process.pid), 'PX', Math.max(50, every - 50), 'NX')) !== 'OK') return;
+      const { settled } = await sweepAuditOutboxes(ctx, every);
+      if (settled) ctx.log.info('audit intents settled by the sweeper', { settled });
+    } catch (err) {
+      ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
+    }
+  }, every);
+  timer.unref();
+  return async () => clearInterval(timer);
+}

@@ -1,0 +1,104 @@
+import type { ChainableCommander, Redis } from 'ioredis';
+import { isoNow, now } from '../lib/clock.js';
+import { newId } from '../lib/ids.js';
+import type { Keys } from './keys.js';
+import { LEDGER_FIELDS, LEDGER_MAX_LENGTH, auditPayload, type AuditActor, type AuditRequest, type Ref } from './ledger.js';
+
+/**
+ * Audit entries that survive a crash (the transactional outbox).
+ *
+ * A control-plane write records its pending audit entries in the outbox of its own hash slot
+ * (`{w:…}`, `{t:…}` or `{pN}`: `keys.outbox`) in the same atomic step as the write itself: the Lua
+ * script calls `lua/includes/recordAudit` with the intent made here, or a MULTI carries the HSET.
+ * Once the write returns, the writer turns the intent and the write's reply into entries (the
+ * operation's pure `AuditOp`), appends them to the workspace ledger under ids fixed in the intent,
+ * and deletes the intent (`settleAudit`). A process killed between the write and that step leaves
+ * the intent behind; the outbox sweeper (`actors/audit-outbox-sweeper.ts`) settles it with the same
+ * `AuditOp`, so every write that took effect gets its entries, and a write that did not gets none.
+ * Appending twice (a crash after the append, before the delete) repeats the same event ids, which
+ * the webhook dispatcher turns into deliveries once.
+ */
+
+/** Who made the write and where it belongs: what an entry carries besides what the write decided. */
+export type AuditScope = { workspace: Ref; tenant: Ref | null; actor: AuditActor; request: AuditRequest };
+
+/** One entry as an operation describes it; the scope, id and time come from the intent. */
+export type AuditDraft = {
+  type: string;
+  target: { type: string; id: string };
+  object: Record<string, unknown>;
+  changes?: Record<string, unknown>;
+  previousAttributes?: Record<string, unknown>;
+};
+
+/**
+ * What entries a write produced, from what the writer knew before (`input`, JSON) and what the
+ * write answered (`reply`: the script's reply as `cjson` encoded it, or null for a MULTI). Pure: the
+ * sweeper runs it in another process, long after the write. An empty answer means the write
+ * changed nothing worth auditing.
+ */
+export type AuditOp<I = never, R = unknown> = (input: I, reply: R) => AuditDraft[];
+
+/** The stored intent: everything `settle` needs but the reply. */
+type IntentRecord = { op: string; scope: AuditScope; input: unknown; at: number; ids: string[] };
+
+/** A pending audit of one write: the outbox field to write with it (`token` → `json`). */
+export type AuditIntent = { key: string; token: string; json: string; record: IntentRecord };
+
+/**
+ * Makes the intent of a write whose entries `op` will describe: `ids` (one per entry the operation
+ * can produce at most) are fixed now, so a second settle appends the same events.
+ */
+export function auditIntent(outbox: string, op: string, scope: AuditScope, input: unknown, entries = 1): AuditIntent {
+  const ids = Array.from({ length: entries }, () => newId('webhookEvent'));
+  const record: IntentRecord = { op, scope, input, at: now(), ids };
+  return { key: outbox, token: ids[0]!, json: JSON.stringify(record), record };
+}
+
+/** Queues the intent's HSET on a MULTI (or pipeline) that makes the write, for writes that are not a script. */
+export function recordIntent(multi: ChainableCommander, intent: AuditIntent): ChainableCommander {
+  return multi.hset(intent.key, intent.token, intent.json);
+}
+
+/**
+ * Appends the write's entries to the workspace ledger and removes its intent from the outbox, in
+ * that order (a crash in between repeats the append, under the same ids).
+ */
+export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[]): Promise<void> {
+  const pipeline = redis.pipeline();
+  appendDrafts(pipeline, keys, intent.record, drafts);
+  pipeline.hdel(intent.key, intent.token);
+  const replies = (await pipeline.exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+}
+
+/** Queues the ledger appends of an intent's entries. */
+export function appendDrafts(pipeline: ChainableCommander, keys: Keys, record: IntentRecord, drafts: AuditDraft[]): void {
+  if (drafts.length > record.ids.length) throw new Error(`audit op ${record.op} made ${drafts.length} entries, its intent has ids for ${record.ids.length}`);
+  drafts.forEach((draft, i) => {
+    const payload = auditPayload({ ...draft, workspace: record.scope.workspace, tenant: record.scope.tenant, actor: record.scope.actor, request: record.scope.request }, record.ids[i]!);
+    payload.createdAt = isoNow(record.at);
+    pipeline.xadd(keys.ledger(record.scope.workspace.id), 'MAXLEN', '~', LEDGER_MAX_LENGTH, '*', LEDGER_FIELDS.kind, 'audit', LEDGER_FIELDS.payload, JSON.stringify(payload));
+  });
+}
+
+/** An outbox field as stored: the intent's JSON, a newline, and the reply as `cjson` encoded it (absent for a MULTI). */
+export function parseOutboxField(value: string): { record: IntentRecord; reply: unknown } {
+  const cut = value.indexOf('\n');
+  const record = JSON.parse(cut < 0 ? value : value.slice(0, cut)) as IntentRecord;
+  return { record, reply: cut < 0 ? null : asScriptReply(JSON.parse(value.slice(cut + 1))) };
+}
+
+/**
+ * A reply as `cjson` stored it, turned into what the same reply is when ioredis receives it from
+ * the script, so an `AuditOp` sees one shape in both paths: a Lua table is an array (cjson writes
+ * an empty one `{}`), `false` is null and `true` 1, a number is truncated to an integer.
+ */
+export function asScriptReply(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(asScriptReply);
+  if (value === false || value === null) return null;
+  if (value === true) return 1;
+  if (typeof value === 'number') return Math.trunc(value);
+  if (typeof value === 'object') return [];
+  return value;
+}
