@@ -84,7 +84,8 @@ export function patternProblem(pattern: string): { kind: 'malformed' | 'private'
   if (pattern === '*') return null;
   const wildcard = pattern.endsWith('.*');
   const stem = wildcard ? pattern.slice(0, -2) : pattern;
-  if (!NAME.test(stem) || stem.endsWith('.')) {
+  // an exact name may end in a dot (spec 2.4 allows it, so ingest takes `order.`); a prefix may not (`order..*`)
+  if (!NAME.test(stem) || (wildcard && stem.endsWith('.'))) {
     return { kind: 'malformed', message: 'must be *, an event name, or an event name prefix followed by .*' };
   }
   if (stem.startsWith('$')) {
