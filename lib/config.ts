@@ -12,6 +12,12 @@ export type Config = {
   port: number;
   /** Redis URL (`redis://` or `rediss://`). `REDIS_URL`; null selects the embedded default. */
   redisUrl: string | null;
+  /**
+   * Whether a `rediss://` server's certificate is verified. `REDIS_TLS_REJECT_UNAUTHORIZED`, default
+   * `true`; `false` for hosted Redis whose certificate no CA vouches for (Heroku Redis). Redis only:
+   * APNs and webhook connections are always verified.
+   */
+  redisTlsRejectUnauthorized: boolean;
   /** Namespace prepended to every Redis key. `REDIS_KEY_PREFIX`, default `herald:`. */
   keyPrefix: string;
   /** Number of subscriber partitions, fixed per deployment. `HERALD_PARTITIONS`, default 64. */
@@ -102,6 +108,14 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   return value;
 }
 
+function flag(env: Env, name: string, fallback: boolean): boolean {
+  const raw = (env[name] ?? '').trim();
+  if (raw === '') return fallback;
+  if (raw === 'true' || raw === '1') return true;
+  if (raw === 'false' || raw === '0') return false;
+  throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+}
+
 function list(raw: string | undefined): string[] {
   return (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 }
@@ -156,6 +170,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
   return {
     port: integer(e, 'PORT', 3000, 0, 65535),
     redisUrl: redisUrl(e.REDIS_URL),
+    redisTlsRejectUnauthorized: flag(e, 'REDIS_TLS_REJECT_UNAUTHORIZED', true),
     keyPrefix: e.REDIS_KEY_PREFIX ?? 'herald:',
     partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
     retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,

@@ -92,7 +92,7 @@ function waitForSocket(path: string, child: ChildProcess, limitMs: number): Prom
  */
 export async function resolveRedis(config: Config, local: { host: string; port: number } = { host: '127.0.0.1', port: 6379 }): Promise<ResolvedRedis> {
   const none = async () => {};
-  if (config.redisUrl) return { target: { url: config.redisUrl }, embedded: false, stop: none };
+  if (config.redisUrl) return { target: { url: config.redisUrl, verifyTls: config.redisTlsRejectUnauthorized }, embedded: false, stop: none };
   if (await answersPing(local)) {
     return { target: { url: `redis://${local.host}:${local.port}` }, embedded: false, stop: none };
   }

@@ -2,8 +2,11 @@ import { Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from '../lib/config.js';
 import { defineScripts } from './lua-scripts.js';
 
-/** Where Redis is: a URL, or the unix socket of the embedded server. */
-export type RedisTarget = { url: string } | { path: string };
+/**
+ * Where Redis is: a URL (`verifyTls: false` accepts a `rediss://` server's certificate unverified,
+ * REDIS_TLS_REJECT_UNAUTHORIZED), or the unix socket of the embedded server.
+ */
+export type RedisTarget = { url: string; verifyTls?: boolean } | { path: string };
 
 /**
  * A new ioredis client with every Lua script defined. Commands wait for the connection
@@ -12,7 +15,8 @@ export type RedisTarget = { url: string } | { path: string };
 export function connectRedis(target: RedisTarget, options: RedisOptions = {}): Redis {
   // Auto-pipelining sends the commands of concurrent requests in one write: fewer syscalls per request.
   const base: RedisOptions = { maxRetriesPerRequest: 20, enableAutoPipelining: true, ...options };
-  const redis = 'url' in target ? new Redis(target.url, base) : new Redis({ ...base, path: target.path });
+  const unverified = 'url' in target && target.verifyTls === false && target.url.startsWith('rediss://');
+  const redis = 'url' in target ? new Redis(target.url, unverified ? { ...base, tls: { ...base.tls, rejectUnauthorized: false } } : base) : new Redis({ ...base, path: target.path });
   defineScripts(redis);
   return redis;
 }

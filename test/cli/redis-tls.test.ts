@@ -82,4 +82,14 @@ tls('the CLI and a web process work over rediss:// with the CA given in NODE_EXT
   }
 });
 
+tls('REDIS_TLS_REJECT_UNAUTHORIZED=false reaches a rediss:// server whose CA is not trusted (hosted Redis such as Heroku\'s), for Redis only', async (ctx) => {
+  const url = `rediss://127.0.0.1:${ctx.port}`;
+  const boot = await herald({ REDIS_URL: url, REDIS_TLS_REJECT_UNAUTHORIZED: 'false', LOG_LEVEL: 'error' }, 'bootstrap', '--workspace', 'tls-unverified', '--json');
+  assert.is(boot.code, 0, boot.stderr);
+  assert.match(JSON.parse(boot.stdout).keys.tenant, /^svc_tn_/);
+  const bad = await herald({ REDIS_URL: url, REDIS_TLS_REJECT_UNAUTHORIZED: 'no', LOG_LEVEL: 'error' }, 'bootstrap', '--workspace', 'tls-unverified', '--json');
+  assert.is(bad.code, 1);
+  assert.match(bad.stderr, /REDIS_TLS_REJECT_UNAUTHORIZED must be true or false, got "no"/);
+});
+
 tls.run();

@@ -36,4 +36,12 @@ config('the embedded Redis data folder is in the project folder whatever the wor
   }
 });
 
+config('REDIS_TLS_REJECT_UNAUTHORIZED is true unless set to false (or 0); anything else is refused', () => {
+  assert.is(loadConfig({}, {}).redisTlsRejectUnauthorized, true);
+  assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'false' }, {}).redisTlsRejectUnauthorized, false);
+  assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: '0' }, {}).redisTlsRejectUnauthorized, false);
+  assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'true' }, {}).redisTlsRejectUnauthorized, true);
+  assert.throws(() => loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'off' }, {}), /REDIS_TLS_REJECT_UNAUTHORIZED must be true or false/);
+});
+
 config.run();
