@@ -16,8 +16,9 @@ const MAX_ENTRIES = 10_000;
  * A per-process cache of principals by key hash, and of tenants' identity settings (secret and
  * whether verification is required) by tenant id. Revocations and identity changes are published
  * on one Redis channel and drop the entry at once in every process; entries also expire after
- * `ttlMs`, and the whole cache is cleared whenever the subscription reconnects, so a missed
- * message cannot keep a revoked key or a replaced secret alive longer than the TTL.
+ * `ttlMs`. The cache is only trusted while the subscription's connection is up: when it closes the
+ * cache is cleared and every lookup reads Redis until it is back (and cleared once more), so a
+ * revocation published while this process could not hear it never leaves a revoked key working.
  */
 export class KeyCache {
   private readonly entries = new Map<string, { principal: Principal; until: number }>();
@@ -37,10 +38,13 @@ export class KeyCache {
       if (message.startsWith(IDENTITY_CHANGE_PREFIX)) this.identities.delete(message.slice(IDENTITY_CHANGE_PREFIX.length));
       else this.entries.delete(message);
     });
-    sub.on('ready', () => {
+    const forget = () => {
+      this.generation++;
       this.entries.clear();
       this.identities.clear();
-    });
+    };
+    sub.on('ready', forget);
+    sub.on('close', forget);
     sub.on('error', (err: Error) => this.log.warn('key revocation subscription error', { err: err.message }));
     await sub.subscribe(this.keys.keyRevocations);
   }
@@ -52,9 +56,14 @@ export class KeyCache {
     this.identities.clear();
   }
 
+  /** True while revocations can reach this process: only then is anything cached or served from the cache. */
+  private get listening(): boolean {
+    return this.ttlMs > 0 && this.subscriber?.status === 'ready';
+  }
+
   /** The principal of the key whose hash is `hash`, or null when no such key exists. */
   async lookup(hash: string): Promise<Principal | null> {
-    const hit = this.entries.get(hash);
+    const hit = this.listening ? this.entries.get(hash) : undefined;
     if (hit && hit.until > now()) return hit.principal;
     const generation = this.generation;
     const key = await findApiKeyByHash(this.redis, this.keys, hash);
@@ -66,7 +75,7 @@ export class KeyCache {
     const tenant = found?.tenant ?? null;
     const principal: Principal = { key, workspace, tenant };
     // A revocation announced while this lookup read Redis may concern this very key: do not cache then.
-    if (this.ttlMs > 0 && generation === this.generation) {
+    if (this.listening && generation === this.generation) {
       const until = now() + this.ttlMs;
       if (!key.revokedAt) {
         if (this.entries.size >= MAX_ENTRIES) this.entries.delete(this.entries.keys().next().value as string);
@@ -84,13 +93,13 @@ export class KeyCache {
    * process at once, and a read that raced such a change is not cached.
    */
   async identity(tenant: Tenant, options: { fresh?: boolean } = {}): Promise<IdentitySettings> {
-    if (!options.fresh) {
+    if (!options.fresh && this.listening) {
       const hit = this.identities.get(tenant.id);
       if (hit && hit.until > now()) return hit.settings;
     }
     const generation = this.generation;
     const settings = await tenantIdentity(this.redis, this.keys, tenant);
-    if (this.ttlMs > 0 && generation === this.generation) this.remember(tenant.id, settings, now() + this.ttlMs);
+    if (this.listening && generation === this.generation) this.remember(tenant.id, settings, now() + this.ttlMs);
     return settings;
   }
 
