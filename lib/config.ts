@@ -18,6 +18,12 @@ export type Config = {
    * APNs and webhook connections are always verified.
    */
   redisTlsRejectUnauthorized: boolean;
+  /**
+   * When the embedded redis-server syncs its append-only file to disk. `EMBEDDED_REDIS_APPENDFSYNC`:
+   * `everysec` (default; a machine crash or power loss can lose the last second of acknowledged
+   * writes, a killed process loses nothing) or `always` (before every reply; slower).
+   */
+  embeddedAppendFsync: 'everysec' | 'always';
   /** Namespace prepended to every Redis key. `REDIS_KEY_PREFIX`, default `herald:`. */
   keyPrefix: string;
   /** Number of subscriber partitions, fixed per deployment. `HERALD_PARTITIONS`, default 64. */
@@ -108,6 +114,13 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   return value;
 }
 
+function oneOf<T extends string>(env: Env, name: string, values: readonly T[]): T {
+  const raw = (env[name] ?? '').trim();
+  if (raw === '') return values[0]!;
+  if (!(values as readonly string[]).includes(raw)) throw new ConfigError(`${name} must be one of ${values.join(', ')}, got "${raw}"`);
+  return raw as T;
+}
+
 function flag(env: Env, name: string, fallback: boolean): boolean {
   const raw = (env[name] ?? '').trim();
   if (raw === '') return fallback;
@@ -171,6 +184,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     port: integer(e, 'PORT', 3000, 0, 65535),
     redisUrl: redisUrl(e.REDIS_URL),
     redisTlsRejectUnauthorized: flag(e, 'REDIS_TLS_REJECT_UNAUTHORIZED', true),
+    embeddedAppendFsync: oneOf(e, 'EMBEDDED_REDIS_APPENDFSYNC', ['everysec', 'always'] as const),
     keyPrefix: e.REDIS_KEY_PREFIX ?? 'herald:',
     partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
     retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,

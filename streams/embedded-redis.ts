@@ -118,7 +118,7 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   mkdirSync(dir, { recursive: true });
   const child = spawn(
     'redis-server',
-    ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'everysec', '--save', '', '--logfile', join(dir, 'redis.log')],
+    ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--appendonly', 'yes', '--appendfsync', config.embeddedAppendFsync, '--save', '', '--logfile', join(dir, 'redis.log')],
     // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
     // service, stopping gracefully, still needs Redis; `stop` below ends the server last.
     { stdio: 'ignore', detached: true },

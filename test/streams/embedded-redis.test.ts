@@ -48,7 +48,7 @@ embedded('with REDIS_URL set it uses that URL and starts nothing', async (ctx) =
   // Not even reachable: REDIS_URL is taken as given, without a probe.
   const config = loadConfig({ REDIS_URL: 'redis://127.0.0.1:1/3', HERALD_DATA_DIR: dataDir }, {});
   const resolved = await resolveRedis(config, await nobody());
-  assert.equal(resolved.target, { url: 'redis://127.0.0.1:1/3' });
+  assert.equal(resolved.target, { url: 'redis://127.0.0.1:1/3', verifyTls: true });
   assert.is(resolved.embedded, false);
   assert.not.ok(existsSync(join(dataDir, 'redis')), 'no data directory is made');
   await resolved.stop();
@@ -76,6 +76,7 @@ embedded('with nothing reachable it starts a private redis-server with append-on
   const redis = connectRedis(first.target);
   try {
     assert.is(await redis.config('GET', 'appendonly').then((r) => (r as string[])[1]), 'yes');
+    assert.is(await redis.config('GET', 'appendfsync').then((r) => (r as string[])[1]), 'everysec');
     assert.is(await redis.config('GET', 'port').then((r) => (r as string[])[1]), '0', 'no TCP port is opened');
     await redis.set('herald-embedded-test', 'kept');
     await redis.rpush('herald-embedded-list', 'a', 'b', 'c');
@@ -103,6 +104,19 @@ embedded('with nothing reachable it starts a private redis-server with append-on
   }
   await second.stop();
   assert.not.ok(await answersPing({ path: socket }));
+});
+
+embedded('EMBEDDED_REDIS_APPENDFSYNC=always makes the embedded server sync before every reply', async (ctx) => {
+  const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: temp(ctx, 'fsync'), EMBEDDED_REDIS_APPENDFSYNC: 'always' }, {}), await nobody());
+  ctx.started.push(resolved);
+  const redis = connectRedis(resolved.target);
+  try {
+    assert.is(await redis.config('GET', 'appendfsync').then((r) => (r as string[])[1]), 'always');
+  } finally {
+    redis.disconnect();
+  }
+  await resolved.stop();
+  assert.throws(() => loadConfig({ EMBEDDED_REDIS_APPENDFSYNC: 'never' }, {}), /EMBEDDED_REDIS_APPENDFSYNC must be one of everysec, always, got "never"/);
 });
 
 embedded('a second resolve while the embedded server runs reuses it, and its stop() leaves it running', async (ctx) => {
