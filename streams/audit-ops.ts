@@ -1,4 +1,7 @@
 import type { AuditOp } from './audit-outbox.js';
+import { PREFERENCE_AUDITS } from './preferences.js';
+import { SUBSCRIBER_AUDITS } from './subscribers.js';
+import { SUBSCRIPTION_AUDITS } from './subscriptions.js';
 import { TOPIC_AUDITS } from './topics.js';
 
 /**
@@ -7,4 +10,7 @@ import { TOPIC_AUDITS } from './topics.js';
  */
 export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...TOPIC_AUDITS,
+  ...SUBSCRIBER_AUDITS,
+  ...SUBSCRIPTION_AUDITS,
+  ...PREFERENCE_AUDITS,
 };

@@ -1,9 +1,13 @@
 import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
+import { recordOf } from '../lib/field-list.js';
+import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
+import type { AuditTrail, WriteReply } from './subscriber-audit.js';
 import { changeSubscriber, readSubscriber, type TenantScope } from './subscriber-writes.js';
+import { auditedSegments, toSubscriber } from './subscribers.js';
 
 export const CHANNELS = ['push', 'email'] as const;
 /** Categories a subscriber's stored preferences hold at most (the merged result of every update). */
@@ -50,10 +54,11 @@ export type PreferencesOutcome = { preferences: Preferences; changed: boolean; p
  * Applies an update; writes `$preferences.updated` (with the previous values) only when a value
  * really changes. An update that would leave more than MAX_CATEGORIES categories stored (and more
  * than before) is 400 `limit_exceeded` on `categories`, nothing stored: decided on the snapshot
- * the compare-and-set write applies to.
+ * the compare-and-set write applies to. With `options.audit`, the write records `subscriber.updated`
+ * with the preferences it replaced (`subscriber.created` when it created the subscriber).
  */
-export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean } = {}): Promise<PreferencesOutcome> {
-  return changeSubscriber<PreferencesOutcome>(redis, keys, scope, externalId, (snapshot) => {
+export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean; audit?: AuditTrail } = {}): Promise<PreferencesOutcome> {
+  return changeSubscriber<PreferencesOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const current = readPreferences(snapshot.record.preferences);
     const next = apply(current, update);
@@ -63,11 +68,28 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
     }
     if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false, previous: current, created: false } };
     const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
+    const result = { preferences: next, changed: true, previous: current, created: !snapshot.exists };
+    const input: PreferencesInput = { externalId, segments, created: result.created, preferences: next, previous: current };
     return {
       create: true,
       events: [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
       ops: [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
-      result: { preferences: next, changed: true, previous: current, created: !snapshot.exists },
+      audit: options.audit && { trail: options.audit, op: 'subscriber.preferences', make: PREFERENCE_AUDITS['subscriber.preferences'], input },
+      result,
     };
-  });
+  }, auditedSegments(redis, keys, scope, externalId, options.audit));
 }
+
+type PreferencesInput = { externalId: string; segments: string[]; created: boolean; preferences: Preferences; previous: Preferences };
+
+/** The audit entries of preference writes, from lua/writeSubscriber's reply (streams/audit-outbox.ts). */
+export const PREFERENCE_AUDITS = {
+  'subscriber.preferences': (input: PreferencesInput, reply: WriteReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const subscriber = toSubscriber(input.externalId, recordOf(reply[4] ?? []), input.segments);
+    const target = { type: 'subscriber', id: subscriber.id };
+    if (input.created) return [{ type: 'subscriber.created', target, object: subscriber }];
+    const { preferences, previous } = input;
+    return [{ type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } }];
+  },
+};

@@ -1,8 +1,9 @@
 import type { Redis } from 'ioredis';
 import { ApiError } from '../lib/errors.js';
 import type { Keys } from './keys.js';
+import type { AuditTrail } from './subscriber-audit.js';
 import { readSubscriber, type TenantScope } from './subscriber-writes.js';
-import { deleteSubscriber, getSubscriber, mergeAttributes, type AttributeOutcome, type Subscriber } from './subscribers.js';
+import { deleteSubscriber, getSubscriber, mergeAttributes } from './subscribers.js';
 import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, listSubscriptions, registerSubscription, tokenOwner, type RegisterInput, type Subscription } from './subscriptions.js';
 import { addTopicMembers, topicsOfSubscriber } from './topic-members.js';
 import { moveWidgets } from './widgets.js';
@@ -50,11 +51,13 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * its parts were read moves in one more round instead of going with the delete. A registration racing the merge may fill
  * the identified subscriber after the check: the move that no longer fits is refused with nothing
  * changed (409), the merge stops there, and what has not moved stays with the anonymous subscriber.
+ * With `audit` (held by the caller), the attributes filled in are `subscriber.updated` (one entry with
+ * the attributes the same request changed before) and the delete `subscriber.deleted`, each recorded
+ * by its write; the subscriptions moved are not audited.
  */
-export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan): Promise<MergeOutcome> {
+export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<void> {
   const { anonymousId, externalId } = plan;
   let subscriptions = plan.subscriptions;
-  const attributes: AttributeOutcome = { changes: {}, previous: {} };
   for (let round = 0; round < MERGE_ROUNDS; round++) {
     await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId);
     for (const s of subscriptions) {
@@ -66,27 +69,18 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
     }
     for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
-    if (!from) return { deleted: null, attributes }; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
-    const filled = await mergeAttributes(redis, keys, scope, externalId, from);
-    // a later round's values are changes too; the previous value is the one before the first
-    attributes.changes = { ...attributes.changes, ...filled.changes };
-    attributes.previous = { ...filled.previous, ...attributes.previous };
-    const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { mergedInto: externalId }).catch((err: unknown) => {
+    if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
+    // a later round's write takes the held entry of the earlier ones in: one subscriber.updated, with the values before the first
+    await mergeAttributes(redis, keys, scope, externalId, from, audit);
+    const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { mergedInto: externalId, audit }).catch((err: unknown) => {
       if (!(err instanceof ApiError && err.status === 404)) throw err;
       return 'gone' as const;
     });
-    if (deleted === 'gone') return { deleted: null, attributes };
-    if (deleted) return { deleted, attributes };
+    if (deleted) return;
     subscriptions = await listSubscriptions(redis, keys, scope, anonymousId);
   }
   throw new ApiError(409, 'conflict', 'The anonymous subscriber is changing too fast; retry');
 }
-
-/**
- * What a merge did, for its audit entries: the anonymous subscriber this call deleted (null when a
- * concurrent merge of the same id deleted it), and the attributes it filled in on the identified one.
- */
-export type MergeOutcome = { deleted: Subscriber | null; attributes: AttributeOutcome };
 
 /** Rounds of a merge before it gives up (409) on an anonymous subscriber that keeps gaining devices. */
 const MERGE_ROUNDS = 10;

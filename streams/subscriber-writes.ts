@@ -5,6 +5,7 @@ import { newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+import type { WriteAudit, WriteReply } from './subscriber-audit.js';
 
 /** Where a tenant's subscriber writes go. */
 export type TenantScope = { workspaceId: string; tenantId: string; partitions: number };
@@ -61,27 +62,34 @@ export class GuardFailed extends Error {
  * (lua/writeSubscriber). Throws `VersionConflict` when another writer got there first.
  * `expectedVersion` null skips the version check: only for a change that does not depend on the
  * subscriber's state beyond its `guards` (checked in the same script; `GuardFailed` when one does
- * not hold). `at` is the time of the change (default now).
+ * not hold). `at` is the time of the change (default now). With `audit`, the write records its
+ * audit intent in the partition's outbox and, once applied, settles it through its trail
+ * (streams/subscriber-audit.ts).
  */
 export async function writeSubscriber(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
-  change: { create: boolean; expectedVersion: number | null; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; at?: number },
+  change: { create: boolean; expectedVersion: number | null; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; at?: number; audit?: WriteAudit | null },
 ): Promise<{ subscriberId: string; created: boolean; version: number }> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const at = change.at ?? now();
+  const outbox = keys.partitionOutbox(p);
+  const audit = change.audit ?? null;
+  const made = audit ? audit.trail.intent(outbox, audit) : null;
   const args: (string | number)[] = [
     scope.tenantId, scope.workspaceId, at, keys.partitionBase(p), isoNow(at), externalId, newId('subscriber', at), newId('event', at),
-    change.create ? 1 : 0, change.expectedVersion === null ? '' : change.expectedVersion, change.events.length,
+    change.create ? 1 : 0, change.expectedVersion === null ? '' : change.expectedVersion,
+    made?.intent.token ?? '', made?.intent.json ?? '', made?.absorbs?.intent.token ?? '', change.events.length,
   ];
   for (const e of change.events) args.push(newId('event', at), e.name, JSON.stringify(e.data));
   pushOps(args, change.ops);
   const guards = change.guards ?? [];
   args.push(guards.length);
   for (const g of guards) args.push(g[0], g[1], g[2] ?? '-', g[3] ?? '-');
-  const reply = await callScript<[number, string?, number?, number?]>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
+  const reply = await callScript<WriteReply>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), outbox], args);
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
+  if (made) await audit!.trail.written(made, audit!, reply);
   return { subscriberId: reply[1]!, created: Number(reply[2]) > 0, version: Number(reply[3]) };
 }
 
@@ -115,8 +123,11 @@ function pushOps(args: (string | number)[], ops: RecordOp[]): void {
   args[countAt] = count;
 }
 
-/** A computed change (`guards`: conditions on state the version does not cover; when one fails the change is recomputed). */
-export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; result: T } | { skip: T };
+/**
+ * A computed change (`guards`: conditions on state the version does not cover; when one fails the
+ * change is recomputed; `audit`: the audit entries the write records, see `writeSubscriber`).
+ */
+export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; audit?: WriteAudit | null; result: T } | { skip: T };
 
 /**
  * Runs read → compute → compare-and-set until it applies (bounded): the way every subscriber
@@ -143,7 +154,7 @@ export async function changeSubscriber<T, X = undefined>(
     const change = compute(snapshot, extra);
     if ('skip' in change) return change.skip;
     try {
-      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, expectedVersion: snapshot.version });
+      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, audit: change.audit, expectedVersion: snapshot.version });
       return change.result;
     } catch (err) {
       if (!(err instanceof VersionConflict) && !(err instanceof GuardFailed)) throw err;

@@ -2,8 +2,11 @@ import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { notFound, validationError } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
+import { recordOf } from '../lib/field-list.js';
+import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
+import { draftedAudit, drafted, type AuditTrail, type WriteAudit, type WriteReply } from './subscriber-audit.js';
 import { releaseToken } from './subscriptions.js';
 import { deleteWidgetsOf } from './widgets.js';
 import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
@@ -40,7 +43,7 @@ export function segmentSlugs(segs: string | null | undefined, slugs: Record<stri
 }
 
 /** One subscriber's segment slugs (two reads sent at once: one round trip). */
-async function segmentsOf(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<string[]> {
+export async function segmentsOf(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<string[]> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const [segs, slugs] = await Promise.all([redis.hget(keys.automation(p, scope.tenantId, externalId), 'segs'), redis.hgetall(keys.segmentSlugs(scope.tenantId))]);
   return segmentSlugs(segs, slugs);
@@ -163,20 +166,27 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
  * Creates or updates a subscriber by externalId. An update writes `$subscriber.updated` with the
  * changed fields only when something changed; a creation writes `$subscriber.created` (once).
  * `options.base` is where the attributes sit in the request body (`attributes.` on identify), for
- * the `param` of a validation error.
+ * the `param` of a validation error. With `options.audit`, the write records `subscriber.created`
+ * or `subscriber.updated` (streams/subscriber-audit.ts).
  */
-export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
+export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string; audit?: AuditTrail } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
   checkAttributes(input, options.base);
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
-  const outcome = await changeSubscriber<Outcome>(redis, keys, scope, externalId, (snapshot) => {
+  const outcome = await changeSubscriber<Outcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified, base: options.base });
     if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
-    return { create: true, events: change.events, ops: change.ops, result: { created: !snapshot.exists, changes: change.changes, previous: change.previous } };
-  });
+    const result = { created: !snapshot.exists, changes: change.changes, previous: change.previous };
+    return { create: true, events: change.events, ops: change.ops, result, audit: options.audit && attributesAudit(options.audit, { externalId, segments, ...result }) };
+  }, auditedSegments(redis, keys, scope, externalId, options.audit));
   const [after, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
   if (!after.exists) throw notFound('Subscriber');
   return { subscriber: toSubscriber(externalId, after.record, segments), ...outcome };
+}
+
+/** The read hook of an audited write whose entry carries the subscriber: its segments, read with its version (none without audit). */
+export function auditedSegments(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, audit: AuditTrail | undefined): ((p: number) => Promise<string[]>) | undefined {
+  return audit ? () => segmentsOf(redis, keys, scope, externalId) : undefined;
 }
 
 /**
@@ -200,10 +210,11 @@ export function fittingProperties(into: Record<string, unknown>, from: Record<st
  * Gives `externalId` the attributes of `from` (a merged anonymous subscriber) that it lacks:
  * email, phone, locale and timezone when unset, and the properties `fittingProperties` allows
  * (its own win; the result stays within 8 KB). Decided on the snapshot the compare-and-set write
- * applies to, with `$subscriber.updated` when something changes.
+ * applies to, with `$subscriber.updated` when something changes (and, with `audit`, the entry
+ * `subscriber.updated`, absorbing a held one of the same request: see streams/subscriber-audit.ts).
  */
-export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber): Promise<AttributeOutcome> {
-  return changeSubscriber<AttributeOutcome>(redis, keys, scope, externalId, (snapshot) => {
+export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber, audit?: AuditTrail): Promise<AttributeOutcome> {
+  return changeSubscriber<AttributeOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
     const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
     const input: Attributes = {};
     for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !current?.[field]) input[field] = from[field];
@@ -211,11 +222,12 @@ export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantSco
     if (Object.keys(properties).length) input.properties = properties;
     const change = attributeChange(keys, scope, snapshot, externalId, input);
     if (change.ops.length === 0) return { skip: { changes: {}, previous: {} } };
-    return { create: true, events: change.events, ops: change.ops, result: { changes: change.changes, previous: change.previous } };
-  });
+    const result = { changes: change.changes, previous: change.previous };
+    return { create: true, events: change.events, ops: change.ops, result, audit: audit && attributesAudit(audit, { externalId, segments, created: false, ...result }) };
+  }, auditedSegments(redis, keys, scope, externalId, audit));
 }
 
-/** What an attribute write changed: the new values and the ones they replaced, for the audit entry. */
+/** What an attribute write changed: the new values and the ones they replaced. */
 export type AttributeOutcome = { changes: Record<string, unknown>; previous: Record<string, unknown> };
 
 /** Reads one subscriber, or throws 404. */
@@ -239,11 +251,12 @@ async function notMovedTopics(redis: Redis, keys: Keys, scope: TenantScope, topi
 /**
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
  * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
- * event for the same externalId creates a new subscriber.
+ * event for the same externalId creates a new subscriber. With `options.audit`, the write records
+ * `subscriber.deleted`.
  */
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<Subscriber>;
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto: string }): Promise<Subscriber | null>;
-export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto?: string } = {}): Promise<Subscriber | null> {
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options?: { audit?: AuditTrail }): Promise<Subscriber>;
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto: string; audit?: AuditTrail }): Promise<Subscriber | null>;
+export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto?: string; audit?: AuditTrail } = {}): Promise<Subscriber | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
   // retrying the delete, since the subscriber is still there) and once more after it (a widget
@@ -273,7 +286,8 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     ];
     const guards = owned.subscriptions.map((s): WriteGuard => ['fieldIs', keys.subscription(p, scope.tenantId, s.id), 'holder', s.holder]);
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
-    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, result: { subscriber, owned } };
+    const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [{ type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber }]);
+    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, audit, result: { subscriber, owned } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
@@ -307,3 +321,35 @@ export function tokenField(channel: string, handle: string): string {
   return channel === 'email' ? `email:${handle.toLowerCase()}` : `push:${handle}`;
 }
 
+/** What an attribute write's entry needs besides the reply (the record after the write). */
+type AttributesInput = {
+  externalId: string; segments: string[]; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown>;
+  /** the entries of the held intent this write absorbs (streams/subscriber-audit.ts) */
+  carried?: AuditDraft[];
+};
+
+const attributesAudit = (trail: AuditTrail, input: AttributesInput): WriteAudit =>
+  ({ trail, op: 'subscriber.attributes', make: SUBSCRIBER_AUDITS['subscriber.attributes'], input, absorbs: input.externalId });
+
+/** The audit entries of subscriber writes, from lua/writeSubscriber's reply (streams/audit-outbox.ts). */
+export const SUBSCRIBER_AUDITS = {
+  /**
+   * `subscriber.created` (the subscriber as the write left it), or `subscriber.updated` with the
+   * changed attributes; an absorbed intent's `subscriber.created` comes first, and its changes are
+   * merged under this write's (its previous values win: they are older).
+   */
+  'subscriber.attributes': (input: AttributesInput, reply: WriteReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const object = toSubscriber(input.externalId, recordOf(reply[4] ?? []), input.segments);
+    const target = { type: 'subscriber', id: object.id };
+    const carried = reply[5] === 1 ? input.carried ?? [] : [];
+    const drafts = carried.filter((d) => d.type === 'subscriber.created');
+    if (input.created) return [...drafts, { type: 'subscriber.created', target, object }];
+    const before = carried.find((d) => d.type === 'subscriber.updated');
+    const changes = { ...before?.changes, ...input.changes };
+    const previousAttributes = { ...input.previous, ...before?.previousAttributes };
+    if (Object.keys(changes).length) drafts.push({ type: 'subscriber.updated', target, object, changes, previousAttributes });
+    return drafts;
+  },
+  'subscriber.delete': drafted,
+};

@@ -3,8 +3,10 @@ import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
+import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
+import { drafted, draftedAudit, type AuditTrail } from './subscriber-audit.js';
 import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
 
@@ -111,9 +113,9 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
  * record written by a later claim of the token stays). A reference to a record another subscriber
  * of the partition holds now is dropped without touching the record (guarded: the holder is checked
- * again in the write).
+ * again in the write). With `audit`, a removal records `subscription.deleted`.
  */
-async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity): Promise<{ subscription: Subscription; claim: number } | null> {
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail): Promise<{ subscription: Subscription; claim: number } | null> {
   return changeSubscriber<{ subscription: Subscription; claim: number } | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
@@ -124,9 +126,10 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     const subscription = toSubscription(externalId, h);
     const event = { name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } };
     const claim = Number(h.claim ?? 0);
-    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, result: { subscription, claim } };
+    const removal = audit && draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
+    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, audit: removal, result: { subscription, claim } };
     if (claim > upTo) return { skip: null };
-    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, result: { subscription, claim } };
+    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, audit: removal, result: { subscription, claim } };
   }, readHeld(redis, keys, scope, externalId, id));
 }
 
@@ -144,27 +147,30 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  * with the write) changes nothing: the previous subscriber loses its copy only after the new one's
  * write, and the claim is given back (lua/unclaimToken). `options.enabled` is the `enabled` of a
  * record this call creates (an anonymous subscriber's muted device stays muted when it moves).
+ * With `options.audit`, the write that creates the record here records `subscription.created`, one
+ * that changes a public field `subscription.updated` (registering what is stored audits nothing).
  */
-export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean } = {}): Promise<Registered> {
+export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean; audit?: AuditTrail } = {}): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
   const tokens = tokenKeys(keys, scope.tenantId);
   const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
   const stamp = Number(claimNumber);
   const enabled = options.enabled ?? true;
+  const make = { enabled, stamp, audit: options.audit };
   let outcome: { created: boolean; record: Record<string, string>; before: Record<string, string> };
   try {
     if (claim === 'new') {
       // The id was made for this call: no record of it can exist unless a concurrent registration of the
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
-      const fresh = await createFresh(redis, keys, scope, externalId, id, input, { enabled, stamp });
+      const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
       if (fresh) {
         await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
       }
     }
     const wanted = fieldsOf(input);
-    outcome = await writeRegistration(redis, keys, scope, externalId, id, wanted, givenFieldsOf(input, wanted), { enabled, stamp });
+    outcome = await writeRegistration(redis, keys, scope, externalId, id, wanted, givenFieldsOf(input, wanted), make);
   } catch (err) {
     // refused (the limit, or a subscriber changing too fast): this call wrote no record, so its claim goes back
     if (err instanceof ApiError && claim !== 'same') await callScript(redis, 'unclaimToken', tokens, [field, id, externalId, claim === 'moved' ? previous ?? '' : '']);
@@ -189,6 +195,9 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
  */
 export type Registered = { subscription: Subscription; created: boolean; changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
 
+/** How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the audit of its write. */
+type Make = { enabled: boolean; stamp: number; audit?: AuditTrail };
+
 function diffOf(before: Subscription, after: Subscription): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } {
   const changes: Record<string, unknown> = {};
   const previousAttributes: Record<string, unknown> = {};
@@ -209,7 +218,7 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  * (a token the provider had invalidated is revived; an older stamp is raised, without touching
  * `updatedAt`). The holder read is guarded in the write.
  */
-async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: { enabled: boolean; stamp: number }) {
+async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
   return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
@@ -223,6 +232,7 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       const record = newRecord(id, wanted, at, { ...make, holder: externalId });
       return {
         create: true,
+        audit: make.audit && createdAudit(make.audit, toSubscription(externalId, record)),
         events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
         // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
         ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
@@ -239,7 +249,8 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
-    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, result: { created: false, record: { ...current, ...Object.fromEntries(changed) }, before: current } };
+    const record = { ...current, ...Object.fromEntries(changed) };
+    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, audit: make.audit && updatedAudit(make.audit, externalId, current, record), result: { created: false, record, before: current } };
   }, async (p) => {
     const [held, count] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
     return { ...held, count };
@@ -272,7 +283,7 @@ const newRecord = (id: string, fields: Record<string, string>, at: string, make:
  * version, so concurrent compare-and-set writers of the subscriber still see a conflict and recompute.
  * Null when the record exists already (written by a concurrent registration of the same token).
  */
-async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput, make: { enabled: boolean; stamp: number }): Promise<Subscription | null> {
+async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput, make: Make): Promise<Subscription | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const recordKey = keys.subscription(p, scope.tenantId, id);
   const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
@@ -285,6 +296,7 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
       events: [{ name: '$subscription.registered', data: { subscription: publicOf(subscription) } }],
       ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', setKey, id]],
       guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],
+      audit: make.audit && createdAudit(make.audit, subscription),
     });
   } catch (err) {
     if (!(err instanceof GuardFailed)) throw err;
@@ -329,29 +341,35 @@ export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantS
 /**
  * Sets `enabled` (spec 3.2b): `$subscription.muted` / `$subscription.unmuted` only when the value
  * really changes; concurrent identical updates write one event. `changed` says whether this call
- * made the change (the caller audits it then, and only then).
+ * made the change; with `audit`, that write records `subscription.updated`.
  */
-export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean): Promise<{ subscription: Subscription; changed: boolean }> {
+export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean, audit?: AuditTrail): Promise<{ subscription: Subscription; changed: boolean }> {
   if (!isId('subscription', id)) throw notFound('Subscription');
   const changed = await changeSubscriber<boolean, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
     if (!snapshot.exists || !h.id) throw notFound('Subscription');
     if ((h.enabled === '1') === enabled) return { skip: false };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
-    const subscription = { ...toSubscription(externalId, h), enabled };
+    const at = isoNow();
+    const after = toSubscription(externalId, { ...h, enabled: enabled ? '1' : '0', updatedAt: at });
+    const entry: AuditDraft = { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: !enabled } };
     return {
       create: false,
-      events: [{ name: enabled ? '$subscription.unmuted' : '$subscription.muted', data: { subscription: publicOf(subscription) } }],
-      ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', isoNow()]],
+      events: [{ name: enabled ? '$subscription.unmuted' : '$subscription.muted', data: { subscription: publicOf(after) } }],
+      ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', at]],
+      audit: audit && draftedAudit(audit, 'subscription.update', [entry]),
       result: true,
     };
   }, readRecord(redis, keys, scope, externalId, id));
   return { subscription: await getSubscription(redis, keys, scope, externalId, id), changed };
 }
 
-/** Removes a subscription (`$subscription.removed`) and forgets its token; 404 when it is not the subscriber's. */
-export async function removeSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string): Promise<Subscription> {
+/**
+ * Removes a subscription (`$subscription.removed`) and forgets its token; 404 when it is not the
+ * subscriber's. With `audit`, the write records `subscription.deleted`.
+ */
+export async function removeSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, audit?: AuditTrail): Promise<Subscription> {
   if (!isId('subscription', id)) throw notFound('Subscription');
-  const removed = await detach(redis, keys, scope, externalId, id, 'removed');
+  const removed = await detach(redis, keys, scope, externalId, id, 'removed', Infinity, audit);
   if (!removed) throw notFound('Subscription');
   await releaseToken(redis, keys, scope.tenantId, externalId, { ...removed.subscription, claim: removed.claim });
   return removed.subscription;
@@ -384,3 +402,21 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
     };
   }, readRecord(redis, keys, scope, externalId, id));
 }
+
+const createdAudit = (trail: AuditTrail, subscription: Subscription) =>
+  draftedAudit(trail, 'subscription.register', [{ type: 'subscription.created', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
+
+/** `subscription.updated` of a registration that changed a public field of the record, else no audit. */
+function updatedAudit(trail: AuditTrail, externalId: string, before: Record<string, string>, after: Record<string, string>) {
+  const subscription = toSubscription(externalId, after);
+  const { changes, previousAttributes } = diffOf(toSubscription(externalId, before), subscription);
+  if (Object.keys(changes).length === 0) return null;
+  return draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
+}
+
+/** The audit entries of subscription writes: decided with each change (streams/subscriber-audit.ts). */
+export const SUBSCRIPTION_AUDITS = {
+  'subscription.register': drafted,
+  'subscription.update': drafted,
+  'subscription.delete': drafted,
+};

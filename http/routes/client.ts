@@ -5,17 +5,16 @@ import { checkBody, checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
-import { getSubscriber, upsertSubscriber, type AttributeOutcome, type Attributes, type Subscriber } from '../../streams/subscribers.js';
-import { mergeSubscriber, planMerge, type MergeOutcome, type MergePlan } from '../../streams/subscriber-merge.js';
+import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
+import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
-import { audit } from '../audit.js';
 import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf } from '../middleware/auth.js';
-import { scopeOf } from './subscribers.js';
+import { auditTrailOf, scopeOf } from './subscribers.js';
 
 type Identified = { externalId: string; identityHash?: string };
 /** The optional merge of an anonymous subscriber that identify and registration take. */
@@ -42,19 +41,6 @@ export function registerClient(router: Router, deps: AppDeps): void {
     if (body.anonymousId === undefined || body.anonymousId === body.externalId) return null;
     await verifyMerge(deps, ctx, body.anonymousId, body.anonymousIdentityHash);
     return planMerge(redis, keys, scopeOf(ctx, deps), body.anonymousId, body.externalId, registering);
-  }
-
-  /**
-   * The audit entries of a client call that changed a subscriber's attributes or merged one: one
-   * `subscriber.updated` for the attributes it changed (`own`, then those the merge filled in), and
-   * `subscriber.deleted` for the anonymous subscriber the merge deleted.
-   */
-  async function auditMerge(ctx: Context, subscriber: Subscriber, merge: MergeOutcome | null, own: AttributeOutcome = { changes: {}, previous: {} }): Promise<void> {
-    const changes = { ...own.changes, ...merge?.attributes.changes };
-    const previousAttributes = { ...merge?.attributes.previous, ...own.previous };
-    if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes });
-    const deleted = merge?.deleted;
-    if (deleted) await audit(deps, ctx, { type: 'subscriber.deleted', target: { type: 'subscriber', id: deleted.id }, object: deleted });
   }
 
   /**
@@ -87,14 +73,17 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const scope = scopeOf(ctx, deps);
     // every refusal (identity, limits, the size of properties) comes before the first write
     const plan = await mergePlan(ctx, body);
-    const { subscriber, created, changes, previous } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.' });
-    const merge = plan ? await mergeSubscriber(redis, keys, scope, plan) : null;
+    // Each write records its entries; they are settled together before $identify is appended (a 503
+    // there leaves the writes and their entries done, and a retry changes nothing more): one
+    // subscriber.updated for what this call changed, its own attributes then what the merge filled in
+    // (subscriber.created instead when it created the subscriber), then the merged subscriber's subscriber.deleted.
+    const trail = auditTrailOf(ctx, deps);
+    const written = await trail.holding(async () => {
+      await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
+      if (plan) await mergeSubscriber(redis, keys, scope, plan, trail);
+      return getSubscriber(redis, keys, scope, body.externalId);
+    });
     const merged = plan !== null;
-    // audited before $identify is appended: a 503 there leaves the writes and their entries done, and a retry changes nothing more
-    const written = await getSubscriber(redis, keys, scope, body.externalId);
-    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
-    // one subscriber.updated for what this call changed: its own attributes, then what the merge filled in
-    await auditMerge(ctx, written, merge, created ? undefined : { changes, previous });
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
@@ -132,14 +121,12 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
     const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
-    const merge = plan ? await mergeSubscriber(redis, keys, scope, plan) : null;
-    if (merge) await auditMerge(ctx, await getSubscriber(redis, keys, scope, externalId), merge);
-    const { subscription, created, changes, previousAttributes } = await registerSubscription(redis, keys, scope, externalId, input);
-    await markVerified(deps, ctx, externalId, verified);
-    const target = { type: 'subscription', id: subscription.id };
-    if (created) await audit(deps, ctx, { type: 'subscription.created', target, object: subscription });
+    const trail = auditTrailOf(ctx, deps);
+    // the merge's entries (what it filled in, the merged subscriber deleted) are settled together, before the registration's
+    if (plan) await trail.holding(() => mergeSubscriber(redis, keys, scope, plan, trail));
     // registering what is stored (every launch does) changes nothing and audits nothing
-    else if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscription.updated', target, object: subscription, changes, previousAttributes });
+    const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input, { audit: trail });
+    await markVerified(deps, ctx, externalId, verified);
     respond(ctx, created ? 201 : 200, subscription);
   });
 
@@ -176,15 +163,13 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
     const owner = await subscriptionOwner(ctx);
     const scope = scopeOf(ctx, deps);
-    const { subscription, changed } = await setSubscriptionEnabled(redis, keys, scope, owner, ctx.params.id!, enabled);
-    if (changed) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { enabled }, previousAttributes: { enabled: !enabled } });
+    const { subscription } = await setSubscriptionEnabled(redis, keys, scope, owner, ctx.params.id!, enabled, auditTrailOf(ctx, deps));
     respond(ctx, 200, subscription);
   });
 
   router.delete('/v1/client/subscriptions/:id', client, async (ctx) => {
     const owner = await subscriptionOwner(ctx);
-    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), owner, ctx.params.id!);
-    await audit(deps, ctx, { type: 'subscription.deleted', target: { type: 'subscription', id: removed.id }, object: removed });
+    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), owner, ctx.params.id!, auditTrailOf(ctx, deps));
     respond(ctx, 200, removed);
   });
 
@@ -225,14 +210,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { externalId, identityHash, ...update } = checkBody<Identified & PreferencesUpdate>('ClientPreferencesUpdate', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
-    const { preferences, changed, previous, created } = await updatePreferences(redis, keys, scope, externalId, update, { create: true });
+    // subscriber.created when the update created the subscriber, else subscriber.updated with the preferences it replaced
+    const { preferences } = await updatePreferences(redis, keys, scope, externalId, update, { create: true, audit: auditTrailOf(ctx, deps) });
     await markVerified(deps, ctx, externalId, verified);
-    if (changed) {
-      const subscriber = await getSubscriber(redis, keys, scope, externalId);
-      const target = { type: 'subscriber', id: subscriber.id };
-      if (created) await audit(deps, ctx, { type: 'subscriber.created', target, object: subscriber });
-      else await audit(deps, ctx, { type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } });
-    }
     respond(ctx, 200, preferences);
   });
 

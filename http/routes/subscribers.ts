@@ -6,8 +6,9 @@ import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } fr
 import { listSubscribers } from '../../streams/subscriber-list.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { listSubscriptions, removeSubscription, setSubscriptionEnabled, getSubscription } from '../../streams/subscriptions.js';
+import { AuditTrail } from '../../streams/subscriber-audit.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
-import { audit } from '../audit.js';
+import { auditScopeOf } from '../audit.js';
 import type { AppDeps } from '../deps.js';
 import { externalIdParam } from '../params.js';
 import { respond } from '../envelope.js';
@@ -18,6 +19,11 @@ import { authorize, type AuthState } from '../middleware/auth.js';
 export function scopeOf(ctx: Context, deps: AppDeps): TenantScope {
   const { workspace, tenant } = ctx.state.auth as AuthState;
   return { workspaceId: workspace.id, tenantId: tenant!.id, partitions: deps.config.partitions };
+}
+
+/** Where the current request's subscriber writes settle their audit entries (each write records its own). */
+export function auditTrailOf(ctx: Context, deps: AppDeps): AuditTrail {
+  return new AuditTrail(deps.redis, deps.keys, auditScopeOf(ctx));
 }
 
 export function registerSubscribers(router: Router, deps: AppDeps): void {
@@ -58,9 +64,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    */
   router.post('/v1/subscribers', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
     const { externalId, ...attributes } = checkBody<Attributes & { externalId: string }>('SubscriberUpsert', ctx.request.body);
-    const { subscriber, created, changes, previous } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes);
-    if (created) await audit(deps, ctx, { type: 'subscriber.created', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
-    else if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes: previous });
+    const { subscriber, created } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: true, audit: auditTrailOf(ctx, deps) });
     respond(ctx, created ? 201 : 200, subscriber);
   });
 
@@ -114,14 +118,12 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   router.patch('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
     const externalId = externalIdParam(ctx);
     const attributes = checkBody<Attributes>('SubscriberUpdate', ctx.request.body);
-    const { subscriber, changes, previous } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: false });
-    if (Object.keys(changes).length) await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: subscriber, changes, previousAttributes: previous });
+    const { subscriber } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: false, audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, subscriber);
   });
 
   router.delete('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
-    const subscriber = await deleteSubscriber(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx));
-    await audit(deps, ctx, { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber });
+    const subscriber = await deleteSubscriber(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx), { audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, subscriber);
   });
 
@@ -193,14 +195,12 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
-    const { subscription, changed } = await setSubscriptionEnabled(redis, keys, scope, externalId, ctx.params.id!, enabled);
-    if (changed) await audit(deps, ctx, { type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { enabled }, previousAttributes: { enabled: !enabled } });
+    const { subscription } = await setSubscriptionEnabled(redis, keys, scope, externalId, ctx.params.id!, enabled, auditTrailOf(ctx, deps));
     respond(ctx, 200, subscription);
   });
 
   router.delete('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:write'), async (ctx) => {
-    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx), ctx.params.id!);
-    await audit(deps, ctx, { type: 'subscription.deleted', target: { type: 'subscription', id: removed.id }, object: removed });
+    const removed = await removeSubscription(redis, keys, scopeOf(ctx, deps), externalIdParam(ctx), ctx.params.id!, auditTrailOf(ctx, deps));
     respond(ctx, 200, removed);
   });
 
@@ -239,12 +239,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const update = checkBody<PreferencesUpdate>('PreferencesUpdate', ctx.request.body);
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
-    // the previous preferences are the ones this change replaced (read in its compare-and-set), not a read before it
-    const { preferences, changed, previous } = await updatePreferences(redis, keys, scope, externalId, update);
-    if (changed) {
-      const subscriber = await getSubscriber(redis, keys, scope, externalId);
-      await audit(deps, ctx, { type: 'subscriber.updated', target: { type: 'subscriber', id: subscriber.id }, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } });
-    }
+    // the previous preferences in the entry are the ones this change replaced (read in its compare-and-set), not a read before it
+    const { preferences } = await updatePreferences(redis, keys, scope, externalId, update, { audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, preferences);
   });
 }

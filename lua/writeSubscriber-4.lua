@@ -8,12 +8,16 @@
   KEYS[1] partition inbox ({pN}:in)
   KEYS[2] sequence hash   ({pN}:seq)
   KEYS[3] subscriber hash ({pN}:subs)
+  KEYS[4] the partition's audit outbox ({pN}:outbox, lua/includes/recordAudit)
 
   ARGV[1] tenant id          ARGV[2] workspace id       ARGV[3] now (ms)     ARGV[4] partition key base
   ARGV[5] now (ISO 8601)     ARGV[6] externalId         ARGV[7] sub_ id if created
   ARGV[8] evt_ id for $subscriber.created               ARGV[9] 1 to create an unknown subscriber, 0 to refuse
   ARGV[10] expected record version ('' to skip the check)
-  ARGV[11] number of events E, then E groups of 3: evt id, name, data (JSON)
+  ARGV[11] audit intent token ('' for a write without audit), ARGV[12] audit intent (recorded when applied)
+  ARGV[13] token of an intent of the same request this write absorbs ('' for none: streams/subscriber-audit.ts),
+           deleted from the outbox when the write applies
+  ARGV[14] number of events E, then E groups of 3: evt id, name, data (JSON)
   then the number of operations O, then O groups of 4: op, key, a, b
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
             | zadd key score member | zrem key member - | hmset key n - followed by n field/value pairs);
@@ -23,12 +27,16 @@
         | fieldIs key field value : the hash field holds value, '' meaning absent or empty),
        checked after the version, before anything is written
 
-  Returns { 1, subscriberId, createdSequence, newVersion } when applied,
+  Returns { 1, subscriberId, createdSequence, newVersion } when applied (with an audit intent:
+          { 1, subscriberId, createdSequence, newVersion, record, absorbed }, record the subscriber's
+          record after the write as HGETALL's flat list, absorbed 1 when the intent of ARGV[13] was
+          still there, else 0; this reply is what the outbox records),
           { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0,
           { -3, g } when guard g (1-based) does not hold (nothing written).
 ]]
 -- @include "ensureSubscriber"
 -- @include "applyOp"
+-- @include "recordAudit"
 local rcall = redis.call
 local tenant, externalId = ARGV[1], ARGV[6]
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[4], tenant = tenant, workspace = ARGV[2], received = ARGV[3], receivedIso = ARGV[5] }
@@ -40,8 +48,8 @@ local version = tonumber(rcall('HGET', record, 'v') or '0')
 if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then return { 0, version } end
 
 -- where the operations start, then the guards (after the events and the operations)
-local events = tonumber(ARGV[11])
-local opsAt = 12 + 3 * events
+local events = tonumber(ARGV[14])
+local opsAt = 15 + 3 * events
 local ops = tonumber(ARGV[opsAt])
 local g = opsAt + 1
 for _ = 1, ops do
@@ -64,7 +72,7 @@ end
 
 local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])
 
-local i = 12
+local i = 15
 for _ = 1, events do
   local seq = rcall('HINCRBY', KEYS[2], field, 1)
   appendInboxEvent(KEYS[1], { t = tenant, w = ARGV[2], id = ARGV[i], q = seq, x = externalId, u = sub, n = ARGV[i + 1], o = 'system',
@@ -96,4 +104,9 @@ local newVersion = version
 if events > 0 or ops > 0 or createdSeq > 0 then
   if rcall('EXISTS', record) == 1 then newVersion = rcall('HINCRBY', record, 'v', 1) end
 end
-return { 1, sub, createdSeq, newVersion }
+if ARGV[11] == '' then return { 1, sub, createdSeq, newVersion } end
+local absorbed = 0
+if ARGV[13] ~= '' then absorbed = rcall('HDEL', KEYS[4], ARGV[13]) end
+local reply = { 1, sub, createdSeq, newVersion, rcall('HGETALL', record), absorbed }
+recordAudit(KEYS[4], ARGV[11], ARGV[12], reply)
+return reply
