@@ -2,6 +2,7 @@ import type { AuditOp } from './audit-outbox.js';
 import { PREFERENCE_AUDITS } from './preferences.js';
 import { SUBSCRIBER_AUDITS } from './subscribers.js';
 import { SUBSCRIPTION_AUDITS } from './subscriptions.js';
+import { MESSAGE_AUDITS } from './messages.js';
 import { TOPIC_AUDITS } from './topics.js';
 
 /**
@@ -13,4 +14,5 @@ export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...SUBSCRIBER_AUDITS,
   ...SUBSCRIPTION_AUDITS,
   ...PREFERENCE_AUDITS,
+  ...MESSAGE_AUDITS,
 };

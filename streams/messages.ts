@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
+import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
+import { auditIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys, MessageLane } from './keys.js';
 import { callScript } from './lua-scripts.js';
 
@@ -80,11 +82,6 @@ export function runStepIdempotencyKey(runId: string, step: string): string {
   return `\u0000run:${runId}:${step}`;
 }
 
-/**
- * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
- * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
- * `idempotency_key_reused`. Keys are per tenant and never expire.
- */
 /** The fingerprint of a request stored beside its Idempotency-Key. */
 function requestHash(request: unknown): string {
   return createHash('sha256').update(canonicalJson(request)).digest('hex');
@@ -104,9 +101,16 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
   return getMessage(redis, keys, tenantId, seen.slice(0, bar));
 }
 
+/**
+ * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
+ * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
+ * `idempotency_key_reused`. Keys are per tenant and never expire. With `audit` (a caller's request,
+ * not a workflow run's send) a created message is audited `message.created` through the tenant's
+ * outbox (streams/audit-outbox.ts); a replay is not audited again.
+ */
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
-  idempotency: { key: string | null; request: unknown },
+  idempotency: { key: string | null; request: unknown }, audit: AuditScope | null = null,
 ): Promise<{ message: Message; replayed: boolean }> {
   const id = newId('message');
   const at = isoNow();
@@ -116,19 +120,26 @@ export async function createMessage(
     id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
     sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
+  // a new message is what is written here (no second read); a replay answers the stored original
+  const message = toMessage(fields);
   // the request's fingerprint matters only under an Idempotency-Key
   const hash = idempotency.key ? requestHash(idempotency.request) : '';
+  const intent = audit ? auditIntent(keys.tenantOutbox(ref.tenantId), 'message.create', audit, message) : null;
   await registerSender(redis, keys, ref);
   const flat = Object.entries(fields).flat();
-  const [outcome, messageId] = await callScript<[number, string]>(
+  const reply = await callScript<CreateReply>(
     redis, 'createMessage',
-    [keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status), keys.messageQueue(ref.tenantId, lane), keys.messageDue(ref.tenantId)],
-    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', flat.length / 2, ...flat],
+    [
+      keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status),
+      keys.messageQueue(ref.tenantId, lane), keys.messageDue(ref.tenantId), keys.tenantOutbox(ref.tenantId),
+    ],
+    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', intent?.token ?? '', intent?.json ?? '', flat.length / 2, ...flat],
   );
+  const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
-  // a new message is what was just written (no second read); a replay answers the stored original
-  if (outcome === 1) return { message: toMessage(fields), replayed: false };
-  return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
+  if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
+  if (intent) await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply));
+  return { message, replayed: false };
 }
 
 /** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */
@@ -157,20 +168,50 @@ export async function getMessage(redis: Redis, keys: Keys, tenantId: string, id:
   return toMessage(h);
 }
 
+type CreateReply = [number, string];
+type MoveReply = [number, string, string[]?];
+
+/** Runs lua/moveMessage; with an intent, the move is audited and the reply carries the record after it. */
+function runMoveMessage(
+  redis: Redis, keys: Keys, tenantId: string, id: string, from: MessageStatus[], to: MessageStatus, fields: Record<string, string>, intent: AuditIntent | null,
+): Promise<MoveReply> {
+  const flat = Object.entries({ ...fields, updatedAt: isoNow() }).flat();
+  return callScript<MoveReply>(
+    redis, 'moveMessage', [keys.message(tenantId, id), keys.tenantOutbox(tenantId)],
+    [keys.tenantBase(tenantId), id, from.join(','), to, intent?.token ?? '', intent?.json ?? '', flat.length / 2, ...flat],
+  );
+}
+
 /** Moves a message between statuses (see lua/moveMessage); returns whether it moved and its status before. */
 export async function moveMessage(redis: Redis, keys: Keys, tenantId: string, id: string, from: MessageStatus[], to: MessageStatus, fields: Record<string, string> = {}): Promise<{ moved: boolean; status: string }> {
-  const flat = Object.entries({ ...fields, updatedAt: isoNow() }).flat();
-  const [moved, status] = await callScript<[number, string]>(redis, 'moveMessage', [keys.message(tenantId, id)], [keys.tenantBase(tenantId), id, from.join(','), to, flat.length / 2, ...flat]);
+  const [moved, status] = await runMoveMessage(redis, keys, tenantId, id, from, to, fields, null);
   return { moved: moved === 1, status };
 }
 
-/** Cancels a scheduled (or not yet started) message; 409 `conflict` once its sending has begun. `canceled`: this call canceled it (not an earlier one). */
-export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<{ message: Message; canceled: boolean }> {
+/**
+ * Cancels a scheduled (or not yet started) message; 409 `conflict` once its sending has begun.
+ * `canceled`: this call canceled it (not an earlier one), and audited `message.canceled` through
+ * the tenant's outbox in the same script, so concurrent cancels audit it once.
+ */
+export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string, audit: AuditScope): Promise<{ message: Message; canceled: boolean }> {
   await getMessage(redis, keys, tenantId, id);
-  const { moved, status } = await moveMessage(redis, keys, tenantId, id, ['scheduled', 'queued'], 'canceled', { canceledAt: isoNow() });
-  if (!moved && status !== 'canceled') throw new ApiError(409, 'conflict', `The message is ${status}; only scheduled or queued messages can be canceled`);
-  return { message: await getMessage(redis, keys, tenantId, id), canceled: moved };
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'message.cancel', audit, null);
+  const reply = await runMoveMessage(redis, keys, tenantId, id, ['scheduled', 'queued'], 'canceled', { canceledAt: isoNow() }, intent);
+  if (reply[0] !== 1) {
+    if (reply[1] !== 'canceled') throw new ApiError(409, 'conflict', `The message is ${reply[1]}; only scheduled or queued messages can be canceled`);
+    return { message: await getMessage(redis, keys, tenantId, id), canceled: false };
+  }
+  await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.cancel'](null, reply));
+  return { message: toMessage(recordOf(reply[2]!)), canceled: true };
 }
+
+const messageAudit = (type: string, message: Message): AuditDraft => ({ type, target: { type: 'message', id: message.id }, object: { ...message } });
+
+/** The audit entries of message writes made for a caller, from their scripts' replies (streams/audit-outbox.ts). */
+export const MESSAGE_AUDITS = {
+  'message.create': (message: Message, reply: CreateReply): AuditDraft[] => (reply[0] === 1 ? [messageAudit('message.created', message)] : []),
+  'message.cancel': (_: null, reply: MoveReply): AuditDraft[] => (reply[0] === 1 ? [messageAudit('message.canceled', toMessage(recordOf(reply[2]!)))] : []),
+};
 
 export async function getDelivery(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<Delivery> {
   if (!isId('delivery', id)) throw notFound('Delivery');

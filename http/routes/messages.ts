@@ -9,7 +9,7 @@ import {
   cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
 } from '../../streams/messages.js';
 import { findTopic } from '../../streams/topics.js';
-import { audit } from '../audit.js';
+import { auditScopeOf } from '../audit.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
@@ -113,9 +113,11 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const content = Object.fromEntries(CONTENT_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])) as MessageContent;
     assertApnsContent(content); // the APNs payload must fit in 4 KB
     const auth = ctx.state.auth as AuthState;
-    const { message, replayed } = await createMessage(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAtMs }, { key: idempotencyKey, request: body });
+    // audits message.created when the message is new; a replay is answered, not audited again
+    const { message, replayed } = await createMessage(
+      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAtMs }, { key: idempotencyKey, request: body }, auditScopeOf(ctx),
+    );
     if (replayed) ctx.set('Idempotent-Replayed', 'true');
-    else await audit(deps, ctx, { type: 'message.created', target: { type: 'message', id: message.id }, object: message });
     respond(ctx, 202, message);
   });
 
@@ -181,9 +183,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
   });
 
   router.post('/v1/messages/:id/cancel', authorize(deps, 'tenant', 'messages:send'), async (ctx: Context) => {
-    const { message, canceled } = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!);
     // a message canceled before (by this request's retry, or a concurrent one) is answered as it is, audited once
-    if (canceled) await audit(deps, ctx, { type: 'message.canceled', target: { type: 'message', id: message.id }, object: message });
+    const { message } = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!, auditScopeOf(ctx));
     respond(ctx, 200, message);
   });
 

@@ -9,15 +9,19 @@
   KEYS[4] index of the initial status ({t}:messages:<status>)
   KEYS[5] fan-out queue of the message's lane ({t}:msgq or {t}:msgq:audience; the record's `lane`)
   KEYS[6] scheduled messages ({t}:msg-due)
+  KEYS[7] the tenant's audit outbox ({t}:outbox, lua/includes/recordAudit)
 
   ARGV[1] Idempotency-Key ('' for none)
   ARGV[2] request hash (sha256 of the canonical request)
   ARGV[3] message id
   ARGV[4] sendAt ms ('' to send now)
-  ARGV[5] number of record fields F, then F field/value pairs
+  ARGV[5] audit intent token ('' when the message is not audited: a workflow run's), ARGV[6] audit
+          intent (recorded when the message is created, never on a replay)
+  ARGV[7] number of record fields F, then F field/value pairs
 
   Returns { 1, id } created, { 2, originalId } same key and request (replay), { 0, originalId } same key, other request.
 ]]
+-- @include "recordAudit"
 local rcall = redis.call
 if ARGV[1] ~= '' then
   local seen = rcall('HGET', KEYS[1], ARGV[1])
@@ -29,8 +33,8 @@ if ARGV[1] ~= '' then
   end
   rcall('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. ARGV[2])
 end
-local n = tonumber(ARGV[5])
-for i = 0, n - 1 do rcall('HSET', KEYS[2], ARGV[6 + 2 * i], ARGV[7 + 2 * i]) end
+local n = tonumber(ARGV[7])
+for i = 0, n - 1 do rcall('HSET', KEYS[2], ARGV[8 + 2 * i], ARGV[9 + 2 * i]) end
 rcall('ZADD', KEYS[3], 0, ARGV[3])
 rcall('ZADD', KEYS[4], 0, ARGV[3])
 if ARGV[4] ~= '' then
@@ -38,4 +42,6 @@ if ARGV[4] ~= '' then
 else
   rcall('XADD', KEYS[5], '*', 'm', ARGV[3])
 end
-return { 1, ARGV[3] }
+local reply = { 1, ARGV[3] }
+if ARGV[5] ~= '' then recordAudit(KEYS[7], ARGV[5], ARGV[6], reply) end
+return reply
