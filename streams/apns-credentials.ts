@@ -4,8 +4,10 @@ import { isoNow } from '../lib/clock.js';
 import { ApiError, validationError, type ErrorDetail } from '../lib/errors.js';
 import { SecretBoxError, type SecretBox } from '../lib/secret-box.js';
 import type { Tenant, Workspace, Writer } from './identity.js';
+import { auditIntent, recordIntent, settleAudit, type AuditDraft, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
-import { appendAudit, diff } from './ledger.js';
+import { diff } from './ledger.js';
+import { callScript } from './lua-scripts.js';
 
 /**
  * A tenant's APNs app credentials for token-based provider authentication: the .p8 signing key,
@@ -65,13 +67,16 @@ export function validateApnsCredentials(input: ApnsCredentialsInput): ApnsCreden
   return { keyId: input.keyId, teamId: input.teamId, bundleId: input.bundleId, privateKey: key.canonical, keyFingerprint: key.fingerprint };
 }
 
+/** The public fields of stored credentials, in the order lua/deleteApnsCredentials answers them. */
+const VIEW_FIELDS = ['keyId', 'teamId', 'bundleId', 'keyFingerprint', 'configuredAt'] as const;
+
 function viewOf(h: Record<string, string>): ApnsCredentialsView {
   return { keyId: h.keyId!, teamId: h.teamId!, bundleId: h.bundleId!, keyFingerprint: h.keyFingerprint!, configuredAt: h.configuredAt! };
 }
 
 const EMPTY_VIEW = { keyId: null, teamId: null, bundleId: null, keyFingerprint: null, configuredAt: null };
 const ref = (r: { id: string; slug: string }) => ({ id: r.id, slug: r.slug });
-const target = (tenant: Tenant) => ({ type: 'apns_credentials', id: tenant.id });
+const auditScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => ({ workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, request: by.request });
 
 /** The 503 answered when no encryption key is configured, so secrets cannot be stored. */
 export function encryptionKeyMissing(): ApiError {
@@ -98,14 +103,15 @@ export async function setApnsCredentials(
   // were sealed under another encryption key: storing them again is how an operator re-seals them.
   const same = before !== null && Object.keys(change.changes).every((field) => field === 'configuredAt');
   if (same && opens(box, stored.privateKey ?? '', tenant.id)) return { credentials: before, created: false };
-  await redis.multi()
+  // the entry is decided now (a MULTI has no reply to decide it from) and recorded with the write
+  const audited: UpdateInput = { tenantId: tenant.id, view, ...change };
+  const intent = auditIntent(keys.tenantOutbox(tenant.id), 'apns.update', auditScope(workspace, tenant, by), audited);
+  const multi = redis.multi()
     .del(key)
-    .hset(key, { ...view, privateKey: box.seal(valid.privateKey, sealContext(tenant.id)), version: randomBytes(12).toString('hex') })
-    .exec();
-  await appendAudit(redis, keys, {
-    type: APNS_AUDIT.updated, workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: target(tenant), request: by.request,
-    object: { ...view }, changes: change.changes, previousAttributes: change.previousAttributes,
-  });
+    .hset(key, { ...view, privateKey: box.seal(valid.privateKey, sealContext(tenant.id)), version: randomBytes(12).toString('hex') });
+  const replies = (await recordIntent(multi, intent).exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+  await settleAudit(redis, keys, intent, APNS_AUDITS['apns.update'](audited));
   return { credentials: view, created: before === null };
 }
 
@@ -157,10 +163,27 @@ export async function getApnsCredentials(redis: Redis, keys: Keys, box: SecretBo
 
 /** Removes the tenant's credentials and audits `apns.deleted`; null when none were configured. */
 export async function deleteApnsCredentials(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, by: Writer): Promise<ApnsCredentialsView | null> {
-  const before = await describeApnsCredentials(redis, keys, tenant.id);
-  if (!before) return null;
-  // Only the caller that actually removed the hash audits it.
-  if ((await redis.del(keys.apnsCredentials(tenant.id))) === 0) return null;
-  await appendAudit(redis, keys, { type: APNS_AUDIT.deleted, workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: target(tenant), request: by.request, object: { ...before } });
-  return before;
+  const intent = auditIntent(keys.tenantOutbox(tenant.id), 'apns.delete', auditScope(workspace, tenant, by), tenant.id);
+  // only the caller that actually removed the credentials gets them back, and audits it
+  const reply = await callScript<DeleteReply>(redis, 'deleteApnsCredentials', [keys.apnsCredentials(tenant.id), intent.key], [intent.token, intent.json, ...VIEW_FIELDS]);
+  if (reply[0] !== 1) return null;
+  await settleAudit(redis, keys, intent, APNS_AUDITS['apns.delete'](tenant.id, reply));
+  return deletedView(reply[1]!);
 }
+
+type UpdateInput = { tenantId: string; view: ApnsCredentialsView; changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
+type DeleteReply = [number, string[]?];
+
+const deletedView = (values: string[]): ApnsCredentialsView => viewOf(Object.fromEntries(VIEW_FIELDS.map((field, i) => [field, values[i]!])));
+const target = (tenantId: string) => ({ type: 'apns_credentials', id: tenantId });
+
+/**
+ * The audit entries of credential writes (streams/audit-outbox.ts): an update's from what the writer
+ * decided (its MULTI has no reply), a deletion's from its script's reply.
+ */
+export const APNS_AUDITS = {
+  'apns.update': ({ tenantId, view, changes, previousAttributes }: UpdateInput): AuditDraft[] =>
+    [{ type: APNS_AUDIT.updated, target: target(tenantId), object: { ...view }, changes, previousAttributes }],
+  'apns.delete': (tenantId: string, reply: DeleteReply): AuditDraft[] =>
+    (reply[0] === 1 ? [{ type: APNS_AUDIT.deleted, target: target(tenantId), object: { ...deletedView(reply[1]!) } }] : []),
+};

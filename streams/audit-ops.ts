@@ -1,3 +1,4 @@
+import { APNS_AUDITS } from './apns-credentials.js';
 import type { AuditOp } from './audit-outbox.js';
 import { PREFERENCE_AUDITS } from './preferences.js';
 import { SUBSCRIBER_AUDITS } from './subscribers.js';
@@ -15,4 +16,5 @@ export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...SUBSCRIPTION_AUDITS,
   ...PREFERENCE_AUDITS,
   ...MESSAGE_AUDITS,
+  ...APNS_AUDITS,
 };
