@@ -3,6 +3,7 @@ import type { AuditOp } from './audit-outbox.js';
 import { PREFERENCE_AUDITS } from './preferences.js';
 import { SUBSCRIBER_AUDITS } from './subscribers.js';
 import { SUBSCRIPTION_AUDITS } from './subscriptions.js';
+import { TENANT_AUDITS } from './identity.js';
 import { MESSAGE_AUDITS } from './messages.js';
 import { TOPIC_AUDITS } from './topics.js';
 
@@ -17,4 +18,5 @@ export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...PREFERENCE_AUDITS,
   ...MESSAGE_AUDITS,
   ...APNS_AUDITS,
+  ...TENANT_AUDITS,
 };

@@ -4,6 +4,7 @@ import { isId, newId } from '../lib/ids.js';
 import { KEY_PREFIX, type KeyKind } from '../lib/key-kinds.js';
 import { randomBytes } from 'node:crypto';
 import { sha256Hex } from '../lib/secrets.js';
+import { auditIntent, recordIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { appendAudit, type AuditActor, type AuditRequest, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
@@ -65,16 +66,17 @@ export async function ensureWorkspace(redis: Redis, keys: Keys, slug: string, by
 /** Creates tenant `slug` in `workspace`; `created` is false (and the existing one returned) when the slug is taken. */
 export async function createTenant(redis: Redis, keys: Keys, workspace: Workspace, slug: string, by: Writer): Promise<{ tenant: Tenant; created: boolean }> {
   const id = newId('tenant');
-  const [created, tenantId] = await callScript<[number, string]>(
+  const at = now();
+  const tenant: Tenant = { id, slug, workspaceId: workspace.id, createdAt: isoNow(at) };
+  const intent = auditIntent(keys.workspaceOutbox(workspace.id), 'tenant.create', tenantScope(workspace, tenant, by), tenant);
+  const reply = await callScript<[number, string]>(
     redis, 'createTenant',
-    [keys.tenantSlugs(workspace.id), keys.tenantIndex(workspace.id), keys.tenant(workspace.id, id)],
-    [id, slug, workspace.id, isoNow(), now()],
+    [keys.tenantSlugs(workspace.id), keys.tenantIndex(workspace.id), keys.tenant(workspace.id, id), intent.key],
+    [id, slug, workspace.id, tenant.createdAt, at, intent.token, intent.json],
   );
-  const tenant = (await findTenant(redis, keys, workspace.id, tenantId))!;
-  if (created === 1) {
-    await appendAudit(redis, keys, { type: 'tenant.created', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id }, request: by.request, object: { ...tenant } });
-  }
-  return { tenant, created: created === 1 };
+  if (reply[0] !== 1) return { tenant: (await findTenant(redis, keys, workspace.id, reply[1]))!, created: false };
+  await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.create'](tenant, reply));
+  return { tenant, created: true };
 }
 
 /** Reads a tenant of a workspace by id, or null. */
@@ -239,21 +241,46 @@ export async function tenantIdentity(redis: Redis, keys: Keys, tenant: Tenant): 
  */
 export async function rotateIdentitySecret(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, by: Writer): Promise<string> {
   const secret = randomBytes(32).toString('hex');
-  await redis.hset(keys.tenant(tenant.workspaceId, tenant.id), 'identitySecret', secret);
-  await announceIdentityChange(redis, keys, tenant.id);
-  await appendAudit(redis, keys, { type: 'tenant.identity_secret_rotated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request, object: { ...tenant } });
+  const intent = auditIntent(keys.workspaceOutbox(tenant.workspaceId), 'tenant.rotateIdentitySecret', tenantScope(workspace, tenant, by), tenant);
+  await writeTenantSetting(redis, keys, tenant, 'identitySecret', secret, intent);
+  await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.rotateIdentitySecret'](tenant));
   return secret;
 }
 
 /** Turns required identity verification on or off for a tenant's client calls, at once in every process. */
 export async function setIdentityRequired(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, required: boolean, by: Writer): Promise<void> {
-  const key = keys.tenant(tenant.workspaceId, tenant.id);
-  const before = (await redis.hget(key, 'identityRequired')) === '1';
+  const before = (await redis.hget(keys.tenant(tenant.workspaceId, tenant.id), 'identityRequired')) === '1';
   if (before === required) return;
-  await redis.hset(key, 'identityRequired', required ? '1' : '0');
-  await announceIdentityChange(redis, keys, tenant.id);
-  await appendAudit(redis, keys, {
-    type: 'tenant.updated', workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, target: { type: 'tenant', id: tenant.id }, request: by.request,
-    object: { ...tenant, identityVerificationRequired: required }, changes: { identityVerificationRequired: required }, previousAttributes: { identityVerificationRequired: before },
-  });
+  const input = { tenant, required };
+  const intent = auditIntent(keys.workspaceOutbox(tenant.workspaceId), 'tenant.setIdentityRequired', tenantScope(workspace, tenant, by), input);
+  await writeTenantSetting(redis, keys, tenant, 'identityRequired', required ? '1' : '0', intent);
+  await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.setIdentityRequired'](input));
 }
+
+/**
+ * Sets one identity setting on the tenant's record with its audit intent (one MULTI in the
+ * workspace slot), then announces the change to every process's key cache.
+ */
+async function writeTenantSetting(redis: Redis, keys: Keys, tenant: Tenant, field: string, value: string, intent: AuditIntent): Promise<void> {
+  const replies = (await recordIntent(redis.multi().hset(keys.tenant(tenant.workspaceId, tenant.id), field, value), intent).exec()) ?? [];
+  for (const [err] of replies) if (err) throw err;
+  await announceIdentityChange(redis, keys, tenant.id);
+}
+
+const tenantScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => ({ workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, request: by.request });
+const tenantAudit = (type: string, tenant: Tenant, rest: Partial<AuditDraft> = {}): AuditDraft => ({ type, target: { type: 'tenant', id: tenant.id }, object: { ...tenant }, ...rest });
+
+/**
+ * The audit entries of tenant writes (streams/audit-outbox.ts): from the script's reply for a
+ * creation, from what the writer decided for the settings (a MULTI has no reply).
+ */
+export const TENANT_AUDITS = {
+  'tenant.create': (tenant: Tenant, reply: [number, string]): AuditDraft[] => (reply[0] === 1 ? [tenantAudit('tenant.created', tenant)] : []),
+  'tenant.rotateIdentitySecret': (tenant: Tenant): AuditDraft[] => [tenantAudit('tenant.identity_secret_rotated', tenant)],
+  'tenant.setIdentityRequired': ({ tenant, required }: { tenant: Tenant; required: boolean }): AuditDraft[] => [
+    tenantAudit('tenant.updated', tenant, {
+      object: { ...tenant, identityVerificationRequired: required },
+      changes: { identityVerificationRequired: required }, previousAttributes: { identityVerificationRequired: !required },
+    }),
+  ],
+};

@@ -6,7 +6,12 @@ export type RoleProcess = { child: ChildProcess; output: () => string; exited: P
 
 /** Starts one Procfile role (`bin/<role>.ts`) as its own process, as an operator would scale it. */
 export function startRoleProcess(role: string, env: Record<string, string>): RoleProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(PROJECT_ROOT, 'bin', `${role}.ts`)], {
+  return startScriptProcess(join(PROJECT_ROOT, 'bin', `${role}.ts`), env);
+}
+
+/** Starts a TypeScript file as its own process (a role, or a test's writer). */
+export function startScriptProcess(path: string, env: Record<string, string>): RoleProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', path], {
     cwd: PROJECT_ROOT,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
