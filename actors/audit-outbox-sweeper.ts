@@ -5,15 +5,20 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 
 /** Most intents settled per outbox and sweep; the rest wait for the next sweep. */
 const PER_OUTBOX = 1_000;
-const TENANTS_PER_WORKSPACE = 10_000;
+const TENANT_PAGE = 10_000;
 
-/** Every outbox of the deployment: each workspace's, each of its tenants', each partition's. */
+/** Every outbox of the deployment: each workspace's, each of its tenants' (read a page at a time), each partition's. */
 async function outboxes(ctx: RoleContext): Promise<string[]> {
   const { redis, keys, config } = ctx;
   const workspaces = await redis.hvals(keys.workspaceSlugs);
-  const pipeline = redis.pipeline();
-  for (const ws of workspaces) pipeline.zrange(keys.tenantIndex(ws), 0, TENANTS_PER_WORKSPACE - 1);
-  const tenants = ((await pipeline.exec()) ?? []).flatMap(([err, ids]) => (err ? [] : (ids as string[])));
+  const tenants: string[] = [];
+  for (const ws of workspaces) {
+    for (let start = 0; ; start += TENANT_PAGE) {
+      const page = await redis.zrange(keys.tenantIndex(ws), start, start + TENANT_PAGE - 1);
+      tenants.push(...page);
+      if (page.length < TENANT_PAGE) break;
+    }
+  }
   return [
     ...workspaces.map((ws) => keys.workspaceOutbox(ws)),
     ...tenants.map((t) => keys.tenantOutbox(t)),
@@ -45,6 +50,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
       cursor = next;
       seen += flat.length / 2;
       const pipeline = redis.pipeline();
+      const tokens: string[] = [];
       for (let f = 0; f + 1 < flat.length; f += 2) {
         const token = flat[f]!;
         try {
@@ -53,15 +59,18 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
           const op = AUDIT_OPS[record.op];
           if (!op) throw new Error(`unknown audit op ${record.op}`);
           appendDrafts(pipeline, keys, record, op(record.input as never, reply));
-          pipeline.hdel(key, token);
-          settled++;
+          tokens.push(token);
         } catch (err) {
           kept++;
           log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
         }
       }
+      if (tokens.length === 0) continue;
+      // the intents go only once every append is in (a failed one leaves them all to the next sweep)
       const replies = (await pipeline.exec()) ?? [];
       for (const [err] of replies) if (err) throw err;
+      await redis.hdel(key, ...tokens);
+      settled += tokens.length;
     } while (cursor !== '0' && seen < PER_OUTBOX);
   }
   return { settled, kept };

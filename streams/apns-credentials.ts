@@ -4,7 +4,7 @@ import { isoNow } from '../lib/clock.js';
 import { ApiError, validationError, type ErrorDetail } from '../lib/errors.js';
 import { SecretBoxError, type SecretBox } from '../lib/secret-box.js';
 import type { Tenant, Workspace, Writer } from './identity.js';
-import { auditIntent, recordIntent, settleAudit, type AuditDraft, type AuditScope } from './audit-outbox.js';
+import { auditIntent, recordIntent, settleAudit, writeScope, type AuditDraft, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { diff } from './ledger.js';
 import { callScript } from './lua-scripts.js';
@@ -76,7 +76,7 @@ function viewOf(h: Record<string, string>): ApnsCredentialsView {
 
 const EMPTY_VIEW = { keyId: null, teamId: null, bundleId: null, keyFingerprint: null, configuredAt: null };
 const ref = (r: { id: string; slug: string }) => ({ id: r.id, slug: r.slug });
-const auditScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => ({ workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, request: by.request });
+const auditScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => writeScope({ workspace: ref(workspace), tenant: ref(tenant) }, by);
 
 /** The 503 answered when no encryption key is configured, so secrets cannot be stored. */
 export function encryptionKeyMissing(): ApiError {

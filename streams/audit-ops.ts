@@ -5,7 +5,9 @@ import { SUBSCRIBER_AUDITS } from './subscribers.js';
 import { SUBSCRIPTION_AUDITS } from './subscriptions.js';
 import { TENANT_AUDITS } from './identity.js';
 import { MESSAGE_AUDITS } from './messages.js';
+import { SEGMENT_AUDITS } from './segments.js';
 import { TOPIC_AUDITS } from './topics.js';
+import { WORKFLOW_AUDITS } from './workflows.js';
 
 /**
  * Every operation whose audit entries go through an outbox, by the name its intent carries: the
@@ -19,4 +21,6 @@ export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...MESSAGE_AUDITS,
   ...APNS_AUDITS,
   ...TENANT_AUDITS,
+  ...SEGMENT_AUDITS,
+  ...WORKFLOW_AUDITS,
 };

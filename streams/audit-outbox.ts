@@ -22,6 +22,11 @@ import { LEDGER_FIELDS, LEDGER_MAX_LENGTH, auditPayload, type AuditActor, type A
 /** Who made the write and where it belongs: what an entry carries besides what the write decided. */
 export type AuditScope = { workspace: Ref; tenant: Ref | null; actor: AuditActor; request: AuditRequest };
 
+/** The audit scope of a write made in `scope` (workspace and tenant refs) by `by` (actor and request). */
+export function writeScope(scope: { workspace: Ref; tenant: Ref | null }, by: { actor: AuditActor; request: AuditRequest }): AuditScope {
+  return { workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, request: by.request };
+}
+
 /** One entry as an operation describes it; the scope, id and time come from the intent. */
 export type AuditDraft = {
   type: string;
@@ -61,15 +66,18 @@ export function recordIntent(multi: ChainableCommander, intent: AuditIntent): Ch
 }
 
 /**
- * Appends the write's entries to the workspace ledger and removes its intent from the outbox, in
- * that order (a crash in between repeats the append, under the same ids).
+ * Appends the write's entries to the workspace ledger, then, once every append succeeded, removes
+ * its intent from the outbox (a failed append leaves the intent to the sweeper; a crash in between
+ * repeats the append, under the same ids).
  */
 export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[]): Promise<void> {
-  const pipeline = redis.pipeline();
-  appendDrafts(pipeline, keys, intent.record, drafts);
-  pipeline.hdel(intent.key, intent.token);
-  const replies = (await pipeline.exec()) ?? [];
-  for (const [err] of replies) if (err) throw err;
+  if (drafts.length) {
+    const pipeline = redis.pipeline();
+    appendDrafts(pipeline, keys, intent.record, drafts);
+    const replies = (await pipeline.exec()) ?? [];
+    for (const [err] of replies) if (err) throw err;
+  }
+  await redis.hdel(intent.key, intent.token);
 }
 
 /** Queues the ledger appends of an intent's entries. */

@@ -4,7 +4,7 @@ import { isId, newId } from '../lib/ids.js';
 import { KEY_PREFIX, type KeyKind } from '../lib/key-kinds.js';
 import { randomBytes } from 'node:crypto';
 import { sha256Hex } from '../lib/secrets.js';
-import { auditIntent, recordIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
+import { auditIntent, recordIntent, settleAudit, writeScope, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { appendAudit, type AuditActor, type AuditRequest, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
@@ -267,7 +267,7 @@ async function writeTenantSetting(redis: Redis, keys: Keys, tenant: Tenant, fiel
   await announceIdentityChange(redis, keys, tenant.id);
 }
 
-const tenantScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => ({ workspace: ref(workspace), tenant: ref(tenant), actor: by.actor, request: by.request });
+const tenantScope = (workspace: Workspace, tenant: Tenant, by: Writer): AuditScope => writeScope({ workspace: ref(workspace), tenant: ref(tenant) }, by);
 const tenantAudit = (type: string, tenant: Tenant, rest: Partial<AuditDraft> = {}): AuditDraft => ({ type, target: { type: 'tenant', id: tenant.id }, object: { ...tenant }, ...rest });
 
 /**

@@ -7,7 +7,8 @@ import { newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
-import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
+import { auditIntent, settleAudit, writeScope, type AuditDraft } from './audit-outbox.js';
+import { diff, sameJson, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 import { loadSubscribers, type Subscriber } from './subscribers.js';
@@ -121,86 +122,109 @@ export async function findSegment(redis: Redis, keys: Keys, tenantId: string, pa
 
 /**
  * Creates a segment with its backfill pending, and queues the backfill; 409 `conflict` when the
- * tenant already has a segment with this slug. Audited as `segment.created`.
+ * tenant already has a segment with this slug. Audited as `segment.created` (through the tenant's
+ * audit outbox, streams/audit-outbox.ts).
  */
 export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScope, input: SegmentInput, by: Writer): Promise<Segment> {
   const tenantId = scope.tenant.id;
   const id = newId('segment');
   const at = isoNow();
-  const [created] = await callScript<[number, string]>(
-    redis, 'createSegment',
-    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId)],
-    [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at, MAX_SEGMENTS],
-  );
-  if (created === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
-  if (created !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
-  await queueBackfills(redis, keys, scope, [id]);
   const segment: Segment = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, where: input.where,
     memberCount: 0, backfill: { ...PENDING }, createdAt: at, updatedAt: at,
   };
-  await appendAudit(redis, keys, { type: 'segment.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'segment.create', writeScope(scope, by), segment);
+  const reply = await callScript<CreateReply>(
+    redis, 'createSegment',
+    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId), intent.key],
+    [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at, MAX_SEGMENTS, intent.token, intent.json],
+  );
+  if (reply[0] === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
+  if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
+  await queueBackfills(redis, keys, scope, [id]);
+  await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.create'](segment, reply));
   return segment;
 }
 
 /**
  * Changes a segment's name, description or rule (null clears name and description). A new rule
  * restarts the backfill. Audited as `segment.updated` with `changes` and `previousAttributes` only
- * when a value actually changed. 404 for an unknown slug.
+ * when a value actually changed. 404 for an unknown slug. `memberCount` (of the answer and the
+ * entry) is the one read just before the change: the members live in the partitions' slots, which
+ * the script cannot read, and the entry is made from what the script answers.
  */
 export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScope, slug: string, patch: SegmentPatch, by: Writer): Promise<Segment> {
   const tenantId = scope.tenant.id;
   const current = await findSegment(redis, keys, tenantId, scope.partitions, slug);
   if (!current) throw notFound('Segment');
-  const args: string[] = [isoNow(), JSON.stringify(PENDING)];
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'segment.update', writeScope(scope, by), current.memberCount);
+  const args: string[] = [isoNow(), JSON.stringify(PENDING), intent.token, intent.json];
   const fields: [string, string][] = [];
   if (patch.name !== undefined) fields.push(['name', patch.name ?? '']);
   if (patch.description !== undefined) fields.push(['description', patch.description ?? '']);
   // the same rule spelled with other key order is no change
   if (patch.where !== undefined && !sameJson(patch.where, current.where)) fields.push(['where', JSON.stringify(patch.where)]);
   args.push(String(fields.length), ...fields.flat());
-  const reply = await callScript<[number, string[]?, string[]?, number?]>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId)], args);
+  const reply = await callScript<UpdateReply>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId), intent.key], args);
   if (reply[0] !== 1) throw notFound('Segment');
   if (reply[3] === 1) await queueBackfills(redis, keys, scope, [current.id]);
-  const count = await memberCount(redis, keys, tenantId, scope.partitions, current.id);
-  const before = toSegment(recordOf(reply[1]!), count);
-  const after = toSegment(recordOf(reply[2]!), count);
-  const changed = diff(editable(before), editable(after));
-  if (changed) {
-    await appendAudit(redis, keys, {
-      type: 'segment.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id: after.id }, request: by.request,
-      object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
-    });
-  }
-  return after;
+  const drafts = SEGMENT_AUDITS['segment.update'](current.memberCount, reply);
+  if (drafts.length) await settleAudit(redis, keys, intent, drafts);
+  return toSegment(recordOf(reply[2]!), current.memberCount);
 }
 
 /**
  * Deletes a segment: record, slug, index entry, backfill queue entry and every partition's member
  * set. Members get no stream event; their automation state keeps the id until the workers next
- * touch it, and readers drop ids of segments that no longer exist. Returns the segment as it was;
- * 404 for an unknown slug.
+ * touch it, and readers drop ids of segments that no longer exist. Returns the segment as it was
+ * (its `memberCount` read just before the delete), audited as `segment.deleted`; 404 for an
+ * unknown slug.
  */
 export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScope, slug: string, by: Writer): Promise<Segment> {
   const tenantId = scope.tenant.id;
   const id = isSlug(slug) ? await redis.hget(keys.segmentSlugs(tenantId), slug) : null;
   if (!id) throw notFound('Segment');
-  const reply = await callScript<[number, string[]?]>(
+  // the members live in other slots: counted before, for the answer and the audit entry
+  const count = await memberCount(redis, keys, tenantId, scope.partitions, id);
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'segment.delete', writeScope(scope, by), count);
+  const reply = await callScript<DeleteReply>(
     redis, 'deleteSegment',
-    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId)],
-    [id],
+    [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId), intent.key],
+    [id, intent.token, intent.json],
   );
   if (reply[0] !== 1) throw notFound('Segment');
-  // other slots: each partition's member set (counted as it goes) and the global backfill queue
+  // other slots: each partition's member set and the global backfill queue
   const cleanup = redis.pipeline().zrem(keys.segmentBackfills, backfillMember(scope, id));
-  for (let p = 0; p < scope.partitions; p++) cleanup.zcard(keys.segmentMembers(p, tenantId, id)).del(keys.segmentMembers(p, tenantId, id));
-  const replies = (await cleanup.exec()) ?? [];
-  let count = 0;
-  for (let p = 0; p < scope.partitions; p++) count += Number(replies[1 + p * 2]?.[1] ?? 0);
-  const segment = toSegment(recordOf(reply[1]!), count);
-  await appendAudit(redis, keys, { type: 'segment.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'segment', id }, request: by.request, object: { ...segment } });
-  return segment;
+  for (let p = 0; p < scope.partitions; p++) cleanup.del(keys.segmentMembers(p, tenantId, id));
+  await cleanup.exec();
+  await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.delete'](count, reply));
+  return toSegment(recordOf(reply[1]!), count);
 }
+
+type CreateReply = [number, string?];
+type UpdateReply = [number, string[]?, string[]?, number?];
+type DeleteReply = [number, string[]?];
+
+/**
+ * The audit entries of segment writes, from their scripts' replies (streams/audit-outbox.ts). The
+ * member count comes with the input: the writer reads it before the write (other slots).
+ */
+export const SEGMENT_AUDITS = {
+  'segment.create': (segment: Segment, reply: CreateReply): AuditDraft[] =>
+    reply[0] === 1 ? [{ type: 'segment.created', target: { type: 'segment', id: segment.id }, object: { ...segment } }] : [],
+  'segment.update': (memberCount: number, reply: UpdateReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const before = toSegment(recordOf(reply[1]!), memberCount);
+    const after = toSegment(recordOf(reply[2]!), memberCount);
+    const changed = diff(editable(before), editable(after));
+    return changed ? [{ type: 'segment.updated', target: { type: 'segment', id: after.id }, object: { ...after }, ...changed }] : [];
+  },
+  'segment.delete': (memberCount: number, reply: DeleteReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const segment = toSegment(recordOf(reply[1]!), memberCount);
+    return [{ type: 'segment.deleted', target: { type: 'segment', id: segment.id }, object: { ...segment } }];
+  },
+};
 
 /**
  * One page of a segment's members, by externalId ascending (byte order) across all partitions:

@@ -5,7 +5,7 @@ import { isId, newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
-import { auditIntent, settleAudit, type AuditDraft, type AuditScope } from './audit-outbox.js';
+import { auditIntent, settleAudit, writeScope, type AuditDraft } from './audit-outbox.js';
 import { diff, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
@@ -80,7 +80,7 @@ export async function createTopic(redis: Redis, keys: Keys, scope: TopicScope, i
   const id = newId('topic');
   const at = isoNow();
   const topic: Topic = { id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, subscriberCount: 0, createdAt: at, updatedAt: at };
-  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.create', auditScope(scope, by), topic);
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.create', writeScope(scope, by), topic);
   const reply = await callScript<[number, string]>(
     redis, 'createTopic',
     [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), intent.key],
@@ -100,7 +100,7 @@ export async function updateTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   const current = await findTopic(redis, keys, tenantId, slug);
   if (!current) throw notFound('Topic');
   const fields = EDITABLE.filter((f) => patch[f] !== undefined);
-  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.update', auditScope(scope, by), null);
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.update', writeScope(scope, by), null);
   const args: string[] = [isoNow(), intent.token, intent.json, String(fields.length)];
   for (const f of fields) args.push(f, patch[f] ?? '');
   const reply = await callScript<UpdateReply>(redis, 'updateTopic', [keys.topic(tenantId, current.id), keys.topicMembers(tenantId, current.id), intent.key], args);
@@ -121,7 +121,7 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   if (!id) throw notFound('Topic');
   // segments whose rule names the slug are evaluated again without the topic (their backfill restarts)
   const naming = await segmentsNamingTopic(redis, keys, tenantId, slug);
-  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.delete', auditScope(scope, by), null);
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.delete', writeScope(scope, by), null);
   const reply = await callScript<DeleteReply>(
     redis, 'deleteTopic',
     [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId), intent.key],
@@ -132,8 +132,6 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   await settleAudit(redis, keys, intent, TOPIC_AUDITS['topic.delete'](null, reply));
   return toTopic(recordOf(reply[1]!), reply[2]!);
 }
-
-const auditScope = (scope: TopicScope, by: Writer): AuditScope => ({ workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, request: by.request });
 
 type UpdateReply = [number, string[]?, string[]?, number?];
 type DeleteReply = [number, string[]?, number?, number?];

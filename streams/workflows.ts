@@ -7,7 +7,8 @@ import { isSlug } from '../lib/slugs.js';
 import type { WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
-import { appendAudit, diff, sameJson, type Ref } from './ledger.js';
+import { auditIntent, settleAudit, writeScope, type AuditDraft, type AuditIntent } from './audit-outbox.js';
+import { diff, sameJson, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 
@@ -62,8 +63,11 @@ function toVersion(h: Record<string, string>): WorkflowVersion {
   return { id: h.id!, workflowId: h.workflowId!, version: Number(h.version), trigger: def.trigger, steps: def.steps, cancelOn: def.cancelOn ?? null, createdAt: h.createdAt! };
 }
 
+/** The parts of a version a workflow shows. */
+type VersionParts = Pick<WorkflowVersion, 'trigger' | 'steps' | 'cancelOn'>;
+
 /** A workflow from its record and the definition of its current version. */
-function toWorkflow(h: Record<string, string>, version: Pick<WorkflowVersion, 'trigger' | 'steps' | 'cancelOn'>): Workflow {
+function toWorkflow(h: Record<string, string>, version: VersionParts): Workflow {
   return {
     id: h.id!,
     slug: h.slug!,
@@ -113,7 +117,10 @@ export async function findWorkflow(redis: Redis, keys: Keys, tenantId: string, s
   return id ? ((await loadWorkflows(redis, keys, tenantId, [id]))[0] ?? null) : null;
 }
 
-/** Creates a workflow at version 1; 409 `conflict` when the tenant already has one with this slug. Audited as `workflow.created`. */
+/**
+ * Creates a workflow at version 1; 409 `conflict` when the tenant already has one with this slug.
+ * Audited as `workflow.created` (through the tenant's audit outbox, streams/audit-outbox.ts).
+ */
 export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, input: WorkflowInput, by: Writer): Promise<Workflow> {
   const tenantId = scope.tenant.id;
   const id = newId('workflow');
@@ -121,18 +128,19 @@ export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   const at = isoNow();
   const definition = definitionOf(input);
   const enabled = input.enabled ?? true;
-  const [created] = await callScript<[number, string]>(
-    redis, 'createWorkflow',
-    [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersion(tenantId, versionId), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId)],
-    [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at, MAX_WORKFLOWS],
-  );
-  if (created === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_WORKFLOWS} workflows; delete one first`);
-  if (created !== 1) throw new ApiError(409, 'conflict', `A workflow with slug "${input.slug}" already exists`, { param: 'slug' });
   const workflow: Workflow = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, enabled, version: 1, versionId,
     trigger: definition.trigger, steps: definition.steps, cancelOn: definition.cancelOn ?? null, createdAt: at, updatedAt: at,
   };
-  await appendAudit(redis, keys, { type: 'workflow.created', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id }, request: by.request, object: { ...workflow } });
+  const intent = auditIntent(keys.tenantOutbox(tenantId), 'workflow.create', writeScope(scope, by), workflow);
+  const reply = await callScript<CreateReply>(
+    redis, 'createWorkflow',
+    [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersion(tenantId, versionId), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId), intent.key],
+    [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at, MAX_WORKFLOWS, intent.token, intent.json],
+  );
+  if (reply[0] === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_WORKFLOWS} workflows; delete one first`);
+  if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A workflow with slug "${input.slug}" already exists`, { param: 'slug' });
+  await settleAudit(redis, keys, intent, WORKFLOW_AUDITS['workflow.create'](workflow, reply));
   return workflow;
 }
 
@@ -159,23 +167,22 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     if (patch.name !== undefined) fields.push(['name', patch.name ?? '']);
     if (patch.description !== undefined) fields.push(['description', patch.description ?? '']);
     if (patch.enabled !== undefined) fields.push(['enabled', patch.enabled ? '1' : '0']);
-    const reply = await callScript<[number, string[]?, string[]?]>(
+    // the definitions before and after: the script answers the records, the versions are known here
+    const input: UpdateInput = {
+      from: { trigger: current.trigger, steps: current.steps, cancelOn: current.cancelOn },
+      to: changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : null,
+    };
+    const intent = auditIntent(keys.tenantOutbox(tenantId), 'workflow.update', writeScope(scope, by), input);
+    const reply = await callScript<UpdateReply>(
       redis, 'updateWorkflow',
-      [keys.workflow(tenantId, current.id), keys.workflowVersions(tenantId, current.id), keys.workflowVersion(tenantId, versionId || current.versionId), keys.automationVersion(tenantId)],
-      [at, current.versionId, versionId, changesDefinition ? JSON.stringify(next) : '', String(fields.length), ...fields.flat()],
+      [keys.workflow(tenantId, current.id), keys.workflowVersions(tenantId, current.id), keys.workflowVersion(tenantId, versionId || current.versionId), keys.automationVersion(tenantId), intent.key],
+      [at, current.versionId, versionId, changesDefinition ? JSON.stringify(next) : '', intent.token, intent.json, String(fields.length), ...fields.flat()],
     );
     if (reply[0] === -1) continue; // another change made a new version first: recompute from it
     if (reply[0] !== 1) throw notFound('Workflow');
-    const before = toWorkflow(recordOf(reply[1]!), current);
-    const after = toWorkflow(recordOf(reply[2]!), changesDefinition ? { trigger: next.trigger, steps: next.steps, cancelOn: next.cancelOn ?? null } : current);
-    const changed = diff(editable(before), editable(after));
-    if (changed) {
-      await appendAudit(redis, keys, {
-        type: 'workflow.updated', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id: after.id }, request: by.request,
-        object: { ...after }, changes: changed.changes, previousAttributes: changed.previousAttributes,
-      });
-    }
-    return after;
+    const drafts = WORKFLOW_AUDITS['workflow.update'](input, reply);
+    if (drafts.length) await settleAudit(redis, keys, intent, drafts);
+    return toWorkflow(recordOf(reply[2]!), input.to ?? input.from);
   }
   throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
 }
@@ -184,13 +191,15 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
  * Deletes a workflow: record, slug, index entry and every version. No run starts afterwards;
  * active runs are canceled by the workers at their next step (reason `workflow_deleted`): a timer
  * that fires, or an event one of its versions waits for or is canceled on (those names stay watched,
- * `GONE_NAMES_KEEP_MS`). Returns the workflow as it was; 404 for an unknown slug.
+ * `GONE_NAMES_KEEP_MS`). Returns the workflow as it was, audited as `workflow.deleted`; 404 for an
+ * unknown slug.
  */
 export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, slug: string, by: Writer): Promise<Workflow> {
   const tenantId = scope.tenant.id;
   const id = isSlug(slug) ? await redis.hget(keys.workflowSlugs(tenantId), slug) : null;
   if (!id) throw notFound('Workflow');
-  let reply: [number, string[]?, string[]?] = [-1];
+  let reply: DeleteReply = [-1];
+  let intent: AuditIntent | null = null;
   for (let attempt = 0; attempt < UPDATE_ATTEMPTS && reply[0] === -1; attempt++) {
     // the record before the version list: a version made in between changes the current version id,
     // which the script compares, so the names below never miss a version the delete removes
@@ -200,25 +209,53 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     if (!currentVersionId) throw notFound('Workflow');
     const names = new Set<string>();
     for (const v of await loadVersions(redis, keys, tenantId, versionIds)) if (v) watchedNames({ steps: v.steps, cancelOn: v.cancelOn ?? undefined }, names);
-    reply = await callScript<[number, string[]?, string[]?]>(
+    intent = auditIntent(keys.tenantOutbox(tenantId), 'workflow.delete', writeScope(scope, by), null);
+    reply = await callScript<DeleteReply>(
       redis, 'deleteWorkflow',
-      [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId), keys.workflowGoneNames(tenantId)],
-      [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, ...names],
+      [
+        keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId),
+        keys.workflowGoneNames(tenantId), keys.workflowVersion(tenantId, currentVersionId), intent.key,
+      ],
+      [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, intent.token, intent.json, ...names],
     );
   }
   if (reply[0] === -1) throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
   if (reply[0] !== 1) throw notFound('Workflow');
-  const h = recordOf(reply[1]!);
-  // the current version is read for the answer, then every version record goes
-  const cleanup = redis.pipeline().hgetall(keys.workflowVersion(tenantId, h.versionId!));
+  // the script answered the record and its current version as they were: every version record goes
+  const cleanup = redis.pipeline();
   for (const versionId of reply[2] ?? []) cleanup.del(keys.workflowVersion(tenantId, versionId));
   const replies = (await cleanup.exec()) ?? [];
-  const [err, current] = replies[0]!;
-  if (err) throw err;
-  const workflow = toWorkflow(h, toVersion(current as Record<string, string>));
-  await appendAudit(redis, keys, { type: 'workflow.deleted', workspace: scope.workspace, tenant: scope.tenant, actor: by.actor, target: { type: 'workflow', id }, request: by.request, object: { ...workflow } });
-  return workflow;
+  for (const [err] of replies) if (err) throw err;
+  await settleAudit(redis, keys, intent!, WORKFLOW_AUDITS['workflow.delete'](null, reply));
+  return deletedWorkflow(reply);
 }
+
+type CreateReply = [number, string?];
+type UpdateReply = [number, string[]?, string[]?];
+type DeleteReply = [number, string[]?, string[]?, string[]?];
+/** What an update knew before its script: the current definition, and the new one (null when it stays). */
+type UpdateInput = { from: VersionParts; to: VersionParts | null };
+
+/** The workflow a delete removed, as it was: its record and current version from the script's reply. */
+const deletedWorkflow = (reply: DeleteReply): Workflow => toWorkflow(recordOf(reply[1]!), toVersion(recordOf(reply[3]!)));
+
+/** The audit entries of workflow writes, from their scripts' replies (streams/audit-outbox.ts). */
+export const WORKFLOW_AUDITS = {
+  'workflow.create': (workflow: Workflow, reply: CreateReply): AuditDraft[] =>
+    reply[0] === 1 ? [{ type: 'workflow.created', target: { type: 'workflow', id: workflow.id }, object: { ...workflow } }] : [],
+  'workflow.update': (input: UpdateInput, reply: UpdateReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const before = toWorkflow(recordOf(reply[1]!), input.from);
+    const after = toWorkflow(recordOf(reply[2]!), input.to ?? input.from);
+    const changed = diff(editable(before), editable(after));
+    return changed ? [{ type: 'workflow.updated', target: { type: 'workflow', id: after.id }, object: { ...after }, ...changed }] : [];
+  },
+  'workflow.delete': (_: null, reply: DeleteReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    const workflow = deletedWorkflow(reply);
+    return [{ type: 'workflow.deleted', target: { type: 'workflow', id: workflow.id }, object: { ...workflow } }];
+  },
+};
 
 /**
  * One page of a workflow's versions, newest first: `after` is the version number the previous page

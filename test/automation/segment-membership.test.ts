@@ -2,12 +2,15 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
 import { client } from '../helpers/api.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { newId } from '../../lib/ids.js';
+import { auditIntent } from '../../streams/audit-outbox.js';
+import type { Ref } from '../../streams/ledger.js';
 import { callScript } from '../../streams/lua-scripts.js';
+import { PENDING } from '../../streams/segments.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; refs: { workspace: Ref; tenant: Ref } };
 const seg = suite<Ctx>('segment membership kept by the actors');
 const DAY = 86_400_000;
 
@@ -18,6 +21,7 @@ seg.before(async (ctx) => {
   ctx.key = boot.keys.tenant;
   ctx.client = boot.keys.client;
   ctx.tenantId = boot.tenant.id;
+  ctx.refs = { workspace: { id: boot.workspace.id, slug: boot.workspace.slug }, tenant: { id: boot.tenant.id, slug: boot.tenant.slug } };
 });
 seg.after(async (ctx) => {
   setClockOffset(0);
@@ -167,10 +171,12 @@ seg('a segment whose creation was cut off before its backfill was queued is queu
   await waitFor('cutoff-1 applied', async () => (await api.get('/v1/subscribers/cutoff-1/timeline', key)).body.data?.items.length > 0, 10_000);
   // what createSegment does before it queues the backfill: the script alone (a process killed right after it)
   const id = newId('segment');
-  const pending = JSON.stringify({ status: 'pending', processed: 0, total: null, startedAt: null, completedAt: null });
+  const at = new Date().toISOString();
+  const segment = { id, slug: 'gold-tier', name: null, description: null, where: { attribute: 'tier', eq: 'gold' }, memberCount: 0, backfill: PENDING, createdAt: at, updatedAt: at };
+  const intent = auditIntent(service.keys.tenantOutbox(tenantId), 'segment.create', { ...ctx.refs, ...BY_TEST }, segment);
   await callScript(service.redis, 'createSegment',
-    [service.keys.segmentSlugs(tenantId), service.keys.segmentIndex(tenantId), service.keys.segment(tenantId, id), service.keys.automationVersion(tenantId)],
-    [id, 'gold-tier', '', '', JSON.stringify({ attribute: 'tier', eq: 'gold' }), pending, new Date().toISOString(), 100]);
+    [service.keys.segmentSlugs(tenantId), service.keys.segmentIndex(tenantId), service.keys.segment(tenantId, id), service.keys.automationVersion(tenantId), intent.key],
+    [id, segment.slug, '', '', JSON.stringify(segment.where), JSON.stringify(PENDING), at, 100, intent.token, intent.json]);
   assert.is((await api.get('/v1/segments/gold-tier', key)).body.data.backfill.status, 'pending');
   // any event of the tenant makes a worker load the new definitions, which queues the backfill
   await api.post('/v1/events', key, { externalId: 'cutoff-2', name: 'app.launched', data: {} });

@@ -1,13 +1,14 @@
 import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
 import { createLogger } from '../../lib/log.js';
-import type { AuditDraft, AuditIntent } from '../../streams/audit-outbox.js';
-import { LEDGER_FIELDS } from '../../streams/ledger.js';
+import type { Redis } from 'ioredis';
+import { auditIntent, type AuditDraft, type AuditIntent } from '../../streams/audit-outbox.js';
+import { LEDGER_FIELDS, type Ref } from '../../streams/ledger.js';
 import type { RoleContext } from '../../streams/role-context.js';
 import { client } from './api.js';
 import { startRoleProcess, type RoleProcess } from './processes.js';
 import { freePort } from './redis.js';
-import type { TestService } from './service.js';
+import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from './service.js';
 import { waitFor } from './wait.js';
 
 /** The ledger's audit payloads of a workspace, oldest first. */
@@ -77,13 +78,15 @@ export async function assertSweptOnce(service: TestService, intent: AuditIntent,
   return entries;
 }
 
-/** A `web` role process on the test service's Redis, once it answers, with a client for it. */
-export async function startWebProcess(service: TestService, env: Record<string, string> = {}): Promise<{ web: RoleProcess; api: ReturnType<typeof client> }> {
+/** A `web` role process on the test service's Redis, once it answers, with a client for it, its URL and the settings it shares. */
+export async function startWebProcess(service: TestService, extra: Record<string, string> = {}): Promise<{ web: RoleProcess; api: ReturnType<typeof client>; url: string; env: Record<string, string> }> {
+  const env = roleEnv(service);
   const port = await freePort();
-  const web = startRoleProcess('web', { ...roleEnv(service), ...env, PORT: String(port) });
-  const api = client(`http://127.0.0.1:${port}`);
+  const web = startRoleProcess('web', { ...env, ...extra, PORT: String(port) });
+  const url = `http://127.0.0.1:${port}`;
+  const api = client(url);
   await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 20_000);
-  return { web, api };
+  return { web, api, url, env };
 }
 
 /**
@@ -127,3 +130,31 @@ export async function outboxesEmptied(service: TestService, outboxes: string[]):
   const pending = async () => (await Promise.all(outboxes.map((key) => service.redis.hlen(key)))).reduce((a, b) => a + b, 0);
   await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 20_000, 100);
 }
+
+/**
+ * Once the web processes are dead: starts a `worker` role process that sweeps every 200 ms and
+ * waits until it has emptied `outbox`; answers the worker and how many intents it found there.
+ */
+export async function sweepWithWorker(env: Record<string, string>, redis: Redis, outbox: string): Promise<{ worker: RoleProcess; left: number }> {
+  const left = await redis.hlen(outbox);
+  const worker = startRoleProcess('worker', { ...env, AUDIT_OUTBOX_SWEEP_MS: '200' });
+  await waitFor('the sweeper to empty the outbox', async () => (await redis.hlen(outbox)) === 0, 20_000, 100);
+  return { worker, left };
+}
+
+/** What a test of writers that died uses: its service, a client, a tenant key and the refs of that workspace and tenant. */
+export type DiedWriterCtx = { service: TestService; api: ReturnType<typeof client>; key: string; workspace: Ref; tenant: Ref };
+
+/** Starts the service of a test of writers that died (`name`: its key prefix and workspace slug). */
+export async function startDiedWriterCtx(ctx: DiedWriterCtx, name: string): Promise<void> {
+  ctx.service = await startTestService(name);
+  ctx.api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, name);
+  ctx.key = boot.keys.tenant;
+  ctx.workspace = { id: boot.workspace.id, slug: boot.workspace.slug };
+  ctx.tenant = { id: boot.tenant.id, slug: boot.tenant.slug };
+}
+
+/** An intent of a write in the test's tenant, for its outbox, as the writer makes it. */
+export const tenantIntent = (ctx: DiedWriterCtx, op: string, input: unknown): AuditIntent =>
+  auditIntent(ctx.service.keys.tenantOutbox(ctx.tenant.id), op, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, input);

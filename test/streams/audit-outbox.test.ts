@@ -1,24 +1,12 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
-import { createLogger } from '../../lib/log.js';
 import { asScriptReply, auditIntent } from '../../streams/audit-outbox.js';
 import { callScript } from '../../streams/lua-scripts.js';
-import type { RoleContext } from '../../streams/role-context.js';
-import { client } from '../helpers/api.js';
-import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
-import { freePort } from '../helpers/redis.js';
+import { auditEntries, startWebProcess, roleContext, sweepWithWorker } from '../helpers/audit.js';
+import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
-
-/** The ledger's audit payloads of a workspace, oldest first. */
-async function auditEntries(service: TestService, workspaceId: string): Promise<any[]> {
-  const entries = await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+');
-  return entries.map(([, fields]) => ({ kind: fields[fields.indexOf('kind') + 1], ...JSON.parse(fields[fields.indexOf('payload') + 1]!) })).filter((e) => e.kind === 'audit');
-}
-
-const roleContext = (service: TestService): RoleContext =>
-  ({ config: service.config, redis: service.redis, keys: service.keys, log: createLogger('error'), target: null as never });
 
 type Ctx = { service: TestService; workspace: { id: string; slug: string }; tenant: { id: string; slug: string } };
 const outbox = suite<Ctx>('audit intents left in an outbox');
@@ -111,11 +99,8 @@ kill.after(async (ctx) => {
 kill('every topic that exists after a SIGKILL under load has exactly one topic.created entry, and no other topic has one', async (ctx) => {
   const { service } = ctx;
   const boot = await bootstrapWorkspace(service, 'kill');
-  const env = { REDIS_URL: service.env.REDIS_URL!, REDIS_KEY_PREFIX: service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: service.env.HERALD_PARTITIONS! };
-  const port = await freePort();
-  ctx.web = startRoleProcess('web', { ...env, PORT: String(port) });
-  const api = client(`http://127.0.0.1:${port}`);
-  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 20_000);
+  const { web, api, env } = await startWebProcess(service);
+  ctx.web = web;
 
   let n = 0;
   let stop = false;
@@ -128,13 +113,11 @@ kill('every topic that exists after a SIGKILL under load has exactly one topic.c
   };
   const clients = Array.from({ length: 32 }, load);
   await waitFor('topics to be created', async () => (await service.redis.zcard(service.keys.topicIndex(boot.tenant.id))) >= 300, 20_000, 5);
-  ctx.web.child.kill('SIGKILL');
-  await ctx.web.exited;
+  web.child.kill('SIGKILL');
+  await web.exited;
   stop = true;
   await Promise.all(clients);
-
-  ctx.worker = startRoleProcess('worker', { ...env, AUDIT_OUTBOX_SWEEP_MS: '200' });
-  await waitFor('the sweeper to empty the outbox', async () => (await service.redis.hlen(service.keys.tenantOutbox(boot.tenant.id))) === 0, 20_000, 100);
+  ctx.worker = (await sweepWithWorker(env, service.redis, service.keys.tenantOutbox(boot.tenant.id))).worker;
 
   const topics = new Set(await service.redis.zrange(service.keys.topicIndex(boot.tenant.id), 0, -1));
   const created = (await auditEntries(service, boot.workspace.id)).filter((e) => e.type === 'topic.created');

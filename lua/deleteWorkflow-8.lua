@@ -13,19 +13,24 @@
   KEYS[4] the workflow's versions           (zset version number -> version id)
   KEYS[5] the tenant's automation version   (string counter)
   KEYS[6] deleted workflows' watched names  (zset event name -> deletion ms)
+  KEYS[7] the record of the version ARGV[2] (hash), read for the answer and the audit entry
+  KEYS[8] the tenant's audit outbox         (hash, lua/includes/recordAudit)
 
   ARGV[1] workflow id
   ARGV[2] the current version id the caller read the names with
   ARGV[3] now (ms)
   ARGV[4] how long names stay watched (ms): older ones are dropped
   ARGV[5] most names kept (the newest)
-  ARGV[6..] the `wait` and `cancelOn` event names of the workflow's versions
+  ARGV[6] audit intent token, ARGV[7] audit intent (recorded when the workflow is deleted)
+  ARGV[8..] the `wait` and `cancelOn` event names of the workflow's versions
 
-  Returns { 1, record, versionIds } when deleted (record as HGETALL's flat list as it was),
+  Returns { 1, record, versionIds, version } when deleted (record and its current version's record
+          as HGETALL's flat lists as they were),
           { 0 } when the workflow did not exist,
           { -1 } when its current version is no longer ARGV[2] (nothing written: read again).
 ]]
 -- @include "unlistSlugged"
+-- @include "recordAudit"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
@@ -34,8 +39,10 @@ unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local versions = rcall('ZRANGE', KEYS[4], 0, -1)
 rcall('DEL', KEYS[3], KEYS[4])
 local at = tonumber(ARGV[3])
-for i = 6, #ARGV do rcall('ZADD', KEYS[6], at, ARGV[i]) end
+for i = 8, #ARGV do rcall('ZADD', KEYS[6], at, ARGV[i]) end
 rcall('ZREMRANGEBYSCORE', KEYS[6], '-inf', '(' .. (at - tonumber(ARGV[4])))
 rcall('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[5]) + 1))
 rcall('INCR', KEYS[5])
-return { 1, record, versions }
+local reply = { 1, record, versions, rcall('HGETALL', KEYS[7]) }
+recordAudit(KEYS[8], ARGV[6], ARGV[7], reply)
+return reply
