@@ -275,7 +275,9 @@ const tenantAudit = (type: string, tenant: Tenant, rest: Partial<AuditDraft> = {
  * creation, from what the writer decided for the settings (a MULTI has no reply).
  */
 export const TENANT_AUDITS = {
-  'tenant.create': (tenant: Tenant, reply: [number, string]): AuditDraft[] => (reply[0] === 1 ? [tenantAudit('tenant.created', tenant)] : []),
+  // a new tenant never requires identity verification; `tenant.updated` reports when that changes
+  'tenant.create': (tenant: Tenant, reply: [number, string]): AuditDraft[] =>
+    (reply[0] === 1 ? [tenantAudit('tenant.created', tenant, { object: { ...tenant, identityVerificationRequired: false } })] : []),
   'tenant.rotateIdentitySecret': (tenant: Tenant): AuditDraft[] => [tenantAudit('tenant.identity_secret_rotated', tenant)],
   'tenant.setIdentityRequired': ({ tenant, required }: { tenant: Tenant; required: boolean }): AuditDraft[] => [
     tenantAudit('tenant.updated', tenant, {

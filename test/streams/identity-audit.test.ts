@@ -48,7 +48,7 @@ died('tenant.created of a writer that died reaches the ledger once, as the tenan
   assert.equal(reply, [1, tenant.id]);
   const [entry] = await assertSweptOnce(ctx.service, intent, TENANT_AUDITS['tenant.create'](tenant, reply));
   assert.is(entry.type, 'tenant.created');
-  assert.equal(entry.data.object, await findTenant(ctx.service.redis, ctx.service.keys, ctx.workspace.id, tenant.id));
+  assert.equal(entry.data.object, { ...(await findTenant(ctx.service.redis, ctx.service.keys, ctx.workspace.id, tenant.id)), identityVerificationRequired: false });
 
   const again = await createTenantAndDie(ctx, 'orphan');
   assert.equal(again.reply, [0, tenant.id]);

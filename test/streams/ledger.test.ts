@@ -73,7 +73,7 @@ audit('ensureWorkspace appends workspace.created and tenant.created once; a seco
   const tn = byType.get('tenant.created');
   assert.equal(tn.tenant, { id: tenant.id, slug: 'default' });
   assert.equal(tn.target, { type: 'tenant', id: tenant.id });
-  assert.equal(tn.data.object, { id: tenant.id, slug: 'default', workspaceId: workspace.id, createdAt: tenant.createdAt });
+  assert.equal(tn.data.object, { id: tenant.id, slug: 'default', workspaceId: workspace.id, createdAt: tenant.createdAt, identityVerificationRequired: false });
   assert.is.not(ws.id, tn.id, 'each event has its own id');
 
   const again = await ensureWorkspace(ctx.redis, ctx.keys, 'acme', BY_CLI);
