@@ -17,7 +17,8 @@
   ARGV[11] audit intent token ('' for a write without audit), ARGV[12] audit intent (recorded when applied)
   ARGV[13] token of an intent of the same request this write absorbs ('' for none: streams/subscriber-audit.ts),
            deleted from the outbox when the write applies
-  ARGV[14] number of events E, then E groups of 3: evt id, name, data (JSON)
+  ARGV[14] 1 when the audit's operation needs the record after the write in the reply, else 0
+  ARGV[15] number of events E, then E groups of 3: evt id, name, data (JSON)
   then the number of operations O, then O groups of 4: op, key, a, b
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
             | zadd key score member | zrem key member - | hmset key n - followed by n field/value pairs);
@@ -29,7 +30,7 @@
 
   Returns { 1, subscriberId, createdSequence, newVersion } when applied (with an audit intent:
           { 1, subscriberId, createdSequence, newVersion, record, absorbed }, record the subscriber's
-          record after the write as HGETALL's flat list, absorbed 1 when the intent of ARGV[13] was
+          record after the write as HGETALL's flat list (empty unless ARGV[14] is 1), absorbed 1 when the intent of ARGV[13] was
           still there, else 0; this reply is what the outbox records),
           { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0,
           { -3, g } when guard g (1-based) does not hold (nothing written).
@@ -48,8 +49,8 @@ local version = tonumber(rcall('HGET', record, 'v') or '0')
 if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then return { 0, version } end
 
 -- where the operations start, then the guards (after the events and the operations)
-local events = tonumber(ARGV[14])
-local opsAt = 15 + 3 * events
+local events = tonumber(ARGV[15])
+local opsAt = 16 + 3 * events
 local ops = tonumber(ARGV[opsAt])
 local g = opsAt + 1
 for _ = 1, ops do
@@ -72,7 +73,7 @@ end
 
 local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])
 
-local i = 15
+local i = 16
 for _ = 1, events do
   local seq = rcall('HINCRBY', KEYS[2], field, 1)
   appendInboxEvent(KEYS[1], { t = tenant, w = ARGV[2], id = ARGV[i], q = seq, x = externalId, u = sub, n = ARGV[i + 1], o = 'system',
@@ -107,6 +108,6 @@ end
 if ARGV[11] == '' then return { 1, sub, createdSeq, newVersion } end
 local absorbed = 0
 if ARGV[13] ~= '' then absorbed = rcall('HDEL', KEYS[4], ARGV[13]) end
-local reply = { 1, sub, createdSeq, newVersion, rcall('HGETALL', record), absorbed }
+local reply = { 1, sub, createdSeq, newVersion, ARGV[14] == '1' and rcall('HGETALL', record) or {}, absorbed }
 recordAudit(KEYS[4], ARGV[11], ARGV[12], reply)
 return reply

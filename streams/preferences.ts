@@ -74,7 +74,7 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
       create: true,
       events: [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
       ops: [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
-      audit: options.audit && { trail: options.audit, op: 'subscriber.preferences', make: PREFERENCE_AUDITS['subscriber.preferences'], input },
+      audit: options.audit && { trail: options.audit, op: 'subscriber.preferences', make: PREFERENCE_AUDITS['subscriber.preferences'], input, needsRecord: true },
       result,
     };
   }, auditedSegments(redis, keys, scope, externalId, options.audit));

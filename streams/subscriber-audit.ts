@@ -19,9 +19,11 @@ export type WriteReply = [number, string?, number?, number?, string[]?, number?]
  * The audit of one subscriber write: the operation by the name the sweeper knows it
  * (streams/audit-ops.ts) and the function, what it needs besides the reply (`input`, JSON), and,
  * with `absorbs` (a subscriber's externalId), the subject under which a held intent of the same
- * request and kind is taken in (see `AuditTrail.holding`).
+ * request and kind is taken in (see `AuditTrail.holding`). `needsRecord`: the operation reads the
+ * subscriber's record after the write from the reply (the script reads it only then: registrations
+ * and other drafted entries do not pay for it).
  */
-export type WriteAudit = { trail: AuditTrail; op: string; make: AuditOp<any, WriteReply>; input: unknown; absorbs?: string };
+export type WriteAudit = { trail: AuditTrail; op: string; make: AuditOp<any, WriteReply>; input: unknown; absorbs?: string; needsRecord?: boolean };
 
 /**
  * The operation of a write whose entries are decided with the change: under the compare-and-set

@@ -78,7 +78,7 @@ export async function writeSubscriber(
   const args: (string | number)[] = [
     scope.tenantId, scope.workspaceId, at, keys.partitionBase(p), isoNow(at), externalId, newId('subscriber', at), newId('event', at),
     change.create ? 1 : 0, change.expectedVersion === null ? '' : change.expectedVersion,
-    made?.intent.token ?? '', made?.intent.json ?? '', made?.absorbs?.intent.token ?? '', change.events.length,
+    made?.intent.token ?? '', made?.intent.json ?? '', made?.absorbs?.intent.token ?? '', audit?.needsRecord ? 1 : 0, change.events.length,
   ];
   for (const e of change.events) args.push(newId('event', at), e.name, JSON.stringify(e.data));
   pushOps(args, change.ops);

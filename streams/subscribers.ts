@@ -329,7 +329,7 @@ type AttributesInput = {
 };
 
 const attributesAudit = (trail: AuditTrail, input: AttributesInput): WriteAudit =>
-  ({ trail, op: 'subscriber.attributes', make: SUBSCRIBER_AUDITS['subscriber.attributes'], input, absorbs: input.externalId });
+  ({ trail, op: 'subscriber.attributes', make: SUBSCRIBER_AUDITS['subscriber.attributes'], input, absorbs: input.externalId, needsRecord: true });
 
 /** The audit entries of subscriber writes, from lua/writeSubscriber's reply (streams/audit-outbox.ts). */
 export const SUBSCRIBER_AUDITS = {
