@@ -6,7 +6,7 @@ import { createAllowList } from '../lib/ssrf-guard.js';
 import { isDeliverable } from '../lib/webhook-events.js';
 import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
 import { signingSecrets } from '../lib/webhook-signing.js';
-import { findTenant, findWorkspace } from '../streams/identity.js';
+import { IdentityRefs, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
@@ -74,7 +74,8 @@ class WebhookDispatcher {
   private readonly backlog = new Map<string, number>();
   /** when each workspace next needs a claim (ms); absent or 0: at the next round */
   private readonly claimAt = new Map<string, number>();
-  private readonly refs = new Map<string, Ref>();
+  /** workspace and tenant slugs of stream payloads (slugs never change) */
+  private readonly refs: IdentityRefs;
   private results = new Map<string, AttemptResult[]>();
   private pendingResults = 0;
   private flushTimer: NodeJS.Timeout | null = null;
@@ -96,6 +97,7 @@ class WebhookDispatcher {
     this.perEndpoint = 2 * config.webhookEndpointConcurrency;
     this.refillAt = Math.floor(this.perEndpoint * 0.75);
     this.send = { timeoutMs: this.timeoutMs, production: config.production, allow: createAllowList(config.webhookAllowPrivateNetworks) };
+    this.refs = new IdentityRefs(ctx.redis, ctx.keys);
   }
 
   async start(): Promise<void> {
@@ -157,33 +159,13 @@ class WebhookDispatcher {
     return endpoints;
   }
 
-  private async workspaceRef(workspaceId: string): Promise<Ref | null> {
-    let ref = this.refs.get(workspaceId);
-    if (!ref) {
-      const workspace = await findWorkspace(this.ctx.redis, this.ctx.keys, workspaceId);
-      if (!workspace) return null;
-      this.refs.set(workspaceId, (ref = { id: workspace.id, slug: workspace.slug }));
-    }
-    return ref;
-  }
-
-  private async tenantRef(workspaceId: string, tenantId: string): Promise<Ref | null> {
-    let ref = this.refs.get(tenantId);
-    if (!ref) {
-      const tenant = await findTenant(this.ctx.redis, this.ctx.keys, workspaceId, tenantId);
-      if (!tenant) return null;
-      this.refs.set(tenantId, (ref = { id: tenant.id, slug: tenant.slug }));
-    }
-    return ref;
-  }
-
   /**
    * The delivered form of a ledger entry (spec 2.6), built once: an audit entry is stored in that
    * form already (its exact bytes are sent); a stream entry gets the workspace and tenant slugs.
    */
   private async body(workspaceId: string, kind: string, raw: string, payload: Record<string, any>): Promise<string | null> {
     if (kind !== 'stream') return raw;
-    const [workspace, tenant] = await Promise.all([this.workspaceRef(workspaceId), this.tenantRef(workspaceId, payload.tenant.id)]);
+    const [workspace, tenant] = await Promise.all([this.refs.workspace(workspaceId), this.refs.tenant(workspaceId, payload.tenant.id)]);
     if (!workspace || !tenant) return null;
     return JSON.stringify({ id: payload.id, type: payload.type, apiVersion: payload.apiVersion, createdAt: payload.createdAt, workspace, tenant, data: payload.data });
   }
@@ -382,7 +364,7 @@ class WebhookDispatcher {
 
   /** The private audit event of an endpoint the failure streak disabled (spec 3.3). */
   private async announceDisabled(workspaceId: string, endpointId: string): Promise<void> {
-    const workspace = await this.workspaceRef(workspaceId);
+    const workspace = await this.refs.workspace(workspaceId);
     if (workspace) await announceDisabled(this.ctx, workspace, endpointId);
   }
 

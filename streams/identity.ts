@@ -105,6 +105,53 @@ export async function findTenantBySlug(redis: Redis, keys: Keys, workspaceId: st
   return id ? findTenant(redis, keys, workspaceId, id) : null;
 }
 
+/**
+ * The `{ id, slug }` refs of workspaces and tenants by id, cached per process for writers that know
+ * only ids (a workflow run's send): a slug is fixed when its workspace or tenant is created
+ * (`ensureWorkspace`, `lua/createTenant`), nothing renames one and neither is ever deleted, so an
+ * entry never goes stale and a warm lookup costs no round trip. Concurrent lookups of one id share
+ * one read; a miss (no such record) is not kept. Bounded: past `max` entries the cache starts over.
+ */
+export class IdentityRefs {
+  private readonly refs = new Map<string, Promise<Ref | null>>();
+
+  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly max = 10_000) {}
+
+  workspace(workspaceId: string): Promise<Ref | null> {
+    return this.cached(workspaceId, async () => {
+      const workspace = await findWorkspace(this.redis, this.keys, workspaceId);
+      return workspace ? ref(workspace) : null;
+    });
+  }
+
+  tenant(workspaceId: string, tenantId: string): Promise<Ref | null> {
+    return this.cached(tenantId, async () => {
+      const tenant = await findTenant(this.redis, this.keys, workspaceId, tenantId);
+      return tenant ? ref(tenant) : null;
+    });
+  }
+
+  /** Workspace and tenant refs together, or null when either is unknown. */
+  async scope(workspaceId: string, tenantId: string): Promise<{ workspace: Ref; tenant: Ref } | null> {
+    const [workspace, tenant] = await Promise.all([this.workspace(workspaceId), this.tenant(workspaceId, tenantId)]);
+    return workspace && tenant ? { workspace, tenant } : null;
+  }
+
+  // workspace (ws_) and tenant (tnt_) ids never collide, so one map holds both
+  private cached(id: string, load: () => Promise<Ref | null>): Promise<Ref | null> {
+    let found = this.refs.get(id);
+    if (!found) {
+      if (this.refs.size >= this.max) this.refs.clear();
+      const loading = (found = load());
+      this.refs.set(id, loading);
+      // a miss or a failed read is asked again next time
+      const forget = () => this.refs.get(id) === loading && this.refs.delete(id);
+      loading.then((r) => r ?? forget(), forget);
+    }
+    return found;
+  }
+}
+
 function toKeyRecord(h: Record<string, string>): ApiKeyRecord {
   return {
     id: h.id!,
