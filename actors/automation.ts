@@ -4,7 +4,9 @@ import { counterField, countFields, covers, expiredFields, initField, initValue,
 import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
 import { derivedId, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
+import { writeScope } from '../streams/audit-outbox.js';
 import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondition } from '../streams/automation-definitions.js';
+import { IdentityRefs } from '../streams/identity.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
@@ -27,6 +29,12 @@ export const MAX_ACTIVE_RUNS = 100;
  * workflow starting the next) while a loop costs at most four runs per workflow it goes through.
  */
 export const MAX_RUN_DEPTH = 3;
+
+/**
+ * Who a workflow run's messages are from in their `message.created` entries: the engine, not a
+ * caller, so no request either; the entry's message carries its `run` (run, step, workflow, version).
+ */
+export const WORKFLOW_SENDER = { actor: { type: 'system', id: null }, request: null } as const;
 
 type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
@@ -61,9 +69,12 @@ export class Automation {
   private readonly definitions: DefinitionsCache;
   /** definitions whose pending backfills this process queued again (once per loaded version) */
   private readonly requeued = new WeakSet<Definitions>();
+  /** workspace and tenant slugs for the audit entries of sends (slugs never change: read once per process) */
+  private readonly refs: IdentityRefs;
 
   constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger) {
     this.definitions = new DefinitionsCache(redis, keys);
+    this.refs = new IdentityRefs(redis, keys);
   }
 
   async handle(p: number, entries: StreamEntry[]): Promise<void> {
@@ -196,10 +207,14 @@ export class Automation {
       now: nowMs,
       evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
       send: async (run, step, content) => {
+        // announced by message.created like a caller's message: the intent goes into the tenant's
+        // outbox with the message (none on the replay of a step retried after a crash)
+        const refs = await this.refs.scope(workspaceId, tenantId);
+        if (!refs) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
           to: { externalId: x }, content, sendAtMs: null,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
-        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } });
+        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, WORKFLOW_SENDER));
         return message.id;
       },
       armTimer: (run, dueMs) => {

@@ -43,7 +43,7 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
     { name: 'apns.deleted', description: 'A tenant\'s APNs credentials were removed.' },
   ],
   message: [
-    { name: 'message.created', description: 'A message was accepted for sending.' },
+    { name: 'message.created', description: 'A message was accepted for sending, through the API or by a workflow run\'s send step (actor system).' },
     { name: 'message.canceled', description: 'A scheduled message was canceled.' },
   ],
   topic: [

@@ -15,8 +15,9 @@
   ARGV[2] request hash (sha256 of the canonical request)
   ARGV[3] message id
   ARGV[4] sendAt ms ('' to send now)
-  ARGV[5] audit intent token ('' when the message is not audited: a workflow run's), ARGV[6] audit
-          intent (recorded when the message is created, never on a replay)
+  ARGV[5] audit intent token ('' to record none), ARGV[6] audit intent of `message.created` (a
+          caller's request or a workflow run's send): recorded only when the message is created,
+          never on a replay, so a run step retried under its key adds no second entry
   ARGV[7] number of record fields F, then F field/value pairs
 
   Returns { 1, id } created, { 2, originalId } same key and request (replay), { 0, originalId } same key, other request.

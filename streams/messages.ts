@@ -104,13 +104,16 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
 /**
  * Creates a message (queued, or scheduled with `sendAt`), deciding `Idempotency-Key` in one script:
  * same key and same request → the original (`replayed`), nothing new; same key, other request → 409
- * `idempotency_key_reused`. Keys are per tenant and never expire. With `audit` (a caller's request,
- * not a workflow run's send) a created message is audited `message.created` through the tenant's
- * outbox (streams/audit-outbox.ts); a replay is not audited again.
+ * `idempotency_key_reused`. Keys are per tenant and never expire. A created message is audited
+ * `message.created` through the tenant's outbox (streams/audit-outbox.ts), whoever sent it: a
+ * caller's request (its key and request in `audit`) or a workflow run's send (the system actor; the
+ * message's `run` names the run). The intent is written by the same script as the message and only
+ * when the message is created, so a replay (a caller's retry, or a run step retried after a crash
+ * under its `runStepIdempotencyKey`) is not audited again.
  */
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
-  idempotency: { key: string | null; request: unknown }, audit: AuditScope | null = null,
+  idempotency: { key: string | null; request: unknown }, audit: AuditScope,
 ): Promise<{ message: Message; replayed: boolean }> {
   const id = newId('message');
   const at = isoNow();
@@ -124,7 +127,7 @@ export async function createMessage(
   const message = toMessage(fields);
   // the request's fingerprint matters only under an Idempotency-Key
   const hash = idempotency.key ? requestHash(idempotency.request) : '';
-  const intent = audit ? auditIntent(keys.tenantOutbox(ref.tenantId), 'message.create', audit, message) : null;
+  const intent = auditIntent(keys.tenantOutbox(ref.tenantId), 'message.create', audit, message);
   await registerSender(redis, keys, ref);
   const flat = Object.entries(fields).flat();
   const reply = await callScript<CreateReply>(
@@ -133,12 +136,12 @@ export async function createMessage(
       keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status),
       keys.messageQueue(ref.tenantId, lane), keys.messageDue(ref.tenantId), keys.tenantOutbox(ref.tenantId),
     ],
-    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', intent?.token ?? '', intent?.json ?? '', flat.length / 2, ...flat],
+    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', intent.token, intent.json, flat.length / 2, ...flat],
   );
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
   if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
-  if (intent) await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply));
+  await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply));
   return { message, replayed: false };
 }
 
@@ -207,7 +210,7 @@ export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, 
 
 const messageAudit = (type: string, message: Message): AuditDraft => ({ type, target: { type: 'message', id: message.id }, object: { ...message } });
 
-/** The audit entries of message writes made for a caller, from their scripts' replies (streams/audit-outbox.ts). */
+/** The audit entries of message writes, from their scripts' replies (streams/audit-outbox.ts). */
 export const MESSAGE_AUDITS = {
   'message.create': (message: Message, reply: CreateReply): AuditDraft[] => (reply[0] === 1 ? [messageAudit('message.created', message)] : []),
   'message.cancel': (_: null, reply: MoveReply): AuditDraft[] => (reply[0] === 1 ? [messageAudit('message.canceled', toMessage(recordOf(reply[2]!)))] : []),

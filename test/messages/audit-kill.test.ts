@@ -4,7 +4,7 @@ import { isoNow } from '../../lib/clock.js';
 import { newId } from '../../lib/ids.js';
 import { auditIntent, type AuditIntent } from '../../streams/audit-outbox.js';
 import { callScript } from '../../streams/lua-scripts.js';
-import { MESSAGE_AUDITS, toMessage } from '../../streams/messages.js';
+import { MESSAGE_AUDITS, runStepIdempotencyKey, toMessage, type RunRef } from '../../streams/messages.js';
 import { client } from '../helpers/api.js';
 import { assertSweptOnce, auditEntries, eventIdsByTarget, killUnderLoad, oneEntryEach, outboxesEmptied, startSweeper, startWebProcess } from '../helpers/audit.js';
 import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
@@ -24,15 +24,15 @@ died.after(async ({ service }) => service.stop());
 const intentOf = (ctx: Ctx, op: string, input: unknown) =>
   auditIntent(ctx.service.keys.tenantOutbox(ctx.boot.tenant.id), op, { workspace: ctx.boot.workspace, tenant: ctx.boot.tenant, ...BY_TEST }, input);
 
-/** Runs createMessage's script as a writer that dies right after it: the intent is recorded (given one), never settled. */
-async function createMessageAndDie(ctx: Ctx, idempotencyKey: string, withIntent = true) {
+/** Runs createMessage's script as a writer that dies right after it: the intent is recorded, never settled. */
+async function createMessageAndDie(ctx: Ctx, idempotencyKey: string, run?: RunRef) {
   const { keys } = ctx.service;
   const tenantId = ctx.boot.tenant.id;
   const id = newId('message');
   const at = isoNow();
   const fields: Record<string, string> = {
     id, status: 'queued', lane: 'one', to: JSON.stringify({ externalId: 'orphan' }), content: JSON.stringify({ title: 't', body: 'b' }), createdAt: at, updatedAt: at, sendAt: '',
-    'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
+    'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0', ...(run ? { run: JSON.stringify(run) } : {}),
   };
   const message = toMessage(fields);
   const intent = intentOf(ctx, 'message.create', message);
@@ -40,7 +40,7 @@ async function createMessageAndDie(ctx: Ctx, idempotencyKey: string, withIntent 
   const reply = await callScript<[number, string]>(
     ctx.service.redis, 'createMessage',
     [keys.idempotency(tenantId), keys.message(tenantId, id), keys.messageIndex(tenantId), keys.messagesByStatus(tenantId, 'queued'), keys.messageQueue(tenantId, 'one'), keys.messageDue(tenantId), intent.key],
-    [idempotencyKey, 'request-hash', id, '', withIntent ? intent.token : '', withIntent ? intent.json : '', flat.length / 2, ...flat],
+    [idempotencyKey, 'request-hash', id, '', intent.token, intent.json, flat.length / 2, ...flat],
   );
   return { intent, reply, message };
 }
@@ -70,10 +70,17 @@ died('message.created of a writer that died reaches the ledger once, as the mess
   assert.is(await ctx.service.redis.hlen(replay.intent.key), 0, 'a replay writes no intent');
 });
 
-died('a message created without an audit scope (a workflow run\'s send) records no intent', async (ctx) => {
-  const { intent, reply } = await createMessageAndDie(ctx, '', false);
-  assert.is(reply[0], 1);
-  assert.is(await ctx.service.redis.hlen(intent.key), 0);
+died('a workflow run\'s send whose worker died: message.created (system actor, the message\'s run) reaches the ledger once; the step retried under its key records nothing', async (ctx) => {
+  const run: RunRef = { runId: newId('run'), step: 'steps[0]', workflowId: newId('workflow'), workflow: 'died-send', versionId: newId('workflowVersion') };
+  const key = runStepIdempotencyKey(run.runId, run.step);
+  const { intent, reply, message } = await createMessageAndDie(ctx, key, run);
+  assert.equal(reply, [1, message.id]);
+  const [entry] = await assertSweptOnce(ctx.service, intent, MESSAGE_AUDITS['message.create'](message, reply));
+  assert.equal([entry.type, entry.actor, entry.request, entry.data.object.run], ['message.created', { type: 'system', id: null }, null, run]);
+
+  const retried = await createMessageAndDie(ctx, key, run);
+  assert.equal(retried.reply, [2, message.id]);
+  assert.is(await ctx.service.redis.hlen(retried.intent.key), 0, 'a replay writes no intent');
 });
 
 died('message.canceled of a writer that died reaches the ledger once, with the message as canceled; a second cancel records nothing', async (ctx) => {
