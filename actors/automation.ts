@@ -217,6 +217,7 @@ export class Automation {
         }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, WORKFLOW_SENDER));
         return message.id;
       },
+      transient: isRedisUnavailable,
       armTimer: (run, dueMs) => {
         const member = timerMember('run', workspaceId, tenantId, `${run.id}~${run.history.length}`, x);
         armed.push(['zadd', keys.timers(p), dueMs, member]);

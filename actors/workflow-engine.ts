@@ -27,6 +27,11 @@ export type EngineHost = {
   evaluate(expr: Expression, event?: EventLike): boolean;
   /** creates the step's message (the same one again when retried) and returns its id */
   send(run: Run, step: string, content: SendContent): Promise<string>;
+  /**
+   * True for an error of `send` that says nothing about the message (Redis unreachable): it is
+   * thrown on, so the batch is retried and the step with it, instead of failing the run.
+   */
+  transient(err: unknown): boolean;
   /** arms a timer for the run's current step at `dueMs`, returning its member */
   armTimer(run: Run, dueMs: number): string;
   disarmTimer(member: string): void;
@@ -171,7 +176,8 @@ async function advance(run: Run, def: WorkflowDefinition, host: EngineHost, from
         let messageId: string;
         try {
           messageId = await host.send(run, path, step.message);
-        } catch {
+        } catch (err) {
+          if (host.transient(err)) throw err;
           // the failed step is a step done: its `$run.step` (outcome failed) comes before `$run.failed`
           note(run, host, { step: path, type: 'send', outcome: 'failed' }, step);
           end(run, host, 'failed', 'send_failed');

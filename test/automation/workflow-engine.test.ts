@@ -59,6 +59,7 @@ engine('a send that fails writes its $run.step (outcome failed) before $run.fail
     now: Date.parse('2026-01-01T00:00:00.000Z'),
     evaluate: () => true,
     send: async () => { throw new Error('no message'); },
+    transient: () => false,
     armTimer: () => 'timer',
     disarmTimer: () => {},
     emit: (event) => emitted.push(event),
@@ -74,6 +75,26 @@ engine('a send that fails writes its $run.step (outcome failed) before $run.fail
   assert.is(step.messageId, '');
   assert.equal(step.data, { workflowId: 'wfl_1', workflow: 'hello', versionId: 'wfv_1', version: 1, step: 'steps[0]', name: 'hello', type: 'send', outcome: 'failed' });
   assert.is(emitted[2]!.data.reason, 'send_failed');
+});
+
+engine('a send that fails for a transient reason is thrown on: the run neither fails nor notes the step', async () => {
+  const def: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'send', message: { title: 'a', body: 'b' } }] };
+  const emitted: RunEvent[] = [];
+  const unreachable = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' });
+  const host: EngineHost = {
+    now: Date.parse('2026-01-01T00:00:00.000Z'),
+    evaluate: () => true,
+    send: async () => { throw unreachable; },
+    transient: (err) => err === unreachable,
+    armTimer: () => 'timer',
+    disarmTimer: () => {},
+    emit: (event) => emitted.push(event),
+  };
+  const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
+  const thrown = await startRun(run, def, host, { id: 'evt_1', name: 'go', data: {} }).then(() => null, (err: unknown) => err);
+  assert.is(thrown, unreachable);
+  assert.is.not(run.status, 'failed');
+  assert.equal(run.history, []);
 });
 
 engine.run();
