@@ -51,9 +51,10 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * its parts were read moves in one more round instead of going with the delete. A registration racing the merge may fill
  * the identified subscriber after the check: the move that no longer fits is refused with nothing
  * changed (409), the merge stops there, and what has not moved stays with the anonymous subscriber.
- * With `audit` (held by the caller), the attributes filled in are `subscriber.updated` (one entry with
- * the attributes the same request changed before) and the delete `subscriber.deleted`, each recorded
- * by its write; the subscriptions moved are not audited.
+ * With `audit` (held by the caller), each subscription moved is `subscription.updated` naming the owner
+ * change (as any move of a device between subscribers: `registerSubscription`), the attributes filled
+ * in are `subscriber.updated` (one entry with the attributes the same request changed before) and the
+ * delete `subscriber.deleted`, each recorded by its write.
  */
 export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<void> {
   const { anonymousId, externalId } = plan;
@@ -65,7 +66,7 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
         channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
         environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
       };
-      await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled });
+      await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, audit });
     }
     for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);

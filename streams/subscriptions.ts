@@ -148,7 +148,10 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  * write, and the claim is given back (lua/unclaimToken). `options.enabled` is the `enabled` of a
  * record this call creates (an anonymous subscriber's muted device stays muted when it moves).
  * With `options.audit`, the write that creates the record here records `subscription.created`, one
- * that changes a public field `subscription.updated` (registering what is stored audits nothing).
+ * that changes a public field `subscription.updated` (registering what is stored audits nothing), and
+ * the write that takes the subscription over from the previous subscriber's copy records one
+ * `subscription.updated` naming the owner change (`externalId`) and any other public field the
+ * registration changed (see `writeRegistration`); the removal of the previous copy audits nothing.
  */
 export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean; audit?: AuditTrail } = {}): Promise<Registered> {
   checkRegistration(input);
@@ -157,7 +160,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
   const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
   const stamp = Number(claimNumber);
   const enabled = options.enabled ?? true;
-  const make = { enabled, stamp, audit: options.audit };
+  const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined };
   let outcome: { created: boolean; record: Record<string, string>; before: Record<string, string> };
   try {
     if (claim === 'new') {
@@ -195,8 +198,11 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
  */
 export type Registered = { subscription: Subscription; created: boolean; changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
 
-/** How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the audit of its write. */
-type Make = { enabled: boolean; stamp: number; audit?: AuditTrail };
+/**
+ * How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the
+ * audit of its write, and, for a claim that moved the token, the subscriber it moved `from`.
+ */
+type Make = { enabled: boolean; stamp: number; audit?: AuditTrail; from?: string };
 
 function diffOf(before: Subscription, after: Subscription): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } {
   const changes: Record<string, unknown> = {};
@@ -217,9 +223,17 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  * under a later claim, which has won already), or updates the fields that differ
  * (a token the provider had invalidated is revived; an older stamp is raised, without touching
  * `updatedAt`). The holder read is guarded in the write.
+ *
+ * The audit of a move (`make.from`): the subscription keeps its id, so the write that first takes it
+ * over from the previous subscriber's copy (read before the write; it is removed only after) records
+ * one `subscription.updated`, the owner change (`externalId`) with the other public fields that differ,
+ * and the record keeps that copy's `createdAt`. A write that took it over already under this claim (a
+ * retry finishing a move a crash left unsettled: same claim number) records no second one. Without a
+ * previous copy (its registration died before writing one) the record is new: `subscription.created`.
  */
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
-  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Held & { count: number }>(redis, keys, scope, externalId, (snapshot, { record: current, member, count }) => {
+  type Read = Held & { count: number; prior: Record<string, string> };
+  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior }) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
@@ -229,10 +243,11 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // already (the check after the write drops this subscriber's reference)
       if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
-      const record = newRecord(id, wanted, at, { ...make, holder: externalId });
+      const record = { ...newRecord(id, wanted, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt! } : {}) };
+      const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
       return {
         create: true,
-        audit: make.audit && createdAudit(make.audit, toSubscription(externalId, record)),
+        audit,
         events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
         // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
         ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
@@ -250,10 +265,20 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
     const record = { ...current, ...Object.fromEntries(changed) };
-    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, audit: make.audit && updatedAudit(make.audit, externalId, current, record), result: { created: false, record, before: current } };
+    // this subscriber's own copy, from before the token went to `from` (whose copy is still there),
+    // taken back under a new claim: the owner changes again
+    const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp;
+    const audit = make.audit && (takenBack ? movedAudit(make.audit, make.from!, prior, externalId, record) : updatedAudit(make.audit, externalId, current, record));
+    return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, audit, result: { created: false, record, before: current } };
   }, async (p) => {
-    const [held, count] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId))]);
-    return { ...held, count };
+    // the previous subscriber's copy of a move (in its own partition, perhaps this one), read before this write
+    const from = make.from;
+    const [held, count, prior] = await Promise.all([
+      readHeld(redis, keys, scope, externalId, id)(p),
+      redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
+      from === undefined ? {} : readRecord(redis, keys, scope, from, id)(partitionOf(scope.tenantId, from, scope.partitions)),
+    ]);
+    return { ...held, count, prior };
   }, { record: false });
 }
 
@@ -411,6 +436,16 @@ function updatedAudit(trail: AuditTrail, externalId: string, before: Record<stri
   const subscription = toSubscription(externalId, after);
   const { changes, previousAttributes } = diffOf(toSubscription(externalId, before), subscription);
   if (Object.keys(changes).length === 0) return null;
+  return draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
+}
+
+/**
+ * `subscription.updated` of a write taking subscription `id` over from `from`'s copy (`before`): the
+ * owner change (`externalId`) and every other public field that differs.
+ */
+function movedAudit(trail: AuditTrail, from: string, before: Record<string, string>, externalId: string, after: Record<string, string>) {
+  const subscription = toSubscription(externalId, after);
+  const { changes, previousAttributes } = diffOf(toSubscription(from, before), subscription);
   return draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
 }
 

@@ -76,7 +76,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // Each write records its entries; they are settled together before $identify is appended (a 503
     // there leaves the writes and their entries done, and a retry changes nothing more): one
     // subscriber.updated for what this call changed, its own attributes then what the merge filled in
-    // (subscriber.created instead when it created the subscriber), then the merged subscriber's subscriber.deleted.
+    // (subscriber.created instead when it created the subscriber), a subscription.updated per device the merge
+    // moved (the owner change), then the merged subscriber's subscriber.deleted.
     const trail = auditTrailOf(ctx, deps);
     const written = await trail.holding(async () => {
       await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
@@ -122,7 +123,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const scope = scopeOf(ctx, deps);
     const plan = await mergePlan(ctx, { externalId, anonymousId, anonymousIdentityHash }, input);
     const trail = auditTrailOf(ctx, deps);
-    // the merge's entries (what it filled in, the merged subscriber deleted) are settled together, before the registration's
+    // the merge's entries (devices moved, what it filled in, the merged subscriber deleted) are settled together, before the registration's
     if (plan) await trail.holding(() => mergeSubscriber(redis, keys, scope, plan, trail));
     // registering what is stored (every launch does) changes nothing and audits nothing
     const { subscription, created } = await registerSubscription(redis, keys, scope, externalId, input, { audit: trail });

@@ -1,0 +1,147 @@
+import { Redis } from 'ioredis';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
+import { newId } from '../../lib/ids.js';
+import { callScript } from '../../streams/lua-scripts.js';
+import { AuditTrail } from '../../streams/subscriber-audit.js';
+import type { TenantScope } from '../../streams/subscriber-writes.js';
+import { tokenField } from '../../streams/subscribers.js';
+import { registerSubscription } from '../../streams/subscriptions.js';
+import { client } from '../helpers/api.js';
+import { auditEntries, roleContext } from '../helpers/audit.js';
+import { inboxEvents, names } from '../helpers/inbox.js';
+import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+// A device token that changes hands keeps its subscription id: the audit ledger says so with one
+// subscription.updated naming the owner change (externalId), never a second subscription.created
+// for an id a webhook receiver already knows; also when the move is finished after a crash, and
+// when an identify merges the anonymous subscriber holding the device.
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; scope: TenantScope; workspace: { id: string; slug: string }; tenant: { id: string; slug: string } };
+const move = suite<Ctx>('the audit entries of a device moving between subscribers');
+
+move.before(async (ctx) => {
+  ctx.service = await startTestService('move-audit');
+  ctx.api = client(ctx.service.url);
+  const { keys, tenant, workspace } = await bootstrapWorkspace(ctx.service, 'move-audit');
+  ctx.key = keys.tenant;
+  ctx.pk = keys.client;
+  ctx.workspace = { id: workspace.id, slug: workspace.slug };
+  ctx.tenant = { id: tenant.id, slug: tenant.slug };
+  ctx.scope = { workspaceId: workspace.id, tenantId: tenant.id, partitions: ctx.service.config.partitions };
+});
+move.after(async (ctx) => ctx.service.stop());
+
+const token = (n: number) => n.toString(16).padStart(64, 'f');
+
+/** The ledger's subscription entries of one subscription: type, owner, and the owner change when there is one. */
+async function subscriptionEntries(ctx: Ctx, id: string) {
+  return (await auditEntries(ctx.service, ctx.workspace.id)).filter((e) => e.target?.id === id)
+    .map((e) => ({ type: e.type, externalId: e.data.object.externalId, changes: e.changes, previousAttributes: e.previousAttributes }));
+}
+
+move('a token registered by A, then by B: subscription.created (A), then one subscription.updated naming the owner change and what else changed', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'owner-a', channel: 'push', token: token(1), platform: 'ios', device: { model: 'iPhone15,2' } });
+  assert.is(first.status, 201);
+  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: 'owner-b', channel: 'push', token: token(1), platform: 'ios', device: { model: 'iPhone16,1' } });
+  assert.is(moved.status, 201);
+  const id = first.body.data.id;
+  assert.is(moved.body.data.id, id, 'the same subscription');
+  // registering what B holds now changes nothing and audits nothing
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'owner-b', channel: 'push', token: token(1), platform: 'ios', device: { model: 'iPhone16,1' } })).status, 200);
+  assert.equal(await subscriptionEntries(ctx, id), [
+    { type: 'subscription.created', externalId: 'owner-a', changes: undefined, previousAttributes: undefined },
+    { type: 'subscription.updated', externalId: 'owner-b', changes: { externalId: 'owner-b', device: { model: 'iPhone16,1' } }, previousAttributes: { externalId: 'owner-a', device: { model: 'iPhone15,2' } } },
+  ]);
+  // the subscription keeps its id and its creation time: only the owner (and what the registration gave) changed
+  assert.is(moved.body.data.createdAt, first.body.data.createdAt, 'created when A registered it');
+  // the stream events stay as they are: registered on B, removed (moved) on A
+  assert.equal(names(await inboxEvents(service, ctx.tenant.id, 'owner-a')), ['$subscriber.created', '$subscription.registered', '$subscription.removed']);
+  assert.equal(names(await inboxEvents(service, ctx.tenant.id, 'owner-b')), ['$subscriber.created', '$subscription.registered']);
+
+  // and back to A: one more subscription.updated, the other way
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'owner-a', channel: 'push', token: token(1), platform: 'ios', device: { model: 'iPhone16,1' } })).status, 201);
+  const entries = await subscriptionEntries(ctx, id);
+  assert.equal(entries.map((e) => e.type), ['subscription.created', 'subscription.updated', 'subscription.updated']);
+  assert.equal([entries[2]!.changes, entries[2]!.previousAttributes], [{ externalId: 'owner-a' }, { externalId: 'owner-b' }]);
+});
+
+move('a move killed after the claim, before the new owner\'s write, is finished by the next registration: one subscription.updated', async (ctx) => {
+  const { api, pk, service: { redis, keys } } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-a', channel: 'push', token: token(2), platform: 'ios' });
+  // the killed registration of B got as far as lua/claimToken
+  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
+  const [claim] = await callScript<string[]>(redis, 'claimToken', tokens, [tokenField('push', token(2)), newId('subscription'), 'claimed-b']);
+  assert.is(claim, 'moved');
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-b', channel: 'push', token: token(2), platform: 'ios' })).status, 201);
+  assert.equal(await subscriptionEntries(ctx, first.body.data.id), [
+    { type: 'subscription.created', externalId: 'claimed-a', changes: undefined, previousAttributes: undefined },
+    { type: 'subscription.updated', externalId: 'claimed-b', changes: { externalId: 'claimed-b' }, previousAttributes: { externalId: 'claimed-a' } },
+  ]);
+});
+
+move('a move killed after the new owner\'s write (its entry left in the outbox, the previous copy not removed): the retry finishes it, the sweep settles the entry, once', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'written-a', channel: 'push', token: token(3), platform: 'ios' });
+  // B's registration writes, then its process dies: its trail's connection is gone, so neither the settle nor the removal from A happens
+  const dead = new Redis(service.env.REDIS_URL!, { lazyConnect: true });
+  dead.disconnect();
+  const deadTrail = new AuditTrail(dead, service.keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST });
+  let failed: unknown = null;
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'written-b', { channel: 'push', token: token(3), platform: 'ios' }, { audit: deadTrail }).catch((err) => (failed = err));
+  assert.ok(failed, 'the dead writer could not settle');
+  assert.is((await api.get('/v1/subscribers/written-a/subscriptions', ctx.key)).body.data.total, 1, 'A still holds its copy');
+  // the next registration of the token finishes the move; the sweeper settles what the dead writer recorded
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'written-b', channel: 'push', token: token(3), platform: 'ios' })).status, 200);
+  assert.equal(await sweepAuditOutboxes(roleContext(service), 0), { settled: 1, kept: 0 });
+  assert.equal(await sweepAuditOutboxes(roleContext(service), 0), { settled: 0, kept: 0 });
+  assert.equal(await subscriptionEntries(ctx, first.body.data.id), [
+    { type: 'subscription.created', externalId: 'written-a', changes: undefined, previousAttributes: undefined },
+    { type: 'subscription.updated', externalId: 'written-b', changes: { externalId: 'written-b' }, previousAttributes: { externalId: 'written-a' } },
+  ]);
+  assert.equal(names(await inboxEvents(service, ctx.tenant.id, 'written-a')).at(-1), '$subscription.removed');
+});
+
+move('the previous owner registering the device again before a crashed move was finished takes it back: one subscription.updated each way', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'back-a', channel: 'push', token: token(5), platform: 'ios' });
+  const dead = new Redis(service.env.REDIS_URL!, { lazyConnect: true });
+  dead.disconnect();
+  const deadTrail = new AuditTrail(dead, service.keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST });
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'back-b', { channel: 'push', token: token(5), platform: 'ios' }, { audit: deadTrail }).catch(() => null);
+  // A still holds its copy (B's registration died before removing it), and registers the device again
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'back-a', channel: 'push', token: token(5), platform: 'ios' })).status, 200);
+  assert.equal(await sweepAuditOutboxes(roleContext(service), 0), { settled: 1, kept: 0 });
+  assert.is((await api.get('/v1/subscribers/back-a/subscriptions', ctx.key)).body.data.total, 1);
+  assert.is((await api.get('/v1/subscribers/back-b/subscriptions', ctx.key)).body.data.total, 0);
+  // the swept entry of B's write lands after A's in the ledger (consumers order by createdAt): compare as a set
+  const entries = await subscriptionEntries(ctx, first.body.data.id);
+  assert.is(entries[0]!.type, 'subscription.created');
+  assert.equal(entries.slice(1).map((e) => JSON.stringify([e.type, e.changes, e.previousAttributes])).sort(), [
+    ['subscription.updated', { externalId: 'back-a' }, { externalId: 'back-b' }],
+    ['subscription.updated', { externalId: 'back-b' }, { externalId: 'back-a' }],
+  ].map((e) => JSON.stringify(e)).sort());
+});
+
+move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change', async (ctx) => {
+  const { api, pk } = ctx;
+  const device = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-m', channel: 'push', token: token(4), platform: 'ios' });
+  const muted = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-m', channel: 'email', address: 'anon-m@example.com' });
+  assert.is((await api.patch(`/v1/client/subscriptions/${muted.body.data.id}`, pk, { enabled: false })).status, 200);
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-m', anonymousId: 'anon-m', source: 'ios' })).status, 200);
+  // a retry of the identify changes nothing more
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-m', anonymousId: 'anon-m', source: 'ios' })).status, 200);
+  assert.equal((await subscriptionEntries(ctx, device.body.data.id)).map((e) => [e.type, e.externalId, e.changes, e.previousAttributes]), [
+    ['subscription.created', 'anon-m', undefined, undefined],
+    ['subscription.updated', 'user-m', { externalId: 'user-m' }, { externalId: 'anon-m' }],
+  ]);
+  assert.equal((await subscriptionEntries(ctx, muted.body.data.id)).map((e) => [e.type, e.externalId, e.changes, e.previousAttributes]), [
+    ['subscription.created', 'anon-m', undefined, undefined],
+    ['subscription.updated', 'anon-m', { enabled: false }, { enabled: true }],
+    ['subscription.updated', 'user-m', { externalId: 'user-m' }, { externalId: 'anon-m' }],
+  ]);
+});
+
+move.run();
