@@ -4,7 +4,7 @@ import { isoNow } from '../lib/clock.js';
 import { ApiError, validationError, type ErrorDetail } from '../lib/errors.js';
 import { SecretBoxError, type SecretBox } from '../lib/secret-box.js';
 import type { Tenant, Workspace, Writer } from './identity.js';
-import { auditIntent, recordIntent, settleAudit, writeScope, type AuditDraft, type AuditScope } from './audit-outbox.js';
+import { auditIntent, settleAudit, writeScope, type AuditDraft, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { diff } from './ledger.js';
 import { callScript } from './lua-scripts.js';
@@ -88,6 +88,12 @@ export function encryptionKeyMissing(): ApiError {
  * `apns.updated` with the changed public fields (from nulls on the first write). Sending the
  * stored credentials again is a no-op. Throws 503 `unavailable` when `box` is null
  * (no `HERALD_ENCRYPTION_KEY`), 400 `validation` for bad credentials.
+ *
+ * What the write replaces (the entry's `previousAttributes`, `created`) and whether it is the same
+ * as what is stored are decided in lua/setApnsCredentials, atomically with the write: of concurrent
+ * writes, each reports the credentials it replaced itself. Only whether the stored sealed key opens
+ * under this process's encryption key is checked before (it takes the key, which Redis never sees);
+ * the script compares the sealed key it finds with the one checked.
  */
 export async function setApnsCredentials(
   redis: Redis, keys: Keys, box: SecretBox | null, workspace: Workspace, tenant: Tenant, input: ApnsCredentialsInput, by: Writer,
@@ -95,25 +101,23 @@ export async function setApnsCredentials(
   const valid = validateApnsCredentials(input);
   if (!box) throw encryptionKeyMissing();
   const key = keys.apnsCredentials(tenant.id);
-  const stored = await redis.hgetall(key);
-  const before = stored.keyId ? viewOf(stored) : null;
-  const view: ApnsCredentialsView = { keyId: valid.keyId, teamId: valid.teamId, bundleId: valid.bundleId, keyFingerprint: valid.keyFingerprint, configuredAt: isoNow() };
-  const change = diff(before ?? EMPTY_VIEW, view)!;
   // The same credentials again change nothing (no write, no audit, connections kept), unless they
   // were sealed under another encryption key: storing them again is how an operator re-seals them.
-  const same = before !== null && Object.keys(change.changes).every((field) => field === 'configuredAt');
-  if (same && opens(box, stored.privateKey ?? '', tenant.id)) return { credentials: before, created: false };
-  // the entry is decided now (a MULTI has no reply to decide it from) and recorded with the write
-  const audited: UpdateInput = { tenantId: tenant.id, view, ...change };
-  const intent = auditIntent(keys.tenantOutbox(tenant.id), 'apns.update', auditScope(workspace, tenant, by), audited);
-  const multi = redis.multi()
-    .del(key)
-    .hset(key, { ...view, privateKey: box.seal(valid.privateKey, sealContext(tenant.id)), version: randomBytes(12).toString('hex') });
-  const replies = (await recordIntent(multi, intent).exec()) ?? [];
-  for (const [err] of replies) if (err) throw err;
-  await settleAudit(redis, keys, intent, APNS_AUDITS['apns.update'](audited));
+  const sealed = await redis.hget(key, 'privateKey');
+  const opened = sealed !== null && opens(box, sealed, tenant.id) ? sealed : '';
+  const view: ApnsCredentialsView = { keyId: valid.keyId, teamId: valid.teamId, bundleId: valid.bundleId, keyFingerprint: valid.keyFingerprint, configuredAt: isoNow() };
+  const audited: SetInput = { tenantId: tenant.id, view };
+  const intent = auditIntent(keys.tenantOutbox(tenant.id), 'apns.set', auditScope(workspace, tenant, by), audited);
+  const record = { ...view, privateKey: box.seal(valid.privateKey, sealContext(tenant.id)), version: randomBytes(12).toString('hex') };
+  const reply = await callScript<SetReply>(redis, 'setApnsCredentials', [key, intent.key], [intent.token, intent.json, opened, VIEW_FIELDS.length, ...VIEW_FIELDS, ...Object.entries(record).flat()]);
+  const before = previousView(reply);
+  if (reply[0] !== 1) return { credentials: before!, created: false };
+  await settleAudit(redis, keys, intent, APNS_AUDITS['apns.set'](audited, reply));
   return { credentials: view, created: before === null };
 }
+
+/** The credentials lua/setApnsCredentials found (and replaced, unless they were the same), or null when none were stored. */
+const previousView = (reply: SetReply): ApnsCredentialsView | null => (reply[1]?.[0] ? deletedView(reply[1] as string[]) : null);
 
 function opens(box: SecretBox, sealed: string, tenantId: string): boolean {
   try {
@@ -171,17 +175,28 @@ export async function deleteApnsCredentials(redis: Redis, keys: Keys, workspace:
   return deletedView(reply[1]!);
 }
 
-type UpdateInput = { tenantId: string; view: ApnsCredentialsView; changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
+type SetInput = { tenantId: string; view: ApnsCredentialsView };
+type SetReply = [number, (string | null)[]?];
+/** The input of `apns.update`, the MULTI write of earlier versions: its entry decided before the write. */
+type UpdateInput = SetInput & { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> };
 type DeleteReply = [number, string[]?];
 
 const deletedView = (values: string[]): ApnsCredentialsView => viewOf(Object.fromEntries(VIEW_FIELDS.map((field, i) => [field, values[i]!])));
 const target = (tenantId: string) => ({ type: 'apns_credentials', id: tenantId });
 
 /**
- * The audit entries of credential writes (streams/audit-outbox.ts): an update's from what the writer
- * decided (its MULTI has no reply), a deletion's from its script's reply.
+ * The audit entries of credential writes (streams/audit-outbox.ts), from their scripts' replies: a
+ * write's changes against the credentials it replaced, a deletion's the credentials it removed.
+ * `apns.update` settles the intents that versions writing with a MULTI (their entry decided before
+ * the write, from an earlier read) may have left in an outbox.
  */
 export const APNS_AUDITS = {
+  'apns.set': ({ tenantId, view }: SetInput, reply: SetReply): AuditDraft[] => {
+    if (reply[0] !== 1) return [];
+    // credentials re-sealed within the millisecond they were configured differ in nothing public
+    const change = diff(previousView(reply) ?? EMPTY_VIEW, view) ?? { changes: {}, previousAttributes: {} };
+    return [{ type: APNS_AUDIT.updated, target: target(tenantId), object: { ...view }, ...change }];
+  },
   'apns.update': ({ tenantId, view, changes, previousAttributes }: UpdateInput): AuditDraft[] =>
     [{ type: APNS_AUDIT.updated, target: target(tenantId), object: { ...view }, changes, previousAttributes }],
   'apns.delete': (tenantId: string, reply: DeleteReply): AuditDraft[] =>

@@ -294,13 +294,18 @@ export async function rotateIdentitySecret(redis: Redis, keys: Keys, workspace: 
   return secret;
 }
 
-/** Turns required identity verification on or off for a tenant's client calls, at once in every process. */
+/**
+ * Turns required identity verification on or off for a tenant's client calls, at once in every
+ * process. The stored value is compared in lua/setIdentityRequired, atomically with the write: only
+ * a call that changes it writes and audits `tenant.updated`, so the entry's previous value is the
+ * one it replaced (concurrent toggles to one value make one entry).
+ */
 export async function setIdentityRequired(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, required: boolean, by: Writer): Promise<void> {
-  const before = (await redis.hget(keys.tenant(tenant.workspaceId, tenant.id), 'identityRequired')) === '1';
-  if (before === required) return;
   const input = { tenant, required };
   const intent = auditIntent(keys.workspaceOutbox(tenant.workspaceId), 'tenant.setIdentityRequired', tenantScope(workspace, tenant, by), input);
-  await writeTenantSetting(redis, keys, tenant, 'identityRequired', required ? '1' : '0', intent);
+  const [changed] = await callScript<[number]>(redis, 'setIdentityRequired', [keys.tenant(tenant.workspaceId, tenant.id), intent.key], [required ? '1' : '0', intent.token, intent.json]);
+  if (changed !== 1) return;
+  await announceIdentityChange(redis, keys, tenant.id);
   await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.setIdentityRequired'](input));
 }
 
@@ -319,7 +324,9 @@ const tenantAudit = (type: string, tenant: Tenant, rest: Partial<AuditDraft> = {
 
 /**
  * The audit entries of tenant writes (streams/audit-outbox.ts): from the script's reply for a
- * creation, from what the writer decided for the settings (a MULTI has no reply).
+ * creation; for the settings, from what the writer knew: a rotation (a MULTI, no reply) always
+ * changes the secret, and lua/setIdentityRequired records its intent only when it changed the value,
+ * so the previous value is the other one.
  */
 export const TENANT_AUDITS = {
   // a new tenant never requires identity verification; `tenant.updated` reports when that changes

@@ -29,11 +29,32 @@ died.after(async ({ service }) => service.stop());
 const intentOf = (ctx: Ctx, op: string, input: unknown) =>
   auditIntent(ctx.service.keys.tenantOutbox(ctx.boot.tenant.id), op, { workspace: ctx.boot.workspace, tenant: ctx.boot.tenant, ...BY_TEST }, input);
 
-died('apns.updated of a writer that died reaches the ledger once, with the stored view and what changed', async (ctx) => {
+died('apns.updated of a writer that died reaches the ledger once, with the stored view and what its write replaced', async (ctx) => {
   const { redis, keys } = ctx.service;
   const first = await ctx.api.call('PUT', PATH, { key: ctx.boot.keys.tenant, body: apnsCredentials(generateProviderKey()) });
   assert.is(first.status, 201);
-  // the MULTI of setApnsCredentials, its intent in it, the writer gone before settling
+  // lua/setApnsCredentials as setApnsCredentials calls it, the writer gone before settling
+  const valid = validateApnsCredentials(apnsCredentials(generateProviderKey()));
+  const view: ApnsCredentialsView = { keyId: valid.keyId, teamId: valid.teamId, bundleId: valid.bundleId, keyFingerprint: valid.keyFingerprint, configuredAt: isoNow() };
+  const input = { tenantId: ctx.boot.tenant.id, view };
+  const intent = intentOf(ctx, 'apns.set', input);
+  const fields = ['keyId', 'teamId', 'bundleId', 'keyFingerprint', 'configuredAt'];
+  const record = { ...view, privateKey: 'v1:sealed', version: 'v' };
+  const reply = await callScript<[number, (string | null)[]]>(redis, 'setApnsCredentials', [keys.apnsCredentials(ctx.boot.tenant.id), intent.key], [intent.token, intent.json, '', fields.length, ...fields, ...Object.entries(record).flat()]);
+  assert.equal(reply, [1, fields.map((f) => first.body.data[f])]);
+
+  const [entry] = await assertSweptOnce(ctx.service, intent, APNS_AUDITS['apns.set'](input, reply));
+  assert.is(entry.type, 'apns.updated');
+  assert.equal(entry.target, { type: 'apns_credentials', id: ctx.boot.tenant.id });
+  assert.equal(entry.data.object, (await ctx.api.get(PATH, ctx.boot.keys.tenant)).body.data);
+  assert.equal(Object.keys(entry.changes).sort(), ['configuredAt', 'keyFingerprint', 'keyId', 'teamId']);
+  assert.equal(entry.previousAttributes.keyId, first.body.data.keyId);
+});
+
+died('apns.updated of an intent an earlier version\'s MULTI left (apns.update, its entry decided before the write) still reaches the ledger once', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const first = (await ctx.api.get(PATH, ctx.boot.keys.tenant));
+  assert.is(first.status, 200);
   const valid = validateApnsCredentials(apnsCredentials(generateProviderKey()));
   const view: ApnsCredentialsView = { keyId: valid.keyId, teamId: valid.teamId, bundleId: valid.bundleId, keyFingerprint: valid.keyFingerprint, configuredAt: isoNow() };
   const input = { tenantId: ctx.boot.tenant.id, view, ...diff(first.body.data, view)! };

@@ -36,7 +36,7 @@ async function createTenantAndDie(ctx: Ctx, slug: string) {
   return { intent, reply, tenant };
 }
 
-/** Writes one identity setting with its intent in one MULTI, as rotateIdentitySecret and setIdentityRequired do, and dies. */
+/** Writes one identity setting with its intent in one MULTI, as rotateIdentitySecret does, and dies. */
 async function writeSettingAndDie(ctx: Ctx, tenant: Tenant, field: string, value: string, op: string, input: unknown) {
   const intent = intentOf(ctx, tenant, op, input);
   await recordIntent(ctx.service.redis.multi().hset(ctx.service.keys.tenant(ctx.workspace.id, tenant.id), field, value), intent).exec();
@@ -70,11 +70,21 @@ died('tenant.updated of a writer that died reaches the ledger once, shaped as th
   const { redis, keys } = ctx.service;
   const { tenant } = await createTenant(redis, keys, ctx.workspace, 'required', BY_TEST);
   const input = { tenant, required: true };
-  const intent = await writeSettingAndDie(ctx, tenant, 'identityRequired', '1', 'tenant.setIdentityRequired', input);
+  // lua/setIdentityRequired as setIdentityRequired calls it, the writer gone before settling
+  const setAndDie = async () => {
+    const intent = intentOf(ctx, tenant, 'tenant.setIdentityRequired', input);
+    const reply = await callScript<[number]>(redis, 'setIdentityRequired', [keys.tenant(ctx.workspace.id, tenant.id), intent.key], ['1', intent.token, intent.json]);
+    return { intent, reply };
+  };
+  const { intent, reply } = await setAndDie();
+  assert.equal(reply, [1]);
   const [swept] = await assertSweptOnce(ctx.service, intent, TENANT_AUDITS['tenant.setIdentityRequired'](input));
   assert.equal([swept.type, swept.data.object, swept.changes, swept.previousAttributes], [
     'tenant.updated', { ...tenant, identityVerificationRequired: true }, { identityVerificationRequired: true }, { identityVerificationRequired: false },
   ]);
+  const again = await setAndDie();
+  assert.equal(again.reply, [0]);
+  assert.is(await redis.hlen(again.intent.key), 0, 'a value already set writes no intent');
 
   // the live writer turning it off again writes the mirror entry, and nothing is left in the outbox
   await setIdentityRequired(redis, keys, ctx.workspace, tenant, false, BY_TEST);
