@@ -266,6 +266,23 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   assert.is(expiring.status, 200, expiring.text);
 });
 
+cli('key create with an --expires already past makes a key the service answers 401 api_key_expired', async ({ env, api }) => {
+  // The operator contract's way to see spec Part 7's api_key_expired row without waiting for a real expiry.
+  const past = '2020-01-01T00:00:00Z';
+  const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', past, '--json');
+  ok(run, 'key create --expires <past>');
+  const { id, key } = oneJsonLine(run);
+  const refused = await api.get('/v1/events/names', key);
+  assert.is(refused.status, 401, refused.text);
+  assert.is(refused.body.error.code, 'api_key_expired');
+  const list = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'acme', '--json'));
+  assert.is(list.items.find((k: any) => k.id === id).expiresAt, '2020-01-01T00:00:00.000Z');
+
+  const text = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', past);
+  ok(text, 'key create --expires <past> without --json');
+  assert.match(text.stdout, /has already passed: every call with it is 401 api_key_expired\.\n$/);
+});
+
 cli('key create without --tenant gives tenant and client keys the default tenant', async ({ env, service }) => {
   const run = await herald(env, 'key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'client', '--json');
   ok(run, 'key create --kind client');
