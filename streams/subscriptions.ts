@@ -76,8 +76,20 @@ function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Recor
 }
 
 /** 400 unless the handle fits the channel: a push subscription has a `token`, an email one an `address`. */
+/**
+ * A registration as the client sent it, its `channel` filled in when left out: `push` for a body
+ * with a `token` and no `address`, `email` for one with an `address` and no `token` (spec 4.4 requires
+ * only `externalId`); otherwise it stays out and checkRegistration refuses it.
+ */
+export function withChannel<T extends Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] }>(input: T): T & { channel: RegisterInput['channel'] } {
+  if (input.channel) return input as T & { channel: RegisterInput['channel'] };
+  const channel = input.token !== undefined && input.address === undefined ? 'push' : input.address !== undefined && input.token === undefined ? 'email' : undefined;
+  return { ...input, channel } as T & { channel: RegisterInput['channel'] };
+}
+
 export function checkRegistration(input: RegisterInput): void {
   const wrong = (param: string, message: string) => new ApiError(400, 'validation', `${param}: ${message}`, { param, details: [{ param, message }] });
+  if (!input.channel) throw wrong('channel', 'is required unless exactly one of token or address is given');
   if (input.channel === 'push' && !input.token) throw wrong('token', 'is required for the push channel');
   if (input.channel === 'email' && !input.address) throw wrong('address', 'is required for the email channel');
   if (input.channel === 'push' && input.address) throw wrong('address', 'is only for the email channel');

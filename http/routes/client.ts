@@ -7,7 +7,7 @@ import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
-import { checkRegistration, ownerOf, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
+import { checkRegistration, ownerOf, withChannel, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
 import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
@@ -101,7 +101,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientRegisterSubscription
    *     summary: Register a device token or an email address
    *     description: Client key only. Creates the subscriber when unknown (`$subscriber.created`) and the subscription
-   *       (`$subscription.registered`, 201). Registering a token this externalId holds updates it (200; the fields given
+   *       (`$subscription.registered`, 201). `channel` may be left out when the body has exactly one of `token` (then `push`)
+   *       and `address` (then `email`); otherwise it is required (400 `validation`). Registering a token this externalId holds updates it (200; the fields given
    *       replace the stored ones, and platform, environment, authorizationStatus and device left out keep theirs); a token another
    *       subscriber holds moves to this externalId (201, same subscription id, `$subscription.removed` on the previous one). `environment` is the APNs environment of
    *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; beyond, the
@@ -117,7 +118,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
-    const { externalId, identityHash, anonymousId, anonymousIdentityHash, ...input } = checkBody<Identified & Merging & RegisterInput>('SubscriptionRegister', ctx.request.body);
+    const { externalId, identityHash, anonymousId, anonymousIdentityHash, ...given } = checkBody<Identified & Merging & Omit<RegisterInput, 'channel'> & Partial<Pick<RegisterInput, 'channel'>>>('SubscriptionRegister', ctx.request.body);
+    const input = withChannel(given);
     checkRegistration(input);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);

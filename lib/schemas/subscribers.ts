@@ -120,13 +120,13 @@ const device: Schema = {
 export const SubscriptionRegister: Schema = {
   type: 'object',
   additionalProperties: false,
-  required: ['externalId', 'channel'],
+  required: ['externalId'],
   properties: {
     externalId,
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
     anonymousId,
     anonymousIdentityHash,
-    channel: { type: 'string', enum: ['push', 'email'] },
+    channel: { type: 'string', enum: ['push', 'email'], description: 'Default: `push` with a `token` and no `address`, `email` with an `address` and no `token`; required otherwise.' },
     token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push).' },
     address: { type: 'string', minLength: 3, maxLength: 254, format: 'email', description: 'Email address (email).' },
     platform: { type: 'string', enum: ['ios', 'android'] },

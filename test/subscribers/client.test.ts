@@ -209,6 +209,16 @@ c('backend routes disable and remove a subscription; removal writes $subscriptio
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'backend')), ['$subscriber.created', '$subscription.registered', '$subscription.muted', '$subscription.removed']);
 });
 
+c('channel may be left out: a token registers a push subscription, an address an email one (spec 4.4 requires only externalId)', async ({ api, pk }) => {
+  const push = await api.post('/v1/client/subscriptions', pk, { externalId: 'no-channel', token: token(71), platform: 'ios' });
+  assert.is(push.status, 201, JSON.stringify(push.body));
+  assert.is(push.body.data.channel, 'push');
+  const email = await api.post('/v1/client/subscriptions', pk, { externalId: 'no-channel', address: 'no-channel@example.com' });
+  assert.is(email.status, 201, JSON.stringify(email.body));
+  assert.is(email.body.data.channel, 'email');
+  assert.is(email.body.data.address, 'no-channel@example.com');
+});
+
 c('every bound of 4.4 is a validation error naming the field', async ({ api, pk }) => {
   const base = { externalId: 'bounds', channel: 'push', platform: 'ios' };
   const cases: [unknown, string][] = [
@@ -226,6 +236,9 @@ c('every bound of 4.4 is a validation error naming the field', async ({ api, pk 
     [{ ...base, token: token(6), anonymousId: 'x'.repeat(257) }, 'anonymousId'],
     [{ ...base }, 'token'],
     [{ externalId: 'bounds', channel: 'email', token: token(6) }, 'address'],
+    // no channel: it follows from exactly one of token and address, else it is required
+    [{ externalId: 'bounds', platform: 'ios' }, 'channel'],
+    [{ externalId: 'bounds', token: token(6), address: 'a@x.io' }, 'channel'],
   ];
   for (const [body, param] of cases) {
     const res = await api.post('/v1/client/subscriptions', pk, body);
