@@ -25,20 +25,29 @@ type UpdateBody = { url?: string; description?: string | null; events?: string[]
 
 const withSecret = (e: WebhookEndpoint) => ({ ...publicEndpoint(e), secret: e.secret });
 
+/** How long a save waits for the host name's addresses; past it the name counts as not resolving now. */
+const SAVE_RESOLVE_TIMEOUT_MS = 3_000;
+
 /**
  * The URL rules of spec 2.5 and 7 (`invalid_url`): http(s), https in production, no credentials,
  * no private/loopback/link-local/CGNAT/multicast/reserved address, checked on the text and on
- * every address the host name resolves to now. Returns the URL as sent (normalised by WHATWG URL).
+ * every address the host name resolves to now. A name that does not resolve now (no such name, no
+ * DNS, no answer within SAVE_RESOLVE_TIMEOUT_MS) points nowhere, so nowhere private: it is saved, and
+ * every attempt resolves it again through the guarded lookup, which refuses a private address then.
+ * Returns the URL as sent (normalised by WHATWG URL).
  */
 async function checkUrl(raw: string, options: { production: boolean; allow: AllowList }): Promise<string> {
   const refuse = (message: string): never => { throw validationError([{ param: 'url', message }], 'invalid_url'); };
   const check = checkWebhookUrl(raw, options);
   if (!check.ok) return refuse(check.reason);
+  let timer: NodeJS.Timeout | undefined;
+  const unresolved = new Promise<null>((resolve) => { timer = setTimeout(() => resolve(null), SAVE_RESOLVE_TIMEOUT_MS); });
   try {
-    const resolved = await resolveAndCheck(check.url.hostname, { allow: options.allow, lookup: resolveAllFor() });
-    if (!resolved.ok) return refuse(resolved.reason);
-  } catch (err) {
-    return refuse(`host ${check.url.hostname} does not resolve (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    const resolving = resolveAndCheck(check.url.hostname, { allow: options.allow, lookup: resolveAllFor() }).catch(() => null);
+    const resolved = await Promise.race([resolving, unresolved]);
+    if (resolved && !resolved.ok) return refuse(resolved.reason);
+  } finally {
+    clearTimeout(timer);
   }
   return check.url.href;
 }
@@ -128,7 +137,8 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *       Scope `webhooks:write`, workspace keys only (tenant keys 403). At most 50 endpoints per workspace
    *       (`400 limit_exceeded`). `url` must be http(s) without credentials and must not point to (or resolve
    *       to) a private, loopback, link-local, CGNAT, multicast or reserved address; https only in production
-   *       (`400 invalid_url`). `events` defaults to `["*"]`; private names (`key.*`, `webhook.*`, `profile.*`)
+   *       (`400 invalid_url`). A host name that does not resolve now is saved (each attempt resolves it again and
+   *       refuses a private address then). `events` defaults to `["*"]`; private names (`key.*`, `webhook.*`, `profile.*`)
    *       are `400 invalid_event`. `tenant` (a slug of the workspace) narrows the endpoint to that tenant.
    *       The answer carries the signing secret (`secret`, `whsec_…`) this once. The endpoint receives events
    *       from its creation on, never earlier ones.

@@ -81,7 +81,7 @@ endpoints('URLs with credentials, private, loopback, link-local, CGNAT, multicas
     'https://0.0.0.0/', 'https://[::1]/', 'https://[::ffff:10.0.0.1]/', 'https://[::ffff:127.0.0.1]/', 'https://[fe80::1]/', 'https://[fc00::1]/',
     'https://[ff02::1]/', 'https://2130706433/', 'https://0x7f.1/', 'ftp://8.8.8.8/', 'not a url',
     // names are resolved at save time: every address must be public
-    'https://internal.example.test/', 'https://two.example.test/', 'https://mapped.example.test/', 'https://metadata.example.test/', 'https://nowhere.example.test/',
+    'https://internal.example.test/', 'https://two.example.test/', 'https://mapped.example.test/', 'https://metadata.example.test/',
   ];
   for (const url of refused) {
     const res = await api.post(base(), key, { url });
@@ -92,6 +92,11 @@ endpoints('URLs with credentials, private, loopback, link-local, CGNAT, multicas
   const ok = await api.post(base(), key, { url: 'https://hooks.example.test/in' });
   assert.is(ok.status, 201);
   assert.is(ok.body.data.url, 'https://hooks.example.test/in');
+  // a name that does not resolve now points nowhere private: saved (each attempt resolves it again)
+  const unresolved = await api.post(base(), key, { url: 'https://nowhere.example.test/in' });
+  assert.is(unresolved.status, 201, JSON.stringify(unresolved.body));
+  assert.is((await api.patch(`${base()}/${unresolved.body.data.id}`, key, { url: 'https://nowhere-else.example.test/in' })).status, 200);
+  await api.del(`${base()}/${unresolved.body.data.id}`, key);
 });
 
 endpoints('a URL with credentials is refused, not rewritten, on PATCH too', async ({ api, key }) => {
