@@ -92,4 +92,32 @@ sends('the slugs a send\'s entry carries are read once per process: a warm looku
   assert.is(await refs.scope(boot.workspace.id, missing), null);
 });
 
+sends('run events and $send reach an endpoint with runId, workflow and versionId at the top of data.object (spec 6.1 rule 5)', async (ctx) => {
+  const { api, boot } = ctx;
+  const receiver = await startReceiver();
+  try {
+    const hook = await api.post(`/v1/workspaces/${boot.workspace.slug}/webhooks`, boot.keys.workspace, { url: `${receiver.url}/hook`, events: ['$run.*', '$send'] });
+    assert.is(hook.status, 201, hook.text);
+    receiver.secrets.push(hook.body.data.secret);
+    const created = await api.post('/v1/workflows', boot.keys.tenant, { slug: 'announce', trigger: { event: 'user.announced' }, steps: [{ type: 'send', message: { title: 'Hi', body: 'there' } }] });
+    assert.is(created.status, 201, created.text);
+    assert.is((await api.post('/v1/events', boot.keys.tenant, { externalId: 'announced', name: 'user.announced' })).status, 202);
+    const wanted = ['$run.started', '$run.step', '$run.completed', '$send'];
+    // this run's (the first test's may still be on their way)
+    const ours = () => receiver.requests.filter((r) => r.body.data.object.subscriber.externalId === 'announced');
+    const got = await waitFor('the run events and $send at the endpoint', async () => {
+      const names = new Set(ours().map((r) => r.body.type));
+      return wanted.every((n) => names.has(n)) && ours();
+    });
+    for (const { body, failures } of got) {
+      assert.equal(failures, [], 'verified with the endpoint secret');
+      const object = body.data.object;
+      assert.match(object.runId, /^run_/, body.type);
+      assert.equal([object.workflow, object.versionId], ['announce', created.body.data.versionId], body.type);
+    }
+  } finally {
+    await receiver.close();
+  }
+});
+
 sends.run();
