@@ -51,6 +51,11 @@ export async function loadWidgets(redis: Redis, keys: Keys, tenantId: string, id
   });
 }
 
+/** True when `id` is a widget id this tenant holds or held (its record or tombstone is there). */
+export async function widgetKnown(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<boolean> {
+  return isId('widget', id) && (await redis.exists(keys.widget(tenantId, id))) === 1;
+}
+
 /**
  * Deletes a widget of `externalId` (lua/deleteWidget): the deleted widget, or null when it was
  * deleted before (its tombstone is kept `tombstoneMs`, so deleting twice is fine). A malformed id,

@@ -8,7 +8,7 @@ import { getPreferences, updatePreferences, type PreferencesUpdate } from '../..
 import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, withChannel, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput } from '../../streams/subscriptions.js';
-import { deleteWidget, loadWidgets, registerWidget, type WidgetInput } from '../../streams/widgets.js';
+import { deleteWidget, loadWidgets, registerWidget, widgetKnown, type WidgetInput } from '../../streams/widgets.js';
 import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
@@ -275,7 +275,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when this
    *       subscriber deleted it before (deleting twice is fine; remembered for the event retention, `EVENT_RETENTION_DAYS`).
    *       A malformed id, an id this tenant never held (another tenant's included) or a widget of another subscriber is
-   *       404 `not_found` (spec 2.3).
+   *       404 `not_found` (spec 2.3), with or without `externalId`; a known id without `externalId` is 400 `validation`.
    *     tags: [Client]
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
@@ -291,6 +291,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.delete('/v1/client/widgets/:id', client, async (ctx) => {
+    // an id this tenant never held is 404 whatever else the request lacks (spec 4.4 lists only the path id)
+    if (ctx.query.externalId === undefined && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
     await verifyClient(deps, ctx, query.externalId, query.identityHash);
     const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);

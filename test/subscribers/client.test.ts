@@ -320,6 +320,14 @@ c('widgets: an id of another tenant or one never issued is 404 on DELETE (spec 2
   const neverIssued = await api.del(`/v1/client/widgets/${theirs.body.data.id.slice(0, -4)}zzzz?externalId=w-user`, pk);
   assert.is(neverIssued.status, 404);
   assert.is((await api.get('/v1/client/widgets?externalId=w-user', other.keys.client)).body.data.total, 1, 'the other tenant keeps its widget');
+  // without externalId (spec 4.4 names only the path id): unknown, malformed or foreign ids are 404 all the same;
+  // a widget this tenant holds needs the externalId it belongs to (400)
+  for (const id of [theirs.body.data.id, 'not-an-id', `${theirs.body.data.id.slice(0, -4)}zzzz`]) {
+    const bare = await api.del(`/v1/client/widgets/${id}`, pk);
+    assert.equal([bare.status, bare.body.error?.code], [404, 'not_found'], id);
+  }
+  const bareOwn = await api.del(`/v1/client/widgets/${theirs.body.data.id}`, other.keys.client);
+  assert.equal([bareOwn.status, bareOwn.body.error?.code, bareOwn.body.error?.param], [400, 'validation', 'externalId']);
   // deleted in its own tenant: 200 with the widget, then 200 null; the other tenant still gets 404
   assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, other.keys.client)).body.data.id, theirs.body.data.id);
   assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=w-user`, other.keys.client)).body.data, null);
