@@ -81,11 +81,14 @@ function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Recor
  * with a `token` and no `address`, `email` for one with an `address` and no `token` (spec 4.4 requires
  * only `externalId`); otherwise it stays out and checkRegistration refuses it.
  */
-export function withChannel<T extends Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] }>(input: T): T & { channel: RegisterInput['channel'] } {
-  if (input.channel) return input as T & { channel: RegisterInput['channel'] };
+export function withChannel(input: RegistrationBody): RegisterInput {
+  if (input.channel) return input as RegisterInput;
   const channel = input.token !== undefined && input.address === undefined ? 'push' : input.address !== undefined && input.token === undefined ? 'email' : undefined;
-  return { ...input, channel } as T & { channel: RegisterInput['channel'] };
+  return { ...input, channel } as RegisterInput;
 }
+
+/** A registration as a client may send it: `channel` optional (withChannel fills it in). */
+export type RegistrationBody = Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] };
 
 export function checkRegistration(input: RegisterInput): void {
   const wrong = (param: string, message: string) => new ApiError(400, 'validation', `${param}: ${message}`, { param, details: [{ param, message }] });
