@@ -5,7 +5,7 @@ import { derivedId } from '../lib/ids.js';
 import { createAllowList } from '../lib/ssrf-guard.js';
 import { isDeliverable } from '../lib/webhook-events.js';
 import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
-import { signingSecrets } from '../lib/webhook-signing.js';
+import { signingSecrets, type RetiredSecret } from '../lib/webhook-signing.js';
 import { IdentityRefs, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
@@ -40,7 +40,7 @@ const ANNOUNCE_GRACE_MS = 60_000;
 const CLOCK_SKEW_MS = 5 * 60_000;
 
 /** What an attempt is sent with: the endpoint's URL and secrets as the claim saw them. */
-type Target = { url: string; secret: string; previousSecret: string | null; rotatedAtMs: number | null };
+type Target = { url: string; secret: string; retiredSecrets: readonly RetiredSecret[] };
 
 const idMs = (streamId: string) => Number(streamId.slice(0, streamId.indexOf('-')));
 
@@ -249,8 +249,8 @@ class WebhookDispatcher {
       run: async () => {
         // An attempt starts only with more than a timeout of lease left, so the lease outlives it.
         if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return;
-        const previous = target.previousSecret && target.rotatedAtMs !== null ? { secret: target.previousSecret, rotatedAtMs: target.rotatedAtMs } : null;
-        const secrets = signingSecrets(target.secret, previous, now());
+        // the one place secrets are chosen: first sends, retries and replays all pass here
+        const secrets = signingSecrets(target.secret, target.retiredSecrets, now());
         const protocol = target.url.startsWith('https:') ? 'https:' : 'http:';
         const result = await postWebhook(target.url, attempt.eventId, Buffer.from(attempt.body), secrets, lanes.agent(protocol), this.send);
         if (this.aborted) return;

@@ -6,8 +6,13 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** Largest accepted distance, either way, between a signature's timestamp and now (spec 8). */
 export const TOLERANCE_SECONDS = 5 * 60;
-/** How long the previous secret keeps signing and verifying after a rotation (spec 6.2.8). */
+/** How long a secret retired by a rotation keeps signing and verifying after it (spec 6.2.8). */
 export const OLD_SECRET_VALIDITY_MS = 24 * 3600 * 1000;
+/**
+ * Most retired secrets an endpoint keeps (and signs with) at once: an 11th rotation within 24 hours
+ * drops the oldest retired secret before its 24 hours are over.
+ */
+export const MAX_RETIRED_SECRETS = 10;
 export const SECRET_PREFIX = 'whsec_';
 
 const SECRET_BYTES = 24;
@@ -41,7 +46,7 @@ function hmac(key: Buffer, id: string, timestamp: string, body: string | Uint8Ar
 
 /**
  * The `webhook-signature` header value: one `v1,<signature>` per secret, space-separated.
- * During a rotation pass the current and the previous secret; receivers accept either.
+ * Within 24 hours of rotations pass the current secret and the retired ones; receivers accept any.
  */
 export function signPayload(secrets: string[], id: string, timestampSeconds: number, body: string | Uint8Array): string {
   if (secrets.length === 0) throw new Error('signPayload needs at least one secret');
@@ -83,11 +88,35 @@ export function webhookHeaders(secrets: string[], id: string, body: string | Uin
   };
 }
 
+/** A secret retired by a rotation: it keeps signing until `expiresAtMs` (rotation + 24 hours). */
+export type RetiredSecret = { secret: string; expiresAtMs: number };
+
 /**
- * The secrets to sign with at `nowMs`: the current one, then the previous one while it is
- * younger than `OLD_SECRET_VALIDITY_MS` since the rotation.
+ * The retired secrets of a stored endpoint, newest first: the JSON list `retiredSecrets`
+ * (`[{ secret, expiresAt }]`, written by lua/rotateWebhookSecret), merged with the single
+ * `previousSecret` of records rotated by an earlier version (retired at `rotatedAt`, so it expires
+ * 24 hours later). Rotations keep `previousSecret` as the newest retired secret, so both agree.
  */
-export function signingSecrets(current: string, previous: { secret: string; rotatedAtMs: number } | null, nowMs: number): string[] {
-  if (previous && nowMs - previous.rotatedAtMs < OLD_SECRET_VALIDITY_MS) return [current, previous.secret];
-  return [current];
+export function retiredSecretsOf(stored: { retiredSecrets?: string; previousSecret?: string; rotatedAt?: string }): RetiredSecret[] {
+  const out: RetiredSecret[] = [];
+  const raw = stored.retiredSecrets ? (JSON.parse(stored.retiredSecrets) as unknown) : [];
+  // cjson writes an empty list as `{}`
+  if (Array.isArray(raw)) for (const r of raw as { secret: string; expiresAt: number }[]) out.push({ secret: r.secret, expiresAtMs: Number(r.expiresAt) });
+  if (stored.previousSecret && stored.rotatedAt && !out.some((r) => r.secret === stored.previousSecret)) {
+    out.push({ secret: stored.previousSecret, expiresAtMs: Number(stored.rotatedAt) + OLD_SECRET_VALIDITY_MS });
+  }
+  return out.sort((a, b) => b.expiresAtMs - a.expiresAtMs);
+}
+
+/**
+ * The secrets to sign with at `nowMs`: the current one first, then each retired one still inside
+ * its window (`nowMs < expiresAtMs`), newest first, at most `MAX_RETIRED_SECRETS` of them.
+ */
+export function signingSecrets(current: string, retired: readonly RetiredSecret[], nowMs: number): string[] {
+  const out = [current];
+  for (const r of [...retired].sort((a, b) => b.expiresAtMs - a.expiresAtMs)) {
+    if (out.length > MAX_RETIRED_SECRETS) break;
+    if (nowMs < r.expiresAtMs && !out.includes(r.secret)) out.push(r.secret);
+  }
+  return out;
 }

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { isId, newId } from '../lib/ids.js';
 import { MAX_ENDPOINTS_PER_WORKSPACE } from '../lib/webhook-policy.js';
-import { newWebhookSecret } from '../lib/webhook-signing.js';
+import { MAX_RETIRED_SECRETS, newWebhookSecret, OLD_SECRET_VALIDITY_MS, retiredSecretsOf, type RetiredSecret } from '../lib/webhook-signing.js';
 import type { Writer, Workspace } from './identity.js';
 import type { Keys } from './keys.js';
 import { appendAudit, diff, type Ref } from './ledger.js';
@@ -21,8 +21,9 @@ export type WebhookEndpoint = {
   tenantSlug: string | null;
   enabled: boolean;
   secret: string;
-  /** the secret before the last rotation, signing alongside the current one for 24 hours */
-  previousSecret: string | null;
+  /** secrets retired by rotations, newest first, each signing alongside the current one until its expiry */
+  retiredSecrets: RetiredSecret[];
+  /** the last rotation */
   rotatedAtMs: number | null;
   createdAt: string;
   updatedAt: string;
@@ -64,7 +65,7 @@ export function toEndpoint(h: Record<string, string>): WebhookEndpoint | null {
     tenantSlug: h.tenantSlug || null,
     enabled: h.enabled === '1',
     secret: h.secret!,
-    previousSecret: h.previousSecret || null,
+    retiredSecrets: retiredSecretsOf(h),
     rotatedAtMs: numberOrNull(h.rotatedAt),
     createdAt: h.createdAt!,
     updatedAt: h.updatedAt!,
@@ -144,7 +145,7 @@ export async function createEndpoint(redis: Redis, keys: Keys, workspace: Worksp
   const fields: Record<string, string> = {
     id, url: input.url, description: input.description ?? '', events: JSON.stringify(input.events),
     tenantId: input.tenant?.id ?? '', tenantSlug: input.tenant?.slug ?? '', enabled: '1', secret: newWebhookSecret(),
-    previousSecret: '', rotatedAt: '', createdAt: iso, updatedAt: iso, disabledAt: '', failingSince: '', activeSince: String(at),
+    retiredSecrets: '', previousSecret: '', rotatedAt: '', createdAt: iso, updatedAt: iso, disabledAt: '', failingSince: '', activeSince: String(at),
   };
   const created = await callScript<number>(redis, 'createWebhookEndpoint',
     [keys.webhookEndpoints(workspace.id), keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id)],
@@ -220,14 +221,16 @@ export async function deleteEndpoint(redis: Redis, keys: Keys, workspace: Worksp
 }
 
 /**
- * Gives an endpoint a new secret; the previous one keeps signing for 24 hours (`webhook.rotated`,
- * whose object never carries a secret). Null when not found.
+ * Gives an endpoint a new secret; the one it replaces keeps signing for 24 hours, as do those
+ * retired by earlier rotations within their own 24 hours (at most `MAX_RETIRED_SECRETS`), see
+ * lua/rotateWebhookSecret. Appends `webhook.rotated`, whose object never carries a secret. Null
+ * when not found.
  */
 export async function rotateSecret(redis: Redis, keys: Keys, workspace: Workspace, id: string, by: Writer): Promise<WebhookEndpoint | null> {
   if (!isId('webhookEndpoint', id)) return null;
   const at = now();
   const reply = await callScript<[string[], string[]] | []>(redis, 'rotateWebhookSecret',
-    [keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id)], [newWebhookSecret(), at, isoNow(at)]);
+    [keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id)], [newWebhookSecret(), at, isoNow(at), OLD_SECRET_VALIDITY_MS, MAX_RETIRED_SECRETS]);
   if (reply.length === 0) return null;
   const before = endpointFromList(reply[0])!;
   const after = endpointFromList(reply[1])!;

@@ -274,9 +274,11 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: rotateWebhookSecret
    *     summary: Rotate an endpoint's signing secret
-   *     description: Scope `webhooks:write`. Answers the endpoint with its new `secret`, shown this once. For
-   *       24 hours the previous secret keeps verifying and every request carries both signatures (new first);
-   *       a second rotation within that window ends the first previous secret at once.
+   *     description: Scope `webhooks:write`. Answers the endpoint with its new `secret`, shown this once. The
+   *       secret it replaces keeps verifying for 24 hours from this rotation, and every request in that window
+   *       carries its signature too (current first, then retired secrets newest first). A further rotation
+   *       does not shorten an earlier secret's 24 hours; at most 10 retired secrets are kept, so an 11th
+   *       rotation within 24 hours ends the oldest at once.
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'

@@ -46,7 +46,7 @@ const endpointProperties: Record<string, Schema> = {
   updatedAt: { type: 'string', format: 'date-time' },
   disabledAt: { type: 'string', format: 'date-time', nullable: true },
   failingSince: { type: 'string', format: 'date-time', nullable: true, description: 'Start of the current failure streak; three days of it disable the endpoint. Null after any success.' },
-  secretRotatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'The last rotation; the previous secret signs too for 24 hours after it.' },
+  secretRotatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'The last rotation. Each secret a rotation retires signs too for 24 hours after that rotation (at most 10 retired secrets).' },
 };
 
 /** An endpoint as read back: never its secret. */

@@ -2,7 +2,9 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Webhook } from 'standardwebhooks';
 import {
+  MAX_RETIRED_SECRETS,
   OLD_SECRET_VALIDITY_MS,
+  retiredSecretsOf,
   TOLERANCE_SECONDS,
   newWebhookSecret,
   signPayload,
@@ -121,13 +123,57 @@ headers('headers carry the id, the timestamp and the signature over them', () =>
   });
 });
 
-headers('the previous secret keeps signing for 24 hours after a rotation', () => {
+headers('a retired secret keeps signing for 24 hours after the rotation that retired it', () => {
   const rotatedAtMs = 1_700_000_000_000;
-  const previous = { secret: 'whsec_old', rotatedAtMs };
-  assert.equal(signingSecrets('whsec_new', previous, rotatedAtMs), ['whsec_new', 'whsec_old']);
-  assert.equal(signingSecrets('whsec_new', previous, rotatedAtMs + OLD_SECRET_VALIDITY_MS - 1), ['whsec_new', 'whsec_old']);
-  assert.equal(signingSecrets('whsec_new', previous, rotatedAtMs + OLD_SECRET_VALIDITY_MS), ['whsec_new']);
-  assert.equal(signingSecrets('whsec_new', null, rotatedAtMs), ['whsec_new']);
+  const retired = [{ secret: 'whsec_old', expiresAtMs: rotatedAtMs + OLD_SECRET_VALIDITY_MS }];
+  assert.equal(signingSecrets('whsec_new', retired, rotatedAtMs), ['whsec_new', 'whsec_old']);
+  assert.equal(signingSecrets('whsec_new', retired, rotatedAtMs + OLD_SECRET_VALIDITY_MS - 1), ['whsec_new', 'whsec_old']);
+  assert.equal(signingSecrets('whsec_new', retired, rotatedAtMs + OLD_SECRET_VALIDITY_MS), ['whsec_new']);
+  assert.equal(signingSecrets('whsec_new', [], rotatedAtMs), ['whsec_new']);
+});
+
+headers('two rotations within 24 hours: each retired secret signs until its own expiry, current first, newest next', () => {
+  const t0 = 1_700_000_000_000;
+  const hour = 3_600_000;
+  // whsec_a retired at t0, whsec_b at t0 + 6 h; whsec_c is current
+  const retired = [
+    { secret: 'whsec_a', expiresAtMs: t0 + OLD_SECRET_VALIDITY_MS },
+    { secret: 'whsec_b', expiresAtMs: t0 + 6 * hour + OLD_SECRET_VALIDITY_MS },
+  ];
+  assert.equal(signingSecrets('whsec_c', retired, t0 + 6 * hour), ['whsec_c', 'whsec_b', 'whsec_a'], 'the first secret still signs after the second rotation');
+  assert.equal(signingSecrets('whsec_c', retired, t0 + OLD_SECRET_VALIDITY_MS - 1), ['whsec_c', 'whsec_b', 'whsec_a']);
+  assert.equal(signingSecrets('whsec_c', retired, t0 + OLD_SECRET_VALIDITY_MS), ['whsec_c', 'whsec_b'], 'the first ends 24 h after the rotation that retired it');
+  assert.equal(signingSecrets('whsec_c', retired, t0 + 6 * hour + OLD_SECRET_VALIDITY_MS), ['whsec_c']);
+});
+
+headers(`at most ${MAX_RETIRED_SECRETS} retired secrets sign; duplicates and the current secret are not repeated`, () => {
+  const t0 = 1_700_000_000_000;
+  const retired = Array.from({ length: MAX_RETIRED_SECRETS + 2 }, (_, i) => ({ secret: `whsec_${i}`, expiresAtMs: t0 + OLD_SECRET_VALIDITY_MS + i }));
+  const got = signingSecrets('whsec_now', retired, t0);
+  assert.is(got.length, 1 + MAX_RETIRED_SECRETS);
+  assert.equal(got.slice(0, 3), ['whsec_now', `whsec_${MAX_RETIRED_SECRETS + 1}`, `whsec_${MAX_RETIRED_SECRETS}`], 'the newest are kept');
+  assert.not.ok(got.includes('whsec_0') || got.includes('whsec_1'), 'the oldest end early');
+  assert.equal(signingSecrets('whsec_x', [{ secret: 'whsec_x', expiresAtMs: t0 + 1 }, { secret: 'whsec_y', expiresAtMs: t0 + 2 }, { secret: 'whsec_y', expiresAtMs: t0 + 1 }], t0), ['whsec_x', 'whsec_y']);
+});
+
+headers('stored retired secrets: the JSON list, merged with the previousSecret of records rotated by an earlier version', () => {
+  const t0 = 1_700_000_000_000;
+  const list = JSON.stringify([{ secret: 'whsec_b', expiresAt: t0 + 10 }, { secret: 'whsec_a', expiresAt: t0 + 5 }]);
+  assert.equal(retiredSecretsOf({}), []);
+  assert.equal(retiredSecretsOf({ retiredSecrets: '', previousSecret: '', rotatedAt: '' }), []);
+  assert.equal(retiredSecretsOf({ retiredSecrets: '{}' }), [], 'cjson writes an empty list as {}');
+  // a record of the earlier version: one previous secret, retired at rotatedAt
+  assert.equal(retiredSecretsOf({ previousSecret: 'whsec_p', rotatedAt: String(t0) }), [{ secret: 'whsec_p', expiresAtMs: t0 + OLD_SECRET_VALIDITY_MS }]);
+  // this version keeps previousSecret as the newest retired one: not counted twice
+  assert.equal(retiredSecretsOf({ retiredSecrets: list, previousSecret: 'whsec_b', rotatedAt: String(t0 + 10 - OLD_SECRET_VALIDITY_MS) }), [
+    { secret: 'whsec_b', expiresAtMs: t0 + 10 }, { secret: 'whsec_a', expiresAtMs: t0 + 5 },
+  ]);
+  // rotated again by a process of the earlier version (rolling upgrade): its previousSecret joins the list
+  assert.equal(retiredSecretsOf({ retiredSecrets: list, previousSecret: 'whsec_c', rotatedAt: String(t0 + 20) }), [
+    { secret: 'whsec_c', expiresAtMs: t0 + 20 + OLD_SECRET_VALIDITY_MS }, { secret: 'whsec_b', expiresAtMs: t0 + 10 }, { secret: 'whsec_a', expiresAtMs: t0 + 5 },
+  ]);
+  // JSON escapes of the base64 alphabet (cjson writes / as \/)
+  assert.equal(retiredSecretsOf({ retiredSecrets: '[{"secret":"whsec_a\\/b+c=","expiresAt":1700000000000}]' }), [{ secret: 'whsec_a/b+c=', expiresAtMs: t0 }]);
 });
 
 headers.run();

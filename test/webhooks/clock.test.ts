@@ -2,10 +2,10 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { now, setClockOffset } from '../../lib/clock.js';
 import { DISABLE_AFTER_MS } from '../../lib/webhook-policy.js';
-import { OLD_SECRET_VALIDITY_MS } from '../../lib/webhook-signing.js';
+import { MAX_RETIRED_SECRETS, newWebhookSecret, OLD_SECRET_VALIDITY_MS } from '../../lib/webhook-signing.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
-import { startReceiver, verifier, type Behaviour, type Receiver } from '../helpers/webhook-receiver.js';
+import { startReceiver, verifier, type Behaviour, type Receiver, type Received } from '../helpers/webhook-receiver.js';
 import { waitFor } from '../helpers/wait.js';
 
 /**
@@ -187,6 +187,113 @@ clock('after a rotation both secrets sign every request for 24 hours, each verif
   assert.is(after.signatures.length, 1, 'one signature after the window');
   assert.equal(after.verifiedBy, [newSecret]);
   assert.match(after.failures.join(), /No matching signature/, 'the old secret no longer verifies');
+});
+
+const HOUR = 3_600_000;
+
+/** Asserts that `q` carries one signature per secret of `order` (in that order) and that each verifies alone. */
+function assertSignedBy(q: Received, order: string[], label: string) {
+  assert.is(q.signatures.length, order.length, `${label}: ${order.length} signatures`);
+  const headers = { 'webhook-id': q.id, 'webhook-timestamp': String(q.timestamp) };
+  order.forEach((secret, i) => assert.ok(verifier(secret, now).verify(q.raw, { ...headers, 'webhook-signature': q.signatures[i]! }), `${label}: signature ${i} is by secret ${i}`));
+  assert.equal([...q.verifiedBy].sort(), [...order].sort(), `${label}: the reference verifier accepts each of them`);
+}
+
+clock('two rotations within 24 hours: each retired secret signs first sends, retries and replays for 24 hours from the rotation that retired it', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-rotate2');
+  const slug = ws.workspace.slug;
+  // the first attempt of each rot2.retry event fails, so it is retried (schedule 1s)
+  const r = await receiver(ctx, (q) => ({ status: q.body?.type === 'rot2.retry' && r.withId(q.id).length === 1 ? 500 : 204 }));
+  const e = await endpoint(ctx, ws, r, ['rot2.*']);
+  const s1 = e.secret;
+  const rotate = async () => {
+    const res = await ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/rotate`, ws.keys.workspace);
+    assert.is(res.status, 200, res.text);
+    r.secrets.push(res.body.data.secret);
+    return res.body.data as { secret: string; secretRotatedAt: string };
+  };
+  const deliver = async (name: string, n = 1) => {
+    const id = wheOf((await track(ctx, ws, name)).id);
+    await waitFor(`${n} request(s) of ${name}`, async () => r.withId(id).length >= n);
+    return { id, requests: r.withId(id) };
+  };
+
+  const s2 = (await rotate()).secret;
+  setClockOffset(6 * HOUR);
+  const second = await rotate();
+  const s3 = second.secret;
+  assert.is((await getEndpoint(ctx, ws, e.id)).secretRotatedAt, second.secretRotatedAt, 'secretRotatedAt is the last rotation');
+
+  assertSignedBy((await deliver('rot2.first')).requests[0]!, [s3, s2, s1], 'a first send after the second rotation');
+  const retried = await deliver('rot2.retry', 2);
+  assertSignedBy(retried.requests[1]!, [s3, s2, s1], 'a retry');
+  const d = await attemptsOf(ctx, ws, e.id, retried.id);
+  const replay = await ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/deliveries/${d.id}/replay`, ws.keys.workspace);
+  assert.is(replay.status, 202, replay.text);
+  await waitFor('the replay', async () => r.withId(retried.id).length === 3);
+  assertSignedBy(r.withId(retried.id)[2]!, [s3, s2, s1], 'a replay');
+
+  setClockOffset(OLD_SECRET_VALIDITY_MS - 60_000);
+  assertSignedBy((await deliver('rot2.before')).requests[0]!, [s3, s2, s1], 'one minute before the first rotation\'s 24 hours');
+
+  setClockOffset(OLD_SECRET_VALIDITY_MS + 60_000);
+  const late = (await deliver('rot2.late')).requests[0]!;
+  assertSignedBy(late, [s3, s2], 'after the first rotation\'s 24 hours');
+  assert.match(late.failures.join(), /No matching signature/, 'the original secret no longer verifies');
+
+  setClockOffset(6 * HOUR + OLD_SECRET_VALIDITY_MS + 60_000);
+  const last = (await deliver('rot2.last')).requests[0]!;
+  assertSignedBy(last, [s3], 'after the second rotation\'s 24 hours');
+  assert.is(last.failures.length, 2);
+
+  // a rotation drops the expired ones from the record
+  const s4 = (await rotate()).secret;
+  const stored = JSON.parse((await ctx.service.redis.hget(ctx.service.keys.webhookEndpoint(ws.workspace.id, e.id), 'retiredSecrets'))!);
+  assert.equal(stored.map((x: any) => x.secret), [s3]);
+  assertSignedBy((await deliver('rot2.after')).requests[0]!, [s4, s3], 'after a third rotation');
+});
+
+clock(`at most ${MAX_RETIRED_SECRETS} retired secrets are kept: a further rotation within 24 hours ends the oldest early`, async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-rotate-many');
+  const r = await receiver(ctx, () => ({ status: 204 }));
+  const e = await endpoint(ctx, ws, r, ['many.*']);
+  for (let i = 0; i < MAX_RETIRED_SECRETS + 1; i++) {
+    const res = await ctx.api.post(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}/rotate`, ws.keys.workspace);
+    r.secrets.push(res.body.data.secret);
+  }
+  const id = wheOf((await track(ctx, ws, 'many.one')).id);
+  await waitFor('many.one', async () => r.withId(id).length === 1);
+  const q = r.withId(id)[0]!;
+  assertSignedBy(q, [...r.secrets].reverse().slice(0, MAX_RETIRED_SECRETS + 1), 'the current secret and the newest retired ones');
+  assert.not.ok(q.verifiedBy.includes(e.secret), 'the first secret ended early');
+});
+
+clock('an endpoint rotated by the earlier version (previousSecret, rotatedAt) keeps its previous secret for its 24 hours, across a new rotation', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-rotate-legacy');
+  const r = await receiver(ctx, () => ({ status: 204 }));
+  const e = await endpoint(ctx, ws, r, ['legacy.*']);
+  const key = ctx.service.keys.webhookEndpoint(ws.workspace.id, e.id);
+  // the record as the earlier version's rotation left it, 12 hours ago: no retiredSecrets field
+  const sA = e.secret;
+  const sB = newWebhookSecret();
+  r.secrets.push(sB);
+  await ctx.service.redis.hdel(key, 'retiredSecrets');
+  await ctx.service.redis.hset(key, 'secret', sB, 'previousSecret', sA, 'rotatedAt', String(now() - 12 * HOUR));
+  await ctx.service.redis.incr(ctx.service.keys.webhookVersion(ws.workspace.id));
+  const deliver = async (name: string) => {
+    const id = wheOf((await track(ctx, ws, name)).id);
+    await waitFor(name, async () => r.withId(id).length === 1);
+    return r.withId(id)[0]!;
+  };
+  assertSignedBy(await deliver('legacy.read'), [sB, sA], 'a stored previous secret signs as a retired one');
+
+  const rotated = await ctx.api.post(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}/rotate`, ws.keys.workspace);
+  const sC = rotated.body.data.secret as string;
+  r.secrets.push(sC);
+  assertSignedBy(await deliver('legacy.rotated'), [sC, sB, sA], 'after a rotation by this version, the earlier previous secret still signs');
+
+  setClockOffset(12 * HOUR + 60_000);
+  assertSignedBy(await deliver('legacy.late'), [sC, sB], 'the earlier previous secret ends 24 hours after its own rotation');
 });
 
 clock.run();
