@@ -36,7 +36,7 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
   subscription: [
     { name: 'subscription.created', description: 'A device or address was registered.' },
     { name: 'subscription.updated', description: 'A subscription changed (with changes and previousAttributes).' },
-    { name: 'subscription.deleted', description: 'A subscription was removed.' },
+    { name: 'subscription.deleted', description: 'A subscription was removed, or went with its deleted subscriber (one each, before that subscriber.deleted).' },
   ],
   apns: [
     { name: 'apns.updated', description: 'A tenant\'s APNs credentials were set or changed (never the key itself).' },

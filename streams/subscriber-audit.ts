@@ -21,9 +21,10 @@ export type WriteReply = [number, string?, number?, number?, string[]?, number?]
  * with `absorbs` (a subscriber's externalId), the subject under which a held intent of the same
  * request and kind is taken in (see `AuditTrail.holding`). `needsRecord`: the operation reads the
  * subscriber's record after the write from the reply (the script reads it only then: registrations
- * and other drafted entries do not pay for it).
+ * and other drafted entries do not pay for it). `entries`: how many entries the operation makes at
+ * most (default 1; the intent fixes one id for each).
  */
-export type WriteAudit = { trail: AuditTrail; op: string; make: AuditOp<any, WriteReply>; input: unknown; absorbs?: string; needsRecord?: boolean };
+export type WriteAudit = { trail: AuditTrail; op: string; make: AuditOp<any, WriteReply>; input: unknown; absorbs?: string; needsRecord?: boolean; entries?: number };
 
 /**
  * The operation of a write whose entries are decided with the change: under the compare-and-set
@@ -31,8 +32,8 @@ export type WriteAudit = { trail: AuditTrail; op: string; make: AuditOp<any, Wri
  */
 export const drafted: AuditOp<AuditDraft[], WriteReply> = (drafts, reply) => (reply[0] === 1 ? drafts : []);
 
-/** A `WriteAudit` of entries decided with the change (`drafted`). */
-export const draftedAudit = (trail: AuditTrail, op: string, drafts: AuditDraft[]): WriteAudit => ({ trail, op, make: drafted, input: drafts });
+/** A `WriteAudit` of entries decided with the change (`drafted`), appended in the order given. */
+export const draftedAudit = (trail: AuditTrail, op: string, drafts: AuditDraft[]): WriteAudit => ({ trail, op, make: drafted, input: drafts, entries: Math.max(1, drafts.length) });
 
 /** An intent made for a write, with the held one it absorbs. */
 export type MadeIntent = { intent: AuditIntent; absorbs: Held | undefined };
@@ -56,7 +57,7 @@ export class AuditTrail {
   intent(outbox: string, audit: WriteAudit): MadeIntent {
     const absorbs = audit.absorbs === undefined ? undefined : this.#held?.find((h) => h.subject === audit.absorbs && h.intent.key === outbox);
     const input = absorbs ? { ...(audit.input as object), carried: absorbs.drafts } : audit.input;
-    return { intent: auditIntent(outbox, audit.op, this.scope, input, 1 + (absorbs?.drafts.length ?? 0)), absorbs };
+    return { intent: auditIntent(outbox, audit.op, this.scope, input, (audit.entries ?? 1) + (absorbs?.drafts.length ?? 0)), absorbs };
   }
 
   /** After the write applied (`reply`): its entries, settled now or held. */

@@ -7,7 +7,7 @@ import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { draftedAudit, drafted, type AuditTrail, type WriteAudit, type WriteReply } from './subscriber-audit.js';
-import { releaseToken } from './subscriptions.js';
+import { heldBy, releaseToken, toSubscription, type Subscription } from './subscriptions.js';
 import { deleteWidgetsOf } from './widgets.js';
 import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
@@ -252,7 +252,10 @@ async function notMovedTopics(redis: Redis, keys: Keys, scope: TenantScope, topi
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
  * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber. With `options.audit`, the write records
- * `subscriber.deleted`.
+ * one `subscription.deleted` for each subscription it held (oldest first), then `subscriber.deleted`:
+ * decided on the state the compare-and-set applies to (the holder guards cover a device moving
+ * away meanwhile), so the entries name exactly the subscriptions the write removed. A merge's delete
+ * (`mergedInto`) only applies once the subscriber holds none (its devices moved: `subscription.updated`).
  */
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options?: { audit?: AuditTrail }): Promise<Subscriber>;
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto: string; audit?: AuditTrail }): Promise<Subscriber | null>;
@@ -262,7 +265,11 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   // retrying the delete, since the subscriber is still there) and once more after it (a widget
   // registered while the delete ran).
   await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
-  type Owned = { subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: boolean; claim: number }[]; topicIds: string[]; /** live topics not moved yet (merge) */ liveTopics: number; segments: string[] };
+  type Owned = {
+    /** `held`: the subscription as it is, when this subscriber holds its record (else a stale reference) */
+    subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: Subscription | null; claim: number }[];
+    topicIds: string[]; /** live topics not moved yet (merge) */ liveTopics: number; segments: string[];
+  };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
   // registration or topic join racing the delete makes the compare-and-set retry, not leak.
   // `mergedInto` (the end of a merge into that subscriber): only when this one holds no subscription
@@ -286,7 +293,12 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     ];
     const guards = owned.subscriptions.map((s): WriteGuard => ['fieldIs', keys.subscription(p, scope.tenantId, s.id), 'holder', s.holder]);
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
-    const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [{ type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber }]);
+    // the subscriptions the write removes, then the subscriber: one intent, in this order in the ledger
+    const removed = owned.subscriptions.flatMap((s) => (s.held ? [s.held] : [])).sort((a, b) => (a.id < b.id ? -1 : 1));
+    const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [
+      ...removed.map((object): AuditDraft => ({ type: 'subscription.deleted', target: { type: 'subscription', id: object.id }, object })),
+      { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber },
+    ]);
     return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, audit, result: { subscriber, owned } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
@@ -294,13 +306,13 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
       segmentsOf(redis, keys, scope, externalId),
     ]);
-    const [handles, live] = await Promise.all([
-      Promise.all(ids.map((id) => redis.hmget(keys.subscription(p, scope.tenantId, id), 'token', 'address', 'channel', 'holder', 'id', 'claim'))),
+    const [records, live] = await Promise.all([
+      Promise.all(ids.map((id) => redis.hgetall(keys.subscription(p, scope.tenantId, id)))),
       options.mergedInto !== undefined ? notMovedTopics(redis, keys, scope, topicIds, options.mergedInto) : Promise.resolve([]),
     ]);
     const subscriptions = ids.map((id, i) => {
-      const [token, address, channel, holder, recordId, claim] = handles[i]!;
-      return { id, token, address, channel: channel ?? 'push', holder: holder ?? '', held: Boolean(recordId) && (!holder || holder === externalId), claim: Number(claim ?? 0) };
+      const h = records[i]!;
+      return { id, token: h.token ?? null, address: h.address ?? null, channel: h.channel ?? 'push', holder: h.holder ?? '', held: heldBy(h, externalId) ? toSubscription(externalId, h) : null, claim: Number(h.claim ?? 0) };
     });
     return { subscriptions, topicIds, liveTopics: live.length, segments };
   });

@@ -14,7 +14,8 @@ import { waitFor } from '../helpers/wait.js';
 // A real web process is killed (SIGKILL) under concurrent subscriber and client writes of every
 // audited kind; a real worker then sweeps the outboxes. Every write that took effect has its audit
 // entries: each subscriber has one subscriber.created, and the newest entry of every subscriber and
-// subscription describes it as it is (deleted ones end with their .deleted entry).
+// subscription describes it as it is (deleted ones end with their .deleted entry: a subscription
+// that went with its deleted subscriber too).
 
 type Ctx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
 const WRITERS = 128;
@@ -34,7 +35,8 @@ kill.after(async (ctx) => {
  * and the ledger's order per record is the order of its writes): POST /v1/subscribers creating and
  * updating `s`, PATCH, preferences, a device registered, muted, updated; identify of an anonymous
  * `a` merged into a new `u` (filled attributes, `a` deleted), identify updating `u`, client
- * preferences, a device for `u` removed or `s`'s device moved to `u`; every third `s` deleted.
+ * preferences, a device for `u` removed or `s`'s device moved to `u`; every third `s` deleted (with
+ * its email address, and its device when it did not move).
  * Returns at the first request the dead process does not answer.
  */
 async function writer(base: string, keys: { tenant: string; client: string }, loop: number, done: () => boolean, iterations: { n: number }): Promise<void> {
@@ -59,6 +61,7 @@ async function writer(base: string, keys: { tenant: string; client: string }, lo
       const device = await post('/v1/client/subscriptions', pk, { externalId: s, channel: 'push', token: token(0), platform: 'ios' });
       await patch(`/v1/client/subscriptions/${device.id}`, pk, { enabled: false });
       await post('/v1/client/subscriptions', pk, { externalId: s, channel: 'push', token: token(0), authorizationStatus: 'authorized' });
+      await post('/v1/client/subscriptions', pk, { externalId: s, channel: 'email', address: `${s}@example.com` });
       await post('/v1/client/identify', pk, { externalId: a, source: 'ios', attributes: { email: `${a}@example.com`, properties: { anonymous: true } } });
       await post('/v1/client/identify', pk, { externalId: u, anonymousId: a, source: 'ios', attributes: { locale: 'fr' } });
       await post('/v1/client/identify', pk, { externalId: u, source: 'ios', attributes: { properties: { n } } });
@@ -117,7 +120,7 @@ async function audit(service: TestService, scope: TenantScope) {
   const withoutCreated = [...subscribers.keys()].filter((id) => created(id) === 0).map(externalIdOf);
   const createdTwice = [...subscribers.keys()].filter((id) => created(id) > 1).map(externalIdOf);
   const stale: string[] = [];
-  let subscriberTargets = 0, subscriptionTargets = 0;
+  let subscriberTargets = 0, subscriptionTargets = 0, withSubscriber = 0;
   for (const [id, list] of byTarget) {
     const newest = list.at(-1)!;
     const object = newest.data.object;
@@ -138,12 +141,14 @@ async function audit(service: TestService, scope: TenantScope) {
       }
       if (current) {
         if (newest.type === 'subscription.deleted' || JSON.stringify(object) !== JSON.stringify(current)) stale.push(`${id}: newest ${newest.type} ${JSON.stringify(object)} but it is ${JSON.stringify(current)}`);
-      } else if (newest.type !== 'subscription.deleted' && existingExternalIds.has(object.externalId)) {
-        stale.push(`${id} is gone and ${object.externalId} exists, its newest entry is ${newest.type}`);
+      } else if (newest.type !== 'subscription.deleted') {
+        stale.push(`${id} is gone (${existingExternalIds.has(object.externalId) ? 'its' : 'with its deleted'} subscriber ${object.externalId}), its newest entry is ${newest.type}`);
+      } else if (!existingExternalIds.has(object.externalId)) {
+        withSubscriber++;
       }
     }
   }
-  return { subscribers: subscribers.size, subscriberTargets, subscriptionTargets, withoutCreated, createdTwice, stale };
+  return { subscribers: subscribers.size, subscriberTargets, subscriptionTargets, withSubscriber, withoutCreated, createdTwice, stale };
 }
 
 kill('after a SIGKILL under concurrent subscriber, subscription, preference and identify writes, every write has its entries: one subscriber.created each, the newest entry describes the record', async (ctx) => {
@@ -172,7 +177,7 @@ kill('after a SIGKILL under concurrent subscriber, subscription, preference and 
   await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 30_000, 100);
 
   const found = await audit(service, scope);
-  console.log(`  killed after ${iterations.n} iterations; ${left} intents left by the dead process; ${found.subscribers} subscribers, ${found.subscriberTargets} subscriber and ${found.subscriptionTargets} subscription targets in the ledger; `
+  console.log(`  killed after ${iterations.n} iterations; ${left} intents left by the dead process; ${found.subscribers} subscribers, ${found.subscriberTargets} subscriber and ${found.subscriptionTargets} subscription targets in the ledger (${found.withSubscriber} deleted with their subscriber); `
     + `${found.withoutCreated.length} without subscriber.created (${found.withoutCreated.filter((x) => x.startsWith('s-')).length} created by POST /v1/subscribers), ${found.createdTwice.length} with two, ${found.stale.length} stale`);
   assert.equal(found.withoutCreated, [], `${found.withoutCreated.length} of ${found.subscribers} subscribers have no subscriber.created`);
   assert.equal(found.createdTwice, [], 'one subscriber.created each');

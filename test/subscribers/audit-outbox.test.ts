@@ -40,9 +40,10 @@ const push = (x: string, extra: Partial<RegisterInput> = {}): RegisterInput => (
 
 /**
  * Each kind of write: `setup` (not audited) then `write` with the trail under test; `types` the
- * entries it makes, `intents` how many its writes leave in the outboxes (default 1).
+ * entries it makes (`ordered`: in this order in the ledger, live and swept), `intents` how many its
+ * writes leave in the outboxes (default 1).
  */
-type Scenario = { setup?: (ctx: Ctx, x: string) => Promise<unknown>; write: (ctx: Ctx, x: string, trail: AuditTrail) => Promise<unknown>; types: string[]; intents?: number };
+type Scenario = { setup?: (ctx: Ctx, x: string) => Promise<unknown>; write: (ctx: Ctx, x: string, trail: AuditTrail) => Promise<unknown>; types: string[]; intents?: number; ordered?: boolean };
 const scenarios: Record<string, Scenario> = {
   'POST /v1/subscribers creating (subscriber.attributes)': {
     write: ({ service: { redis, keys }, scope }, x, audit) => upsertSubscriber(redis, keys, scope, x, { email: 'new@example.com', properties: { plan: 'free' } }, { create: true, audit }),
@@ -53,13 +54,16 @@ const scenarios: Record<string, Scenario> = {
     write: ({ service: { redis, keys }, scope }, x, audit) => upsertSubscriber(redis, keys, scope, x, { locale: 'fr', properties: { n: null } }, { create: false, audit }),
     types: ['subscriber.updated'],
   },
-  'DELETE /v1/subscribers (subscriber.delete)': {
+  'DELETE /v1/subscribers of a subscriber with 2 devices and 1 address (subscriber.delete: subscription.deleted each, then subscriber.deleted, one intent)': {
     setup: async ({ service: { redis, keys }, scope }, x) => {
       await upsertSubscriber(redis, keys, scope, x, { phone: '+33100000000' });
       await registerSubscription(redis, keys, scope, x, push(x));
+      await registerSubscription(redis, keys, scope, x, push(`${x}-2`, { platform: 'android' }));
+      await registerSubscription(redis, keys, scope, x, { channel: 'email', address: `${x}@example.com` });
     },
     write: ({ service: { redis, keys }, scope }, x, audit) => deleteSubscriber(redis, keys, scope, x, { audit }),
-    types: ['subscriber.deleted'],
+    types: ['subscription.deleted', 'subscription.deleted', 'subscription.deleted', 'subscriber.deleted'],
+    ordered: true,
   },
   'a registration of a new device (subscription.register)': {
     write: ({ service: { redis, keys }, scope }, x, audit) => registerSubscription(redis, keys, scope, x, push(x), { audit }),
@@ -142,9 +146,9 @@ async function entriesOf(service: TestService, workspaceId: string, x: string): 
   return [x, `${x}-anon`, `${x}-before`].flatMap((subject) => entries.filter((e) => e.data?.object?.externalId === subject));
 }
 
-/** An entry without what differs between two subjects given the same change: ids, externalId (an owner change's too), token, times. */
+/** An entry without what differs between two subjects given the same change: ids, externalId (an owner change's too), token, address, times. */
 function shape(e: any) {
-  const { id: _id, externalId: _x, token: _t, createdAt: _c, updatedAt: _u, ...object } = e.data.object;
+  const { id: _id, externalId: _x, token: _t, address: _a, createdAt: _c, updatedAt: _u, ...object } = e.data.object;
   const owner = (attributes?: Record<string, unknown>) => attributes && ('externalId' in attributes ? { ...attributes, externalId: String(attributes.externalId).replace(/^(live|dead)-\d+/, 'x') } : attributes);
   return { type: e.type, target: e.target.type, targetIsObject: e.target.id === e.data.object.id, object, changes: owner(e.changes), previousAttributes: owner(e.previousAttributes), actor: e.actor, tenant: e.tenant };
 }
@@ -167,6 +171,7 @@ for (const [name, scenario] of Object.entries(scenarios)) {
     assert.equal(await outboxFields(ctx), [], 'a live writer leaves nothing in the outbox');
     const settledLive = await entriesOf(service, scope.workspaceId, live);
     assert.equal(settledLive.map((e) => e.type).sort(), [...scenario.types].sort());
+    if (scenario.ordered) assert.equal(settledLive.map((e) => e.type), scenario.types, 'in order');
     assert.equal(await entriesOf(service, scope.workspaceId, dead), []);
 
     let failed: unknown = null;
@@ -181,6 +186,7 @@ for (const [name, scenario] of Object.entries(scenarios)) {
     // the same entries; in what order a sweep appends the intents of one outbox is the hash's, not the writer's
     const byShape = (entries: any[]) => entries.map(shape).sort((a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1));
     assert.equal(byShape(swept), byShape(settledLive), 'the same entries as the live writer');
+    if (scenario.ordered) assert.equal(swept.map((e) => e.type), scenario.types, 'swept in order');
     const ids = new Set(left.flatMap((r) => r.ids));
     assert.ok(swept.every((e) => ids.has(e.id)), 'under the ids fixed in the intents');
     assert.equal(await outboxFields(ctx), []);
