@@ -1,6 +1,7 @@
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import swaggerJsdoc from 'swagger-jsdoc';
+import { LIST_QUERY_PROPERTIES } from '../lib/schemas/common.js';
 import { allSchemas } from '../lib/schemas/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -31,8 +32,9 @@ export function buildOpenApi(): Record<string, unknown> {
           Error: { description: 'An error in the envelope; branch on error.code.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } } },
         },
         parameters: {
-          limit: { name: 'limit', in: 'query', required: false, schema: { type: 'integer', minimum: 1, maximum: 100, default: 50 } },
-          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor.", schema: { type: 'string' } },
+          // the bounds the list validators check (lib/schemas/common.ts), so the document and the service agree
+          limit: { name: 'limit', in: 'query', required: false, schema: { ...LIST_QUERY_PROPERTIES.limit } },
+          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor; a cursor this service did not issue is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
           workspaceSlug: { name: 'workspaceSlug', in: 'path', required: true, schema: { type: 'string' } },
           serviceTenant: { name: 'Service-Tenant', in: 'header', required: false, description: 'Tenant slug for workspace keys; `default` when absent.', schema: { type: 'string' } },
         },

@@ -242,11 +242,12 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   assert.ok(doc.paths['/v1/messages'].post.responses['202'].headers['Idempotent-Replayed'], 'headers an operation declares stay');
 });
 
-core('the bounds the document declares on string query parameters are the ones the service checks', async ({ service, api, keys }) => {
+core('the bounds the document declares on string query parameters (cursor too) are the ones the service checks', async ({ service, api, keys }) => {
   const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
   const shared = doc.components.parameters ?? {};
   const keyFor = (path: string) => (path.startsWith('/v1/client/') ? keys.client : path.startsWith('/v1/workspaces/') ? keys.workspace : keys.tenant);
   let probed = 0;
+  let cursors = 0;
   for (const [template, item] of Object.entries<any>(doc.paths)) {
     const path = template.replace('{workspaceSlug}', 'core').replace(/\{[^}]+\}/g, 'qp-missing');
     for (const [method, op] of Object.entries<any>(item)) {
@@ -255,18 +256,22 @@ core('the bounds the document declares on string query parameters are the ones t
       const base = Object.fromEntries(query.filter((p: any) => p.required).map((p: any) => [p.name, 'qp-1']));
       for (const param of query) {
         const schema = param.schema ?? {};
-        if (schema.type !== 'string' || schema.enum || schema.format || param.name === 'cursor') continue;
+        if (schema.type !== 'string' || schema.enum || schema.format) continue;
+        // a list under a resource that does not exist answers 404 before it reads its cursor: probe the top-level lists
+        if (param.name === 'cursor' && /\{(?!workspaceSlug\})/.test(template)) continue;
         const limit = schema.maxLength ?? 1000;
         for (const [value, refused] of [['', (schema.minLength ?? 0) > 0], ['a'.repeat(limit + 1), schema.maxLength !== undefined]] as const) {
           const qs = new URLSearchParams({ ...base, [param.name]: value });
           const res = await api.call(method.toUpperCase(), `${path}?${qs}`, { key: keyFor(template), body: method === 'patch' ? { enabled: true } : undefined });
           assert.is(res.status === 400, refused, `${method.toUpperCase()} ${template} ${param.name}=${value.length} chars answered ${res.status}; the document declares ${JSON.stringify(schema)}`);
           probed++;
+          if (param.name === 'cursor') cursors++;
         }
       }
     }
   }
   assert.ok(probed >= 10, `${probed} probes`);
+  assert.ok(cursors >= 8, `${cursors} cursor probes`);
 });
 
 core.run();
