@@ -98,7 +98,8 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     const kind = principal.key.kind;
     let tenant: Tenant | null = null;
     if (plane === 'any') {
-      tenant = kind === 'workspace' ? await tenantFor(ctx, deps, principal) : principal.tenant;
+      // the same Service-Tenant rule as every other route: a tenant or client key naming another tenant is 403
+      tenant = await tenantFor(ctx, deps, principal);
     } else if (plane === 'client') {
       if (kind !== 'client') throw new ApiError(403, 'forbidden', 'Only client keys (svc_pk_) may call /v1/client routes');
       tenant = await tenantFor(ctx, deps, principal);

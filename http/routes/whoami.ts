@@ -12,6 +12,8 @@ export function registerWhoami(router: Router, deps: AppDeps): void {
    *     summary: The calling credential
    *     description: Any valid API key or events token, no scope needed. Says what the credential is, its scopes,
    *       and the workspace and tenant it works in (for workspace keys, the tenant `Service-Tenant` selects).
+   *       As on every route, a tenant or client key (or an events token) whose `Service-Tenant` names another tenant,
+   *       and a workspace key naming a tenant its workspace does not have, is 403 `forbidden`.
    *       Useful to check a key after rotation.
    *     tags: [Keys]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]

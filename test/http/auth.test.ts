@@ -324,6 +324,19 @@ auth('a client key naming another tenant in Service-Tenant is 403 forbidden, its
 
 // ---- Part 5 rule 4: tenant selection ---------------------------------------------------------
 
+auth('GET /v1/whoami applies the Service-Tenant rule of every route: a tenant or client key naming another tenant is 403 forbidden', async ({ api, acme, secondKey }) => {
+  isError(await api.get('/v1/whoami', acme.keys.tenant, { 'Service-Tenant': 'second' }), 403, 'forbidden');
+  isError(await api.get('/v1/whoami', secondKey, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
+  isError(await api.get('/v1/whoami', acme.keys.client, { 'Service-Tenant': 'second' }), 403, 'forbidden');
+  const own = await api.get('/v1/whoami', secondKey, { 'Service-Tenant': 'second' });
+  isOk(own);
+  assert.is(own.body.data.tenant.slug, 'second');
+  isOk(await api.get('/v1/whoami', acme.keys.client, { 'Service-Tenant': 'default' }));
+  const selected = await api.get('/v1/whoami', acme.keys.workspace, { 'Service-Tenant': 'second' });
+  isOk(selected);
+  assert.is(selected.body.data.tenant.slug, 'second');
+});
+
 auth('a workspace key without Service-Tenant works in the default tenant', async ({ api, acme, secondKey }) => {
   isOk(await api.post('/v1/events', acme.keys.workspace, { externalId: 'in-default', name: 'app.open' }), 202);
   isOk(await api.get('/v1/subscribers/in-default/timeline', acme.keys.tenant));
