@@ -4,6 +4,7 @@ import { ROLES } from '../../lib/config.js';
 import { VERSION } from '../../lib/version.js';
 import { liveRoles } from '../../streams/heartbeat.js';
 import type { AppDeps } from '../deps.js';
+import { ApiError } from '../../lib/errors.js';
 import { respond } from '../envelope.js';
 
 const startedAt = now();
@@ -19,16 +20,14 @@ export function registerHealth(router: Router, deps: AppDeps): void {
    *       (every role listed, 0 when none has announced itself in the last 15 seconds).
    *       Status `ok` when Redis answers and every role has a live process; `degraded` (still 200) when a role has
    *       none (with no worker, events are accepted but not processed; with no dispatcher nothing is delivered);
-   *       `degraded` and 503 when Redis does not answer.
+   *       When Redis does not answer, 503 `unavailable` in the error envelope (`success` false, `data` null, spec 2.1).
    *     tags: [Health]
    *     security: []
    *     responses:
    *       '200':
    *         description: Healthy
    *         content: { application/json: { schema: { $ref: '#/components/schemas/HealthResponse' } } }
-   *       '503':
-   *         description: Redis unreachable
-   *         content: { application/json: { schema: { $ref: '#/components/schemas/HealthResponse' } } }
+   *       '503': { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/health', async (ctx) => {
     const started = process.hrtime.bigint();
@@ -40,12 +39,14 @@ export function registerHealth(router: Router, deps: AppDeps): void {
     } catch {
       reachable = false;
     }
-    const latencyMs = reachable ? Number(process.hrtime.bigint() - started) / 1e6 : null;
+    // an error like any other (spec 2.1: success false, data null); clients retry a 5xx (Part 7)
+    if (!reachable) throw new ApiError(503, 'unavailable', 'Redis does not answer within 1 s: the service cannot take or process requests; retry later');
+    const latencyMs = Number(process.hrtime.bigint() - started) / 1e6;
     const everyRole = ROLES.every((role) => roles[role]! > 0);
-    respond(ctx, reachable ? 200 : 503, {
-      status: reachable && everyRole ? 'ok' : 'degraded',
+    respond(ctx, 200, {
+      status: everyRole ? 'ok' : 'degraded',
       version: VERSION,
-      redis: { reachable, latencyMs: latencyMs === null ? null : Math.round(latencyMs * 1000) / 1000 },
+      redis: { reachable, latencyMs: Math.round(latencyMs * 1000) / 1000 },
       roles,
       uptimeSeconds: Math.floor((now() - startedAt) / 1000),
     });

@@ -64,13 +64,13 @@ export const Health: Schema = {
   additionalProperties: false,
   required: ['status', 'version', 'redis', 'roles', 'uptimeSeconds'],
   properties: {
-    status: { type: 'string', enum: ['ok', 'degraded'], description: '`ok`: Redis answers and every role has a live process; `degraded` otherwise.' },
+    status: { type: 'string', enum: ['ok', 'degraded'], description: '`ok`: every role has a live process; `degraded`: a role has none. (Redis not answering is 503 `unavailable`, an error.)' },
     version: { type: 'string' },
     redis: {
       type: 'object',
       additionalProperties: false,
       required: ['reachable', 'latencyMs'],
-      properties: { reachable: { type: 'boolean' }, latencyMs: { type: 'number', nullable: true } },
+      properties: { reachable: { type: 'boolean', description: 'Always true in a 200 answer: an unreachable Redis is 503 `unavailable`.' }, latencyMs: { type: 'number', nullable: true } },
     },
     roles: {
       type: 'object',

@@ -85,9 +85,11 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
     assert.ok(reply.ms < 3_000, `${what} answered in ${reply.ms} ms`);
   }
   const health = await within(5_000, 'GET /v1/health', () => api.get('/v1/health'));
+  // an error in the envelope like any other 503 (spec 2.1: success false, data null)
   assert.is(health.status, 503);
-  assert.is(health.body.data.status, 'degraded');
-  assert.is(health.body.data.redis.reachable, false);
+  assert.is(health.body.success, false);
+  assert.is(health.body.data, null);
+  assert.is(health.body.error.code, 'unavailable');
 
   await startRedis(ctx);
   await waitFor('the service to answer again', async () => (await within(5_000, 'GET /v1/health', () => api.get('/v1/health'))).status === 200, 15_000, 200);
