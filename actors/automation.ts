@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
-import { counterField, countFields, covers, expiredFields, initField, initValue, nextExpiry } from '../lib/event-counters.js';
+import { Counters } from '../lib/event-counters.js';
 import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
 import { derivedId, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
@@ -267,9 +267,7 @@ export class Automation {
       // counters of the kept conditions (and the in-memory history for conditions that are not kept)
       for (const k of kept.values()) {
         if (!matchesEvent(k.condition, event)) continue;
-        const field = counterField(k.key, k.withinMs, event.ts);
-        ops.push(['hincrby', countersKey, field, 1]);
-        state.counters[field] = String(Number(state.counters[field] ?? 0) + 1);
+        ops.push(['hincrby', countersKey, state.counters.increment(k.key, k.withinMs, event.ts), 1]);
       }
       state.history?.unshift({ name: event.name, data: event.data, ts: event.ts, sequence: item.q });
       if (event.name === '$subscriber.deleted') {
@@ -277,12 +275,9 @@ export class Automation {
         state.exists = false;
         // a subscriber created again later starts with no events: the counters restart from zero,
         // seeded (nothing before the deletion counts; loadHistory stops at it too)
-        for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
-        state.counters = {};
-        for (const k of kept.values()) {
-          ops.push(['hset', countersKey, initField(k.key), initValue(k.withinMs)]);
-          state.counters[initField(k.key)] = initValue(k.withinMs);
-        }
+        for (const key of state.counters.keys()) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
+        state.counters = new Counters();
+        for (const k of kept.values()) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
         if (state.history) state.history = [];
         for (const run of runs) {
           cancelRun(run, host, 'subscriber_deleted');
@@ -349,12 +344,11 @@ export class Automation {
     if (reevaluate) this.segments(p, tenantId, workspaceId, defs, state, topicIdBySlug, nowMs, windowTimerFired, ops);
     // counters that fell out of every window, and those of conditions no longer kept (seeded again if kept again)
     for (const k of kept.values()) {
-      for (const field of expiredFields(state.counters, k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
+      for (const field of state.counters.expiredFields(k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
       // pruned to this window: a longer one that shared the counter and is no longer kept is seeded again if kept again
-      if (k.withinMs !== null && Number(state.counters[initField(k.key)]) > k.withinMs) ops.push(['hset', countersKey, initField(k.key), initValue(k.withinMs)]);
+      if (k.withinMs !== null && Number(state.counters.initOf(k.key)) > k.withinMs) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
     }
-    for (const field of Object.keys(state.counters)) if (!kept.has(field.slice(0, field.indexOf('|')))) ops.push(['hdel', countersKey, field, '-']);
-    if (deleted) for (const field of Object.keys(state.counters)) ops.push(['hdel', countersKey, field, '-']);
+    for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };
   }
@@ -376,7 +370,7 @@ export class Automation {
     if (state.exists) {
       for (const segment of defs.segments) {
         for (const k of segment.windows) {
-          const next = nextExpiry(state.counters, k.key, k.withinMs, nowMs);
+          const next = state.counters.nextExpiry(k.key, k.withinMs, nowMs);
           if (next !== null && (due === null || next < due)) due = next;
         }
       }
@@ -394,14 +388,16 @@ export class Automation {
   private async commit(p: number, commits: Commit[]): Promise<void> {
     const { keys } = this;
     const at = now();
-    const args: (string | number)[] = [at, commits.length];
-    for (const c of commits) {
-      args.push(c.tenantId, c.workspaceId, c.externalId, keys.automation(p, c.tenantId, c.externalId), c.expected, c.events.length);
-      for (const e of c.events) args.push(newId('event', at), e.name, JSON.stringify(e.data), e.runId, e.messageId, e.step, '-');
-      args.push(c.ops.length);
-      for (const op of c.ops) args.push(op[0], op[1], op[2], op[3]);
-    }
-    await callScript<number[]>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], args);
+    const encoded = JSON.stringify(commits.map((c) => {
+      const autoKey = keys.automation(p, c.tenantId, c.externalId);
+      return [
+        c.tenantId, c.workspaceId, c.externalId, autoKey, c.expected,
+        c.events.map((e) => [newId('event', at), e.name, JSON.stringify(e.data), e.runId ?? '', e.messageId ?? '', e.step ?? '']),
+        // the subscriber's own automation key travels once, as '' in its operations
+        c.ops.map(([op, key, a, b]) => [op, key === autoKey ? '' : key, String(a), String(b)]),
+      ];
+    }));
+    await callScript<number[]>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], [at, encoded]);
   }
 }
 
@@ -420,23 +416,18 @@ function conditionsOf(version: { definition: Parameters<typeof workflowExpressio
 function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptCondition>, ops: Op[], countersKey: string): void {
   const history: HistoryEvent[] = state.history ?? [];
   for (const k of kept.values()) {
-    const init = initField(k.key);
-    if (covers(state.counters, k.key, k.withinMs)) continue;
-    for (const field of countFields(state.counters, k.key)) {
+    if (state.counters.covers(k.key, k.withinMs)) continue;
+    for (const field of state.counters.countFields(k.key)) {
       ops.push(['hdel', countersKey, field, '-']);
-      delete state.counters[field];
+      state.counters.remove(field);
     }
     const counts = new Map<string, number>();
     for (const e of history) {
       if (!matchesEvent(k.condition, e)) continue;
-      const field = counterField(k.key, k.withinMs, e.ts);
+      const field = state.counters.increment(k.key, k.withinMs, e.ts);
       counts.set(field, (counts.get(field) ?? 0) + 1);
     }
-    for (const [field, n] of counts) {
-      ops.push(['hincrby', countersKey, field, n]);
-      state.counters[field] = String(Number(state.counters[field] ?? 0) + n);
-    }
-    ops.push(['hset', countersKey, init, initValue(k.withinMs)]);
-    state.counters[init] = initValue(k.withinMs);
+    for (const [field, n] of counts) ops.push(['hincrby', countersKey, field, n]);
+    ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
   }
 }

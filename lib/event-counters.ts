@@ -48,78 +48,152 @@ export function initValue(withinMs: number | null): string {
   return withinMs === null ? 'all' : String(withinMs);
 }
 
-/** True when `key`'s counter was seeded and still keeps every bucket a window of `withinMs` counts. */
-export function covers(fields: Record<string, string>, key: string, withinMs: number | null): boolean {
-  const init = fields[initField(key)];
-  if (!init) return false;
-  return withinMs === null || Number(init) >= withinMs;
-}
-
-/** Every count field of `key` (its buckets, or `all`), not its `init` mark. */
-export function countFields(fields: Record<string, string>, key: string): string[] {
-  const prefix = `${key}|`;
-  const init = initField(key);
-  return Object.keys(fields).filter((field) => field.startsWith(prefix) && field !== init);
-}
+type Bucket = { start: number; count: number };
+type Counter = { init: string | undefined; all: string | undefined; buckets: Map<string, Bucket>; other: string[] };
 
 /**
- * Calls `fn(start, count)` for each bucket field of `key`. Iterates the hash once without
- * allocating; the hash holds every counter of one subscriber (a few hundred to a few thousand fields).
+ * One subscriber's counters (the `<key>|…` fields of its automation hash), indexed by condition key
+ * once when loaded, so each question about a key looks at that key's buckets only, not at every
+ * field of the hash. Changes made through it (`increment`, `setInit`, `remove`) keep the index true;
+ * the caller writes the same changes to Redis.
  */
-function eachBucket(fields: Record<string, string>, key: string, fn: (start: number, count: number, field: string) => void): void {
-  const prefix = `${key}|`;
-  for (const field in fields) {
-    if (!field.startsWith(prefix) || field.length === prefix.length) continue;
-    const code = field.charCodeAt(prefix.length);
-    // bucket starts are integers (a minus sign only before 1970); `init` and `all` are skipped
-    if (!(code === 45 || (code >= 48 && code <= 57))) continue;
-    const start = Number(field.slice(prefix.length));
-    if (Number.isInteger(start)) fn(start, Number(fields[field]) || 0, field);
+export class Counters {
+  private readonly byKey = new Map<string, Counter>();
+
+  constructor(fields: Record<string, string> = {}) {
+    for (const field in fields) this.put(field, fields[field]!);
   }
-}
 
-/** The count of `key` in its window at `nowMs` (bucket precision, see the module comment). */
-export function countInWindow(fields: Record<string, string>, key: string, withinMs: number | null, nowMs: number): number {
-  if (withinMs === null) return Number(fields[`${key}|all`]) || 0;
-  const width = bucketWidthMs(withinMs);
-  const horizon = nowMs - withinMs;
-  let n = 0;
-  eachBucket(fields, key, (start, count) => {
-    if (start + width > horizon) n += count;
-  });
-  return n;
-}
+  private counter(key: string): Counter {
+    let c = this.byKey.get(key);
+    if (!c) this.byKey.set(key, (c = { init: undefined, all: undefined, buckets: new Map(), other: [] }));
+    return c;
+  }
 
-/**
- * The earliest time after `nowMs` at which a counted, non-empty bucket of `key` leaves the window
- * (so the count may drop), or null when nothing can expire (all-time, or no counted bucket).
- * A bucket starting at `s` leaves at `s + width + within`.
- */
-export function nextExpiry(fields: Record<string, string>, key: string, withinMs: number | null, nowMs: number): number | null {
-  if (withinMs === null) return null;
-  const width = bucketWidthMs(withinMs);
-  const horizon = nowMs - withinMs;
-  let next: number | null = null;
-  eachBucket(fields, key, (start, count) => {
-    if (count <= 0 || start + width <= horizon) return;
-    const at = start + width + withinMs;
-    if (next === null || at < next) next = at;
-  });
-  return next;
-}
+  private put(field: string, value: string): void {
+    const bar = field.indexOf('|');
+    if (bar <= 0) return;
+    const c = this.counter(field.slice(0, bar));
+    const rest = field.slice(bar + 1);
+    if (rest === 'init') c.init = value;
+    else if (rest === 'all') c.all = value;
+    else {
+      const code = rest.charCodeAt(0);
+      // bucket starts are integers (a minus sign only before 1970)
+      const start = code === 45 || (code >= 48 && code <= 57) ? Number(rest) : NaN;
+      if (Number.isInteger(start)) c.buckets.set(field, { start, count: Number(value) || 0 });
+      else c.other.push(field);
+    }
+  }
 
-/**
- * The bucket fields of `key` that left the window at `nowMs`, to delete. Conditions whose windows
- * share a bucket width share a key: pass the longest of their windows so no field another one
- * still counts is deleted.
- */
-export function expiredFields(fields: Record<string, string>, key: string, withinMs: number | null, nowMs: number): string[] {
-  if (withinMs === null) return [];
-  const width = bucketWidthMs(withinMs);
-  const horizon = nowMs - withinMs;
-  const out: string[] = [];
-  eachBucket(fields, key, (start, _count, field) => {
-    if (start + width <= horizon) out.push(field);
-  });
-  return out;
+  /** The condition keys with any field. */
+  keys(): string[] {
+    return [...this.byKey.keys()];
+  }
+
+  /** The value of `<key>|init`, when seeded. */
+  initOf(key: string): string | undefined {
+    return this.byKey.get(key)?.init;
+  }
+
+  /** True when `key`'s counter was seeded and still keeps every bucket a window of `withinMs` counts. */
+  covers(key: string, withinMs: number | null): boolean {
+    const init = this.byKey.get(key)?.init;
+    if (!init) return false;
+    return withinMs === null || Number(init) >= withinMs;
+  }
+
+  /** Every count field of `key` (its buckets, or `all`), not its `init` mark. */
+  countFields(key: string): string[] {
+    const c = this.byKey.get(key);
+    if (!c) return [];
+    const out = [...c.buckets.keys(), ...c.other];
+    if (c.all !== undefined) out.push(`${key}|all`);
+    return out;
+  }
+
+  /** Every field of `key`, its `init` mark included. */
+  fieldsOf(key: string): string[] {
+    const out = this.countFields(key);
+    if (this.byKey.get(key)?.init !== undefined) out.push(initField(key));
+    return out;
+  }
+
+  /** Adds `by` to the field an event at `tsMs` counts in (`counterField`); returns that field. */
+  increment(key: string, withinMs: number | null, tsMs: number, by = 1): string {
+    const field = counterField(key, withinMs, tsMs);
+    const c = this.counter(key);
+    if (withinMs === null) c.all = String((Number(c.all) || 0) + by);
+    else {
+      const bucket = c.buckets.get(field);
+      if (bucket) bucket.count += by;
+      else c.buckets.set(field, { start: Number(field.slice(key.length + 1)), count: by });
+    }
+    return field;
+  }
+
+  /** Marks `key` seeded for `withinMs` (`<key>|init`); returns the field and its value. */
+  setInit(key: string, withinMs: number | null): [string, string] {
+    const value = initValue(withinMs);
+    this.counter(key).init = value;
+    return [initField(key), value];
+  }
+
+  /** Forgets one field (deleted from Redis by the caller). */
+  remove(field: string): void {
+    const bar = field.indexOf('|');
+    const c = this.byKey.get(field.slice(0, bar));
+    if (!c) return;
+    const rest = field.slice(bar + 1);
+    if (rest === 'init') c.init = undefined;
+    else if (rest === 'all') c.all = undefined;
+    else if (!c.buckets.delete(field)) c.other = c.other.filter((f) => f !== field);
+    if (c.init === undefined && c.all === undefined && c.buckets.size === 0 && c.other.length === 0) this.byKey.delete(field.slice(0, bar));
+  }
+
+  /** The count of `key` in its window at `nowMs` (bucket precision, see the module comment). */
+  countInWindow(key: string, withinMs: number | null, nowMs: number): number {
+    const c = this.byKey.get(key);
+    if (!c) return 0;
+    if (withinMs === null) return Number(c.all) || 0;
+    const width = bucketWidthMs(withinMs);
+    const horizon = nowMs - withinMs;
+    let n = 0;
+    for (const b of c.buckets.values()) if (b.start + width > horizon) n += b.count;
+    return n;
+  }
+
+  /**
+   * The earliest time after `nowMs` at which a counted, non-empty bucket of `key` leaves the window
+   * (so the count may drop), or null when nothing can expire (all-time, or no counted bucket).
+   * A bucket starting at `s` leaves at `s + width + within`.
+   */
+  nextExpiry(key: string, withinMs: number | null, nowMs: number): number | null {
+    const c = this.byKey.get(key);
+    if (withinMs === null || !c) return null;
+    const width = bucketWidthMs(withinMs);
+    const horizon = nowMs - withinMs;
+    let next: number | null = null;
+    for (const b of c.buckets.values()) {
+      if (b.count <= 0 || b.start + width <= horizon) continue;
+      const at = b.start + width + withinMs;
+      if (next === null || at < next) next = at;
+    }
+    return next;
+  }
+
+  /**
+   * The bucket fields of `key` that left the window at `nowMs`, to delete. Conditions whose windows
+   * share a bucket width share a key: pass the longest of their windows so no field another one
+   * still counts is deleted.
+   */
+  expiredFields(key: string, withinMs: number | null, nowMs: number): string[] {
+    const c = this.byKey.get(key);
+    if (withinMs === null || !c) return [];
+    const width = bucketWidthMs(withinMs);
+    const horizon = nowMs - withinMs;
+    const out: string[] = [];
+    for (const [field, b] of c.buckets) if (b.start + width <= horizon) out.push(field);
+    return out;
+  }
 }
