@@ -1,6 +1,7 @@
 import { now } from '../lib/clock.js';
 import { appendDrafts, parseOutboxField } from '../streams/audit-outbox.js';
 import { AUDIT_OPS } from '../streams/audit-ops.js';
+import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
 /** Most intents settled per outbox and sweep; the rest wait for the next sweep. */
@@ -76,7 +77,11 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
   return { settled, kept };
 }
 
-/** Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock). */
+/**
+ * Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock), and with it
+ * the sweep of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts),
+ * under the same rule: older than the interval, their writer died.
+ */
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
   const lockKey = ctx.keys.lock('audit-outbox-sweep');
@@ -85,6 +90,8 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
       if ((await ctx.redis.set(lockKey, String(process.pid), 'PX', Math.max(50, every - 50), 'NX')) !== 'OK') return;
       const { settled } = await sweepAuditOutboxes(ctx, every);
       if (settled) ctx.log.info('audit intents settled by the sweeper', { settled });
+      const { finished } = await sweepSubscriberCleanups(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
+      if (finished) ctx.log.info('subscriber cleanups finished by the sweeper', { finished });
     } catch (err) {
       ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
     }

@@ -3,7 +3,8 @@
   identified one), atomically and within the per-subscriber limit. A widget that is the same as
   one the target holds (the same push token; or, without one, the same kind, family and
   configuration: the rule of lua/registerWidget) is not moved but removed: the target's stays.
-  When the target would hold more than the maximum, nothing changes.
+  When the target would hold more than the maximum, nothing changes. A moved widget is tagged with
+  the target's sub_ id (`subscriber`, as lua/registerWidget tags one).
 
   KEYS[1] the source's widget index ({t}:sub-widgets:<from externalId>)
   KEYS[2] the target's widget index ({t}:sub-widgets:<to externalId>)
@@ -12,6 +13,7 @@
   ARGV[2] the target's externalId
   ARGV[3] widgets a subscriber holds at most
   ARGV[4] '1' to check only (the merge's check before any of its writes): nothing is written
+  ARGV[5] the target's sub_ id
 
   Returns { moved, removed } when applied, or would be when checking (0, 0 when the source has none),
           { -1, wouldHold } when the target would hold more than the maximum (nothing changed).
@@ -40,7 +42,7 @@ local wouldHold = rcall('ZCARD', KEYS[2]) + #move
 if #move > 0 and wouldHold > tonumber(ARGV[3]) then return { -1, wouldHold } end
 if ARGV[4] == '1' then return { #move, #drop } end
 for _, id in ipairs(move) do
-  rcall('HSET', base .. ':widget:' .. id, 'externalId', ARGV[2])
+  rcall('HSET', base .. ':widget:' .. id, 'externalId', ARGV[2], 'subscriber', ARGV[5])
   rcall('ZADD', KEYS[2], 0, id)
 end
 for _, id in ipairs(drop) do rcall('DEL', base .. ':widget:' .. id) end

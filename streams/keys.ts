@@ -41,6 +41,12 @@ export function createKeys(prefix: string) {
     workspaceOutbox: (workspaceId: string) => `${w(workspaceId)}:outbox`,
     tenantOutbox: (tenantId: string) => `${t(tenantId)}:outbox`,
     partitionOutbox: (n: number) => `${p(n)}:outbox`,
+    /**
+     * hash `<tenantId>|<sub_ id>` → the tenant-wide cleanup a subscriber delete still owes (JSON,
+     * streams/subscriber-cleanup.ts), written by the delete's own write in the subscriber's partition
+     * and removed once its token index entries, widgets and topic member entries are gone
+     */
+    subscriberCleanups: (n: number) => `${p(n)}:cleanups`,
     /** stream: the workspace ledger (audit events and subscriber stream events) */
     ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
     // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names

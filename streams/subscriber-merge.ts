@@ -60,7 +60,9 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
   const { anonymousId, externalId } = plan;
   let subscriptions = plan.subscriptions;
   for (let round = 0; round < MERGE_ROUNDS; round++) {
-    await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId);
+    // moved widgets are tagged with the identified subscriber's sub_ id (the cleanup of a delete checks it)
+    const into = await readSubscriber(redis, keys, scope, externalId);
+    await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId, { toId: into.record.id ?? '' });
     for (const s of subscriptions) {
       const input: RegisterInput = {
         channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { isoNow } from '../lib/clock.js';
+import { isoNow, now } from '../lib/clock.js';
 import { notFound, validationError } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import { recordOf } from '../lib/field-list.js';
@@ -7,8 +7,8 @@ import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { draftedAudit, drafted, type AuditTrail, type WriteAudit, type WriteReply } from './subscriber-audit.js';
-import { heldBy, releaseToken, toSubscription, type Subscription } from './subscriptions.js';
-import { deleteWidgetsOf } from './widgets.js';
+import { cleanupOp, finishCleanup, type SubscriberCleanup } from './subscriber-cleanup.js';
+import { heldBy, toSubscription, type Subscription } from './subscriptions.js';
 import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
 export const MAX_PROPERTIES_BYTES = 8 * 1024;
@@ -250,7 +250,10 @@ async function notMovedTopics(redis: Redis, keys: Keys, scope: TenantScope, topi
 
 /**
  * Deletes a subscriber: writes `$subscriber.deleted`, removes its record, attributes, preferences,
- * subscriptions, topic memberships and widgets. Its past events stay until retention ages them out; a later
+ * subscriptions, topic memberships and widgets: its partition state in one compare-and-set write, which
+ * also records the cleanup it owes in the tenant's slot (token index entries, widgets, topic member
+ * entries), then finished here or, when this process dies first, by the worker's sweeper
+ * (streams/subscriber-cleanup.ts). Its past events stay until retention ages them out; a later
  * event for the same externalId creates a new subscriber. With `options.audit`, the write records
  * one `subscription.deleted` for each subscription it held (oldest first), then `subscriber.deleted`:
  * decided on the state the compare-and-set applies to (the holder guards cover a device moving
@@ -261,10 +264,6 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto: string; audit?: AuditTrail }): Promise<Subscriber | null>;
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto?: string; audit?: AuditTrail } = {}): Promise<Subscriber | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-  // Widgets live in the tenant slot: removed before the record (a crash after this is finished by
-  // retrying the delete, since the subscriber is still there) and once more after it (a widget
-  // registered while the delete ran).
-  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
   type Owned = {
     /** `held`: the subscription as it is, when this subscriber holds its record (else a stale reference) */
     subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: Subscription | null; claim: number }[];
@@ -275,10 +274,10 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   // `mergedInto` (the end of a merge into that subscriber): only when this one holds no subscription
   // and no live topic that subscriber is not in yet, decided on the state the delete applies to;
   // null otherwise, with nothing changed
-  const { subscriber, owned } = await changeSubscriber<{ subscriber: Subscriber | null; owned: Owned }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
+  const { subscriber, cleanup } = await changeSubscriber<{ subscriber: Subscriber | null; cleanup: SubscriberCleanup | null }, Owned>(redis, keys, scope, externalId, (snapshot, owned) => {
     if (!snapshot.exists) throw notFound('Subscriber');
     const holds = owned.subscriptions.some((s) => s.held) || owned.liveTopics > 0;
-    if (options.mergedInto !== undefined && holds) return { skip: { subscriber: null, owned } };
+    if (options.mergedInto !== undefined && holds) return { skip: { subscriber: null, cleanup: null } };
     const subscriber = toSubscriber(externalId, snapshot.record, owned.segments);
     const member = `$SUB|${externalId}`;
     const ops: RecordOp[] = [
@@ -293,13 +292,20 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     ];
     const guards = owned.subscriptions.map((s): WriteGuard => ['fieldIs', keys.subscription(p, scope.tenantId, s.id), 'holder', s.holder]);
     if (subscriber.email) ops.push(['zrem', keys.subscriberEmailIndex(p, scope.tenantId, subscriber.email.toLowerCase()), member]);
+    // what the tenant's slot still refers to, recorded with the write (the two cannot part)
+    const cleanup: SubscriberCleanup = {
+      at: now(), workspaceId: scope.workspaceId, tenantId: scope.tenantId, externalId, subscriberId: subscriber.id,
+      subscriptions: owned.subscriptions.map(({ id, channel, token, address, claim }) => ({ id, channel, token, address, claim })),
+      topicIds: owned.topicIds,
+    };
+    ops.push(cleanupOp(keys, p, cleanup));
     // the subscriptions the write removes, then the subscriber: one intent, in this order in the ledger
     const removed = owned.subscriptions.flatMap((s) => (s.held ? [s.held] : [])).sort((a, b) => (a.id < b.id ? -1 : 1));
     const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [
       ...removed.map((object): AuditDraft => ({ type: 'subscription.deleted', target: { type: 'subscription', id: object.id }, object })),
       { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber },
     ]);
-    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, audit, result: { subscriber, owned } };
+    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, audit, result: { subscriber, cleanup } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
@@ -316,15 +322,9 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     });
     return { subscriptions, topicIds, liveTopics: live.length, segments };
   });
-  if (!subscriber) return null;
-  // Tenant-wide references, after the partition change; each step is idempotent (a retry completes it).
-  await Promise.all(owned.subscriptions.map((s) => releaseToken(redis, keys, scope.tenantId, externalId, s)));
-  await deleteWidgetsOf(redis, keys, scope.tenantId, externalId);
-  if (owned.topicIds.length) {
-    const cleanup = redis.pipeline();
-    for (const topicId of owned.topicIds) cleanup.zrem(keys.topicMembers(scope.tenantId, topicId), externalId);
-    await cleanup.exec();
-  }
+  if (!subscriber || !cleanup) return null;
+  // the tenant-wide references, after the partition change (a crash here leaves them to the sweeper)
+  await finishCleanup(redis, keys, scope.partitions, cleanup);
   return subscriber;
 }
 

@@ -93,6 +93,28 @@ async function repair(redis: Redis, keys: Keys, scope: TenantScope, topicId: str
   throw new ApiError(409, 'conflict', 'The membership of a subscriber is changing too fast; retry');
 }
 
+/**
+ * Makes the member sets of `topicIds` agree with `externalId`'s partition (the tenant-wide half of
+ * a subscriber delete, streams/subscriber-cleanup.ts): an entry goes unless the subscriber now in
+ * the partition (created again under the same externalId since) is a member, then, as `repair`
+ * does, a member whose partition changed under the call is mirrored again. A deleted topic has no
+ * member set left to clean. Idempotent.
+ */
+export async function mirrorMemberships(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, topicIds: string[]): Promise<void> {
+  if (topicIds.length === 0) return;
+  const set = topicSetOf(keys, scope, externalId);
+  const gone = (err: unknown) => {
+    if (!(err instanceof ApiError && err.status === 404)) throw err;
+  };
+  const score = now() * 1000;
+  const member = await redis.smismember(set, ...topicIds);
+  await Promise.all(topicIds.map((id, i) => syncMembers(redis, keys, scope.tenantId, id, [{ externalId, join: member[i] === 1, score }]).catch(gone)));
+  const still = await redis.smismember(set, ...topicIds);
+  for (const [i, id] of topicIds.entries()) {
+    if (still[i] !== member[i]) await repair(redis, keys, scope, id, externalId, score).catch(gone);
+  }
+}
+
 async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalIds: string[], join: boolean) {
   // A repeated externalId counts once, at its first position; the score keeps one call's members distinct and ordered.
   const position = new Map<string, number>();

@@ -27,13 +27,14 @@ function widgetOfReply(reply: string[]): Widget {
  * the same `pushToken` is updated in place, and without a `pushToken` one with the same kind, family
  * and configuration (canonical JSON, key order does not matter) is the same widget; `created` says
  * whether a new one was stored. At most MAX_WIDGETS_PER_SUBSCRIBER per subscriber (409 `conflict`
- * beyond, checked in the same script).
+ * beyond, checked in the same script). The widget is tagged with the subscriber's sub_ id
+ * (`subscriberId`), which the cleanup of a deleted subscriber of the same externalId checks.
  */
-export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
+export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, subscriberId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
   const configuration = canonicalJson(input.configuration ?? {});
   if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
   const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
-    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER,
+    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER, subscriberId,
   ]);
   if (reply[0] === 'full') throw widgetLimit('remove one first');
   return { widget: widgetOfReply(reply), created: reply[0] === 'created' };
@@ -69,9 +70,13 @@ export async function deleteWidget(redis: Redis, keys: Keys, tenantId: string, e
   return reply[0] === 'gone' ? null : 'not_found';
 }
 
-/** Removes every widget of `externalId` (lua/deleteWidgets): part of deleting the subscriber. */
-export async function deleteWidgetsOf(redis: Redis, keys: Keys, tenantId: string, externalId: string): Promise<number> {
-  return callScript<number>(redis, 'deleteWidgets', [keys.subscriberWidgets(tenantId, externalId)], [keys.tenantBase(tenantId)]);
+/**
+ * Removes the widgets of the deleted subscriber `subscriberId` of `externalId` (lua/deleteWidgets):
+ * part of its cleanup (streams/subscriber-cleanup.ts). A widget of a subscriber created again under
+ * the same externalId since (another sub_ id) stays.
+ */
+export async function deleteWidgetsOf(redis: Redis, keys: Keys, tenantId: string, externalId: string, subscriberId: string): Promise<number> {
+  return callScript<number>(redis, 'deleteWidgets', [keys.subscriberWidgets(tenantId, externalId)], [keys.tenantBase(tenantId), subscriberId]);
 }
 
 /**
@@ -79,10 +84,10 @@ export async function deleteWidgetsOf(redis: Redis, keys: Keys, tenantId: string
  * identified one. A widget `to` already has (same pushToken, or the same kind, family and
  * configuration) is removed instead, keeping `to`'s. When `to` would hold more than
  * MAX_WIDGETS_PER_SUBSCRIBER, nothing changes and this is 409 `conflict`. `check` only answers
- * whether it would fit, writing nothing.
+ * whether it would fit, writing nothing. A moved widget is tagged with `toId`, `to`'s sub_ id.
  */
-export async function moveWidgets(redis: Redis, keys: Keys, tenantId: string, from: string, to: string, options: { check?: boolean } = {}): Promise<{ moved: number; removed: number }> {
-  const [moved, removed] = await callScript<[number, number]>(redis, 'moveWidgets', [keys.subscriberWidgets(tenantId, from), keys.subscriberWidgets(tenantId, to)], [keys.tenantBase(tenantId), to, MAX_WIDGETS_PER_SUBSCRIBER, options.check ? '1' : '0']);
+export async function moveWidgets(redis: Redis, keys: Keys, tenantId: string, from: string, to: string, options: { check?: boolean; toId?: string } = {}): Promise<{ moved: number; removed: number }> {
+  const [moved, removed] = await callScript<[number, number]>(redis, 'moveWidgets', [keys.subscriberWidgets(tenantId, from), keys.subscriberWidgets(tenantId, to)], [keys.tenantBase(tenantId), to, MAX_WIDGETS_PER_SUBSCRIBER, options.check ? '1' : '0', options.toId ?? '']);
   if (moved === -1) throw widgetLimit(`merging would give the subscriber ${removed}`);
   return { moved, removed };
 }

@@ -254,8 +254,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
   router.post('/v1/client/widgets', client, async (ctx) => {
     const { externalId, identityHash, ...input } = checkBody<Identified & WidgetInput>('WidgetRegister', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
-    await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
-    const { widget, created } = await registerWidget(redis, keys, tenantOf(ctx).id, externalId, input);
+    const { subscriber } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
+    const { widget, created } = await registerWidget(redis, keys, tenantOf(ctx).id, externalId, subscriber.id, input);
     respond(ctx, created ? 201 : 200, widget);
   });
 
