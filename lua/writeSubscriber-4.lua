@@ -22,7 +22,8 @@
   then the number of operations O, then O groups of 4: op, key, a, b
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
             | zadd key score member | zrem key member - | hmset key n - followed by n field/value pairs);
-       every key is in this partition; `$SUB` in a or b (and in hmset's pairs) is replaced by the subscriber id
+       every key is in this partition; a zadd or zrem member starting `$SUB|` gets the subscriber id in
+       place of `$SUB` (nothing else is rewritten)
   then the number of guards G (may be absent: none), then G groups of 4: kind, key, a, b
        (absent key - - : the key must not exist | scardBelow key n - : the set must hold fewer than n members
         | fieldIs key field value : the hash field holds value, '' meaning absent or empty),
@@ -81,18 +82,27 @@ for _ = 1, events do
   i = i + 3
 end
 
+-- only the leading `$SUB|` of a zadd or zrem member is replaced: the same text anywhere else (an
+-- attribute, a property, an externalId holding `$SUB`) is the caller's and is stored as sent
+local function withSubscriberId(member)
+  if string.sub(member, 1, 5) == '$SUB|' then return sub .. string.sub(member, 5) end
+  return member
+end
+
 i = opsAt + 1
 for _ = 1, ops do
-  -- '$SUB' in an argument stands for the subscriber id (unknown to the caller when this call creates it)
+  -- a sorted-set member `$SUB|<externalId>` (the partition's subscriber indexes) stands for
+  -- `<subscriber id>|<externalId>`: the id is unknown to the caller when this call creates it
   local op, key = ARGV[i], ARGV[i + 1]
   if op == 'hmset' then
     local n = tonumber(ARGV[i + 2])
     local fv = {}
-    for j = 1, 2 * n do fv[j] = (string.gsub(ARGV[i + 3 + j], '%$SUB', sub)) end
+    for j = 1, 2 * n do fv[j] = ARGV[i + 3 + j] end
     rcall('HSET', key, unpack(fv))
     i = i + 4 + 2 * n
   else
-    local a, b = string.gsub(ARGV[i + 2], '%$SUB', sub), string.gsub(ARGV[i + 3], '%$SUB', sub)
+    local a, b = ARGV[i + 2], ARGV[i + 3]
+    if op == 'zadd' then b = withSubscriberId(b) elseif op == 'zrem' then a = withSubscriberId(a) end
     local failed = applyOp(op, key, a, b)
     if failed then return failed end
     i = i + 4

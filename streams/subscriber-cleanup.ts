@@ -43,13 +43,9 @@ export type SubscriberCleanup = {
 
 const fieldOf = (c: Pick<SubscriberCleanup, 'tenantId' | 'subscriberId'>) => `${c.tenantId}|${c.subscriberId}`;
 
-/**
- * The record operation storing `cleanup` in the delete's own write. `$` is written as the JSON
- * escape `\u0024`: lua/writeSubscriber replaces `$SUB` in an operation's arguments, which an
- * externalId or an address may contain.
- */
+/** The record operation storing `cleanup` in the delete's own write. */
 export function cleanupOp(keys: Keys, partition: number, cleanup: SubscriberCleanup): RecordOp {
-  return ['hset', keys.subscriberCleanups(partition), fieldOf(cleanup), JSON.stringify(cleanup).replace(/\$/g, '\\u0024')];
+  return ['hset', keys.subscriberCleanups(partition), fieldOf(cleanup), JSON.stringify(cleanup)];
 }
 
 /**

@@ -153,7 +153,7 @@ once('left for the sweeper; a retried DELETE answers 404; the sweep frees the to
   assert.equal((await dangling(service, tenantId, topics.map((t) => t.id), [x, 'other', 'staying'])).problems, []);
 });
 
-once('an externalId holding `$SUB` (which lua/writeSubscriber replaces in its operations) is recorded as it is', async (ctx) => {
+once('an externalId holding `$SUB` (lua/writeSubscriber rewrites only a leading `$SUB|` of index members) is recorded as it is', async (ctx) => {
   const { api, boot, service } = ctx;
   const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: service.config.partitions };
   const x = 'odd$SUB$id';

@@ -149,7 +149,7 @@ r('a new registration answers what it stored and announces it once, with the sub
   assert.is(email.body.data.token, null);
 });
 
-r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on one key go as one hmset with $SUB replaced', async ({ service, boot }) => {
+r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on one key go as one hmset, stored as sent; an index member $SUB|x gets the subscriber id', async ({ service, boot }) => {
   const { redis, keys } = service;
   const scope: TenantScope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: service.config.partitions };
   const p = partitionOf(scope.tenantId, 'guarded', scope.partitions);
@@ -157,14 +157,16 @@ r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on o
   const set = keys.subscriberSubscriptions(p, scope.tenantId, 'guarded');
   const written = await writeSubscriber(redis, keys, scope, 'guarded', {
     create: true, expectedVersion: null, events: [{ name: '$subscriber.updated', data: { changes: {}, previousAttributes: {} } }],
-    ops: [['hset', record, 'a', 'x-$SUB'], ['hset', record, 'b', '2'], ['sadd', set, 'm1'], ['hset', record, 'c', '$SUB']],
+    ops: [['hset', record, 'a', 'x-$SUB'], ['hset', record, 'b', '2'], ['sadd', set, 'm1'], ['hset', record, 'c', '$SUB|c'], ['zadd', keys.subscriberVerifiedIndex(p, scope.tenantId), 0, '$SUB|guarded']],
     guards: [['absent', keys.subscription(p, scope.tenantId, 'scr_none')], ['scardBelow', set, 1]],
   });
   assert.is(written.created, true);
   const h = await redis.hgetall(record);
-  assert.is(h.a, `x-${written.subscriberId}`);
+  // only an index member's leading `$SUB|` is the placeholder: values are the caller's text
+  assert.is(h.a, 'x-$SUB');
   assert.is(h.b, '2');
-  assert.is(h.c, written.subscriberId);
+  assert.is(h.c, '$SUB|c');
+  assert.equal(await redis.zrange(keys.subscriberVerifiedIndex(p, scope.tenantId), 0, -1), [`${written.subscriberId}|guarded`]);
   const before = await inboxEvents(service, boot.tenant.id, 'guarded');
   for (const [guards, index] of [[[['scardBelow', set, 1]], 0], [[['scardBelow', set, 5], ['absent', record]], 1]] as const) {
     try {

@@ -108,6 +108,27 @@ subs('an externalId with /, %, spaces and non-ASCII round-trips through paths', 
   assert.is((await api.get(`/v1/subscribers/${encodeURIComponent('team/other')}`, key)).status, 404);
 });
 
+subs('text holding $SUB is stored as sent: attributes, properties, and an externalId in the indexes (the write substitutes the subscriber id only in its own index members)', async ({ api, key }) => {
+  const externalId = 'odd$SUB$id';
+  const res = await api.post('/v1/subscribers', key, { externalId, email: 'sub$SUB@example.com', locale: 'en', properties: { note: '$SUB', tag: '$SUB|x' } });
+  assert.is(res.status, 201, res.text);
+  const path = `/v1/subscribers/${encodeURIComponent(externalId)}`;
+  await api.patch(path, key, { timezone: 'Europe/Paris', properties: { more: 'a $SUB b' } });
+  const got = await api.get(path, key);
+  assert.is(got.body.data.externalId, externalId);
+  assert.is(got.body.data.email, 'sub$SUB@example.com');
+  assert.equal(got.body.data.properties, { note: '$SUB', tag: '$SUB|x', more: 'a $SUB b' });
+  // the email index member names this subscriber, so the filter finds it
+  const byEmail = await api.get(`/v1/subscribers?email=${encodeURIComponent('sub$SUB@example.com')}`, key);
+  assert.equal(byEmail.body.data.items.map((s: { externalId: string }) => s.externalId), [externalId]);
+  const listed = await api.get('/v1/subscribers?limit=100', key);
+  assert.ok(listed.body.data.items.some((s: { externalId: string }) => s.externalId === externalId), 'listed under its own externalId');
+  assert.is((await api.del(path, key)).status, 200);
+  const after = await api.get('/v1/subscribers?limit=100', key);
+  assert.not.ok(after.body.data.items.some((s: { externalId: string }) => s.externalId === externalId), 'the delete removed its index member');
+  assert.is((await api.get(`/v1/subscribers?email=${encodeURIComponent('sub$SUB@example.com')}`, key)).body.data.total, 0);
+});
+
 subs('the list is newest first with total, pages by cursor and filters by email', async ({ api, key }) => {
   for (let i = 0; i < 7; i++) await api.post('/v1/subscribers', key, { externalId: `list-${i}`, email: i % 2 ? 'odd@list.example' : `even${i}@list.example` });
   const all = (await api.get('/v1/subscribers?limit=100', key)).body.data;
