@@ -1,6 +1,7 @@
 import { now } from '../lib/clock.js';
 import { appendDrafts, parseOutboxField } from '../streams/audit-outbox.js';
 import { AUDIT_OPS } from '../streams/audit-ops.js';
+import { sweepHashes } from '../streams/hash-sweep.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
@@ -35,45 +36,32 @@ async function outboxes(ctx: RoleContext): Promise<string[]> {
  */
 export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Promise<{ settled: number; kept: number }> {
   const { redis, keys, log } = ctx;
-  const all = await outboxes(ctx);
-  const lengths = redis.pipeline();
-  for (const key of all) lengths.hlen(key);
-  const counts = (await lengths.exec()) ?? [];
   let settled = 0;
   let kept = 0;
-  for (let i = 0; i < all.length; i++) {
-    if (!counts[i]?.[1]) continue;
-    const key = all[i]!;
-    let cursor = '0';
-    let seen = 0;
-    do {
-      const [next, flat] = await redis.hscan(key, cursor, 'COUNT', 100);
-      cursor = next;
-      seen += flat.length / 2;
-      const pipeline = redis.pipeline();
-      const tokens: string[] = [];
-      for (let f = 0; f + 1 < flat.length; f += 2) {
-        const token = flat[f]!;
-        try {
-          const { record, reply } = parseOutboxField(flat[f + 1]!);
-          if (now() - record.at < minAgeMs) continue;
-          const op = AUDIT_OPS[record.op];
-          if (!op) throw new Error(`unknown audit op ${record.op}`);
-          appendDrafts(pipeline, keys, record, op(record.input as never, reply));
-          tokens.push(token);
-        } catch (err) {
-          kept++;
-          log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
-        }
+  await sweepHashes(redis, await outboxes(ctx), PER_OUTBOX, async (key, flat) => {
+    const pipeline = redis.pipeline();
+    const tokens: string[] = [];
+    for (let f = 0; f + 1 < flat.length; f += 2) {
+      const token = flat[f]!;
+      try {
+        const { record, reply } = parseOutboxField(flat[f + 1]!);
+        if (now() - record.at < minAgeMs) continue;
+        const op = AUDIT_OPS[record.op];
+        if (!op) throw new Error(`unknown audit op ${record.op}`);
+        appendDrafts(pipeline, keys, record, op(record.input as never, reply));
+        tokens.push(token);
+      } catch (err) {
+        kept++;
+        log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
       }
-      if (tokens.length === 0) continue;
-      // the intents go only once every append is in (a failed one leaves them all to the next sweep)
-      const replies = (await pipeline.exec()) ?? [];
-      for (const [err] of replies) if (err) throw err;
-      await redis.hdel(key, ...tokens);
-      settled += tokens.length;
-    } while (cursor !== '0' && seen < PER_OUTBOX);
-  }
+    }
+    if (tokens.length === 0) return;
+    // the intents go only once every append is in (a failed one leaves them all to the next sweep)
+    const replies = (await pipeline.exec()) ?? [];
+    for (const [err] of replies) if (err) throw err;
+    await redis.hdel(key, ...tokens);
+    settled += tokens.length;
+  });
   return { settled, kept };
 }
 

@@ -4,6 +4,7 @@ import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import type { RecordOp } from './subscriber-writes.js';
+import { sweepHashes } from './hash-sweep.js';
 import { releaseToken } from './subscriptions.js';
 import { mirrorMemberships } from './topic-members.js';
 import { deleteWidgetsOf } from './widgets.js';
@@ -69,32 +70,21 @@ const PER_PARTITION = 1_000;
  * kept for the next sweep and reported.
  */
 export async function sweepSubscriberCleanups(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
-  const lengths = redis.pipeline();
-  for (let p = 0; p < partitions; p++) lengths.hlen(keys.subscriberCleanups(p));
-  const counts = (await lengths.exec()) ?? [];
   let finished = 0;
   let kept = 0;
-  for (let p = 0; p < partitions; p++) {
-    if (!counts[p]?.[1]) continue;
-    const key = keys.subscriberCleanups(p);
-    let cursor = '0';
-    let seen = 0;
-    do {
-      const [next, flat] = await redis.hscan(key, cursor, 'COUNT', 100);
-      cursor = next;
-      seen += flat.length / 2;
-      for (let f = 0; f + 1 < flat.length; f += 2) {
-        try {
-          const cleanup = JSON.parse(flat[f + 1]!) as SubscriberCleanup;
-          if (now() - cleanup.at < minAgeMs) continue;
-          await finishCleanup(redis, keys, partitions, cleanup);
-          finished++;
-        } catch (err) {
-          kept++;
-          log.warn('subscriber cleanup kept for the next sweep', { key, field: flat[f], err: (err as Error).message });
-        }
+  const hashes = Array.from({ length: partitions }, (_, p) => keys.subscriberCleanups(p));
+  await sweepHashes(redis, hashes, PER_PARTITION, async (key, flat) => {
+    for (let f = 0; f + 1 < flat.length; f += 2) {
+      try {
+        const cleanup = JSON.parse(flat[f + 1]!) as SubscriberCleanup;
+        if (now() - cleanup.at < minAgeMs) continue;
+        await finishCleanup(redis, keys, partitions, cleanup);
+        finished++;
+      } catch (err) {
+        kept++;
+        log.warn('subscriber cleanup kept for the next sweep', { key, field: flat[f], err: (err as Error).message });
       }
-    } while (cursor !== '0' && seen < PER_PARTITION);
-  }
+    }
+  });
   return { finished, kept };
 }
