@@ -116,6 +116,8 @@ export function createKeys(prefix: string) {
     uniques: (n: number, tenantId: string, unit: 'h' | 'd', bucketMs: number, name: string) => `${p(n)}:uv:${tenantId}:${unit}:${bucketMs}:${name}`,
     /** list: tenant-log entry ids of the newest samples of a name */
     samples: (n: number, tenantId: string, name: string) => `${p(n)}:smp:${tenantId}:${name}`,
+    // lua/readAudience and lua/loadStates build the subscriber, subscription, subscriber-topics and
+    // automation names below from `partitionBase` with these same suffixes
     /** hash: a subscriber's record (attributes, preferences, version `v`); lua/includes/ensureSubscriber creates it */
     subscriber: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub:${tenantId}:${externalId}`,
     /** zset (score 0) of `<sub_ id>|<externalId>`: the tenant's subscribers in this partition, by creation */
