@@ -28,7 +28,7 @@ export type SubjectState = {
 
 export type StateNeeds = { topics: boolean; subscriptions: boolean; automation: boolean };
 
-/** Subscribers read per `lua/loadStates` call (a call holds Redis for about 10 µs per subscriber). */
+/** Subscribers read per `lua/loadStates` call (measured: Redis spends ~22 µs per subscriber, record, topics, one subscription and ~30 automation fields; ~2 ms per full chunk). */
 export const LOAD_STATES_CHUNK = 100;
 
 type LoadedState = { r: Record<string, string>; t?: string[] | object; s?: [string, string, string, string][] | object; a?: Record<string, string>; c?: Record<string, string> };
