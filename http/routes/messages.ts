@@ -3,8 +3,9 @@ import type { Context } from 'koa';
 import { now } from '../../lib/clock.js';
 import { validationError } from '../../lib/errors.js';
 import { validateExpression } from '../../lib/expressions.js';
-import { checkBody } from '../../lib/validator.js';
-import { assertApnsContent } from '../../lib/apns-payload.js';
+import { bodyProblems } from '../../lib/validator.js';
+import { apnsContentProblems } from '../../lib/apns-payload.js';
+import type { ErrorDetail } from '../../lib/errors.js';
 import {
   cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
 } from '../../streams/messages.js';
@@ -21,13 +22,35 @@ const CONTENT_FIELDS = ['title', 'body', 'data', 'category', 'badge', 'sound', '
 /** `to` as an object (an inline `where` is checked by the expression validator, with its path). */
 function targetOf(to: CreateBody['to']): Target {
   if (typeof to === 'string') return { externalId: to };
-  if ('where' in to) {
-    const details = validateExpression(to.where, 'to.where');
-    if (details.length) throw validationError(details);
-    return { where: to.where as Record<string, unknown> };
-  }
+  if ('where' in to) return { where: to.where as Record<string, unknown> };
   if ('segment' in to) return { segment: to.segment as string };
   return 'topic' in to ? { topic: to.topic as string } : { externalId: to.externalId as string };
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * The problems of a create body that its schema cannot state, each with its path: an inline
+ * `to.where` (the expression validator), reserved `data` keys, `sendAt` more than 30 days ahead,
+ * and, once the schema holds (`shapeOk`), the APNs payload size and collapse id. Found beside the
+ * schema's own problems, so one answer names every failing field (spec 2.1 `details`).
+ */
+function contentProblems(body: Record<string, unknown>, shapeOk: boolean): ErrorDetail[] {
+  const details: ErrorDetail[] = [];
+  if (isObject(body.to) && 'where' in body.to && Object.keys(body.to).length === 1) details.push(...validateExpression(body.to.where, 'to.where'));
+  if (isObject(body.data) && ('aps' in body.data || 'herald' in body.data)) details.push({ param: 'data', message: 'must not hold the keys aps or herald' });
+  if (typeof body.sendAt === 'string' && Date.parse(body.sendAt) > now() + MAX_SEND_AHEAD_MS) details.push({ param: 'sendAt', message: 'must be at most 30 days ahead' });
+  if (shapeOk && !details.some((d) => d.param === 'data')) details.push(...apnsContentProblems(contentOf(body as CreateBody)));
+  return details;
+}
+
+const contentOf = (body: CreateBody): MessageContent => Object.fromEntries(CONTENT_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])) as MessageContent;
+
+/** One `validation` answer for `details`, one item per param (the first found). */
+function throwProblems(details: ErrorDetail[]): void {
+  const seen = new Set<string>();
+  const unique = details.filter((d) => !seen.has(d.param) && seen.add(d.param));
+  if (unique.length) throw validationError(unique);
 }
 
 /**
@@ -63,6 +86,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
    *       The whole APNs payload (title, body, data and the rest) must fit in 4 KB: over it is 400 `validation`
    *       naming `data` when there is some, else `body`; `collapseId` is at most 64 bytes of UTF-8.
+   *       One 400 names every failing field in `details` (an invalid `to.where` beside a missing `body`, a payload over 4 KB
+   *       beside a topic or segment the tenant does not have).
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
@@ -93,25 +118,27 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    */
   router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
     const idempotencyKey = idempotencyKeyOf(ctx);
-    const body = checkBody<CreateBody>('MessageCreate', ctx.request.body);
+    const raw: unknown = ctx.request.body;
+    const schemaProblems = bodyProblems('MessageCreate', raw);
+    if (schemaProblems.length) throwProblems([...schemaProblems, ...(isObject(raw) ? contentProblems(raw, false) : [])]);
+    const body = raw as CreateBody;
     // a replay answers the original before anything else is checked: its topic or segment may be gone since
     const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, body);
     if (original) {
       ctx.set('Idempotent-Replayed', 'true');
       return respond(ctx, 202, original);
     }
+    const problems = contentProblems(body as unknown as Record<string, unknown>, true);
     const to = targetOf(body.to);
-    if (body.data && ('aps' in body.data || 'herald' in body.data)) throw validationError([{ param: 'data', message: 'must not hold the keys aps or herald' }]);
+    if ('topic' in to && !(await findTopic(redis, keys, tenantOf(ctx).id, to.topic))) problems.push({ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` });
+    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantOf(ctx).id), to.segment))) problems.push({ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` });
+    throwProblems(problems);
     let sendAtMs: number | null = null;
     if (body.sendAt) {
       sendAtMs = Date.parse(body.sendAt);
-      if (sendAtMs > now() + MAX_SEND_AHEAD_MS) throw validationError([{ param: 'sendAt', message: 'must be at most 30 days ahead' }]);
       if (sendAtMs <= now()) sendAtMs = null; // due already: send now
     }
-    if ('topic' in to && !(await findTopic(redis, keys, tenantOf(ctx).id, to.topic))) throw validationError([{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }]);
-    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantOf(ctx).id), to.segment))) throw validationError([{ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` }]);
-    const content = Object.fromEntries(CONTENT_FIELDS.filter((f) => body[f] !== undefined).map((f) => [f, body[f]])) as MessageContent;
-    assertApnsContent(content); // the APNs payload must fit in 4 KB
+    const content = contentOf(body); // checked above: the APNs payload fits in 4 KB
     const auth = ctx.state.auth as AuthState;
     // audits message.created when the message is new; a replay is answered, not audited again
     const { message, replayed } = await createMessage(

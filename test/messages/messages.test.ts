@@ -308,6 +308,26 @@ m('a to that is not exactly one target is one clear detail; a malformed single t
   }
 });
 
+m('one 400 names every failing field: an invalid to.where beside a schema problem, the payload size or a missing segment (spec 2.1 details)', async (ctx) => {
+  const total = async () => (await ctx.api.get('/v1/messages?limit=1', ctx.key)).body.data.total as number;
+  const before = await total();
+  const badWhere = { all: [{ attribute: 'plan', eq: 'pro' }, { attribute: 'plan', eq: [] }] };
+  const cases: [unknown, string[]][] = [
+    [{ to: { where: badWhere }, title: 't' }, ['body', 'to.where.all[1].eq']],
+    [{ to: { where: badWhere }, title: 'x'.repeat(300), body: 'b' }, ['title', 'to.where.all[1].eq']],
+    [{ to: { where: badWhere }, title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, ['to.where.all[1].eq', 'data']],
+    [{ to: { where: badWhere }, title: 't', body: 'b', sendAt: new Date(Date.now() + 40 * 86_400_000).toISOString() }, ['to.where.all[1].eq', 'sendAt']],
+    [{ to: { segment: 'no-such-segment' }, title: 't', body: 'b', data: { aps: {} } }, ['data', 'to.segment']],
+    [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, ['data', 'to.topic']],
+  ];
+  for (const [body, params] of cases) {
+    const res = await ctx.api.post('/v1/messages', ctx.key, body);
+    assert.equal([res.status, res.body.error.code], [400, 'validation'], res.text);
+    assert.equal(res.body.error.details.map((d: any) => d.param).sort(), [...params].sort(), res.text);
+  }
+  assert.is(await total(), before, 'no message was made');
+});
+
 m('an empty or blank Idempotency-Key is 400 validation naming the header, as one over 255 characters; nothing is sent', async (ctx) => {
   await device(ctx, 'idem-empty');
   const total = async () => (await ctx.api.get('/v1/messages?limit=1', ctx.key)).body.data.total as number;
