@@ -3,8 +3,18 @@ import { fileURLToPath } from 'node:url';
 import swaggerJsdoc from 'swagger-jsdoc';
 import { LIST_QUERY_PROPERTIES } from '../lib/schemas/common.js';
 import { allSchemas } from '../lib/schemas/index.js';
+import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from '../lib/slugs.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
+
+/** A path parameter holding a topic, segment or workflow slug (spec 2.3 rule 3, `lib/slugs.ts`). */
+function slugParameter(name: string, kind: string): Record<string, unknown> {
+  return {
+    name, in: 'path', required: true,
+    description: `The ${kind}'s slug. One that is unknown, malformed or another tenant's is 404 \`not_found\`.`,
+    schema: { type: 'string', minLength: SLUG_MIN_LENGTH, maxLength: SLUG_MAX_LENGTH, pattern: SLUG_PATTERN },
+  };
+}
 
 /**
  * Builds the OpenAPI 3.0 document from the `@openapi` blocks beside each handler (in source or
@@ -36,6 +46,10 @@ export function buildOpenApi(): Record<string, unknown> {
           limit: { name: 'limit', in: 'query', required: false, schema: { ...LIST_QUERY_PROPERTIES.limit } },
           cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor; a cursor this service did not issue is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
           workspaceSlug: { name: 'workspaceSlug', in: 'path', required: true, schema: { type: 'string' } },
+          // spec 2.3 rule 3 (and 4.5: "Slug rules of 2.3"); a malformed slug names nothing, so it is 404 like an unknown one
+          topicSlug: slugParameter('topicSlug', 'topic'),
+          segmentSlug: slugParameter('segmentSlug', 'segment'),
+          workflowSlug: slugParameter('workflowSlug', 'workflow'),
           serviceTenant: { name: 'Service-Tenant', in: 'header', required: false, description: 'Tenant slug for workspace keys; `default` when absent.', schema: { type: 'string' } },
         },
         schemas: allSchemas(),

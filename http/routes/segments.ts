@@ -123,7 +123,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     tags: [Segments]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: segmentSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/segmentSlug'
    *     responses:
    *       '200':
    *         description: The segment
@@ -141,7 +141,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     tags: [Segments]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: segmentSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/segmentSlug'
    *     requestBody:
    *       required: true
    *       content: { application/json: { schema: { $ref: '#/components/schemas/SegmentUpdate' } } }
@@ -161,7 +161,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     tags: [Segments]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: segmentSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/segmentSlug'
    *     responses:
    *       '200':
    *         description: The deleted segment
@@ -195,7 +195,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     tags: [Segments]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: segmentSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/segmentSlug'
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:

@@ -108,7 +108,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *     responses:
    *       '200':
    *         description: The topic
@@ -124,7 +124,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *     requestBody:
    *       required: true
    *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicUpdate' } } }
@@ -144,7 +144,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *     responses:
    *       '200':
    *         description: The deleted topic
@@ -179,7 +179,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *     requestBody:
    *       required: true
    *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRequest' } } }
@@ -198,7 +198,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:
@@ -236,7 +236,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: topicSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/topicSlug'
    *     requestBody:
    *       required: true
    *       content: { application/json: { schema: { $ref: '#/components/schemas/TopicMembersRequest' } } }

@@ -114,7 +114,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *     responses:
    *       '200':
    *         description: The workflow
@@ -134,7 +134,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *     requestBody:
    *       required: true
    *       content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowUpdate' } } }
@@ -158,7 +158,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *     responses:
    *       '200':
    *         description: The deleted workflow
@@ -192,7 +192,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:
@@ -220,7 +220,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *       - { name: version, in: path, required: true, schema: { type: integer, minimum: 1 } }
    *     responses:
    *       '200':
@@ -251,7 +251,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *       - { name: status, in: query, required: false, schema: { $ref: '#/components/schemas/WorkflowRunStatus' } }
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
@@ -283,7 +283,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: workflowSlug, in: path, required: true, schema: { type: string } }
+   *       - $ref: '#/components/parameters/workflowSlug'
    *       - { name: runId, in: path, required: true, schema: { type: string } }
    *     responses:
    *       '200':

@@ -242,6 +242,30 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   assert.ok(doc.paths['/v1/messages'].post.responses['202'].headers['Idempotent-Replayed'], 'headers an operation declares stay');
 });
 
+core('topic, segment and workflow slugs in paths carry the slug rules of spec 2.3 in the document (4.5), and a malformed one is 404', async ({ service, api, keys }) => {
+  const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
+  const shared = doc.components.parameters ?? {};
+  const rule = { type: 'string', minLength: 3, maxLength: 48, pattern: '^[a-z0-9]+(?:-[a-z0-9]+)*$' };
+  let seen = 0;
+  for (const [template, item] of Object.entries<any>(doc.paths)) {
+    for (const [method, op] of Object.entries<any>(item)) {
+      if (!op?.responses) continue;
+      for (const name of ['topicSlug', 'segmentSlug', 'workflowSlug']) {
+        if (!template.includes(`{${name}}`)) continue;
+        const param = (op.parameters ?? []).map((p: any) => (p.$ref ? shared[p.$ref.split('/').pop()] : p)).find((p: any) => p?.name === name && p.in === 'path');
+        assert.ok(param, `${method.toUpperCase()} ${template} declares ${name}`);
+        assert.equal(param.schema, rule, `${method.toUpperCase()} ${template} ${name}`);
+        seen++;
+      }
+    }
+  }
+  assert.ok(seen >= 17, `${seen} slug parameters`);
+  for (const path of ['/v1/topics/AB', '/v1/segments/Not_A_Slug', `/v1/workflows/${'a'.repeat(49)}/runs`]) {
+    const res = await api.call('GET', path, { key: keys.tenant });
+    assert.equal([res.status, res.body.error.code], [404, 'not_found'], path);
+  }
+});
+
 core('the bounds the document declares on string query parameters (cursor too) are the ones the service checks', async ({ service, api, keys }) => {
   const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
   const shared = doc.components.parameters ?? {};
