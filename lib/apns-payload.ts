@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { now } from './clock.js';
-import { validationError, type ErrorDetail } from './errors.js';
+import type { ErrorDetail } from './errors.js';
 
 /**
  * Turns a message's content into the APNs request of one delivery: the JSON payload and the
@@ -140,8 +140,3 @@ export function apnsContentProblems(content: PushContent): ErrorDetail[] {
   return details;
 }
 
-/** Throws 400 `validation` when `content` cannot be sent through APNs (reserved data keys, collapse id, size). */
-export function assertApnsContent(content: PushContent): void {
-  const details = apnsContentProblems(content);
-  if (details.length) throw validationError(details);
-}

@@ -1,8 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { ApiError } from '../../lib/errors.js';
 import {
-  APNS_MAX_PAYLOAD_BYTES, apnsContentProblems, apnsIdFor, apnsPayloadSize, assertApnsContent, buildApnsRequest, payloadSize, type PushContent,
+  APNS_MAX_PAYLOAD_BYTES, apnsContentProblems, apnsIdFor, apnsPayloadSize, buildApnsRequest, payloadSize, type PushContent,
 } from '../../lib/apns-payload.js';
 
 const IDS = { messageId: 'msg_01hzzzzzzzzzzzzzzzzzzzzzzz', deliveryId: 'dlv_01hzzzzzzzzzzzzzzzzzzzzzzz' };
@@ -73,26 +72,14 @@ const checks = suite('apns content checks');
 const filler = (bytes: number) => 'x'.repeat(bytes);
 const sizeWithData = (n: number) => apnsPayloadSize({ title: 't', body: 'b', data: { blob: filler(n) } });
 
-checks('content right at the 4096-byte limit passes; one byte more is 400 validation naming data', () => {
+checks('content right at the 4096-byte limit passes; one byte more is a problem naming data (POST /v1/messages answers it as 400 validation)', () => {
   const base = sizeWithData(0);
   const fits: PushContent = { title: 't', body: 'b', data: { blob: filler(APNS_MAX_PAYLOAD_BYTES - base) } };
   assert.is(apnsPayloadSize(fits), APNS_MAX_PAYLOAD_BYTES);
   assert.equal(apnsContentProblems(fits), []);
-  assertApnsContent(fits);
   const over: PushContent = { title: 't', body: 'b', data: { blob: filler(APNS_MAX_PAYLOAD_BYTES - base + 1) } };
   const details = apnsContentProblems(over);
   assert.equal(details, [{ param: 'data', message: 'makes the APNs payload 4097 bytes; the limit is 4096' }]);
-  try {
-    assertApnsContent(over);
-    assert.unreachable('a payload over the limit must be refused');
-  } catch (err) {
-    assert.instance(err, ApiError);
-    const e = err as ApiError;
-    assert.is(e.status, 400);
-    assert.is(e.code, 'validation');
-    assert.is(e.param, 'data');
-    assert.equal(e.details, details);
-  }
 });
 
 checks('the size is the same for every delivery of a message (ids have a fixed length)', () => {
