@@ -24,6 +24,16 @@ export function isReserved(name: string): boolean {
   return name.startsWith('$');
 }
 
+const RESERVED_NAMES: ReadonlySet<string> = new Set([...SDK_EVENT_NAMES, ...ENGINE_EVENT_NAMES]);
+
+/** True for a `$` name that is none of the reserved ones of spec 6.1: no event can ever carry it. */
+export function isUnknownReserved(name: string): boolean {
+  return name.startsWith('$') && !RESERVED_NAMES.has(name);
+}
+
+/** What a definition naming such an event is told. */
+export const UNKNOWN_RESERVED_MESSAGE = 'names no reserved event: names starting with $ are the reserved ones of the SDK and the engine';
+
 export function isSdkName(name: string): boolean {
   return (SDK_EVENT_NAMES as readonly string[]).includes(name);
 }

@@ -3,6 +3,7 @@ import { canonicalJson } from './canonical-json.js';
 import type { ErrorDetail } from './errors.js';
 import { parseDuration } from './durations.js';
 import { bucketWidthMs } from './event-counters.js';
+import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
 import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from './slugs.js';
 
 /**
@@ -232,6 +233,9 @@ function eventCondition(value: Record<string, unknown>, path: string, ctx: Ctx):
   only(value, ['event', 'count', 'within', 'where'], path, ctx);
   if (typeof value.event !== 'string' || !EVENT.test(value.event)) {
     add(ctx, `${path}.event`, `must be an event name matching ${EXPRESSION_EVENT_PATTERN}`);
+  } else if (isUnknownReserved(value.event)) {
+    // such a condition could never match (no event carries the name): a typo of a reserved name
+    add(ctx, `${path}.event`, UNKNOWN_RESERVED_MESSAGE);
   }
   if (value.count !== undefined) {
     const count = value.count;

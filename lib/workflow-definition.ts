@@ -1,7 +1,7 @@
 import { apnsContentProblems } from './apns-payload.js';
 import { parseDuration } from './durations.js';
 import { ApiError, type ErrorDetail } from './errors.js';
-import { ENGINE_EVENT_NAMES, SDK_EVENT_NAMES } from './event-names.js';
+import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
 import { EXPRESSION_EVENT_PATTERN, validateExpression, type Expression } from './expressions.js';
 import { checkBody } from './validator.js';
 
@@ -48,7 +48,6 @@ const REQUIRED: Record<Step['type'], readonly string[]> = { sleep: ['duration'],
 
 const EVENT = new RegExp(EXPRESSION_EVENT_PATTERN);
 const STEP_NAME = new RegExp(STEP_NAME_PATTERN);
-const RESERVED: ReadonlySet<string> = new Set([...SDK_EVENT_NAMES, ...ENGINE_EVENT_NAMES]);
 
 type Ctx = { details: ErrorDetail[]; steps: number; names: Map<string, string> };
 
@@ -76,8 +75,8 @@ export function validateWorkflowDefinition(def: unknown, base = '', options: { p
 function eventName(value: unknown, param: string, ctx: Ctx): void {
   if (typeof value !== 'string' || !EVENT.test(value)) {
     ctx.details.push({ param, message: value === undefined ? 'is required' : `must be an event name matching ${EXPRESSION_EVENT_PATTERN}` });
-  } else if (value.startsWith('$') && !RESERVED.has(value)) {
-    ctx.details.push({ param, message: 'names no reserved event: names starting with $ are the reserved ones of the SDK and the engine' });
+  } else if (isUnknownReserved(value)) {
+    ctx.details.push({ param, message: UNKNOWN_RESERVED_MESSAGE });
   }
 }
 

@@ -370,6 +370,12 @@ invalid('a node of unknown shape names its own path', () => {
   assert.match(errors[0]!.message, /one of all, any, not, attribute, event, topic, subscription$/);
 });
 
+invalid('an event condition on a $ name that is none of the reserved ones is an error (no event can carry it), as in workflow triggers', () => {
+  const errors = validateExpression({ any: [{ event: '$app.opened' }, { event: '$nope.nope', count: { gte: 1 } }, { event: '$send' }] }, 'where');
+  assert.equal(errors.map((e) => e.param), ['where.any[1].event']);
+  assert.match(errors[0]!.message, /^names no reserved event/);
+});
+
 invalid('a non-object node is an error at its path', () => {
   assert.equal(params(null), ['where']);
   assert.equal(params('plan = pro'), ['where']);
