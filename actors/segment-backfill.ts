@@ -1,5 +1,4 @@
 import { isoNow } from '../lib/clock.js';
-import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { ACTOR_GROUP } from './subscriber-actor.js';
@@ -11,7 +10,8 @@ const TURN_EVERY_MS = 250;
 const LOCK_MS = 10_000; // a turn takes well under a second; a killed holder delays the next by at most this
 
 type Backfill = { status: 'pending' | 'running' | 'completed'; processed: number; total: number | null; startedAt: string | null; completedAt: string | null };
-type Cursor = { p: number; after: string | null; marks?: string[] };
+/** `timerMarks`, then `marks`: the tails of the partitions' timer inboxes, then of their event inboxes (see `backfillTurn`) */
+type Cursor = { p: number; after: string | null; timerMarks?: string[]; marks?: string[] };
 
 /** Compares stream ids (`ms-seq`). */
 function idAtLeast(a: string, b: string): boolean {
@@ -20,19 +20,26 @@ function idAtLeast(a: string, b: string): boolean {
   return am > bm || (am === bm && as >= bs);
 }
 
-/** True once every partition's actors have read and acked the inbox up to `marks[p]`. */
-async function drained(redis: Redis, keys: Keys, partitions: number, marks: string[]): Promise<boolean> {
+/** The tail entry id of every partition's stream (`0-0` when empty). */
+async function tails(redis: Redis, partitions: number, stream: (p: number) => string): Promise<string[]> {
+  const pipeline = redis.pipeline();
+  for (let p = 0; p < partitions; p++) pipeline.xrevrange(stream(p), '+', '-', 'COUNT', 1);
+  return ((await pipeline.exec()) ?? []).map(([, r]) => ((r as [string, string[]][])[0]?.[0] ?? '0-0'));
+}
+
+/** True once every partition's actors have read and acked its stream up to `marks[p]`. */
+async function drained(redis: Redis, partitions: number, stream: (p: number) => string, marks: string[]): Promise<boolean> {
   for (let p = 0; p < partitions; p++) {
     const mark = marks[p]!;
     if (mark === '0-0') continue;
-    const groups = (await redis.xinfo('GROUPS', keys.inbox(p)).catch(() => [])) as unknown[][];
+    const groups = (await redis.xinfo('GROUPS', stream(p)).catch(() => [])) as unknown[][];
     const group = groups.map((g) => {
       const o: Record<string, unknown> = {};
       for (let i = 0; i < g.length; i += 2) o[String(g[i])] = g[i + 1];
       return o;
     }).find((g) => g.name === ACTOR_GROUP);
     if (!group || !idAtLeast(String(group['last-delivered-id']), mark)) return false;
-    const pending = (await redis.xpending(keys.inbox(p), ACTOR_GROUP)) as [number, string | null, string | null, unknown];
+    const pending = (await redis.xpending(stream(p), ACTOR_GROUP)) as [number, string | null, string | null, unknown];
     if (Number(pending[0]) > 0 && pending[1] && !(idAtLeast(pending[1], mark) && pending[1] !== mark)) return false;
   }
   return true;
@@ -88,14 +95,21 @@ export async function backfillTurn(ctx: RoleContext, member: string): Promise<'d
   const pipeline = redis.pipeline();
   for (let p = 0; p < config.partitions; p++) pipeline.zcount(keys.timers(p), 0, 0);
   if (((await pipeline.exec()) ?? []).some(([, n]) => Number(n) > 0)) return 'more';
-  if (!cursor.marks) {
-    const tails = redis.pipeline();
-    for (let p = 0; p < config.partitions; p++) tails.xrevrange(keys.inbox(p), '+', '-', 'COUNT', 1);
-    cursor = { ...cursor, marks: ((await tails.exec()) ?? []).map(([, r]) => ((r as [string, string[]][])[0]?.[0] ?? '0-0')) };
+  // the fired timers are handled from the timer inboxes, or moved to the event inboxes behind their
+  // subscribers' waiting events (actors/timer-order.ts) before being acked: the event inboxes' tails
+  // are marked once the timer inboxes are drained, so a moved timer is within the marks
+  if (!cursor.timerMarks) {
+    cursor = { ...cursor, timerMarks: await tails(redis, config.partitions, (p) => keys.timerInbox(p)) };
     await callScript<number>(redis, 'updateBackfill', [segmentKey], [token, JSON.stringify(backfill), JSON.stringify(cursor)]);
     return 'more';
   }
-  if (!(await drained(redis, keys, config.partitions, cursor.marks))) return 'more';
+  if (!cursor.marks) {
+    if (!(await drained(redis, config.partitions, (p) => keys.timerInbox(p), cursor.timerMarks))) return 'more';
+    cursor = { ...cursor, marks: await tails(redis, config.partitions, (p) => keys.inbox(p)) };
+    await callScript<number>(redis, 'updateBackfill', [segmentKey], [token, JSON.stringify(backfill), JSON.stringify(cursor)]);
+    return 'more';
+  }
+  if (!(await drained(redis, config.partitions, (p) => keys.inbox(p), cursor.marks))) return 'more';
   const done: Backfill = { ...backfill, status: 'completed', processed: backfill.total ?? backfill.processed, completedAt: isoNow() };
   await callScript<number>(redis, 'updateBackfill', [segmentKey], [token, JSON.stringify(done), JSON.stringify(cursor)]);
   await redis.zrem(keys.segmentBackfills, member);

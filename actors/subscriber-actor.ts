@@ -8,6 +8,7 @@ import { PartitionLeases } from '../streams/partition-leases.js';
 import { connectRedis } from '../streams/redis.js';
 import { forwardingWorkspaces, forwardToLedger } from '../streams/stream-ledger.js';
 import { Automation } from './automation.js';
+import { orderTimers } from './timer-order.js';
 
 export const ACTOR_GROUP = 'actors';
 /**
@@ -23,8 +24,10 @@ export const ACTOR_LINGER_MS = 50;
  * from a partition inbox it applies every event in order in one atomic script (read models plus
  * the subscriber's last applied sequence, so a redelivered event changes nothing), then forwards
  * the batch to the ledgers of workspaces that have (or had) webhook endpoints, then acks. Between the two, the
- * automation step (actors/automation.ts) keeps segments and workflow runs, and handles the timer
- * entries the scheduler appends to the inbox.
+ * automation step (actors/automation.ts) keeps segments and workflow runs. The timers the scheduler
+ * fires arrive in each partition's timer inbox, read by a second consumer so that a due timer is not
+ * held up by the event backlog; those that must follow their subscriber's waiting events are moved
+ * to the event inbox (actors/timer-order.ts), the others handled at once.
  */
 export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   const { config, redis, keys, log } = ctx;
@@ -33,6 +36,17 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   await leases.start();
 
   const partitionOfStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.inbox(p), p]));
+  const partitionOfTimerStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.timerInbox(p), p]));
+  // a partition's event and timer batches are handled one at a time, in the order they were read:
+  // both work on the same subscribers' automation state (compare-and-set, lua/commitAutomation)
+  const tails = new Map<number, Promise<void>>();
+  const oneAtATime = (p: number, work: (p: number) => Promise<void>): Promise<void> => {
+    const run = (tails.get(p) ?? Promise.resolve()).then(() => work(p));
+    const tail = run.catch(() => undefined);
+    tails.set(p, tail);
+    void tail.then(() => tails.get(p) === tail && tails.delete(p));
+    return run;
+  };
   const automation = new Automation(redis, keys, log);
   // The batches of one read are handed over in the same tick: they share one read of the
   // forwarding workspaces, made after their entries were read.
@@ -44,26 +58,34 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     }
     return workspaces;
   };
-  const handle = async (stream: string, entries: StreamEntry[]) => {
+  const handle = (stream: string, entries: StreamEntry[]) => oneAtATime(partitionOfStream.get(stream)!, async (p) => {
     const forwarding = workspacesOfThisRead();
     forwarding.catch(() => undefined); // awaited below; a failure fails the batch there
-    const p = partitionOfStream.get(stream)!;
     const events = entries.filter((entry) => entry.fields.k !== 'timer');
     if (events.length) {
       await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id));
     }
     await automation.handle(p, entries);
     if (events.length) await forwardToLedger(redis, keys, events, await forwarding);
-  };
+  });
+  // fired timers, read by a consumer of their own so they do not wait for the event backlog's reads
+  const handleTimers = (stream: string, entries: StreamEntry[]) => oneAtATime(partitionOfTimerStream.get(stream)!, async (p) => {
+    await automation.handle(p, await orderTimers(redis, keys, p, entries));
+  });
 
   const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
   blocking.on('error', () => undefined);
+  const timerBlocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
+  timerBlocking.on('error', () => undefined);
   const source = { mode: 'exclusive' as const, streams: () => leases.owned().map((p) => keys.inbox(p)) };
   const consumer = new StreamConsumer({ redis, blocking, source, group: ACTOR_GROUP, consumer: owner, handle, log, lingerMs: ACTOR_LINGER_MS });
+  const timerSource = { mode: 'exclusive' as const, streams: () => leases.owned().map((p) => keys.timerInbox(p)) };
+  const timerConsumer = new StreamConsumer({ redis, blocking: timerBlocking, source: timerSource, group: ACTOR_GROUP, consumer: owner, handle: handleTimers, log });
   consumer.start();
+  timerConsumer.start();
   log.info('subscriber actors started', { owner });
   return async () => {
-    await consumer.stop();
+    await Promise.all([consumer.stop(), timerConsumer.stop()]);
     await leases.stop();
   };
 }

@@ -13,7 +13,7 @@ const ROUNDS_PER_TICK = 20;
 /**
  * The scheduler role: partitions are leased (group `scheduler`, one holder each) and every tick the
  * holder fires each owned partition's due timers (lua/fireTimers: removed from `{pN}:timers` and
- * appended to the inbox atomically, so each fires once). A timer costs a sorted-set member until it
+ * appended to the timer inbox `{pN}:tin` atomically, so each fires once). A timer costs a sorted-set member until it
  * is due and nothing else: there is one loop per process, not one per timer.
  */
 export async function startTimerScheduler(ctx: RoleContext): Promise<Stop> {
@@ -30,7 +30,7 @@ export async function startTimerScheduler(ctx: RoleContext): Promise<Stop> {
     for (let round = 0; round < ROUNDS_PER_TICK && pending.length && !stopped; round++) {
       const at = now();
       const pipeline = redis.pipeline();
-      for (const p of pending) callScript(pipeline, 'fireTimers', [keys.timers(p), keys.inbox(p)], [at, FIRE_BATCH]);
+      for (const p of pending) callScript(pipeline, 'fireTimers', [keys.timers(p), keys.timerInbox(p)], [at, FIRE_BATCH]);
       const replies = (await pipeline.exec()) ?? [];
       pending = pending.filter((_, i) => Number(replies[i]?.[1] ?? 0) >= FIRE_BATCH);
     }

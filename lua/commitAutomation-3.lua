@@ -20,6 +20,8 @@
       (hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
        | zadd key score member | zrem key member - | hincrby key field by | pexpireat key ms -)
 
+  The automation state also keeps the subscriber's engine range (`ea`, `eb`, `er`, below).
+
   Returns one 1 (applied) or 0 (version mismatch, skipped) per subscriber, in order.
 ]=]
 -- @include "appendInboxEvent"
@@ -34,9 +36,14 @@ for s, c in ipairs(cjson.decode(ARGV[2])) do
     local field = tenant .. '|' .. externalId
     local sub = rcall('HGET', KEYS[3], field)
     -- a deleted subscriber gets no more events (writing one would not recreate it)
-    if sub then
+    local first, last, runOf
+    if sub and #events > 0 then
+      runOf = events[1][4]
       for _, e in ipairs(events) do
         local seq = rcall('HINCRBY', KEYS[2], field, 1)
+        first = first or seq
+        last = seq
+        if e[4] ~= runOf then runOf = '' end
         appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = e[1], q = seq, x = externalId, u = sub, n = e[2], o = 'system',
           ts = nowMs, r = nowMs, d = e[3], ru = e[4], m = e[5], st = e[6] })
       end
@@ -45,6 +52,17 @@ for s, c in ipairs(cjson.decode(ARGV[2])) do
       local key = op[2]
       local failed = applyOp(op[1], key == '' and autoKey or key, op[3], op[4])
       if failed then return failed end
+    end
+    if first then
+      -- the subscriber's engine range: `ea`..`eb` are sequences this script issued one after the
+      -- other with no event from elsewhere between them, all of run `er` ('' when of several or of
+      -- none); a due timer of that run need not wait for them (actors/timer-order.ts)
+      local range = rcall('HMGET', autoKey, 'ea', 'eb', 'er')
+      if range[2] == tostring(first - 1) then
+        rcall('HSET', autoKey, 'eb', last, 'er', range[3] == runOf and runOf or '')
+      else
+        rcall('HSET', autoKey, 'ea', first, 'eb', last, 'er', runOf)
+      end
     end
     rcall('HINCRBY', autoKey, 'v', 1)
     out[s] = 1

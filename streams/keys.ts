@@ -87,6 +87,8 @@ export function createKeys(prefix: string) {
     // --- partition keys: everything of one subscriber and its partition shares the tag {pN} ---
     /** stream: the partition inbox every event of its subscribers is appended to */
     inbox: (n: number) => `${p(n)}:in`,
+    /** stream: the partition's fired timers (lua/fireTimers), read by the actors beside the inbox so a due timer does not wait behind its backlog (actors/timer-order.ts) */
+    timerInbox: (n: number) => `${p(n)}:tin`,
     /** hash `tenant|externalId` → last sequence issued */
     sequences: (n: number) => `${p(n)}:seq`,
     /** hash `tenant|externalId` → sub_ id (the subscriber exists) */
@@ -135,7 +137,9 @@ export function createKeys(prefix: string) {
     // --- segments and workflows (issue 8): a subscriber's automation state lives in its partition ---
     /** hash: a subscriber's automation state: `v` (version, compare-and-set), `seq` (last sequence the
      *  automation step handled), `segs` (JSON array of segment ids it belongs to), `runs` (JSON array of
-     *  its active run ids), `win` (due ms of its armed segment-window timer, '' when none); and its
+     *  its active run ids), `win` (due ms of its armed segment-window timer, '' when none), `ea`/`eb`/`er` (its engine
+     *  range: sequences lua/commitAutomation issued with nothing else between them, all of run `er`
+     *  or '', see actors/timer-order.ts); and its
      *  time-bucketed event counters, `<condition key>|<bucket start ms>` (or `|all`) → count, with
      *  `<condition key>|init` → 1 once the counter was seeded from the timeline (fields with a `|`) */
     automation: (n: number, tenantId: string, externalId: string) => `${p(n)}:auto:${tenantId}:${externalId}`,

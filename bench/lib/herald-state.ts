@@ -40,12 +40,14 @@ export class HeraldState {
     return this.sum((p) => ['HLEN', this.keys.subscribers(p)]);
   }
 
-  /** Entries of the inboxes not yet acked by the worker's consumer group (0 when caught up). */
+  /** Entries of the inboxes (event and timer) not yet acked by the worker's consumer group (0 when caught up). */
   async pendingAndUnread(group = 'actors'): Promise<number> {
     const infos = await this.perPartition((p) => ['XINFO', 'GROUPS', this.keys.inbox(p)]).catch(() => null);
     if (!infos) return Number.NaN;
+    // the timer inboxes exist once a worker has read them (none yet: nothing fired waits there)
+    const timerInfos = await this.perPartition((p) => ['XINFO', 'GROUPS', this.keys.timerInbox(p)]).catch(() => []);
     let total = 0;
-    for (const groups of infos as unknown[][][]) {
+    for (const groups of [...infos, ...timerInfos] as unknown[][][]) {
       for (const g of groups ?? []) {
         const fields: Record<string, unknown> = {};
         for (let i = 0; i < g.length; i += 2) fields[String(g[i])] = g[i + 1];

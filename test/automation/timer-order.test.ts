@@ -1,0 +1,130 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { orderTimers, timerMayGoFirst, type Backlog } from '../../actors/timer-order.js';
+import { partitionOf } from '../../lib/partition.js';
+import type { StreamEntry } from '../../streams/stream-consumer.js';
+import { client } from '../helpers/api.js';
+import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+const quiet: Backlog = { sequence: 4, applied: 4, engineFrom: 0, engineTo: 0, engineRun: '' };
+const runTimer = (runId: string, x = 'x') => `run|ws_1|tnt_1|${runId}~2|${x}`;
+
+const pure = suite('which fired timers may go ahead of their subscriber\'s waiting events');
+
+pure('a subscriber with nothing waiting: every timer goes first', () => {
+  assert.ok(timerMayGoFirst(runTimer('run_a'), quiet));
+  assert.ok(timerMayGoFirst('seg|ws_1|tnt_1|-|x', quiet));
+  assert.ok(timerMayGoFirst(runTimer('run_a'), { ...quiet, applied: 9 }), 'applied past the last issued (a recreated subscriber)');
+});
+
+pure('only the run\'s own engine events waiting: its timer goes first, no other timer does', () => {
+  const own: Backlog = { sequence: 9, applied: 6, engineFrom: 7, engineTo: 9, engineRun: 'run_a' };
+  assert.ok(timerMayGoFirst(runTimer('run_a'), own));
+  assert.ok(timerMayGoFirst(runTimer('run_a'), { ...own, applied: 8 }));
+  assert.not.ok(timerMayGoFirst(runTimer('run_b'), own), 'another run would see run_a\'s events first');
+  assert.not.ok(timerMayGoFirst('seg|ws_1|tnt_1|-|x', own), 'a segment re-check counts every waiting event');
+  assert.not.ok(timerMayGoFirst(runTimer('run_a'), { ...own, engineRun: '' }), 'the range holds several runs\' events');
+});
+
+pure('an event from elsewhere waiting: the timer follows it', () => {
+  const own: Backlog = { sequence: 9, applied: 6, engineFrom: 7, engineTo: 9, engineRun: 'run_a' };
+  assert.not.ok(timerMayGoFirst(runTimer('run_a'), { ...own, sequence: 10 }), 'issued after the engine range');
+  assert.not.ok(timerMayGoFirst(runTimer('run_a'), { ...own, applied: 5 }), 'issued before it and not applied');
+  assert.not.ok(timerMayGoFirst(runTimer('run_a'), { ...quiet, sequence: 5 }), 'no engine range at all');
+  assert.not.ok(timerMayGoFirst('', { ...quiet, sequence: 5 }));
+});
+
+pure.run();
+
+type Ctx = { service: TestService; roles: RoleProcess[]; boot: Awaited<ReturnType<typeof bootstrapWorkspace>> };
+const order = suite<Ctx>('fired timers and the event backlog');
+
+order.before(async (ctx) => {
+  ctx.service = await startTestService('timer-order', { PARTITION_LEASE_MS: '1000' });
+  ctx.boot = await bootstrapWorkspace(ctx.service, 'timer-order');
+  ctx.roles = [];
+});
+order.after(async (ctx) => {
+  for (const r of ctx.roles) await stopRoleProcess(r);
+  await ctx.service.stop();
+});
+
+order('orderTimers hands over the timers that may go first and moves the others to the event inbox, in order', async ({ service }) => {
+  const { redis, keys } = service;
+  const p = 0;
+  const t = 'tnt_order';
+  const state = async (x: string, sequence: number, applied: number, range?: [number, number, string]) => {
+    await redis.hset(keys.sequences(p), `${t}|${x}`, sequence);
+    await redis.hset(keys.applied(p), `${t}|${x}`, applied);
+    if (range) await redis.hset(keys.automation(p, t, x), 'ea', range[0], 'eb', range[1], 'er', range[2]);
+  };
+  await state('idle', 5, 5);
+  await state('busy', 7, 5);
+  await state('own', 9, 6, [7, 9, 'run_own']);
+  await state('later', 10, 6, [7, 9, 'run_later']);
+  const entry = (id: string, kind: string, ref: string, x: string): StreamEntry => ({ id, fields: { k: 'timer', t, w: 'ws_order', x, tm: `${kind}|ws_order|${t}|${ref}|${x}` } });
+  const entries = [
+    entry('1-1', 'run', 'run_idle~1', 'idle'),
+    entry('1-2', 'run', 'run_busy~1', 'busy'),
+    entry('1-3', 'run', 'run_own~1', 'own'),
+    entry('1-4', 'seg', '-', 'own'),
+    entry('1-5', 'run', 'run_later~1', 'later'),
+    entry('1-6', 'run', 'run_other~1', 'own'),
+  ];
+  const now = await orderTimers(redis, keys, p, entries);
+  assert.equal(now.map((e) => e.id), ['1-1', '1-3']);
+  const moved = ((await redis.xrange(keys.inbox(p), '-', '+')) as [string, string[]][]).map(([, f]) => f);
+  assert.equal(moved.map((f) => f[f.indexOf('tm') + 1]), [entries[1], entries[3], entries[4], entries[5]].map((e) => e.fields.tm));
+  assert.equal(moved[0], ['k', 'timer', 't', t, 'w', 'ws_order', 'x', 'busy', 'tm', entries[1]!.fields.tm], 'moved with every field');
+});
+
+order('a cancelOn event accepted before a timer fell due is handled before it; a run with nothing waiting wakes', async (ctx) => {
+  const { service, boot } = ctx;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'nap', trigger: { event: 'nap.started' }, cancelOn: { event: 'nap.cancel' },
+    steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }],
+  });
+  const worker = startRoleProcess('worker', env);
+  ctx.roles.push(worker, startRoleProcess('scheduler', env));
+  await api.post('/v1/events', boot.keys.tenant, { events: ['canceled-late', 'sleeper'].map((externalId) => ({ externalId, name: 'nap.started', data: {} })) });
+  await waitFor('both runs to sleep', async () => (await api.get('/v1/workflows/nap/runs?status=sleeping', boot.keys.tenant)).body.data.total === 2, 20_000, 100);
+
+  // the run's own engine events make up the subscriber's engine range (lua/commitAutomation)
+  const sleeper = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.find((r: any) => r.externalId === 'sleeper');
+  const p = partitionOf(boot.tenant.id, 'sleeper', service.config.partitions);
+  const [ea, eb, er] = await service.redis.hmget(service.keys.automation(p, boot.tenant.id, 'sleeper'), 'ea', 'eb', 'er');
+  assert.is(er, sleeper.id);
+  assert.is(eb, await service.redis.hget(service.keys.sequences(p), `${boot.tenant.id}|sleeper`));
+  assert.ok(Number(ea) >= 2 && Number(ea) <= Number(eb), `${ea}..${eb}`);
+
+  await stopRoleProcess(worker);
+  // a backlog ahead of the cancel in its partition, longer than one read of it, so the timer is read
+  // (from the timer inbox) before the cancel is (from the event inbox)
+  const cp = partitionOf(boot.tenant.id, 'canceled-late', service.config.partitions);
+  let filler = 0;
+  while (partitionOf(boot.tenant.id, `filler-${filler}`, service.config.partitions) !== cp) filler++;
+  for (let batch = 0; batch < 8; batch++) {
+    await api.post('/v1/events', boot.keys.tenant, { events: Array.from({ length: 100 }, () => ({ externalId: `filler-${filler}`, name: 'filler.tick', data: {} })) });
+  }
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'canceled-late', name: 'nap.cancel', data: {} }] });
+  let fired = 0;
+  await waitFor('both timers to fire into the timer inboxes', async () => {
+    fired = 0;
+    for (let q = 0; q < service.config.partitions; q++) fired += await service.redis.xlen(service.keys.timerInbox(q));
+    return fired === 2;
+  }, 10_000, 100);
+  ctx.roles.push(startRoleProcess('worker', env));
+  await waitFor('both runs to end', async () => (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.every((r: any) => r.status !== 'sleeping'), 20_000, 100);
+  const runs = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items;
+  const byId = Object.fromEntries(runs.map((r: any) => [r.externalId, r]));
+  assert.is(byId['canceled-late'].status, 'canceled');
+  assert.is(byId['canceled-late'].reason, 'canceled_by_event');
+  assert.equal(byId['canceled-late'].history.map((h: any) => h.outcome), ['sleeping'], 'never woke');
+  assert.equal(byId.sleeper.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent']);
+});
+
+order.run();
