@@ -127,4 +127,40 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
   assert.equal(byId.sleeper.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent']);
 });
 
+order('runs waking from the timer inbox while their worker is SIGKILLed twice wake once and send once', async (ctx) => {
+  const { service, boot } = ctx;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  const RUNS = 300;
+  const before = (await api.get('/v1/messages?limit=1', boot.keys.tenant)).body.data.total as number;
+  await api.post('/v1/workflows', boot.keys.tenant, { slug: 'doze', trigger: { event: 'doze.started' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Up', body: 'once' } }] });
+  let worker = startRoleProcess('worker', env);
+  ctx.roles.push(worker);
+  const ids = Array.from({ length: RUNS }, (_, i) => `doze-${i}`);
+  for (let i = 0; i < RUNS; i += 100) await api.post('/v1/events', boot.keys.tenant, { events: ids.slice(i, i + 100).map((externalId) => ({ externalId, name: 'doze.started', data: {} })) });
+  await waitFor('every run to sleep', async () => (await api.get('/v1/workflows/doze/runs?status=sleeping', boot.keys.tenant)).body.data.total === RUNS, 20_000, 100);
+  // kill the worker as the timers come due (the scheduler keeps firing them), twice
+  for (let kill = 0; kill < 2; kill++) {
+    await waitFor('some runs to wake', async () => (await api.get('/v1/workflows/doze/runs?status=sleeping', boot.keys.tenant)).body.data.total < RUNS - 40 * (kill + 1) || null, 20_000, 20);
+    worker.child.kill('SIGKILL');
+    await worker.exited;
+    worker = startRoleProcess('worker', env);
+    ctx.roles.push(worker);
+  }
+  await waitFor('every run to complete', async () => (await api.get('/v1/workflows/doze/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 30_000, 100);
+  const seen = new Set<string>();
+  for (let cursor: string | null = null, page = 0; page < 10; page++) {
+    const body: any = (await api.get(`/v1/workflows/doze/runs?limit=100${cursor ? `&cursor=${cursor}` : ''}`, boot.keys.tenant)).body.data;
+    for (const run of body.items) {
+      assert.equal(run.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent'], run.externalId);
+      seen.add(run.externalId);
+    }
+    cursor = body.nextCursor;
+    if (!cursor) break;
+  }
+  assert.is(seen.size, RUNS);
+  const messages = (await api.get('/v1/messages?limit=1', boot.keys.tenant)).body.data;
+  assert.is(messages.total - before, RUNS, 'one message per run');
+});
+
 order.run();
