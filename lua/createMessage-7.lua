@@ -35,7 +35,7 @@ if ARGV[1] ~= '' then
   rcall('HSET', KEYS[1], ARGV[1], ARGV[3] .. '|' .. ARGV[2])
 end
 local n = tonumber(ARGV[7])
-for i = 0, n - 1 do rcall('HSET', KEYS[2], ARGV[8 + 2 * i], ARGV[9 + 2 * i]) end
+rcall('HSET', KEYS[2], unpack(ARGV, 8, 7 + 2 * n)) -- one command for the ~17 fields
 rcall('ZADD', KEYS[3], 0, ARGV[3])
 rcall('ZADD', KEYS[4], 0, ARGV[3])
 if ARGV[4] ~= '' then
