@@ -214,7 +214,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     tags: [Events]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:

@@ -79,7 +79,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    * /v1/subscribers/{externalId}:
    *   parameters:
    *     - $ref: '#/components/parameters/serviceTenant'
-   *     - { name: externalId, in: path, required: true, description: URL-encoded, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
    *   get:
    *     operationId: getSubscriber
    *     summary: One subscriber
@@ -138,7 +138,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     tags: [Subscriptions]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *       - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
    *       - $ref: '#/components/parameters/limit'
    *       - $ref: '#/components/parameters/cursor'
    *     responses:
@@ -158,7 +158,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    * /v1/subscribers/{externalId}/subscriptions/{id}:
    *   parameters:
    *     - $ref: '#/components/parameters/serviceTenant'
-   *     - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
    *     - { name: id, in: path, required: true, schema: { type: string } }
    *   get:
    *     operationId: getSubscriberSubscription
@@ -210,7 +210,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    * /v1/subscribers/{externalId}/preferences:
    *   parameters:
    *     - $ref: '#/components/parameters/serviceTenant'
-   *     - { name: externalId, in: path, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
    *   get:
    *     operationId: getSubscriberPreferences
    *     summary: A subscriber's preferences

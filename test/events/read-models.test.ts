@@ -166,7 +166,8 @@ reads('an externalId with slashes, percent signs, spaces and non-ASCII round-tri
   });
   assert.is(res.body.data.items[0].externalId, odd);
   const long = await api.get(`/v1/subscribers/${'x'.repeat(257)}/timeline`, key);
-  assert.is(long.body.error.code, 'validation');
+  assert.is(long.status, 404, 'a malformed id (spec 2.3 rules 2 and 4)');
+  assert.is(long.body.error.code, 'not_found');
 });
 
 reads('catalog windows roll by the hour and reach the hour ahead; volume shows them', async ({ api, key }) => {
