@@ -145,7 +145,7 @@ export const WorkflowRun: Schema = {
     status: { $ref: '#/components/schemas/WorkflowRunStatus' },
     step: { type: 'string', nullable: true, description: 'Path of the current (or last) step, e.g. `steps[1].then[0]`.' },
     triggerEventId: { type: 'string', description: 'The `evt_` id of the event that started the run.' },
-    reason: { type: 'string', nullable: true, description: 'Why it ended when canceled or failed: canceled_by_event, subscriber_deleted, workflow_deleted, send_failed...' },
+    reason: { type: 'string', nullable: true, description: 'Why it ended when canceled or failed: canceled_by_event, subscriber_deleted, workflow_deleted, send_failed; step_not_found and too_many_steps only for a broken stored run (docs/workflows.md)' },
     wakeAt: { ...nullableTime, description: 'When a sleep ends or a wait times out.' },
     startedAt: time,
     updatedAt: time,
