@@ -8,8 +8,7 @@ import { diff } from '../../streams/ledger.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { client } from '../helpers/api.js';
 import { generateProviderKey, type ProviderKey } from '../helpers/apns-peer.js';
-import { assertSweptOnce, auditEntries, killUnderLoad, outboxesEmptied, startSweeper, startWebProcess } from '../helpers/audit.js';
-import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { assertSweptOnce, auditEntries, killUnderLoad, outboxesEmptied, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
 import { apnsCredentials } from '../helpers/push-setup.js';
 import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 
@@ -97,17 +96,7 @@ died.run();
 const ROUNDS = 3;
 const TENANTS = 32;
 
-type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
-const kill = suite<KillCtx>('apns credential audit entries survive a web process killed mid-write');
-
-kill.before(async (ctx) => {
-  ctx.service = await startTestService('apns-audit-kill', { HERALD_ENCRYPTION_KEY: randomBytes(32).toString('hex') });
-});
-kill.after(async (ctx) => {
-  if (ctx.web) await stopRoleProcess(ctx.web);
-  if (ctx.worker) await stopRoleProcess(ctx.worker);
-  await ctx.service.stop();
-});
+const kill = killSuite('apns credential audit entries survive a web process killed mid-write', 'apns-audit-kill', { HERALD_ENCRYPTION_KEY: randomBytes(32).toString('hex') });
 
 kill('after SIGKILLs under puts and deletes, each tenant\'s apns entries alternate updated/deleted and the newest describes its credentials', async (ctx) => {
   const { service } = ctx;

@@ -1,3 +1,4 @@
+import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
 import { createLogger } from '../../lib/log.js';
@@ -6,7 +7,7 @@ import { auditIntent, type AuditDraft, type AuditIntent } from '../../streams/au
 import { LEDGER_FIELDS, type Ref } from '../../streams/ledger.js';
 import type { RoleContext } from '../../streams/role-context.js';
 import { client } from './api.js';
-import { startRoleProcess, type RoleProcess } from './processes.js';
+import { startRoleProcess, stopRoleProcess, type RoleProcess } from './processes.js';
 import { freePort } from './redis.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from './service.js';
 import { waitFor } from './wait.js';
@@ -158,3 +159,20 @@ export async function startDiedWriterCtx(ctx: DiedWriterCtx, name: string): Prom
 /** An intent of a write in the test's tenant, for its outbox, as the writer makes it. */
 export const tenantIntent = (ctx: DiedWriterCtx, op: string, input: unknown): AuditIntent =>
   auditIntent(ctx.service.keys.tenantOutbox(ctx.tenant.id), op, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, input);
+
+/** The context of a kill suite: its service, and the web and worker processes a test starts and kills. */
+export type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
+
+/** A suite whose tests kill role processes: a service started before, and after it every process stopped. */
+export function killSuite(title: string, serviceName: string, env: Record<string, string> = {}) {
+  const kill = suite<KillCtx>(title);
+  kill.before(async (ctx) => {
+    ctx.service = await startTestService(serviceName, env);
+  });
+  kill.after(async (ctx) => {
+    if (ctx.web) await stopRoleProcess(ctx.web);
+    if (ctx.worker) await stopRoleProcess(ctx.worker);
+    await ctx.service.stop();
+  });
+  return kill;
+}

@@ -6,8 +6,7 @@ import { auditIntent, type AuditIntent } from '../../streams/audit-outbox.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { MESSAGE_AUDITS, runStepIdempotencyKey, toMessage, type RunRef } from '../../streams/messages.js';
 import { client } from '../helpers/api.js';
-import { assertSweptOnce, auditEntries, eventIdsByTarget, killUnderLoad, oneEntryEach, outboxesEmptied, startSweeper, startWebProcess } from '../helpers/audit.js';
-import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { assertSweptOnce, auditEntries, eventIdsByTarget, killUnderLoad, oneEntryEach, outboxesEmptied, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
 type Boot = Awaited<ReturnType<typeof bootstrapWorkspace>>;
@@ -108,17 +107,7 @@ const ROUNDS = 3;
 /** Messages near the 4 KB APNs limit: each request keeps the web process busy a little longer. */
 const PAYLOAD = { note: 'x'.repeat(3_000) };
 
-type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
-const kill = suite<KillCtx>('message audit entries survive a web process killed mid-write');
-
-kill.before(async (ctx) => {
-  ctx.service = await startTestService('messages-audit-kill');
-});
-kill.after(async (ctx) => {
-  if (ctx.web) await stopRoleProcess(ctx.web);
-  if (ctx.worker) await stopRoleProcess(ctx.worker);
-  await ctx.service.stop();
-});
+const kill = killSuite('message audit entries survive a web process killed mid-write', 'messages-audit-kill');
 
 kill('after a SIGKILL under sends and cancels, every message has one message.created, every canceled one one message.canceled, and no other has either', async (ctx) => {
   const { service } = ctx;

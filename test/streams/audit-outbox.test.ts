@@ -3,8 +3,7 @@ import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
 import { asScriptReply, auditIntent } from '../../streams/audit-outbox.js';
 import { callScript } from '../../streams/lua-scripts.js';
-import { auditEntries, startWebProcess, roleContext, sweepWithWorker } from '../helpers/audit.js';
-import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { auditEntries, startWebProcess, roleContext, sweepWithWorker, killSuite } from '../helpers/audit.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -84,17 +83,7 @@ outbox('a reply read back from the outbox has the shape ioredis gives the writer
 
 outbox.run();
 
-type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
-const kill = suite<KillCtx>('audit entries survive a web process killed mid-write');
-
-kill.before(async (ctx) => {
-  ctx.service = await startTestService('audit-kill');
-});
-kill.after(async (ctx) => {
-  if (ctx.web) await stopRoleProcess(ctx.web);
-  if (ctx.worker) await stopRoleProcess(ctx.worker);
-  await ctx.service.stop();
-});
+const kill = killSuite('audit entries survive a web process killed mid-write', 'audit-kill');
 
 kill('every topic that exists after a SIGKILL under load has exactly one topic.created entry, and no other topic has one', async (ctx) => {
   const { service } = ctx;

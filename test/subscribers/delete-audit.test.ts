@@ -2,8 +2,7 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setWebhookResolver } from '../../lib/webhook-resolver.js';
 import { client } from '../helpers/api.js';
-import { auditEntries, eventIdsByTarget, killUnderLoad, oneEntryEach, outboxesEmptied, startSweeper, startWebProcess } from '../helpers/audit.js';
-import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { auditEntries, eventIdsByTarget, killUnderLoad, oneEntryEach, outboxesEmptied, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, type Receiver } from '../helpers/webhook-receiver.js';
 import { waitFor } from '../helpers/wait.js';
@@ -140,17 +139,7 @@ hook.run();
 const SUBSCRIBERS = 240;
 const CLIENTS = 24;
 
-type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
-const kill = suite<KillCtx>('subscription.deleted of a subscriber delete survives a web process killed mid-delete');
-
-kill.before(async (ctx) => {
-  ctx.service = await startTestService('delete-audit-kill');
-});
-kill.after(async (ctx) => {
-  if (ctx.web) await stopRoleProcess(ctx.web);
-  if (ctx.worker) await stopRoleProcess(ctx.worker);
-  await ctx.service.stop();
-});
+const kill = killSuite('subscription.deleted of a subscriber delete survives a web process killed mid-delete', 'delete-audit-kill');
 
 kill('deletes of subscribers holding 2 devices and 1 address, SIGKILLed under load, then retried: exactly one subscription.deleted (one event id) per subscription, none for the survivors', async (ctx) => {
   const { service } = ctx;

@@ -8,8 +8,7 @@ import { connectRedis } from '../../streams/redis.js';
 import { sweepSubscriberCleanups } from '../../streams/subscriber-cleanup.js';
 import { deleteSubscriber } from '../../streams/subscribers.js';
 import { client } from '../helpers/api.js';
-import { killUnderLoad, startSweeper, startWebProcess } from '../helpers/audit.js';
-import { stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
+import { killUnderLoad, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -174,17 +173,7 @@ const CLIENTS = 24;
 const TOPICS = 3;
 const ROUNDS = 3;
 
-type KillCtx = { service: TestService; web?: RoleProcess; worker?: RoleProcess };
-const kill = suite<KillCtx>('the cleanup of subscriber deletes survives a web process killed mid-delete');
-
-kill.before(async (ctx) => {
-  ctx.service = await startTestService('delete-cleanup-kill');
-});
-kill.after(async (ctx) => {
-  if (ctx.web) await stopRoleProcess(ctx.web);
-  if (ctx.worker) await stopRoleProcess(ctx.worker);
-  await ctx.service.stop();
-});
+const kill = killSuite('the cleanup of subscriber deletes survives a web process killed mid-delete', 'delete-cleanup-kill');
 
 kill('deletes of subscribers with devices, an address, widgets and topics, SIGKILLed under load, some created again before the sweep: nothing refers to a deleted subscriber, the ones created again keep theirs', async (ctx) => {
   const { service } = ctx;
