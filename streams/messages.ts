@@ -4,6 +4,7 @@ import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
+import type { Logger } from '../lib/log.js';
 import { auditIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys, MessageLane } from './keys.js';
 import { callScript } from './lua-scripts.js';
@@ -110,11 +111,16 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * message's `run` names the run). The intent is written by the same script as the message and only
  * when the message is created, so a replay (a caller's retry, or a run step retried after a crash
  * under its `runStepIdempotencyKey`) is not audited again.
+ *
+ * It resolves once the script has written the message: the ledger append that settles the intent
+ * (two more round trips) goes on after it, off the sender's path (`audited`, which never rejects:
+ * it resolves to null once the entry is in the ledger, or to the error that left the intent to the
+ * outbox sweeper, which `log` reports). The entry's id and time are fixed in the intent either way.
  */
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
-  idempotency: { key: string | null; request: unknown }, audit: AuditScope,
-): Promise<{ message: Message; replayed: boolean }> {
+  idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
+): Promise<{ message: Message; replayed: boolean; audited: Promise<unknown> }> {
   const id = newId('message');
   const at = isoNow();
   const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
@@ -140,9 +146,12 @@ export async function createMessage(
   );
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
-  if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
-  await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply));
-  return { message, replayed: false };
+  if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true, audited: Promise.resolve(null) };
+  const audited = settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply)).then(() => null, (err: unknown) => {
+    log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
+    return err;
+  });
+  return { message, replayed: false, audited };
 }
 
 /** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */

@@ -62,7 +62,7 @@ sends('the message a run sends reaches the ledger once as message.created (syste
     to: { externalId: 'greeted' }, content: { title: 'Hello', body: 'From a workflow' }, sendAtMs: null, run: message.run,
   }, { key: runStepIdempotencyKey(run.id, 'steps[0]'), request: { run: run.id, step: 'steps[0]' } }, writeScope(
     { workspace: event.workspace, tenant: event.tenant }, { actor: { type: 'system', id: null }, request: null },
-  ));
+  ), { warn: (msg) => assert.unreachable(msg) });
   assert.equal([retried.replayed, retried.message.id], [true, messageId]);
   assert.is(await service.redis.hlen(service.keys.tenantOutbox(boot.tenant.id)), 0, 'a replay records no intent');
   await new Promise((r) => setTimeout(r, 500));
