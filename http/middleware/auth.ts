@@ -14,10 +14,9 @@ import { jsonBody } from './json-body.js';
  * Which credentials reach a route:
  * - `tenant`: data-plane routes, workspace keys (tenant from `Service-Tenant`, else `default`) and tenant keys;
  * - `workspace`: `/v1/workspaces/{workspaceSlug}/…`, workspace keys of that workspace only;
- * - `client`: `/v1/client/…`, client keys only;
- * - `any`: every credential (introspection), with the tenant it works in.
+ * - `client`: `/v1/client/…`, client keys only.
  */
-export type Plane = 'tenant' | 'workspace' | 'client' | 'any';
+export type Plane = 'tenant' | 'workspace' | 'client';
 
 /** What a route knows about its caller once `authorize` has run; `principal` is null for an events token, `tokenExpiresAt` its expiry. */
 export type AuthState = { principal: Principal | null; workspace: Workspace; tenant: Tenant | null; tokenExpiresAt?: string };
@@ -97,10 +96,7 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     if (sessionOnly) throw new ApiError(403, 'missing_permission', `The scope ${scope} is session-only; no API key can hold it`);
     const kind = principal.key.kind;
     let tenant: Tenant | null = null;
-    if (plane === 'any') {
-      // the same Service-Tenant rule as every other route: a tenant or client key naming another tenant is 403
-      tenant = await tenantFor(ctx, deps, principal);
-    } else if (plane === 'client') {
+    if (plane === 'client') {
       if (kind !== 'client') throw new ApiError(403, 'forbidden', 'Only client keys (svc_pk_) may call /v1/client routes');
       tenant = await tenantFor(ctx, deps, principal);
     } else if (kind === 'client') {

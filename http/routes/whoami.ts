@@ -10,10 +10,10 @@ export function registerWhoami(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: whoami
    *     summary: The calling credential
-   *     description: Any valid API key or events token, no scope needed. Says what the credential is, its scopes,
-   *       and the workspace and tenant it works in (for workspace keys, the tenant `Service-Tenant` selects).
-   *       As on every route, a tenant or client key (or an events token) whose `Service-Tenant` names another tenant,
-   *       and a workspace key naming a tenant its workspace does not have, is 403 `forbidden`.
+   *     description: Any valid workspace or tenant key, no scope needed. Says what the key is, its scopes, and the workspace and
+   *       tenant it works in (for workspace keys, the tenant `Service-Tenant` selects). As on every route outside `/v1/client`,
+   *       a client key is 403 `forbidden`, and so is an events token (it reads only the event routes); a tenant key whose
+   *       `Service-Tenant` names another tenant, and a workspace key naming a tenant its workspace does not have, is 403 `forbidden`.
    *       Useful to check a key after rotation.
    *     tags: [Keys]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
@@ -23,15 +23,14 @@ export function registerWhoami(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/CallerResponse' } } }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.get('/v1/whoami', authorize(deps, 'any', null, { eventsToken: true }), (ctx) => {
-    const { principal, workspace, tenant, tokenExpiresAt } = ctx.state.auth as AuthState;
+  router.get('/v1/whoami', authorize(deps, 'tenant', null), (ctx) => {
+    const { principal, workspace, tenant } = ctx.state.auth as AuthState;
+    const { key } = principal!;
     respond(ctx, 200, {
-      kind: principal ? principal.key.kind : 'events_token',
-      keyId: principal?.key.id ?? null,
-      scopes: principal ? principal.key.scopes : ['events:read'],
+      kind: key.kind, keyId: key.id, scopes: key.scopes,
       workspace: { id: workspace.id, slug: workspace.slug },
-      tenant: tenant ? { id: tenant.id, slug: tenant.slug } : null,
-      expiresAt: principal ? principal.key.expiresAt : tokenExpiresAt ?? null,
+      tenant: { id: tenant!.id, slug: tenant!.slug },
+      expiresAt: key.expiresAt,
     });
   });
 }

@@ -104,14 +104,14 @@ export const Caller: Schema = {
   additionalProperties: false,
   required: ['kind', 'keyId', 'scopes', 'workspace', 'tenant', 'expiresAt'],
   properties: {
-    kind: { type: 'string', enum: ['workspace', 'tenant', 'client', 'events_token'] },
-    keyId: { type: 'string', nullable: true },
+    kind: { type: 'string', enum: ['workspace', 'tenant'] },
+    keyId: { type: 'string' },
     scopes: { type: 'array', items: { type: 'string' } },
     workspace: { type: 'object', additionalProperties: false, required: ['id', 'slug'], properties: { id: { type: 'string' }, slug: { type: 'string' } } },
     tenant: {
-      type: 'object', nullable: true, additionalProperties: false, required: ['id', 'slug'],
+      type: 'object', additionalProperties: false, required: ['id', 'slug'],
       properties: { id: { type: 'string' }, slug: { type: 'string' } },
-      description: 'The tenant the credential works in: its own for tenant and client keys and events tokens; for workspace keys the one Service-Tenant selects (default `default`).',
+      description: 'The tenant the key works in: its own for a tenant key; for a workspace key the one Service-Tenant selects (default `default`).',
     },
     expiresAt: { type: 'string', format: 'date-time', nullable: true },
   },

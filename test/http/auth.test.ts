@@ -207,12 +207,9 @@ auth('an events token cannot mint another token: GET /v1/events/token is 403 for
   isError(await api.get('/v1/events/token', token), 403, 'forbidden');
 });
 
-auth('GET /v1/whoami with an events token says when it expires', async ({ api, acme }) => {
+auth('an events token reads only the event routes: GET /v1/whoami is 403 forbidden', async ({ api, acme }) => {
   const issued = (await api.get('/v1/events/token', acme.keys.tenant)).body.data;
-  const me = await api.get('/v1/whoami', issued.token);
-  isOk(me);
-  assert.is(me.body.data.kind, 'events_token');
-  assert.is(me.body.data.expiresAt, issued.expiresAt);
+  isError(await api.get('/v1/whoami', issued.token), 403, 'forbidden');
 });
 
 // ---- 403 missing_permission -----------------------------------------------------------------
@@ -287,6 +284,39 @@ auth('a client key on a workspace route is 403 forbidden', async ({ api, acme })
   isError(await api.get('/v1/workspaces/acme/webhooks', acme.keys.client), 403, 'forbidden');
 });
 
+/** Every operation of the published OpenAPI document, its path parameters filled in (`{workspaceSlug}` with acme's). */
+async function publishedOperations(api: Ctx['api']): Promise<{ method: string; path: string }[]> {
+  const doc = (await api.get('/v1/openapi.json')).body as { paths: Record<string, Record<string, unknown>> };
+  const methods = ['get', 'post', 'put', 'patch', 'delete'];
+  return Object.entries(doc.paths).flatMap(([template, item]) => Object.keys(item).filter((m) => methods.includes(m)).map((m) => ({
+    method: m.toUpperCase(),
+    path: template.replace('{workspaceSlug}', 'acme').replace(/\{[^}]+\}/g, 'some-id'),
+  })));
+}
+
+auth('a client key is 403 forbidden on every published operation outside /v1/client, and an events token outside the event reads', async ({ api, acme }) => {
+  const token = (await api.get('/v1/events/token', acme.keys.tenant)).body.data.token as string;
+  const open = new Set(['/v1/health', '/v1/openapi.json']);
+  const tokenReads = /^\/v1\/(events(\/names(\/[^/]+)?|\/volume)?|subscribers\/[^/]+\/timeline)$/;
+  const operations = (await publishedOperations(api)).filter((op) => !open.has(op.path));
+  assert.ok(operations.length > 50, `${operations.length} operations published`);
+  let tokenChecked = 0;
+  for (const { method, path } of operations) {
+    const body = method === 'GET' || method === 'DELETE' ? undefined : {};
+    // the key revocation route answers every API key 403 missing_permission, whatever its kind (issue #3; test above)
+    if (!path.startsWith('/v1/client/') && !path.startsWith('/v1/workspaces/acme/keys/')) {
+      const res = await api.call(method, path, { key: acme.keys.client, body });
+      assert.is(`${method} ${path} ${res.status} ${res.body.error?.code}`, `${method} ${path} 403 forbidden`);
+    }
+    if (!(method === 'GET' && tokenReads.test(path))) {
+      const res = await api.call(method, path, { key: token, body });
+      assert.is(`${method} ${path} ${res.status} ${res.body.error?.code}`, `${method} ${path} 403 forbidden`, 'an events token');
+      tokenChecked++;
+    }
+  }
+  assert.ok(tokenChecked > 40);
+});
+
 auth('workspace and tenant keys on /v1/client/events are 403 forbidden', async ({ api, acme }) => {
   isError(await api.post('/v1/client/events', acme.keys.workspace, CLIENT_EVENTS), 403, 'forbidden');
   isError(await api.post('/v1/client/events', acme.keys.tenant, CLIENT_EVENTS), 403, 'forbidden');
@@ -324,14 +354,12 @@ auth('a client key naming another tenant in Service-Tenant is 403 forbidden, its
 
 // ---- Part 5 rule 4: tenant selection ---------------------------------------------------------
 
-auth('GET /v1/whoami applies the Service-Tenant rule of every route: a tenant or client key naming another tenant is 403 forbidden', async ({ api, acme, secondKey }) => {
+auth('GET /v1/whoami applies the Service-Tenant rule of every route: a tenant key naming another tenant is 403 forbidden', async ({ api, acme, secondKey }) => {
   isError(await api.get('/v1/whoami', acme.keys.tenant, { 'Service-Tenant': 'second' }), 403, 'forbidden');
   isError(await api.get('/v1/whoami', secondKey, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
-  isError(await api.get('/v1/whoami', acme.keys.client, { 'Service-Tenant': 'second' }), 403, 'forbidden');
   const own = await api.get('/v1/whoami', secondKey, { 'Service-Tenant': 'second' });
   isOk(own);
   assert.is(own.body.data.tenant.slug, 'second');
-  isOk(await api.get('/v1/whoami', acme.keys.client, { 'Service-Tenant': 'default' }));
   const selected = await api.get('/v1/whoami', acme.keys.workspace, { 'Service-Tenant': 'second' });
   isOk(selected);
   assert.is(selected.body.data.tenant.slug, 'second');
