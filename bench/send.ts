@@ -10,7 +10,7 @@ import { startApnsPeerProcess } from './lib/apns-peer-process.js';
 import { bodyLoad, type BodyLoadResult } from './lib/body-load.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { formatSummary, summarize } from './lib/cpuprofile.js';
-import { commandStats, commandStatsDelta, HeraldState, waitUntil } from './lib/herald-state.js';
+import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, waitUntil } from './lib/herald-state.js';
 import { mergeLoads } from './lib/http-load.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
@@ -25,7 +25,7 @@ import { startWorker } from './lib/worker.js';
 export const description = 'POST /v1/messages to single subscribers (one device each) with the dispatcher delivering: accepted/s and p50/p99 vs a Koa hello-world; deliveries by the end';
 
 export const usage = `send [--subscribers 60000] [--connections 50] [--duration 10] [--warmup 2] [--rounds 2] [--rate 5000] [--rate-duration 10]
-     [--drain 30] [--worker on|off] [--partitions 64] [--cpu-prof <dir>]
+     [--drain 30] [--worker on|off] [--partitions 64] [--cpu-prof <dir>] [--redis-profile]
   --subscribers    externalIds with one iOS device each (made through the library, timed apart); request i is sent to
                      sub-<i mod subscribers>, so every request of a run names a different one until they are used up
   --connections    autocannon connections of the closed-loop phase (both sides)
@@ -34,7 +34,10 @@ export const usage = `send [--subscribers 60000] [--connections 50] [--duration 
   --rate-duration  seconds of the open-loop phase
   --drain          seconds to wait after the load for the dispatcher to deliver what was accepted (bounded)
   --worker         on (default): bin/worker.ts applies the $send events too; off: not started
-  --cpu-prof       write V8 CPU profiles of the web and dispatcher children into <dir>/send/ and print their summaries`;
+  --cpu-prof       write V8 CPU profiles of the web and dispatcher children into <dir>/send/ and print their summaries
+  --redis-profile  log every top-level Redis command's time (SLOWLOG, threshold 0) during the closed loop's Herald rounds
+                     and print Redis time per call and per message of each script by name (slows Redis: for where the
+                     time goes, not for the figures)`;
 
 const SLUG = 'bench-send';
 const TARGET_PER_S = 5_000;
@@ -63,6 +66,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       worker: { type: 'string', default: 'on' },
       partitions: { type: 'string' },
       'cpu-prof': { type: 'string' },
+      'redis-profile': { type: 'boolean', default: false },
     },
   });
   const subscribers = Math.round(numberOption(values.subscribers, 'subscribers', 60_000, 100, 1_000_000));
@@ -156,6 +160,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       await bodyLoad({ ...helloSide, duration: warmup });
       next = (await bodyLoad({ ...herald, start: next, duration: warmup })).next;
     }
+    const slowlog = values['redis-profile'] ? new SlowlogProfile(client, 500_000) : null;
     const stats0 = await commandStats(client);
     const peer0 = await peer.stats();
     const completed0 = await completedCount();
@@ -163,13 +168,16 @@ export async function run(args: string[]): Promise<BenchResult> {
     const heralds: BodyLoadResult[] = [];
     const hellos: BodyLoadResult[] = [];
     const cores = new Map<string, number>();
+    const slowlogs: (Awaited<ReturnType<SlowlogProfile['collect']>> | undefined)[] = [];
     for (let i = 0; i < rounds; i++) {
       const order = i % 2 === 0 ? (['hello', 'herald'] as const) : (['herald', 'hello'] as const);
       for (const side of order) {
         if (side === 'hello') hellos.push(await bodyLoad({ ...helloSide, duration: duration / rounds }));
         else {
           const c0 = cpuSnapshot();
+          await slowlog?.start();
           const r = await bodyLoad({ ...herald, start: next, duration: duration / rounds });
+          slowlogs.push(await slowlog?.collect());
           for (const row of cpuDelta(c0, cpuSnapshot())) cores.set(row.label, (cores.get(row.label) ?? 0) + row.cores / rounds);
           next = r.next;
           heralds.push(r);
@@ -243,6 +251,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       formatCpu([...cores].map(([label, c]) => ({ label, cores: c })).sort((a, b) => b.cores - a.cores)) + ' (closed loop, Herald side)',
       'redis commands during the closed loop (INFO commandstats):',
       ...commandStatsDelta(stats0, stats1, 12).lines,
+      ...redisProfileLines(slowlogs, queuedAnswers),
       ...profileLines,
     ];
     say(out.filter((l) => l !== null).join('\n'));
@@ -289,4 +298,28 @@ export async function run(args: string[]): Promise<BenchResult> {
   } finally {
     for (const stop of stops.reverse()) await stop().catch(() => {});
   }
+}
+
+/** Redis time per script (and other command) over the profiled rounds, per call and per message accepted. */
+function redisProfileLines(profiles: (Awaited<ReturnType<SlowlogProfile['collect']>> | undefined)[], messages: number): string[] {
+  const rows = new Map<string, { calls: number; usec: number }>();
+  let entries = 0;
+  for (const profile of profiles) {
+    if (!profile) continue;
+    entries += profile.entries;
+    for (const r of profile.rows) {
+      const row = rows.get(r.kind) ?? { calls: 0, usec: 0 };
+      row.calls += r.calls;
+      row.usec += r.usec;
+      rows.set(r.kind, row);
+    }
+  }
+  if (rows.size === 0) return [];
+  const sorted = [...rows].sort((a, b) => b[1].usec - a[1].usec);
+  const total = sorted.reduce((sum, [, r]) => sum + r.usec, 0);
+  return [
+    `redis time by command and script (SLOWLOG, ${entries.toLocaleString('en-US')} top-level calls; ${(total / Math.max(1, messages)).toFixed(1)} µs per message accepted):`,
+    ...sorted.slice(0, 16).map(([kind, r]) => `  ${kind.padEnd(26)}${String(r.calls).padStart(9)} calls${(r.usec / 1e6).toFixed(2).padStart(8)} s${((100 * r.usec) / Math.max(1, total)).toFixed(1).padStart(6)}%`
+      + `${(r.usec / r.calls).toFixed(1).padStart(9)} µs/call${(r.usec / Math.max(1, messages)).toFixed(1).padStart(8)} µs/message`),
+  ];
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Pipeline, type ChainableCommander, type Redis } from 'ioredis';
@@ -56,6 +57,12 @@ export function defineScripts(redis: Redis): void {
     shared[`${name}Buffer`] = own[`${name}Buffer`];
     delete own.scriptsSet[name];
   }
+}
+
+/** Each script's name by its SHA-1 as Redis knows it (EVALSHA's first argument), for profiles of Redis time (bench/). */
+export function scriptNamesBySha(): Map<string, string> {
+  scripts ??= readScripts();
+  return new Map(scripts.map((script) => [createHash('sha1').update(script.lua).digest('hex'), script.name]));
 }
 
 type ScriptArg = string | number | Buffer;

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Keys } from '../../streams/keys.js';
+import { scriptNamesBySha } from '../../streams/lua-scripts.js';
 
 /**
  * Read-only views of Herald's partition keys for the benches (what the worker applied, what is
@@ -140,12 +141,13 @@ export type ScriptCost = {
  * execution time when slowlog-log-slower-than is 0; Redis 7 logs the commands scripts run too,
  * and a script's own time includes them).
  * `start` turns it on (with room for `maxLen` entries) and clears it; `collect` reads it, turns it
- * back off, and classifies EVALSHA calls by their first key: `:in` is ingestEvents, `:applied`
- * applyEvents, `:lease:` lease scripts. Events per call are counted from the number of arguments
+ * back off, and names EVALSHA calls by their script's SHA-1 (`scriptNamesBySha`). Events per call of
+ * ingestEvents and applyEvents (told apart by their first key, `:in` and `:applied`) are counted from the number of arguments
  * (12 per event for ingestEvents, 14 per inbox entry for applyEvents; the fixed ones are fewer).
  */
 export class SlowlogProfile {
   private saved: [string, string] | null = null;
+  private readonly scriptNames = scriptNamesBySha();
 
   constructor(private readonly redis: Redis, private readonly maxLen = 20_000) {}
 
@@ -185,8 +187,7 @@ export class SlowlogProfile {
         } else if (firstKey.endsWith(':applied')) {
           kind = 'applyEvents';
           events = Math.max(0, rest - 4); // 4 fixed ARGV, then one inbox entry id per entry
-        } else if (firstKey.includes(':lease:')) kind = 'lease scripts';
-        else kind = 'other scripts';
+        } else kind = this.scriptNames.get(String(argv[1] ?? '')) ?? 'unknown script';
       }
       const row = rows.get(kind) ?? { kind, calls: 0, usec: 0, events: 0 };
       row.calls++;
