@@ -51,28 +51,32 @@ function pushOptOut(prefs: ReturnType<typeof readPreferences>, category: string 
   return category !== null && prefs.categories[category]?.push === false ? 'category_opt_out' : 'channel_opt_out';
 }
 
-/** One delivery per subscription of each subscriber (or one skipped delivery when there is none to send to). */
-async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[]): Promise<{ planned: Planned[]; existing: string[] }> {
+/** One message and the part of its audience a chunk covers: a page of a long audience, or a one-subscriber message's whole audience. */
+type ChunkItem = { message: Message; externalIds: string[] };
+
+/**
+ * One delivery per subscription of each subscriber of each item (or one skipped delivery when there
+ * is none to send to), and the subscribers of each item that exist.
+ */
+async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]): Promise<{ planned: Planned[]; existing: string[] }[]> {
   const { redis, keys } = ctx;
   const at = isoNow();
-  const base = (externalId: string, subscriptionId: string | null) => ({
-    id: derivedId('delivery', Date.parse(message.createdAt), `${message.id}|${subscriptionId ?? `subscriber:${externalId}`}`),
-    fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel: 'push', createdAt: at, updatedAt: at, attempts: '0' },
-  });
-  const planned: Planned[] = [];
-  const existing: string[] = [];
   // One script call per partition the chunk touches (lua/readAudience: existence, preferences and
-  // subscription records), then one HMGET of the owners for the whole chunk.
-  const byPartition = new Map<number, string[]>();
-  for (const externalId of externalIds) {
-    const p = partitionOf(scope.tenantId, externalId, scope.partitions);
-    const list = byPartition.get(p);
-    if (list) list.push(externalId);
-    else byPartition.set(p, [externalId]);
+  // subscription records), then one HMGET of the owners for the whole chunk; a subscriber named by
+  // several items is read once.
+  const byPartition = new Map<number, Set<string>>();
+  for (const { externalIds } of items) {
+    for (const externalId of externalIds) {
+      const p = partitionOf(scope.tenantId, externalId, scope.partitions);
+      const set = byPartition.get(p);
+      if (set) set.add(externalId);
+      else byPartition.set(p, new Set([externalId]));
+    }
   }
   type Row = [0] | [1, string | null, string[][]];
   const found = new Map<string, { preferences: string | null; records: Record<string, string>[] }>();
-  await Promise.all([...byPartition].map(async ([p, ids]) => {
+  await Promise.all([...byPartition].map(async ([p, set]) => {
+    const ids = [...set];
     const rows = await callScript<Row[]>(redis, 'readAudience', [keys.subscribers(p)], [keys.partitionBase(p), scope.tenantId, ...ids]);
     rows.forEach((row, i) => {
       if (row[0] !== 1) return;
@@ -80,73 +84,97 @@ async function plan(ctx: FanoutContext, scope: TenantScope, message: Message, ex
     });
   }));
   // a record whose owner index names another subscriber is a stale copy of a moved token: not sent
-  const subscriptionIds = [...found.values()].flatMap((f) => f.records.map((h) => h.id!));
+  const subscriptionIds = [...new Set([...found.values()].flatMap((f) => f.records.map((h) => h.id!)))];
   const owners = subscriptionIds.length ? await redis.hmget(keys.subscriptionOwners(scope.tenantId), ...subscriptionIds) : [];
   const ownerOf = new Map(subscriptionIds.map((id, i) => [id, owners[i]]));
-  for (const externalId of externalIds) {
-    const skip = (subscriptionId: string | null, reason: string) => {
-      const d = base(externalId, subscriptionId);
-      planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
-    };
-    const subscriber = found.get(externalId);
-    if (!subscriber) {
-      skip(null, 'subscriber_not_found');
-      continue;
-    }
-    existing.push(externalId);
-    const optOut = pushOptOut(readPreferences(subscriber.preferences ?? undefined), message.content.category ?? null);
-    const subscriptions = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId).map((h) => toSubscription(externalId, h));
-    if (subscriptions.length === 0) {
-      skip(null, 'no_subscription');
-      continue;
-    }
-    for (const s of subscriptions) {
-      const reason = skipReason(s, optOut);
-      if (reason) skip(s.id, reason);
-      else {
-        const d = base(externalId, s.id);
-        planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
+  return items.map(({ message, externalIds }) => {
+    const base = (externalId: string, subscriptionId: string | null) => ({
+      id: derivedId('delivery', Date.parse(message.createdAt), `${message.id}|${subscriptionId ?? `subscriber:${externalId}`}`),
+      fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel: 'push', createdAt: at, updatedAt: at, attempts: '0' },
+    });
+    const planned: Planned[] = [];
+    const existing: string[] = [];
+    for (const externalId of externalIds) {
+      const skip = (subscriptionId: string | null, reason: string) => {
+        const d = base(externalId, subscriptionId);
+        planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
+      };
+      const subscriber = found.get(externalId);
+      if (!subscriber) {
+        skip(null, 'subscriber_not_found');
+        continue;
+      }
+      existing.push(externalId);
+      const optOut = pushOptOut(readPreferences(subscriber.preferences ?? undefined), message.content.category ?? null);
+      const subscriptions = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId).map((h) => toSubscription(externalId, h));
+      if (subscriptions.length === 0) {
+        skip(null, 'no_subscription');
+        continue;
+      }
+      for (const s of subscriptions) {
+        const reason = skipReason(s, optOut);
+        if (reason) skip(s.id, reason);
+        else {
+          const d = base(externalId, s.id);
+          planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
+        }
       }
     }
-  }
-  return { planned, existing };
+    return { planned, existing };
+  });
 }
 
-/** Records many deliveries' outcomes in one script call (lua/settleDeliveries). */
-async function settle(ctx: FanoutContext, tenantId: string, messageId: string, outcomes: Outcome[]): Promise<void> {
+/** Records many deliveries' outcomes, of one or more messages, in one script call (lua/settleDeliveries). */
+async function settle(ctx: FanoutContext, tenantId: string, outcomes: Outcome[]): Promise<void> {
   if (outcomes.length === 0) return;
-  const args: (string | number)[] = [ctx.keys.tenantBase(tenantId), messageId, isoNow(), outcomes.length];
+  const byMessage = new Map<string, Outcome[]>();
   for (const o of outcomes) {
-    const flat = Object.entries(o.fields).flat();
-    args.push(o.id, o.status, flat.length / 2, ...flat);
+    const list = byMessage.get(o.messageId);
+    if (list) list.push(o);
+    else byMessage.set(o.messageId, [o]);
   }
-  await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, messageId)], args);
+  const args: (string | number)[] = [ctx.keys.tenantBase(tenantId), isoNow(), byMessage.size];
+  for (const [messageId, list] of byMessage) {
+    args.push(messageId, list.length);
+    for (const o of list) {
+      const flat = Object.entries(o.fields).flat();
+      args.push(o.id, o.status, flat.length / 2, ...flat);
+    }
+  }
+  await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, outcomes[0]!.messageId)], args);
 }
 
 /**
- * Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream, and sends the
- * pending ones. `whole`: the chunk is the whole audience (a message to one subscriber), so the
- * fan-out is marked done with the deliveries' creation (no `finishFanout` call after).
+ * Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream once per
+ * message, and sends the pending ones. A chunk is one page of a message's longer audience, or
+ * (`whole`) a batch of one-subscriber messages, each item its message's whole audience: their
+ * fan-outs are then marked done with the deliveries' creation (no `finishFanout` call after). One
+ * script call creates the deliveries of every item, one ingest writes every `$send`, and the
+ * answers are settled together.
  */
-async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Message, externalIds: string[], whole = false): Promise<void> {
+async function processChunk(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[], whole = false): Promise<void> {
   const { redis, keys, pusher } = ctx;
-  const { planned, existing } = await plan(ctx, scope, message, externalIds);
-  if (planned.length === 0) return;
-  const args: string[] = [keys.tenantBase(scope.tenantId), message.id, whole ? isoNow() : '', String(planned.length)];
-  for (const d of planned) args.push(d.id, d.status, JSON.stringify(d.fields));
-  const states = await callScript<[string, string][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, message.id), keys.messageDeliveries(scope.tenantId, message.id)], args);
+  const plans = await plan(ctx, scope, items);
+  if (plans.every((p) => p.planned.length === 0)) return;
+  const args: (string | number)[] = [keys.tenantBase(scope.tenantId), whole ? isoNow() : '', items.length];
+  items.forEach(({ message }, i) => {
+    args.push(message.id, plans[i]!.planned.length);
+    for (const d of plans[i]!.planned) args.push(d.id, d.status, JSON.stringify(d.fields));
+  });
+  const states = await callScript<[string, string][][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, items[0]!.message.id)], args);
   // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a duplicate
-  if (existing.length) {
-    await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, existing.map((externalId) => ({
-      externalId, name: '$send', source: 'system', timestampMs: now(),
-      data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
-      callerId: `$send:${message.id}`, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
-    })));
-  }
+  const sends = items.flatMap(({ message }, i) => plans[i]!.existing.map((externalId) => ({
+    externalId, name: '$send', source: 'system' as const, timestampMs: now(),
+    data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
+    callerId: `$send:${message.id}`, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
+  })));
+  if (sends.length) await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
   // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and
   // collapse id, so the device shows it once: the message id is the default collapse id.
-  const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
-  const toSend = planned.filter((d, i) => states[i]![1] === 'pending' && d.subscription);
+  const toSend = items.flatMap(({ message }, i) => {
+    const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
+    return plans[i]!.planned.filter((d, j) => states[i]![j]![1] === 'pending' && d.subscription).map((d) => ({ d, message, content }));
+  });
   // Each push is recorded soon after APNs answers it (SETTLE_EVERY answers or SETTLE_WITHIN_MS,
   // whichever comes first), not when the chunk's last answer is in: a dispatcher killed mid-chunk
   // leaves pending, to be sent again, only the pushes in flight and the few answers not yet recorded.
@@ -158,29 +186,29 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, message: Mes
     if (timer) clearTimeout(timer);
     timer = null;
     if (outcomes.length === 0) return;
-    writes.push(settle(ctx, scope.tenantId, message.id, outcomes.splice(0)).catch((err: unknown) => void (failure ??= err)));
+    writes.push(settle(ctx, scope.tenantId, outcomes.splice(0)).catch((err: unknown) => void (failure ??= err)));
   };
-  const results = await pusher.sendAll(toSend.map((d) => ({
+  const results = await pusher.sendAll(toSend.map(({ d, message, content }) => ({
     tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
   })), (i, result) => {
-    outcomes.push(outcomeOf(toSend[i]!.id, result));
+    outcomes.push(outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result));
     if (outcomes.length >= SETTLE_EVERY) flush();
     else timer ??= setTimeout(flush, SETTLE_WITHIN_MS);
   });
   flush();
   await Promise.all(writes);
   if (failure) throw failure;
-  await Promise.all(toSend.map((d, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
+  await Promise.all(toSend.map(({ d }, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
 }
 
 /** Answers recorded together at most: one settleDeliveries call per this many, or per SETTLE_WITHIN_MS. */
 const SETTLE_EVERY = 64;
 const SETTLE_WITHIN_MS = 20;
 
-type Outcome = { id: string; status: DeliveryStatus; fields: Record<string, string> };
+type Outcome = { messageId: string; id: string; status: DeliveryStatus; fields: Record<string, string> };
 
 /** What a delivery records of its push's final answer. */
-function outcomeOf(id: string, result: PushAnswer): Outcome {
+function outcomeOf(messageId: string, id: string, result: PushAnswer): Outcome {
   const fields: Record<string, string> = { attempts: String(result.attempts) };
   if (result.httpStatus !== null) fields.providerStatus = String(result.httpStatus);
   if (result.apnsId) fields.apnsId = result.apnsId;
@@ -188,7 +216,7 @@ function outcomeOf(id: string, result: PushAnswer): Outcome {
   if (result.timestamp) fields.providerTimestamp = isoNow(result.timestamp);
   if (result.outcome === 'sent') fields.sentAt = isoNow();
   else fields.reason = result.reason ?? 'failed';
-  return { id, status: result.outcome as DeliveryStatus, fields };
+  return { messageId, id, status: result.outcome as DeliveryStatus, fields };
 }
 
 type PartitionCursor = { p: number; after: string | null };
@@ -245,7 +273,7 @@ async function walk(ctx: FanoutContext, scope: TenantScope, message: Message, re
   };
   let sending = true;
   for await (const page of pages) {
-    const done = page.audience.length ? processChunk(ctx, scope, message, page.audience).then(() => undefined, (err: unknown) => err ?? new Error('fan-out chunk failed')) : Promise.resolve(undefined);
+    const done = page.audience.length ? processChunk(ctx, scope, [{ message, externalIds: page.audience }]).then(() => undefined, (err: unknown) => err ?? new Error('fan-out chunk failed')) : Promise.resolve(undefined);
     inFlight.push({ done, cursor: page.cursor });
     if (inFlight.length >= CHUNKS_IN_FLIGHT && !(sending = await settleHead())) break;
     if (failures.length) break;
@@ -277,27 +305,44 @@ async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: S
 }
 
 /**
- * Fans a queued message out to its audience, resumably: the audience is walked in chunks (a topic
- * page by page, a segment or `where` audience partition by partition; never loaded whole), each
- * chunk's deliveries are created once (ids derived from the message and subscription), sent, and
- * settled before the cursor moves past it (a few chunks overlap; the cursor only moves past settled
- * ones). A dispatcher killed mid-chunk leaves the queue entry unacked; the next one resumes at the
- * stored cursor, finds those chunks' deliveries already made and sends only those still pending.
+ * Fans queued messages of one tenant out to their audiences, resumably. One call starts them all
+ * (`queued` → `sending`, reading their records). Messages to one subscriber go through one chunk
+ * together (`whole`): their deliveries are created with their fan-outs marked done, and the last
+ * settled completes each message; a dispatcher killed after that creation resumes here too: the
+ * deliveries exist, and those still pending are sent (same apns-id and collapse id) and settled.
+ * A longer audience is walked in chunks, message after message (`fanOutAudience`).
  */
-export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageId: string): Promise<void> {
+export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageIds: string[]): Promise<void> {
   const { redis, keys } = ctx;
-  const recordKey = keys.message(scope.tenantId, messageId);
-  // a queued message becomes sending in the same call that reads it
-  const record = recordOf(await callScript<string[]>(redis, 'startFanout', [recordKey], [keys.tenantBase(scope.tenantId), messageId, isoNow()]));
-  if (record.status !== 'sending') return; // unknown, canceled, completed, failed, or still scheduled
-  const message = toMessage(record);
-  if ('externalId' in message.to) {
-    // One subscriber: its deliveries are created with the fan-out marked done, and the last settled
-    // completes the message. A dispatcher killed after that creation resumes here too: the
-    // deliveries exist, and those still pending are sent (same apns-id and collapse id) and settled.
-    await processChunk(ctx, scope, message, [message.to.externalId], true);
-    return;
+  if (messageIds.length === 0) return;
+  // queued messages become sending in the same call that reads them
+  const replies = await callScript<string[][]>(redis, 'startFanout', [keys.message(scope.tenantId, messageIds[0]!)], [keys.tenantBase(scope.tenantId), isoNow(), ...messageIds]);
+  // the others are unknown, canceled, completed, failed, or still scheduled
+  const records = replies.map((flat) => recordOf(flat)).filter((record) => record.status === 'sending');
+  const ones: ChunkItem[] = [];
+  const audiences: Record<string, string>[] = [];
+  for (const record of records) {
+    const message = toMessage(record);
+    if ('externalId' in message.to) ones.push({ message, externalIds: [message.to.externalId] });
+    else audiences.push(record);
   }
+  if (ones.length) await processChunk(ctx, scope, ones, true);
+  for (const record of audiences) await fanOutAudience(ctx, scope, record);
+}
+
+/**
+ * Fans a `sending` message out to its longer audience: walked in chunks (a topic page by page, a
+ * segment or `where` audience partition by partition; never loaded whole), each chunk's deliveries
+ * are created once (ids derived from the message and subscription), sent, and settled before the
+ * cursor moves past it (a few chunks overlap; the cursor only moves past settled ones). A
+ * dispatcher killed mid-chunk leaves the queue entry unacked; the next one resumes at the stored
+ * cursor, finds those chunks' deliveries already made and sends only those still pending.
+ */
+async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Record<string, string>): Promise<void> {
+  const { redis, keys } = ctx;
+  const message = toMessage(record);
+  const messageId = message.id;
+  const recordKey = keys.message(scope.tenantId, messageId);
   if (record.fanout !== 'done' && record.cursor !== 'done') {
     const cursor = record.cursor || undefined;
     if ('topic' in message.to) {

@@ -9,13 +9,15 @@ import { fanOut, type Pusher } from './fanout.js';
 export const FANOUT_GROUP = 'fanout';
 const REFRESH_TENANTS_MS = 2_000;
 /**
- * Messages one dispatcher process fans out at once, per lane (a batch read from a queue is worked by
- * this many lanes, and the next read waits for the whole batch). A one-subscriber message is a few
- * Redis round trips and one push, so many run at once: with 32 the dispatcher spent its time waiting
- * on round trips and delivered ~900 messages/s (`npm run bench -- send`). An audience walk holds up
- * to three chunks of deliveries in memory (actors/fanout.ts), so few run at once.
+ * Messages one dispatcher process fans out at once, per lane (a batch read from a queue is worked at
+ * once, and the next read waits for the whole batch). One-subscriber messages are fanned out in
+ * chunks of ONE_SUBSCRIBER_CHUNK that run side by side: a chunk makes the same few script calls as
+ * one message did (start, audience, deliveries, `$send`, settle), so their fixed costs are shared.
+ * An audience walk holds up to three chunks of deliveries in memory (actors/fanout.ts), so few run
+ * at once.
  */
-export const MESSAGES_IN_FLIGHT: Record<MessageLane, number> = { one: 128, audience: 4 };
+export const MESSAGES_IN_FLIGHT: Record<MessageLane, number> = { one: 256, audience: 4 };
+export const ONE_SUBSCRIBER_CHUNK = 64;
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
@@ -48,19 +50,22 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     const handle = async (stream: string, entries: StreamEntry[]) => {
       const tenant = queues.get(lane)!.get(stream);
       if (!tenant) return;
-      // messages are independent: up to `inFlight` fan out at once (each resumable on its own)
+      const scope = { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions };
+      const context = (touch?: () => Promise<unknown>) => ({
+        redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize, touch,
+      });
+      if (lane === 'one') {
+        const chunks: string[][] = [];
+        for (let i = 0; i < entries.length; i += ONE_SUBSCRIBER_CHUNK) chunks.push(entries.slice(i, i + ONE_SUBSCRIBER_CHUNK).map((entry) => entry.fields.m!));
+        await Promise.all(chunks.map((ids) => fanOut(context(), scope, ids)));
+        return;
+      }
+      // audiences are independent: up to `inFlight` fan out at once (each resumable on its own)
       let next = 0;
       const worker = async () => {
         for (let entry = entries[next++]; entry; entry = entries[next++]) {
           const id = entry.id;
-          await fanOut(
-            {
-              redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize,
-              touch: () => redis.xclaim(stream, FANOUT_GROUP, owner, 0, id, 'JUSTID'),
-            },
-            { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions },
-            entry.fields.m!,
-          );
+          await fanOut(context(() => redis.xclaim(stream, FANOUT_GROUP, owner, 0, id, 'JUSTID')), scope, [entry.fields.m!]);
         }
       };
       await Promise.all(Array.from({ length: Math.min(inFlight, entries.length) }, worker));
@@ -70,7 +75,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     const source = { mode: 'shared' as const, claimIdleMs: config.dispatcherClaimIdleMs, streams: () => [...queues.get(lane)!.keys()] };
     // an audience batch is read no larger than it is worked: an entry waiting behind a long walk
     // would outlive DISPATCHER_CLAIM_IDLE_MS unrefreshed and be claimed by another dispatcher
-    const batchSize = lane === 'one' ? inFlight * 2 : inFlight;
+    const batchSize = inFlight;
     return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize });
   });
   for (const consumer of consumers) consumer.start();

@@ -183,7 +183,7 @@ export function createKeys(prefix: string) {
     apnsCredentials: (tenantId: string) => `${t(tenantId)}:apns`,
     /** hash Idempotency-Key → `<message id>|<sha256 of the request>`; never expires */
     idempotency: (tenantId: string) => `${t(tenantId)}:idem`,
-    /** hash: a message record (content, target, counts `n:<status>`, fan-out cursor) */
+    /** hash: a message record (content, target, counts `n:<status>`, fan-out cursor); lua/startFanout, createDeliveries and settleDeliveries build it from `tenantBase` for a batch of messages */
     message: (tenantId: string, messageId: string) => `${t(tenantId)}:msg:${messageId}`,
     /** zset (score 0) of message ids; `messagesByStatus` per status */
     messageIndex: (tenantId: string) => `${t(tenantId)}:messages`,

@@ -142,4 +142,43 @@ kill('a dispatcher killed with a one-subscriber push in flight: the next one sen
   assert.is(new Set(received.map((r) => `${r.apnsId}|${r.headers['apns-collapse-id']}`)).size, 1, 'same apns-id and collapse id: the device shows it once');
 });
 
+kill('a dispatcher killed mid-batch of one-subscriber messages: the next one sends only the unanswered push again, and every message completes once', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const ids = Array.from({ length: 40 }, (_, i) => `b-${i}`);
+  const tokenOf = (i: number) => (0x9000 + i).toString(16).padStart(64, 'c');
+  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 20_000, times: 1 }); // held: the batch never finishes before the kill
+  // queued with no dispatcher running, so the first one reads them as one batch; b-3 gets two messages
+  const targets = [...ids, 'b-3'];
+  const messageIds: string[] = [];
+  for (const [i, to] of targets.entries()) messageIds.push((await api.post('/v1/messages', boot.keys.tenant, { to, title: 'Batch', body: `message ${i}` })).body.data.id);
+  const env = dispatcherEnv(ctx);
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const status = async (id: string) => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data;
+  await waitFor('every message but the held one completed', async () => {
+    const all = await Promise.all(messageIds.map(status));
+    return all.filter((m) => m.status === 'completed').length === targets.length - 1;
+  }, 30_000, 20);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  const held = messageIds[7]!;
+  assert.equal((await status(held)).counts, { total: 1, pending: 1, sent: 0, failed: 0, skipped: 0, canceled: 0 });
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  await completed(api, boot.keys.tenant, held);
+  for (const id of messageIds) {
+    const m = await status(id);
+    assert.is(m.status, 'completed', id);
+    assert.equal(m.counts, { total: 1, pending: 0, sent: 1, failed: 0, skipped: 0, canceled: 0 }, id);
+  }
+  const received = ctx.peer.requests.filter((r) => messageIds.includes((r.payload as any)?.herald?.messageId));
+  assert.is(received.length, targets.length + 1, 'one push per message, and the held one again');
+  const heldPushes = received.filter((r) => (r.payload as any).herald.messageId === held);
+  assert.is(heldPushes.length, 2);
+  assert.is(new Set(heldPushes.map((r) => r.apnsId)).size, 1, 'under the same apns-id');
+  assert.is(received.filter((r) => r.token === tokenOf(3)).length, 2, 'the subscriber named twice got both messages');
+});
+
 kill.run();
