@@ -11,10 +11,13 @@ import { checkPartitionCount } from '../streams/partition-leases.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
 import { checkDatabase, connectRedis, describeTarget } from '../streams/redis.js';
+import { auditsSettled } from '../streams/messages.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
+/** How long a stopping process waits for the ledger appends of the messages it answered (streams/messages.ts auditsSettled). */
+const AUDITS_GRACE_MS = 2_000;
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
@@ -104,6 +107,8 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       if (stopped) return;
       stopped = true;
       for (const stop of stops.reverse()) await stop().catch((err: Error) => log.warn('stop failed', { err: err.message }));
+      // the ledger appends of messages answered before the stop (web, and a worker's workflow sends)
+      await auditsSettled(AUDITS_GRACE_MS);
       await redis.quit().catch(() => redis.disconnect());
       await resolved.stop();
     },

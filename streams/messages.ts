@@ -151,7 +151,24 @@ export async function createMessage(
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
     return err;
   });
+  unsettled.add(audited);
+  void audited.then(() => unsettled.delete(audited));
   return { message, replayed: false, audited };
+}
+
+/** The `audited` appends of this process still under way (createMessage). */
+const unsettled = new Set<Promise<unknown>>();
+
+/**
+ * Resolves once the ledger appends that createMessage left under way are done, or after `withinMs`:
+ * a stopping process waits for them before it closes its Redis connection, so a deploy leaves no
+ * `message.created` to the outbox sweeper (one that cannot finish is left to it all the same).
+ */
+export async function auditsSettled(withinMs: number): Promise<void> {
+  if (unsettled.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(unsettled), new Promise((r) => (timer = setTimeout(r, withinMs)))]);
+  clearTimeout(timer);
 }
 
 /** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */
