@@ -113,14 +113,14 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * under its `runStepIdempotencyKey`) is not audited again.
  *
  * It resolves once the script has written the message: the ledger append that settles the intent
- * (two more round trips) goes on after it, off the sender's path (`audited`, which never rejects:
- * it resolves to null once the entry is in the ledger, or to the error that left the intent to the
- * outbox sweeper, which `log` reports). The entry's id and time are fixed in the intent either way.
+ * (two more round trips) goes on after it, off the sender's path (a failure is reported to `log` and
+ * leaves the intent to the outbox sweeper; `auditsSettled` waits for those under way). The entry's
+ * id and time are fixed in the intent either way.
  */
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
-): Promise<{ message: Message; replayed: boolean; audited: Promise<unknown> }> {
+): Promise<{ message: Message; replayed: boolean }> {
   const id = newId('message');
   const at = isoNow();
   const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
@@ -146,18 +146,17 @@ export async function createMessage(
   );
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
-  if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true, audited: Promise.resolve(null) };
-  const audited = settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply)).then(() => null, (err: unknown) => {
+  if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
+  const audited: Promise<void> = settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply)).catch((err: unknown) => {
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
-    return err;
   });
   unsettled.add(audited);
   void audited.then(() => unsettled.delete(audited));
-  return { message, replayed: false, audited };
+  return { message, replayed: false };
 }
 
-/** The `audited` appends of this process still under way (createMessage). */
-const unsettled = new Set<Promise<unknown>>();
+/** The ledger appends createMessage left under way in this process (none of them rejects). */
+const unsettled = new Set<Promise<void>>();
 
 /**
  * Resolves once the ledger appends that createMessage left under way are done, or after `withinMs`:
