@@ -27,21 +27,26 @@ local before = rcall('HGETALL', KEYS[1])
 local h = rcall('HMGET', KEYS[1], 'secret', 'retiredSecrets', 'previousSecret', 'rotatedAt')
 local old = h[1]
 
+-- `at` is the stored position: rotations within one millisecond retire secrets with equal expiresAt,
+-- and table.sort is not stable, so the stored (newest first) order breaks the tie
 local live, seen = {}, { [old] = true }
 local function keep(secret, expiresAt)
   if secret and secret ~= '' and expiresAt and expiresAt > nowMs and not seen[secret] then
     seen[secret] = true
-    live[#live + 1] = { secret = secret, expiresAt = expiresAt }
+    live[#live + 1] = { secret = secret, expiresAt = expiresAt, at = #live }
   end
 end
 if h[2] and h[2] ~= '' then
   for _, r in ipairs(cjson.decode(h[2])) do keep(r.secret, tonumber(r.expiresAt)) end
 end
 if h[3] and h[3] ~= '' and h[4] and h[4] ~= '' then keep(h[3], tonumber(h[4]) + validity) end
-table.sort(live, function(a, b) return a.expiresAt > b.expiresAt end)
+table.sort(live, function(a, b)
+  if a.expiresAt ~= b.expiresAt then return a.expiresAt > b.expiresAt end
+  return a.at < b.at
+end)
 
 local retired = { { secret = old, expiresAt = nowMs + validity } }
-for i = 1, math.min(#live, most - 1) do retired[#retired + 1] = live[i] end
+for i = 1, math.min(#live, most - 1) do retired[#retired + 1] = { secret = live[i].secret, expiresAt = live[i].expiresAt } end
 
 rcall('HSET', KEYS[1], 'retiredSecrets', cjson.encode(retired), 'previousSecret', old, 'rotatedAt', ARGV[2],
   'secret', ARGV[1], 'updatedAt', ARGV[3])

@@ -3,6 +3,7 @@ import * as assert from 'uvu/assert';
 import { now, setClockOffset } from '../../lib/clock.js';
 import { DISABLE_AFTER_MS } from '../../lib/webhook-policy.js';
 import { MAX_RETIRED_SECRETS, newWebhookSecret, OLD_SECRET_VALIDITY_MS } from '../../lib/webhook-signing.js';
+import { callScript } from '../../streams/lua-scripts.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, verifier, type Behaviour, type Receiver, type Received } from '../helpers/webhook-receiver.js';
@@ -266,6 +267,26 @@ clock(`at most ${MAX_RETIRED_SECRETS} retired secrets are kept: a further rotati
   const q = r.withId(id)[0]!;
   assertSignedBy(q, [...r.secrets].reverse().slice(0, MAX_RETIRED_SECRETS + 1), 'the current secret and the newest retired ones');
   assert.not.ok(q.verifiedBy.includes(e.secret), 'the first secret ended early');
+});
+
+clock('rotations within one millisecond keep their order: the newest retired secrets sign, newest first, and the oldest ends', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whc-rotate-same-ms');
+  const r = await receiver(ctx, () => ({ status: 204 }));
+  const e = await endpoint(ctx, ws, r, ['tie.*']);
+  // the script as rotateSecret calls it, every time with the same millisecond: equal expiresAt throughout
+  const at = now();
+  for (let i = 0; i < MAX_RETIRED_SECRETS + 1; i++) {
+    const secret = newWebhookSecret();
+    await callScript(ctx.service.redis, 'rotateWebhookSecret', [ctx.service.keys.webhookEndpoint(ws.workspace.id, e.id), ctx.service.keys.webhookVersion(ws.workspace.id)],
+      [secret, at, new Date(at).toISOString(), OLD_SECRET_VALIDITY_MS, MAX_RETIRED_SECRETS]);
+    r.secrets.push(secret);
+  }
+  const stored = JSON.parse((await ctx.service.redis.hget(ctx.service.keys.webhookEndpoint(ws.workspace.id, e.id), 'retiredSecrets'))!);
+  const newestFirst = [...r.secrets].reverse();
+  assert.equal(stored.map((x: any) => x.secret), newestFirst.slice(1, MAX_RETIRED_SECRETS + 1), 'stored newest first, the first secret dropped');
+  const id = wheOf((await track(ctx, ws, 'tie.one')).id);
+  await waitFor('tie.one', async () => r.withId(id).length === 1);
+  assertSignedBy(r.withId(id)[0]!, newestFirst.slice(0, MAX_RETIRED_SECRETS + 1), 'signed by the current secret and the ten newest retired ones');
 });
 
 clock('an endpoint rotated by the earlier version (previousSecret, rotatedAt) keeps its previous secret for its 24 hours, across a new rotation', async (ctx) => {
