@@ -237,7 +237,8 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  * partition holds (the same check; the record is written whole; not when that record was written
  * under a later claim, which has won already), or updates the fields that differ
  * (a token the provider had invalidated is revived; an older stamp is raised, without touching
- * `updatedAt`). The holder read is guarded in the write.
+ * `updatedAt`). The holder read is guarded in the write, and so is the claim stamp of a record the write
+ * replaces (a later claim by the same holder bumps that holder's version, not this subscriber's).
  *
  * The audit of a move (`make.from`): the subscription keeps its id, so the write that first takes it
  * over from the previous subscriber's copy (read before the write; it is removed only after) records
@@ -254,6 +255,9 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
     const at = isoNow();
     if (!member || !heldBy(current, externalId)) {
+      // the record is replaced on the strength of its claim stamp too: a later claim of the same holder
+      // (which bumps that holder's version, not this subscriber's) must make this write recompute
+      guards.push(['fieldIs', recordKey, 'claim', current.claim ?? '']);
       // another subscriber of the partition wrote the record under a later claim: this claim is over
       // already (the check after the write drops this subscriber's reference)
       if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
