@@ -7,7 +7,7 @@ import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { bodyLoad } from './lib/body-load.js';
 import { eventBodies } from './lib/event-bodies.js';
-import { commandStats, commandStatsDelta } from './lib/herald-state.js';
+import { commandStats, commandStatsDelta, SlowlogProfile, slowlogLines } from './lib/herald-state.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { startRedis } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
@@ -16,10 +16,11 @@ import { startWorker } from './lib/worker.js';
 
 export const description = 'client registrations/s (POST /v1/client/subscriptions over many subscribers) against events/s of batch ingest in the same run';
 
-export const usage = `register [--subscribers 200000] [--connections 32] [--duration 10] [--warmup 2] [--worker on|off] [--cpu-prof <dir>]
+export const usage = `register [--subscribers 200000] [--connections 32] [--duration 10] [--warmup 2] [--worker on|off] [--cpu-prof <dir>] [--redis-profile]
   --subscribers  distinct externalIds (each registration is a new device of one of them)
   --duration     seconds measured for each phase (registrations, then batch ingest for comparison)
-  --worker       on (default): bin/worker.ts runs during the bench and applies the registrations' events; off: not started`;
+  --worker       on (default): bin/worker.ts runs during the bench and applies the registrations' events; off: not started
+  --redis-profile  log every top-level Redis command's time (SLOWLOG, threshold 0) during the measured registrations`;
 
 const SLUG = 'bench-register';
 const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
@@ -37,7 +38,7 @@ function registrationBodies(count: number, subscribers: number, offset: number):
 }
 
 export async function run(args: string[]): Promise<BenchResult> {
-  const { values } = parseArgs({ args, options: { subscribers: { type: 'string' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, worker: { type: 'string', default: 'on' }, 'cpu-prof': { type: 'string' } } });
+  const { values } = parseArgs({ args, options: { subscribers: { type: 'string' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, worker: { type: 'string', default: 'on' }, 'cpu-prof': { type: 'string' }, 'redis-profile': { type: 'boolean', default: false } } });
   const subscribers = numberOption(values.subscribers, 'subscribers', 200_000, 100, 10_000_000);
   const connections = numberOption(values.connections, 'connections', 32, 1, 500);
   const duration = numberOption(values.duration, 'duration', 10, 1, 60);
@@ -62,10 +63,13 @@ export async function run(args: string[]): Promise<BenchResult> {
     process.stdout.write(`register: POST /v1/client/subscriptions, ${fmt(subscribers)} subscribers, ${connections} connections, ${duration} s measured after ${warmup} s, worker ${withWorker ? 'on' : 'off'}\n`);
     let next = 0;
     if (warmup > 0) next = (await bodyLoad({ url, headers, bodies, connections, duration: warmup })).next;
+    const slowlog = values['redis-profile'] ? new SlowlogProfile(redis, 500_000) : null;
     const stats0 = await commandStats(redis);
+    await slowlog?.start();
     const cpu0 = cpuSnapshot();
     const reg = await bodyLoad({ url, headers, bodies, start: next, connections, duration, count: '"id":"scr_' });
     const cpu1 = cpuSnapshot();
+    const profile = await slowlog?.collect();
     const stats1 = await commandStats(redis);
     const cpuRows = cpuDelta(cpu0, cpu1);
     const redisTop = commandStatsDelta(stats0, stats1, 12).lines;
@@ -80,8 +84,10 @@ export async function run(args: string[]): Promise<BenchResult> {
     process.stdout.write(`ingest (100 events per request) ${fmt(ingest.requestsPerSec).padStart(8)} ${ingest.p50Ms.toFixed(2).padStart(8)} ${ingest.p99Ms.toFixed(2).padStart(8)}   ${fmt(eventsPerSec)} events/s\n`);
     const value = round(reg.requestsPerSec, 1);
     const perReg = (label: string) => { const row = cpuRows.find((r) => r.label === label); return row && reg.requestsPerSec > 0 ? ` (${fmt((1e6 * row.cores) / reg.requestsPerSec)} µs of CPU per registration)` : ''; };
-    process.stdout.write(`\nregistration phase: ${formatCpu(cpuRows)}\n  web process${perReg('bin/web.ts')}, redis-server${perReg('redis-server')}\n`);
+    process.stdout.write(`\nregistration phase: ${formatCpu(cpuRows)}\n  web process${perReg('bin/web.js')}, redis-server${perReg('redis-server')}, worker${perReg('bin/worker.js')}\n`);
     process.stdout.write(`redis commands during the registration phase (INFO commandstats; Redis 7 counts the commands scripts run too):\n${redisTop.join('\n')}\n`);
+    // SLOWLOG keeps the last 500,000 commands (a few seconds of the phase): per registration is per claimToken call (one each)
+    if (profile) process.stdout.write(`${slowlogLines([profile], profile.rows.find((r) => r.kind === 'claimToken')?.calls ?? 0, 'registration').join('\n')}\n`);
     process.stdout.write(`\nregistrations/s ${fmt(value)} (target 5,000: ${value >= 5000 ? 'met' : 'NOT met'}); ingest in the same run ${fmt(eventsPerSec)} events/s\n`);
     return {
       bench: 'register', metric: 'registrations_per_s', value, unit: 'registrations/s',

@@ -10,7 +10,7 @@ import { startApnsPeerProcess } from './lib/apns-peer-process.js';
 import { bodyLoad, type BodyLoadResult } from './lib/body-load.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { formatSummary, summarize } from './lib/cpuprofile.js';
-import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, waitUntil } from './lib/herald-state.js';
+import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, slowlogLines, waitUntil } from './lib/herald-state.js';
 import { mergeLoads } from './lib/http-load.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
@@ -251,7 +251,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       formatCpu([...cores].map(([label, c]) => ({ label, cores: c })).sort((a, b) => b.cores - a.cores)) + ' (closed loop, Herald side)',
       'redis commands during the closed loop (INFO commandstats):',
       ...commandStatsDelta(stats0, stats1, 12).lines,
-      ...redisProfileLines(slowlogs, queuedAnswers),
+      ...slowlogLines(slowlogs, queuedAnswers, 'message accepted'),
       ...profileLines,
     ];
     say(out.filter((l) => l !== null).join('\n'));
@@ -298,28 +298,4 @@ export async function run(args: string[]): Promise<BenchResult> {
   } finally {
     for (const stop of stops.reverse()) await stop().catch(() => {});
   }
-}
-
-/** Redis time per script (and other command) over the profiled rounds, per call and per message accepted. */
-function redisProfileLines(profiles: (Awaited<ReturnType<SlowlogProfile['collect']>> | undefined)[], messages: number): string[] {
-  const rows = new Map<string, { calls: number; usec: number }>();
-  let entries = 0;
-  for (const profile of profiles) {
-    if (!profile) continue;
-    entries += profile.entries;
-    for (const r of profile.rows) {
-      const row = rows.get(r.kind) ?? { calls: 0, usec: 0 };
-      row.calls += r.calls;
-      row.usec += r.usec;
-      rows.set(r.kind, row);
-    }
-  }
-  if (rows.size === 0) return [];
-  const sorted = [...rows].sort((a, b) => b[1].usec - a[1].usec);
-  const total = sorted.reduce((sum, [, r]) => sum + r.usec, 0);
-  return [
-    `redis time by command and script (SLOWLOG, ${entries.toLocaleString('en-US')} top-level calls; ${(total / Math.max(1, messages)).toFixed(1)} µs per message accepted):`,
-    ...sorted.slice(0, 16).map(([kind, r]) => `  ${kind.padEnd(26)}${String(r.calls).padStart(9)} calls${(r.usec / 1e6).toFixed(2).padStart(8)} s${((100 * r.usec) / Math.max(1, total)).toFixed(1).padStart(6)}%`
-      + `${(r.usec / r.calls).toFixed(1).padStart(9)} µs/call${(r.usec / Math.max(1, messages)).toFixed(1).padStart(8)} µs/message`),
-  ];
 }

@@ -11,13 +11,26 @@ import { checkPartitionCount } from '../streams/partition-leases.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
 import { checkDatabase, connectRedis, describeTarget } from '../streams/redis.js';
-import { auditsSettled } from '../streams/messages.js';
+import { auditsSettled } from '../streams/audit-outbox.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
-/** How long a stopping process waits for the ledger appends of the messages it answered (streams/messages.ts auditsSettled). */
+/** How long a stopping process waits for the audit settles of the writes it answered (messages, subscriber writes: streams/audit-outbox.ts auditsSettled). */
 const AUDITS_GRACE_MS = 2_000;
+/**
+ * Whether a command connection auto-pipelines (ioredis): it holds each turn's commands to the turn's
+ * end and keeps one such batch in flight per connection, so a process and Redis take turns on whole
+ * batches, each idle while the other works, and it costs CPU per command. Measured (bench/README.md,
+ * session 29): the web role without it, registrations 2,391–2,691 → 3,223–3,339/s and sends
+ * 2,835–2,843 → 3,378–3,409/s; the worker without it, segments bench 11.0–11.1k → 11.5k events/s
+ * with segments (28.4k → 30.9–31.5k without) and pipeline lag p99 0.9–2.6 s → 0.24–0.28 s. The
+ * dispatcher keeps it: without it its drain was faster but it took the CPU sends are accepted with
+ * (3,667–3,817 → 3,060–3,232 sends/s); fan-out did not move. A process running the dispatcher with
+ * other roles shares its connection with them; the web role always has one of its own.
+ */
+const commandsOf = (roles: readonly Role[]) => ({ enableAutoPipelining: roles.includes('dispatcher') });
+const WEB_COMMANDS = commandsOf(['web']);
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
@@ -29,7 +42,8 @@ export type Service = { url: string | null; redis: Redis; keys: Keys; config: Co
  */
 export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles })): Promise<Service> {
   const resolved: ResolvedRedis = await resolveRedis(config);
-  const redis = connectRedis(resolved.target);
+  const webOnly = roles.length === 1 && roles[0] === 'web';
+  const redis = connectRedis(resolved.target, commandsOf(roles));
   redis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
   const keys = createKeys(config.keyPrefix);
   try {
@@ -52,11 +66,20 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   }
 
   if (roles.includes('web')) {
-    const keyCache = new KeyCache(redis, keys, config.keyCacheTtlMs, log);
+    // the web role's own command client (the roles' shared one when it runs alone)
+    const webRedis = webOnly ? redis : connectRedis(resolved.target, WEB_COMMANDS);
+    if (webRedis !== redis) {
+      webRedis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
+      stops.push(async () => {
+        await auditsSettled(AUDITS_GRACE_MS);
+        await webRedis.quit().catch(() => webRedis.disconnect());
+      });
+    }
+    const keyCache = new KeyCache(webRedis, keys, config.keyCacheTtlMs, log);
     await keyCache.start();
     stops.push(() => keyCache.stop());
-    const tokenSecret = await eventsTokenSecret(redis, keys, config);
-    const app = createApp({ config, redis, keys, keyCache, log, tokenSecret });
+    const tokenSecret = await eventsTokenSecret(webRedis, keys, config);
+    const app = createApp({ config, redis: webRedis, keys, keyCache, log, tokenSecret });
     const server: Server = await new Promise<Server>((done, fail) => {
       const s = app.listen(config.port, () => {
         s.off('error', fail);

@@ -80,6 +80,35 @@ export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent,
   await redis.hdel(intent.key, intent.token);
 }
 
+/** The settles `settleAuditLater` left under way in this process (none of them rejects). */
+const unsettled = new Set<Promise<void>>();
+
+/**
+ * Settles the intent off the writer's path: the write is answered once the script has made it
+ * (with its intent), and the ledger append and the intent's delete (two more round trips) go on
+ * after. For the writes of the hot paths (a message created, a subscriber's write: registrations,
+ * upserts). The commands leave at once on the writer's connection, so a later write of that
+ * connection is appended after. A failure goes to `onFailure` and leaves the intent to the outbox
+ * sweeper, so nothing is lost; `auditsSettled` waits for those under way.
+ */
+export function settleAuditLater(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[], onFailure: (err: unknown) => void): void {
+  const settling = settleAudit(redis, keys, intent, drafts).catch(onFailure);
+  unsettled.add(settling);
+  void settling.then(() => unsettled.delete(settling));
+}
+
+/**
+ * Resolves once the settles `settleAuditLater` left under way are done, or after `withinMs`: a
+ * stopping process waits for them before it closes its Redis connection, so a deploy leaves none
+ * to the outbox sweeper (one that cannot finish is left to it all the same).
+ */
+export async function auditsSettled(withinMs: number): Promise<void> {
+  if (unsettled.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(unsettled), new Promise((r) => (timer = setTimeout(r, withinMs)))]);
+  clearTimeout(timer);
+}
+
 /** Queues the ledger appends of an intent's entries. */
 export function appendDrafts(pipeline: ChainableCommander, keys: Keys, record: IntentRecord, drafts: AuditDraft[]): void {
   if (drafts.length > record.ids.length) throw new Error(`audit op ${record.op} made ${drafts.length} entries, its intent has ids for ${record.ids.length}`);

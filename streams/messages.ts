@@ -5,7 +5,7 @@ import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
-import { auditIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
+import { auditIntent, settleAudit, settleAuditLater, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys, MessageLane } from './keys.js';
 import { callScript } from './lua-scripts.js';
 
@@ -112,10 +112,9 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * when the message is created, so a replay (a caller's retry, or a run step retried after a crash
  * under its `runStepIdempotencyKey`) is not audited again.
  *
- * It resolves once the script has written the message: the ledger append that settles the intent
- * (two more round trips) goes on after it, off the sender's path (a failure is reported to `log` and
- * leaves the intent to the outbox sweeper; `auditsSettled` waits for those under way). The entry's
- * id and time are fixed in the intent either way.
+ * It resolves once the script has written the message: the intent is settled after it, off the
+ * sender's path (`settleAuditLater`; a failure is reported to `log`). The entry's id and time are
+ * fixed in the intent either way.
  */
 export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
@@ -147,27 +146,10 @@ export async function createMessage(
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
   if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
-  const audited: Promise<void> = settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply)).catch((err: unknown) => {
+  settleAuditLater(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply), (err) => {
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
   });
-  unsettled.add(audited);
-  void audited.then(() => unsettled.delete(audited));
   return { message, replayed: false };
-}
-
-/** The ledger appends createMessage left under way in this process (none of them rejects). */
-const unsettled = new Set<Promise<void>>();
-
-/**
- * Resolves once the ledger appends that createMessage left under way are done, or after `withinMs`:
- * a stopping process waits for them before it closes its Redis connection, so a deploy leaves no
- * `message.created` to the outbox sweeper (one that cannot finish is left to it all the same).
- */
-export async function auditsSettled(withinMs: number): Promise<void> {
-  if (unsettled.size === 0) return;
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([Promise.all(unsettled), new Promise((r) => (timer = setTimeout(r, withinMs)))]);
-  clearTimeout(timer);
 }
 
 /** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */

@@ -13,7 +13,8 @@ export type RedisTarget = { url: string; verifyTls?: boolean } | { path: string 
  * (offline queue) and fail after `maxRetriesPerRequest` reconnect attempts instead of hanging.
  */
 export function connectRedis(target: RedisTarget, options: RedisOptions = {}): Redis {
-  // Auto-pipelining sends the commands of concurrent requests in one write: fewer syscalls per request.
+  // Auto-pipelining unless the caller says otherwise: bin/service.ts decides it per role (commandsOf),
+  // the CLI and benches keep it.
   const base: RedisOptions = { maxRetriesPerRequest: 20, enableAutoPipelining: true, ...options };
   const unverified = 'url' in target && target.verifyTls === false && target.url.startsWith('rediss://');
   const redis = 'url' in target ? new Redis(target.url, unverified ? { ...base, tls: { ...base.tls, rejectUnauthorized: false } } : base) : new Redis({ ...base, path: target.path });

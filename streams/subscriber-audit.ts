@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
-import { auditIntent, settleAudit, type AuditDraft, type AuditIntent, type AuditOp, type AuditScope } from './audit-outbox.js';
+import type { Logger } from '../lib/log.js';
+import { auditIntent, settleAudit, settleAuditLater, type AuditDraft, type AuditIntent, type AuditOp, type AuditScope } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 
 /**
@@ -40,18 +41,19 @@ export type MadeIntent = { intent: AuditIntent; absorbs: Held | undefined };
 type Held = { subject: string | undefined; intent: AuditIntent; drafts: AuditDraft[] };
 
 /**
- * Where a request's subscriber writes settle their audit entries: right after each write, or, in
- * `holding`, all together at its end, in the order of the writes. Identify and a merge hold theirs:
- * the attribute writes of one subscriber in one request make one `subscriber.updated` (the later
- * write absorbs the held intent: its script deletes it from the outbox as it records its own,
- * whose input carries the held entries), and what a merge deletes is audited after what it fills in.
+ * Where a request's subscriber writes settle their audit entries: right after each write (off the
+ * request's path), or, in `holding`, all together at its end (awaited), in the order of the writes.
+ * Identify and a merge hold theirs: the attribute writes of one subscriber in one request make one
+ * `subscriber.updated` (the later write absorbs the held intent: its script deletes it from the
+ * outbox as it records its own, whose input carries the held entries), and what a merge deletes is
+ * audited after what it fills in.
  * A held intent the sweeper settled meanwhile (a request held longer than AUDIT_OUTBOX_SWEEP_MS)
  * is not absorbed (the script answers it was gone) and its entries are not repeated.
  */
 export class AuditTrail {
   #held: Held[] | null = null;
 
-  constructor(private readonly redis: Redis, private readonly keys: Keys, readonly scope: AuditScope) {}
+  constructor(private readonly redis: Redis, private readonly keys: Keys, readonly scope: AuditScope, private readonly log: Pick<Logger, 'warn'>) {}
 
   /** The intent of a write recorded in `outbox` (its partition's), taking in the held intent it absorbs. */
   intent(outbox: string, audit: WriteAudit): MadeIntent {
@@ -60,10 +62,18 @@ export class AuditTrail {
     return { intent: auditIntent(outbox, audit.op, this.scope, input, (audit.entries ?? 1) + (absorbs?.drafts.length ?? 0)), absorbs };
   }
 
-  /** After the write applied (`reply`): its entries, settled now or held. */
-  async written(made: MadeIntent, audit: WriteAudit, reply: WriteReply): Promise<void> {
+  /**
+   * After the write applied (`reply`): its entries, settled off the writer's path
+   * (`settleAuditLater`: the request is answered without waiting for the ledger), or held.
+   */
+  written(made: MadeIntent, audit: WriteAudit, reply: WriteReply): void {
     const drafts = audit.make(made.intent.record.input as never, reply);
-    if (!this.#held) return settleAudit(this.redis, this.keys, made.intent, drafts);
+    if (!this.#held) {
+      settleAuditLater(this.redis, this.keys, made.intent, drafts, (err) => {
+        this.log.warn('audit entries not appended yet; the audit outbox sweeper will', { op: audit.op, err });
+      });
+      return;
+    }
     // absorbed, or settled by the sweeper already: either way not to be settled again
     if (made.absorbs) this.#held.splice(this.#held.indexOf(made.absorbs), 1);
     this.#held.push({ subject: audit.absorbs, intent: made.intent, drafts });

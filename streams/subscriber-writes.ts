@@ -89,7 +89,7 @@ export async function writeSubscriber(
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
-  if (made) await audit!.trail.written(made, audit!, reply);
+  if (made) audit!.trail.written(made, audit!, reply);
   return { subscriberId: reply[1]!, created: Number(reply[2]) > 0, version: Number(reply[3]) };
 }
 
@@ -133,7 +133,7 @@ export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[
  * Runs read → compute → compare-and-set until it applies (bounded): the way every subscriber
  * change is made, so a change is decided once even under concurrent writers. `read` loads more of
  * the subscriber's partition state (its subscriptions, topics), sent right after the version reads
- * on the same connection (one round trip with auto-pipelining; Redis runs them in order): every
+ * on the same connection without waiting for their replies (Redis runs them in order): every
  * write bumps the version, so state read after it is still current when the version still matches.
  * `options.record` false reads only the subscriber's version (for a `compute` that does not look at
  * `snapshot.record`). A change that also depends on state the version does not cover (another
@@ -147,7 +147,7 @@ export async function changeSubscriber<T, X = undefined>(
 ): Promise<T> {
   const partition = partitionOf(scope.tenantId, externalId, scope.partitions);
   for (let attempt = 0; attempt < 50; attempt++) {
-    // both reads leave in one round trip, the version first: commands of one connection run in order
+    // both reads leave at once, the version first: commands of one connection run in order
     const reading = readSubscriber(redis, keys, scope, externalId, options);
     const extraReading = read ? read(partition) : Promise.resolve(undefined);
     const [snapshot, extra] = (await Promise.all([reading, extraReading])) as [SubscriberSnapshot, X];

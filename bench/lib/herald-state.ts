@@ -179,15 +179,11 @@ export class SlowlogProfile {
         const more = /^\.\.\. \((\d+) more arguments\)$/.exec(String(argv[argv.length - 1] ?? ''));
         const argc = more ? argv.length - 1 + Number(more[1]) : argv.length;
         const numKeys = Number(argv[2]);
-        const firstKey = String(argv[3] ?? '');
         const rest = argc - 3 - numKeys;
-        if (firstKey.endsWith(':in')) {
-          kind = 'ingestEvents';
-          events = Math.floor(rest / 12); // 12 ARGV per event
-        } else if (firstKey.endsWith(':applied')) {
-          kind = 'applyEvents';
-          events = Math.max(0, rest - 4); // 4 fixed ARGV, then one inbox entry id per entry
-        } else kind = this.scriptNames.get(String(argv[1] ?? '')) ?? 'unknown script';
+        // by the script's SHA-1 (writeSubscriber's first key is the inbox too: keys alone cannot tell)
+        kind = this.scriptNames.get(String(argv[1] ?? '')) ?? 'unknown script';
+        if (kind === 'ingestEvents') events = Math.floor((rest - 7) / 12); // 7 fixed ARGV, then 12 per event
+        else if (kind === 'applyEvents') events = Math.max(0, rest - 4); // 4 fixed ARGV, then one inbox entry id per entry
       }
       const row = rows.get(kind) ?? { kind, calls: 0, usec: 0, events: 0 };
       row.calls++;
@@ -217,4 +213,28 @@ export class SlowlogProfile {
       + `${r.fit ? `  (fit: ${r.fit.perCall.toFixed(1)} µs/call + ${r.fit.perEvent.toFixed(2)} µs/event)` : ''}`);
     return { rows: sorted, spanS, entries: log.length, lines };
   }
+}
+
+/** Redis time per script (and other command) over the profiled rounds, per call and per `unit` (`count` of them in those rounds). */
+export function slowlogLines(profiles: (Awaited<ReturnType<SlowlogProfile['collect']>> | undefined)[], count: number, unit: string): string[] {
+  const rows = new Map<string, { calls: number; usec: number }>();
+  let entries = 0;
+  for (const profile of profiles) {
+    if (!profile) continue;
+    entries += profile.entries;
+    for (const r of profile.rows) {
+      const row = rows.get(r.kind) ?? { calls: 0, usec: 0 };
+      row.calls += r.calls;
+      row.usec += r.usec;
+      rows.set(r.kind, row);
+    }
+  }
+  if (rows.size === 0) return [];
+  const sorted = [...rows].sort((a, b) => b[1].usec - a[1].usec);
+  const total = sorted.reduce((sum, [, r]) => sum + r.usec, 0);
+  return [
+    `redis time by command and script (SLOWLOG, ${entries.toLocaleString('en-US')} top-level calls; ${(total / Math.max(1, count)).toFixed(1)} µs per ${unit}):`,
+    ...sorted.slice(0, 16).map(([kind, r]) => `  ${kind.padEnd(26)}${String(r.calls).padStart(9)} calls${(r.usec / 1e6).toFixed(2).padStart(8)} s${((100 * r.usec) / Math.max(1, total)).toFixed(1).padStart(6)}%`
+      + `${(r.usec / r.calls).toFixed(1).padStart(9)} µs/call${(r.usec / Math.max(1, count)).toFixed(1).padStart(8)} µs/${unit.split(' ')[0]}`),
+  ];
 }

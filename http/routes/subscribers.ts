@@ -23,7 +23,7 @@ export function scopeOf(ctx: Context, deps: AppDeps): TenantScope {
 
 /** Where the current request's subscriber writes settle their audit entries (each write records its own). */
 export function auditTrailOf(ctx: Context, deps: AppDeps): AuditTrail {
-  return new AuditTrail(deps.redis, deps.keys, auditScopeOf(ctx));
+  return new AuditTrail(deps.redis, deps.keys, auditScopeOf(ctx), deps.log);
 }
 
 export function registerSubscribers(router: Router, deps: AppDeps): void {

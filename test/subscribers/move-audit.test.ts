@@ -1,10 +1,10 @@
-import { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
 import { newId } from '../../lib/ids.js';
 import { callScript } from '../../streams/lua-scripts.js';
-import { AuditTrail } from '../../streams/subscriber-audit.js';
+import { createLogger } from '../../lib/log.js';
+import { AuditTrail, type MadeIntent, type WriteAudit, type WriteReply } from '../../streams/subscriber-audit.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { tokenField } from '../../streams/subscribers.js';
 import { registerSubscription } from '../../streams/subscriptions.js';
@@ -34,6 +34,17 @@ move.before(async (ctx) => {
 move.after(async (ctx) => ctx.service.stop());
 
 const token = (n: number) => n.toString(16).padStart(64, 'f');
+
+/**
+ * The trail of a writer whose process dies right after its write applied: the write (and its
+ * intent in the outbox) stands, and the writer goes no further (no settle, nothing after).
+ */
+class DyingTrail extends AuditTrail {
+  override written(_made: MadeIntent, _audit: WriteAudit, _reply: WriteReply): void {
+    throw new Error('the process died right after the write');
+  }
+}
+const dyingTrail = (ctx: Ctx) => new DyingTrail(ctx.service.redis, ctx.service.keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, createLogger('error'));
 
 /** The ledger's subscription entries of one subscription: type, owner, and the owner change when there is one. */
 async function subscriptionEntries(ctx: Ctx, id: string) {
@@ -85,10 +96,8 @@ move('a move killed after the claim, before the new owner\'s write, is finished 
 move('a move killed after the new owner\'s write (its entry left in the outbox, the previous copy not removed): the retry finishes it, the sweep settles the entry, once', async (ctx) => {
   const { api, pk, service } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'written-a', channel: 'push', token: token(3), platform: 'ios' });
-  // B's registration writes, then its process dies: its trail's connection is gone, so neither the settle nor the removal from A happens
-  const dead = new Redis(service.env.REDIS_URL!, { lazyConnect: true });
-  dead.disconnect();
-  const deadTrail = new AuditTrail(dead, service.keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST });
+  // B's registration writes, then its process dies: neither the settle nor the removal from A happens
+  const deadTrail = dyingTrail(ctx);
   let failed: unknown = null;
   await registerSubscription(service.redis, service.keys, ctx.scope, 'written-b', { channel: 'push', token: token(3), platform: 'ios' }, { audit: deadTrail }).catch((err) => (failed = err));
   assert.ok(failed, 'the dead writer could not settle');
@@ -107,9 +116,7 @@ move('a move killed after the new owner\'s write (its entry left in the outbox, 
 move('the previous owner registering the device again before a crashed move was finished takes it back: one subscription.updated each way', async (ctx) => {
   const { api, pk, service } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'back-a', channel: 'push', token: token(5), platform: 'ios' });
-  const dead = new Redis(service.env.REDIS_URL!, { lazyConnect: true });
-  dead.disconnect();
-  const deadTrail = new AuditTrail(dead, service.keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST });
+  const deadTrail = dyingTrail(ctx);
   await registerSubscription(service.redis, service.keys, ctx.scope, 'back-b', { channel: 'push', token: token(5), platform: 'ios' }, { audit: deadTrail }).catch(() => null);
   // A still holds its copy (B's registration died before removing it), and registers the device again
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'back-a', channel: 'push', token: token(5), platform: 'ios' })).status, 200);
