@@ -83,18 +83,87 @@ export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent,
 /** The settles `settleAuditLater` left under way in this process (none of them rejects). */
 const unsettled = new Set<Promise<void>>();
 
+type Later = { keys: Keys; intent: AuditIntent; drafts: AuditDraft[]; onFailure: (err: unknown) => void; done: () => void };
+/** The settles queued per connection, sent together at the end of the event-loop turn (`flushLater`). */
+const queued = new Map<Redis, Later[]>();
+/** Most settles one flush sends in one pipeline; more wait for the next. */
+const FLUSH_MOST = 512;
+
 /**
  * Settles the intent off the writer's path: the write is answered once the script has made it
- * (with its intent), and the ledger append and the intent's delete (two more round trips) go on
- * after. For the writes of the hot paths (a message created, a subscriber's write: registrations,
- * upserts). The commands leave at once on the writer's connection, so a later write of that
- * connection is appended after. A failure goes to `onFailure` and leaves the intent to the outbox
- * sweeper, so nothing is lost; `auditsSettled` waits for those under way.
+ * (with its intent), and the ledger append and the intent's delete go on after. For the writes of
+ * the hot paths (a message created, a subscriber's write: registrations, upserts). The settles queued
+ * on a connection during one event-loop turn leave together when it ends (`setImmediate`): one
+ * pipeline of their appends, then one `HDEL` per outbox of the intents whose appends all succeeded,
+ * two round trips for the turn instead of two per write. They leave before any request that arrives
+ * after this one's answer is read, so a caller's next write is appended after. A failure goes to
+ * `onFailure` and leaves the intent to the outbox sweeper, so nothing is lost; `auditsSettled` waits
+ * for those under way.
  */
 export function settleAuditLater(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[], onFailure: (err: unknown) => void): void {
-  const settling = settleAudit(redis, keys, intent, drafts).catch(onFailure);
+  let done!: () => void;
+  const settling = new Promise<void>((r) => (done = r));
   unsettled.add(settling);
   void settling.then(() => unsettled.delete(settling));
+  const queue = queued.get(redis);
+  if (queue) {
+    queue.push({ keys, intent, drafts, onFailure, done });
+    return;
+  }
+  queued.set(redis, [{ keys, intent, drafts, onFailure, done }]);
+  setImmediate(() => void flushLater(redis));
+}
+
+/** Sends the settles queued on `redis`, FLUSH_MOST at a time. */
+async function flushLater(redis: Redis): Promise<void> {
+  const all = queued.get(redis) ?? [];
+  queued.delete(redis);
+  for (let from = 0; from < all.length; from += FLUSH_MOST) {
+    const batch = all.slice(from, from + FLUSH_MOST);
+    await settleBatch(redis, batch);
+    for (const later of batch) later.done();
+  }
+}
+
+/**
+ * The appends of every settle in `batch` in one pipeline, then the intents of those whose appends all
+ * succeeded deleted, one `HDEL` per outbox. Never rejects: each failure goes to its settle's `onFailure`.
+ */
+async function settleBatch(redis: Redis, batch: Later[]): Promise<void> {
+  const appended: Later[] = [];
+  try {
+    const pipeline = redis.pipeline();
+    for (const later of batch) appendDrafts(pipeline, later.keys, later.intent.record, later.drafts);
+    const replies = batch.some((later) => later.drafts.length) ? (await pipeline.exec()) ?? [] : [];
+    let at = 0;
+    for (const later of batch) {
+      const failed = replies.slice(at, at + later.drafts.length).find(([err]) => err)?.[0];
+      at += later.drafts.length;
+      if (failed) later.onFailure(failed);
+      else appended.push(later);
+    }
+  } catch (err) {
+    for (const later of batch) later.onFailure(err);
+    return;
+  }
+  const byOutbox = new Map<string, Later[]>();
+  for (const later of appended) {
+    const settles = byOutbox.get(later.intent.key);
+    if (settles) settles.push(later);
+    else byOutbox.set(later.intent.key, [later]);
+  }
+  if (byOutbox.size === 0) return;
+  try {
+    const deletes = redis.pipeline();
+    for (const [outbox, settles] of byOutbox) deletes.hdel(outbox, ...settles.map((later) => later.intent.token));
+    const replies = (await deletes.exec()) ?? [];
+    [...byOutbox.values()].forEach((settles, i) => {
+      const err = replies[i]?.[0];
+      if (err) for (const later of settles) later.onFailure(err);
+    });
+  } catch (err) {
+    for (const later of appended) later.onFailure(err);
+  }
 }
 
 /**
