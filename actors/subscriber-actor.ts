@@ -69,19 +69,33 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     }
     return workspaces;
   };
+  // partitions with an event batch that failed here (perhaps after applyEvents, before its automation
+  // step): until one of their event batches succeeds (the failed one, claimed again first), their
+  // applied sequences may run ahead of their automation, so no timer goes ahead of the event inbox
+  const failedEvents = new Set<number>();
   const handle = (stream: string, entries: StreamEntry[]) => oneAtATime(partitionOfStream.get(stream)!, async (p) => {
-    const forwarding = workspacesOfThisRead();
-    forwarding.catch(() => undefined); // awaited below; a failure fails the batch there
-    const events = entries.filter((entry) => entry.fields.k !== 'timer');
-    if (events.length) {
-      await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id));
+    try {
+      const forwarding = workspacesOfThisRead();
+      forwarding.catch(() => undefined); // awaited below; a failure fails the batch there
+      const events = entries.filter((entry) => entry.fields.k !== 'timer');
+      if (events.length) {
+        await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id));
+      }
+      await automation.handle(p, entries);
+      if (events.length) await forwardToLedger(redis, keys, events, await forwarding);
+    } catch (err) {
+      failedEvents.add(p);
+      throw err;
     }
-    await automation.handle(p, entries);
-    if (events.length) await forwardToLedger(redis, keys, events, await forwarding);
+    failedEvents.delete(p);
   });
-  // fired timers, read by a consumer of their own so they do not wait for the event backlog's reads
+  // fired timers, read by a consumer of their own so they do not wait for the event backlog's reads;
+  // while the partition's event inbox is not caught up (not adopted yet, so entries a dead worker
+  // applied without their automation step may be pending there, or a batch failed here) every timer
+  // follows the event inbox
   const handleTimers = (stream: string, entries: StreamEntry[]) => oneAtATime(partitionOfTimerStream.get(stream)!, async (p) => {
-    await automation.handle(p, await orderTimers(redis, keys, p, entries));
+    const eventsOwed = failedEvents.has(p) || !consumers[p % READ_LOOPS]!.caughtUp(keys.inbox(p));
+    await automation.handle(p, await orderTimers(redis, keys, p, entries, eventsOwed));
   });
 
   // a dedicated connection for each blocking read: the event read loops' and the timer consumer's

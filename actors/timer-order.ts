@@ -31,11 +31,19 @@ const num = (v: string | null | undefined) => Number(v ?? 0) || 0;
  * Of a batch read from partition `p`'s timer inbox, appends to the event inbox (behind the events
  * that must come first) every timer that may not go first, and returns the entries to handle now.
  * Called with the partition's event batches held off (actors/subscriber-actor.ts), so what is
- * applied is also handled by the automation step. A worker killed after moving a timer and before
- * acking it moves it again: a timer its run no longer waits for is ignored (workflow-engine onTimer),
- * a segment timer only re-checks membership.
+ * applied is also handled by the automation step, unless `eventsOwed`: an event batch of the
+ * partition may have been applied without its automation step (it failed after `applyEvents`, or a
+ * worker died there and this one has not handled the entries it left pending yet), so the applied
+ * sequences say nothing and every timer goes to the event inbox, behind that batch. A worker killed
+ * after moving a timer and before acking it moves it again: a timer its run no longer waits for is
+ * ignored (workflow-engine onTimer), a segment timer only re-checks membership.
  */
-export async function orderTimers(redis: Redis, keys: Keys, p: number, entries: StreamEntry[]): Promise<StreamEntry[]> {
+export async function orderTimers(redis: Redis, keys: Keys, p: number, entries: StreamEntry[], eventsOwed = false): Promise<StreamEntry[]> {
+  if (eventsOwed) {
+    const timers = entries.filter(({ fields }) => fields.k === 'timer');
+    await Promise.all(timers.map(({ fields }) => redis.xadd(keys.inbox(p), '*', ...Object.entries(fields).flat())));
+    return entries.filter(({ fields }) => fields.k !== 'timer');
+  }
   const subs = [...new Set(entries.filter(({ fields }) => fields.k === 'timer' && fields.t && fields.x !== undefined).map(({ fields }) => `${fields.t}|${fields.x}`))];
   if (subs.length === 0) return entries;
   const [sequences, applied, ranges] = await Promise.all([

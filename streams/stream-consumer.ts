@@ -82,6 +82,14 @@ export class StreamConsumer {
     this.running = this.loop();
   }
 
+  /**
+   * Whether `stream` is this consumer's with nothing left behind: adopted, and (exclusive mode) every
+   * entry pending at adoption handled. False again from a failed read until the stream is adopted anew.
+   */
+  caughtUp(stream: string): boolean {
+    return this.adopted.has(stream);
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     this.o.blocking.disconnect();

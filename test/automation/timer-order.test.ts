@@ -1,6 +1,8 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { ACTOR_GROUP } from '../../actors/subscriber-actor.js';
 import { orderTimers, timerMayGoFirst, type Backlog } from '../../actors/timer-order.js';
+import { applyEvents } from '../../streams/apply-events.js';
 import { partitionOf } from '../../lib/partition.js';
 import type { StreamEntry } from '../../streams/stream-consumer.js';
 import { client } from '../helpers/api.js';
@@ -125,6 +127,54 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
   assert.is(byId['canceled-late'].reason, 'canceled_by_event');
   assert.equal(byId['canceled-late'].history.map((h: any) => h.outcome), ['sleeping'], 'never woke');
   assert.equal(byId.sleeper.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent']);
+});
+
+order('a cancel a killed worker applied to the read models but never handled goes before the run\'s timer: the next worker handles what it left first', async (ctx) => {
+  const { service, boot } = ctx;
+  const { redis, keys } = service;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  // only the processes this test starts
+  for (const r of ctx.roles.splice(0)) await stopRoleProcess(r);
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'siesta', trigger: { event: 'siesta.started' }, cancelOn: { event: 'siesta.cancel' },
+    steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Up', body: 'never' } }],
+  });
+  await api.post('/v1/workflows', boot.keys.tenant, { slug: 'long-nap', trigger: { event: 'long.nap' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'send', message: { title: 'Later', body: 'much' } }] });
+  const worker = startRoleProcess('worker', env);
+  ctx.roles.push(worker);
+  await api.post('/v1/events', boot.keys.tenant, { externalId: 'cut-short', name: 'siesta.started', data: {} });
+  await waitFor('the run to sleep', async () => (await api.get('/v1/workflows/siesta/runs?status=sleeping', boot.keys.tenant)).body.data.total === 1, 20_000, 100);
+  await stopRoleProcess(worker);
+
+  // a worker reads the partition's backlog and the cancel, applies their read models and dies before
+  // their automation step: the entries stay pending under its name, the sequences read as applied
+  // (ahead of the cancel, runs started in the same partition: work enough that the next worker's timer
+  // consumer reads the timer well before its event consumer is through the entries left pending)
+  const p = partitionOf(boot.tenant.id, 'cut-short', service.config.partitions);
+  const fillers: string[] = [];
+  for (let i = 0; fillers.length < 1000; i++) if (partitionOf(boot.tenant.id, `siesta-filler-${i}`, service.config.partitions) === p) fillers.push(`siesta-filler-${i}`);
+  for (let i = 0; i < fillers.length; i += 100) {
+    await api.post('/v1/events', boot.keys.tenant, { events: fillers.slice(i, i + 100).map((externalId) => ({ externalId, name: 'long.nap', data: {} })) });
+  }
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'cut-short', name: 'siesta.cancel', data: {} }] });
+  const read = (await redis.xreadgroup('GROUP', ACTOR_GROUP, 'worker:dead', 'COUNT', 10_000, 'STREAMS', keys.inbox(p), '>')) as [string, [string, string[]][]][];
+  const ids = read[0]![1].map(([id]) => id);
+  assert.ok(ids.length >= fillers.length * 2 + 1, `${ids.length} entries read`); // each filler's $subscriber.created and long.nap
+  for (let i = 0; i < ids.length; i += 200) await applyEvents(redis, keys, p, service.config.retentionMs, Date.now(), ids.slice(i, i + 200));
+  const seq = await redis.hget(keys.sequences(p), `${boot.tenant.id}|cut-short`);
+  assert.is(await redis.hget(keys.applied(p), `${boot.tenant.id}|cut-short`), seq, 'the cancel reads as applied');
+
+  // the sleep falls due meanwhile: fired into the timer inbox, where a worker reads it at once
+  ctx.roles.push(startRoleProcess('scheduler', env));
+  await waitFor('the timer to fire', async () => (await redis.xlen(keys.timerInbox(p))) === 1, 10_000, 50);
+  ctx.roles.push(startRoleProcess('worker', env));
+  await waitFor('the run to end', async () => (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items[0]?.status !== 'sleeping', 20_000, 100);
+  const [run] = (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items;
+  assert.is(run.status, 'canceled');
+  assert.is(run.reason, 'canceled_by_event');
+  assert.equal(run.history.map((h: any) => h.outcome), ['sleeping'], 'never woke');
+  assert.is((await api.get('/v1/workflows/long-nap/runs?status=sleeping', boot.keys.tenant)).body.data.total, fillers.length);
 });
 
 order('runs waking from the timer inbox while their worker is SIGKILLed twice wake once and send once', async (ctx) => {
