@@ -39,13 +39,19 @@ const num = (v: string | null | undefined) => Number(v ?? 0) || 0;
  * ignored (workflow-engine onTimer), a segment timer only re-checks membership.
  */
 export async function orderTimers(redis: Redis, keys: Keys, p: number, entries: StreamEntry[], eventsOwed = false): Promise<StreamEntry[]> {
-  if (eventsOwed) {
-    const timers = entries.filter(({ fields }) => fields.k === 'timer');
-    await Promise.all(timers.map(({ fields }) => redis.xadd(keys.inbox(p), '*', ...Object.entries(fields).flat())));
-    return entries.filter(({ fields }) => fields.k !== 'timer');
-  }
+  const goesFirst = eventsOwed ? (entry: StreamEntry) => entry.fields.k !== 'timer' : await backlogRule(redis, keys, p, entries);
+  if (!goesFirst) return entries;
+  const now: StreamEntry[] = [];
+  const later: StreamEntry[] = [];
+  for (const entry of entries) (goesFirst(entry) ? now : later).push(entry);
+  await Promise.all(later.map(({ fields }) => redis.xadd(keys.inbox(p), '*', ...Object.entries(fields).flat())));
+  return now;
+}
+
+/** Which entries of a timer batch may go first by their subscribers' backlogs (`timerMayGoFirst`); null when no entry is a subscriber's timer. */
+async function backlogRule(redis: Redis, keys: Keys, p: number, entries: StreamEntry[]): Promise<((entry: StreamEntry) => boolean) | null> {
   const subs = [...new Set(entries.filter(({ fields }) => fields.k === 'timer' && fields.t && fields.x !== undefined).map(({ fields }) => `${fields.t}|${fields.x}`))];
-  if (subs.length === 0) return entries;
+  if (subs.length === 0) return null;
   const [sequences, applied, ranges] = await Promise.all([
     redis.hmget(keys.sequences(p), ...subs),
     redis.hmget(keys.applied(p), ...subs),
@@ -58,13 +64,8 @@ export async function orderTimers(redis: Redis, keys: Keys, p: number, entries: 
     sequence: num(sequences[i]), applied: num(applied[i]),
     engineFrom: num(ranges[i]![0]), engineTo: num(ranges[i]![1]), engineRun: ranges[i]![2] ?? '',
   }]));
-  const now: StreamEntry[] = [];
-  const later: StreamEntry[] = [];
-  for (const entry of entries) {
-    const { fields } = entry;
+  return ({ fields }) => {
     const backlog = fields.k === 'timer' ? backlogs.get(`${fields.t}|${fields.x}`) : undefined;
-    (!backlog || timerMayGoFirst(fields.tm ?? '', backlog) ? now : later).push(entry);
-  }
-  await Promise.all(later.map(({ fields }) => redis.xadd(keys.inbox(p), '*', ...Object.entries(fields).flat())));
-  return now;
+    return !backlog || timerMayGoFirst(fields.tm ?? '', backlog);
+  };
 }

@@ -71,13 +71,9 @@ export function recordIntent(multi: ChainableCommander, intent: AuditIntent): Ch
  * repeats the append, under the same ids).
  */
 export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[]): Promise<void> {
-  if (drafts.length) {
-    const pipeline = redis.pipeline();
-    appendDrafts(pipeline, keys, intent.record, drafts);
-    const replies = (await pipeline.exec()) ?? [];
-    for (const [err] of replies) if (err) throw err;
-  }
-  await redis.hdel(intent.key, intent.token);
+  const failures: unknown[] = [];
+  await settleBatch(redis, [{ keys, intent, drafts, onFailure: (err) => failures.push(err), done: () => undefined }]);
+  if (failures.length) throw failures[0];
 }
 
 /** The settles `settleAuditLater` left under way in this process (none of them rejects). */
