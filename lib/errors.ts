@@ -20,7 +20,6 @@ export type ErrorCode =
   | 'idempotency_key_reused'
   | 'conflict'
   | 'payload_too_large'
-  | 'limit_exceeded'
   | 'identity_verification_required'
   | 'invalid_identity_hash'
   | 'rate_limited'

@@ -53,7 +53,7 @@ export type PreferencesOutcome = { preferences: Preferences; changed: boolean; p
 /**
  * Applies an update; writes `$preferences.updated` (with the previous values) only when a value
  * really changes. An update that would leave more than MAX_CATEGORIES categories stored (and more
- * than before) is 400 `limit_exceeded` on `categories`, nothing stored: decided on the snapshot
+ * than before) is 400 `bad_request` on `categories`, nothing stored: decided on the snapshot
  * the compare-and-set write applies to. With `options.audit`, the write records `subscriber.updated`
  * with the preferences it replaced (`subscriber.created` when it created the subscriber).
  */
@@ -64,7 +64,7 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
     const next = apply(current, update);
     const count = Object.keys(next.categories).length;
     if (count > MAX_CATEGORIES && count > Object.keys(current.categories).length) {
-      throw new ApiError(400, 'limit_exceeded', `A subscriber's preferences hold at most ${MAX_CATEGORIES} categories; remove one (set it to null) first`, { param: 'categories' });
+      throw new ApiError(400, 'bad_request', `A subscriber's preferences hold at most ${MAX_CATEGORIES} categories; remove one (set it to null) first`, { param: 'categories' });
     }
     if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false, previous: current, created: false } };
     const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);

@@ -139,7 +139,7 @@ export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScop
     [keys.segmentSlugs(tenantId), keys.segmentIndex(tenantId), keys.segment(tenantId, id), keys.automationVersion(tenantId), intent.key],
     [id, input.slug, input.name ?? '', input.description ?? '', JSON.stringify(input.where), JSON.stringify(PENDING), at, MAX_SEGMENTS, intent.token, intent.json],
   );
-  if (reply[0] === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
+  if (reply[0] === -1) throw new ApiError(400, 'bad_request', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
   if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
   await queueBackfills(redis, keys, scope, [id]);
   await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.create'](segment, reply));

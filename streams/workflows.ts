@@ -138,7 +138,7 @@ export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     [keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersion(tenantId, versionId), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId), intent.key],
     [id, input.slug, input.name ?? '', input.description ?? '', enabled ? '1' : '0', versionId, JSON.stringify(definition), at, MAX_WORKFLOWS, intent.token, intent.json],
   );
-  if (reply[0] === -1) throw new ApiError(400, 'limit_exceeded', `A tenant has at most ${MAX_WORKFLOWS} workflows; delete one first`);
+  if (reply[0] === -1) throw new ApiError(400, 'bad_request', `A tenant has at most ${MAX_WORKFLOWS} workflows; delete one first`);
   if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A workflow with slug "${input.slug}" already exists`, { param: 'slug' });
   await settleAudit(redis, keys, intent, WORKFLOW_AUDITS['workflow.create'](workflow, reply));
   return workflow;

@@ -195,7 +195,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientUpdatePreferences
    *     summary: Change the app user's own preferences
    *     description: Client key only. `$preferences.updated` only when a value really changes. At most 100 categories are stored
-   *       (400 `limit_exceeded` on `categories` for an update that would store more; nothing stored).
+   *       (400 `bad_request` on `categories` for an update that would store more; nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
    *     responses:

@@ -67,7 +67,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     summary: Create a segment
    *     description: |
    *       Scope `segments:write`. `slug` is 3 to 48 characters matching `^[a-z0-9]+(?:-[a-z0-9]+)*$`, unique in the
-   *       tenant (a taken slug is 409 `conflict`) and immutable. A tenant has at most 100 segments (400 `limit_exceeded`). `where` is the membership rule, an expression
+   *       tenant (a taken slug is 409 `conflict`) and immutable. A tenant has at most 100 segments (400 `bad_request`). `where` is the membership rule, an expression
    *       (docs/expressions.md); each problem in it is a `validation` detail naming its path (`where.all[2].count`).
    *       Membership of the existing subscribers is computed by a backfill (`backfill.status` `pending`, then
    *       `running`, then `completed`); the workers keep it current afterwards. Audited as `segment.created`.

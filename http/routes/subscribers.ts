@@ -223,7 +223,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     operationId: updateSubscriberPreferences
    *     summary: Change a subscriber's preferences
    *     description: Scope `preferences:write`. Merges channels and categories (a category set to null follows the channels again);
-   *       writes `$preferences.updated` only when a value really changes. At most 100 categories are stored (400 `limit_exceeded`
+   *       writes `$preferences.updated` only when a value really changes. At most 100 categories are stored (400 `bad_request`
    *       on `categories` for an update that would store more; nothing stored).
    *     tags: [Preferences]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesUpdate' } } } }

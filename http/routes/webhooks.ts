@@ -135,7 +135,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *     summary: Create a webhook endpoint
    *     description: |
    *       Scope `webhooks:write`, workspace keys only (tenant keys 403). At most 50 endpoints per workspace
-   *       (`400 limit_exceeded`). `url` must be http(s) without credentials and must not point to (or resolve
+   *       (`400 bad_request`). `url` must be http(s) without credentials and must not point to (or resolve
    *       to) a private, loopback, link-local, CGNAT, multicast or reserved address; https only in production
    *       (`400 invalid_url`). A host name that does not resolve now is saved (each attempt resolves it again and
    *       refuses a private address then). `events` defaults to `["*"]`; private names (`key.*`, `webhook.*`, `profile.*`)
@@ -177,7 +177,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
     const tenant = await tenantRef(deps, workspace.id, body.tenant ?? null);
     const url = await checkUrl(body.url, urlOptions);
     const endpoint = await createEndpoint(redis, keys, workspace, { url, description: body.description ?? null, events, tenant }, writerOf(ctx));
-    if (!endpoint) throw new ApiError(400, 'limit_exceeded', 'A workspace has at most 50 webhook endpoints; delete one first');
+    if (!endpoint) throw new ApiError(400, 'bad_request', 'A workspace has at most 50 webhook endpoints; delete one first');
     respond(ctx, 201, withSecret(endpoint));
   });
 

@@ -53,7 +53,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     summary: Create a workflow
    *     description: |
    *       Scope `workflows:write`. `slug` is 3 to 48 characters matching `^[a-z0-9]+(?:-[a-z0-9]+)*$`, unique in the
-   *       tenant (a taken slug is 409 `conflict`) and immutable. A tenant has at most 100 workflows (400 `limit_exceeded`). The definition is `trigger`, `steps` and optional
+   *       tenant (a taken slug is 409 `conflict`) and immutable. A tenant has at most 100 workflows (400 `bad_request`). The definition is `trigger`, `steps` and optional
    *       `cancelOn` (docs/workflows.md); each problem in it is a `validation` detail naming its path
    *       (`steps[2].then[0].duration`). The workflow starts at version 1, enabled unless `enabled` is false.
    *       A trigger may be an engine event (`$run.completed`, `$send`...): a run started by another run's event is one

@@ -331,7 +331,7 @@ segments('create, update and delete are audited in the workspace ledger', async 
   assert.equal(group.events.map((e: any) => e.name), ['segment.created', 'segment.updated', 'segment.deleted'], 'the catalog lists them');
 });
 
-segments('a tenant holds at most 100 segments and 100 workflows: the next one is 400 limit_exceeded', async (ctx) => {
+segments('a tenant holds at most 100 segments and 100 workflows: the next one is 400 bad_request', async (ctx) => {
   const { api, service } = ctx;
   const { keys } = await bootstrapWorkspace(service, 'segments-limit');
   const count = async (path: string) => (await api.get(`${path}?limit=1`, keys.tenant)).body.data.total;
@@ -341,13 +341,13 @@ segments('a tenant holds at most 100 segments and 100 workflows: the next one is
   }
   const over = await api.post('/v1/segments', keys.tenant, { slug: 'seg-100', where: PRO });
   assert.is(over.status, 400);
-  assert.is(over.body.error.code, 'limit_exceeded');
+  assert.is(over.body.error.code, 'bad_request');
   assert.is(await count('/v1/segments'), 100, 'nothing written');
   const steps = [{ type: 'exit' }];
   for (let i = 0; i < 100; i++) assert.is((await api.post('/v1/workflows', keys.tenant, { slug: `wf-${i}`, trigger: { event: 'go' }, steps })).status, 201);
   const overWorkflow = await api.post('/v1/workflows', keys.tenant, { slug: 'wf-100', trigger: { event: 'go' }, steps });
   assert.is(overWorkflow.status, 400);
-  assert.is(overWorkflow.body.error.code, 'limit_exceeded');
+  assert.is(overWorkflow.body.error.code, 'bad_request');
   assert.is(await count('/v1/workflows'), 100);
 });
 

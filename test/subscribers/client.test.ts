@@ -388,16 +388,16 @@ c('identify: properties that would go over 8 KB merged with the stored ones are 
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'grow-app')), ['$subscriber.created', '$identify']);
 });
 
-c('preferences hold at most 100 categories in total: an update that would store more is 400 limit_exceeded, nothing stored', async ({ api, pk, service, boot }) => {
+c('preferences hold at most 100 categories in total: an update that would store more is 400 bad_request, nothing stored', async ({ api, pk, service, boot }) => {
   const hundred = Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`d${i}`, { push: false }]));
   assert.is((await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', categories: hundred })).status, 200);
   const over = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-cap', channels: { email: false }, categories: { extra1: { push: false } } });
   assert.is(over.status, 400);
-  assert.is(over.body.error.code, 'limit_exceeded');
+  assert.is(over.body.error.code, 'bad_request');
   assert.is(over.body.error.param, 'categories');
   const backend = await api.patch('/v1/subscribers/pref-cap/preferences', boot.keys.tenant, { categories: { extra2: { email: false } } });
   assert.is(backend.status, 400);
-  assert.is(backend.body.error.code, 'limit_exceeded');
+  assert.is(backend.body.error.code, 'bad_request');
   const stored = (await api.get('/v1/subscribers/pref-cap/preferences', boot.keys.tenant)).body.data;
   assert.is(Object.keys(stored.categories).length, 100);
   assert.is(stored.channels.email, true, 'the rest of the refused update is not stored either');

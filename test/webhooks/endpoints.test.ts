@@ -255,7 +255,7 @@ endpoints('the catalog lists public audit events and reserved stream events by r
   assert.is(groups.find((g) => g.resource === 'subscriber' && g.source === 'audit').pattern, 'subscriber.*');
 });
 
-endpoints('a workspace has at most 50 endpoints: the 51st is 400 limit_exceeded', async ({ service, api }) => {
+endpoints('a workspace has at most 50 endpoints: the 51st is 400 bad_request', async ({ service, api }) => {
   const { keys } = await bootstrapWorkspace(service, 'wh-limit');
   const made: string[] = [];
   for (let i = 0; i < 50; i++) {
@@ -265,7 +265,7 @@ endpoints('a workspace has at most 50 endpoints: the 51st is 400 limit_exceeded'
   }
   const over = await api.post(base('wh-limit'), keys.workspace, { url: PUBLIC_URL });
   assert.is(over.status, 400);
-  assert.is(over.body.error.code, 'limit_exceeded');
+  assert.is(over.body.error.code, 'bad_request');
   assert.is((await api.get(base('wh-limit'), keys.workspace)).body.data.total, 50);
   await api.del(`${base('wh-limit')}/${made[0]}`, keys.workspace);
   assert.is((await api.post(base('wh-limit'), keys.workspace, { url: PUBLIC_URL })).status, 201);
