@@ -6,6 +6,8 @@ import { canonicalJson } from '../lib/canonical-json.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
+import { partitionOf } from '../lib/partition.js';
+import type { TenantScope } from './subscriber-writes.js';
 
 export const MAX_WIDGETS_PER_SUBSCRIBER = 50;
 export const MAX_WIDGET_CONFIGURATION_BYTES = 4 * 1024;
@@ -29,14 +31,24 @@ function widgetOfReply(reply: string[]): Widget {
  * whether a new one was stored. At most MAX_WIDGETS_PER_SUBSCRIBER per subscriber (409 `conflict`
  * beyond, checked in the same script). The widget is tagged with the subscriber's sub_ id
  * (`subscriberId`), which the cleanup of a deleted subscriber of the same externalId checks.
+ *
+ * A delete of that subscriber racing the registration cannot leave the widget behind: the widget is
+ * written first, then the subscriber is read again. Still there: its delete (if any) comes later,
+ * and its cleanup, which runs after the delete's write, finds the widget tagged with its id. Gone
+ * or another sub_ id: the delete came first and its cleanup may already have run, so the widgets
+ * tagged with the deleted id are removed here (the registration answers what it wrote, ordered
+ * before the delete). Only a process killed between the two steps can still leave one.
  */
-export async function registerWidget(redis: Redis, keys: Keys, tenantId: string, externalId: string, subscriberId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
+export async function registerWidget(redis: Redis, keys: Keys, scope: Pick<TenantScope, 'tenantId' | 'partitions'>, externalId: string, subscriberId: string, input: WidgetInput): Promise<{ widget: Widget; created: boolean }> {
+  const { tenantId } = scope;
   const configuration = canonicalJson(input.configuration ?? {});
   if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
   const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
     keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER, subscriberId,
   ]);
   if (reply[0] === 'full') throw widgetLimit('remove one first');
+  const holder = await redis.hget(keys.subscribers(partitionOf(tenantId, externalId, scope.partitions)), `${tenantId}|${externalId}`);
+  if (holder !== subscriberId) await deleteWidgetsOf(redis, keys, tenantId, externalId, subscriberId);
   return { widget: widgetOfReply(reply), created: reply[0] === 'created' };
 }
 

@@ -255,7 +255,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const { externalId, identityHash, ...input } = checkBody<Identified & WidgetInput>('WidgetRegister', ctx.request.body);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const { subscriber } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified });
-    const { widget, created } = await registerWidget(redis, keys, tenantOf(ctx).id, externalId, subscriber.id, input);
+    const { widget, created } = await registerWidget(redis, keys, scopeOf(ctx, deps), externalId, subscriber.id, input);
     respond(ctx, created ? 201 : 200, widget);
   });
 

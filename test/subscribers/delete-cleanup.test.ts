@@ -7,6 +7,7 @@ import { commandName } from '../../streams/lua-scripts.js';
 import { connectRedis } from '../../streams/redis.js';
 import { sweepSubscriberCleanups } from '../../streams/subscriber-cleanup.js';
 import { deleteSubscriber } from '../../streams/subscribers.js';
+import { registerWidget } from '../../streams/widgets.js';
 import { client } from '../helpers/api.js';
 import { killUnderLoad, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -164,6 +165,26 @@ once('an externalId holding `$SUB` (lua/writeSubscriber rewrites only a leading 
   assert.is(cleanup.externalId, x);
   assert.equal(await sweepSubscriberCleanups(service.redis, service.keys, service.config.partitions, 0, createLogger('error')), { finished: 1, kept: 0 });
   assert.is(await service.redis.hget(service.keys.tokens(scope.tenantId), `email:${address}`), null, 'the address is free');
+});
+
+once('a widget registration that read the subscriber before its delete and writes after the delete\'s cleanup leaves no widget behind', async (ctx) => {
+  const { api, boot, service } = ctx;
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: service.config.partitions };
+  const x = 'widget-racer';
+  const first = expect(await api.post('/v1/client/widgets', boot.keys.client, { externalId: x, kind: 'k', configuration: { n: 1 } }), 201);
+  const subscriberId = (await service.redis.hget(service.keys.subscribers(partitionOf(scope.tenantId, x, scope.partitions)), `${scope.tenantId}|${x}`))!;
+  assert.match(subscriberId, /^sub_/);
+  // the delete and its whole cleanup happen between the registration's read and its write
+  await deleteSubscriber(service.redis, service.keys, scope, x);
+  assert.not.ok((await widgets(service, scope.tenantId)).has(first.id), 'the cleanup removed the widget it found');
+  const late = await registerWidget(service.redis, service.keys, scope, x, subscriberId, { kind: 'k', configuration: { n: 2 } });
+  assert.is(late.created, true);
+  assert.equal(await service.redis.zrange(service.keys.subscriberWidgets(scope.tenantId, x), 0, -1), [], 'the late widget is not listed');
+  assert.not.ok((await widgets(service, scope.tenantId)).has(late.widget.id), 'nor stored');
+  assert.equal((await dangling(service, scope.tenantId, [], [x])).problems, []);
+  // a subscriber created again under the externalId keeps the widget it registers
+  const again = expect(await api.post('/v1/client/widgets', boot.keys.client, { externalId: x, kind: 'k', configuration: { n: 2 } }), 201);
+  assert.equal(await service.redis.zrange(service.keys.subscriberWidgets(scope.tenantId, x), 0, -1), [again.id]);
 });
 
 once.run();
