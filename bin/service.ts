@@ -10,7 +10,7 @@ import { startHeartbeat } from '../streams/heartbeat.js';
 import { checkPartitionCount } from '../streams/partition-leases.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { checkDatabase, connectRedis, describeTarget } from '../streams/redis.js';
+import { checkDatabase, coalesceWrites, connectRedis, describeTarget } from '../streams/redis.js';
 import { auditsSettled } from '../streams/audit-outbox.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
@@ -27,7 +27,11 @@ const AUDITS_GRACE_MS = 2_000;
  * with segments (28.4k → 30.9–31.5k without) and pipeline lag p99 0.9–2.6 s → 0.24–0.28 s. The
  * dispatcher keeps it: without it its drain was faster but it took the CPU sends are accepted with
  * (3,667–3,817 → 3,060–3,232 sends/s); fan-out did not move. A process running the dispatcher with
- * other roles shares its connection with them; the web role always has one of its own.
+ * other roles shares its connection with them; the web role always has one of its own, whose
+ * commands of one event-loop turn leave in one socket write (`coalesceWrites`; session 31, alternating
+ * runs: web CPU per registration 209/195/236 against 247/216/305 µs, per message sent ~187 against
+ * ~205 µs). The worker's connection does not: its chains of awaited commands each waited for the
+ * turn's end, and the segments bench fell (8.1–8.8k against 9.0–9.4k events/s with segments).
  */
 const commandsOf = (roles: readonly Role[]) => ({ enableAutoPipelining: roles.includes('dispatcher') });
 const WEB_COMMANDS = commandsOf(['web']);
@@ -67,7 +71,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
 
   if (roles.includes('web')) {
     // the web role's own command client (the roles' shared one when it runs alone)
-    const webRedis = webOnly ? redis : connectRedis(resolved.target, WEB_COMMANDS);
+    const webRedis = coalesceWrites(webOnly ? redis : connectRedis(resolved.target, WEB_COMMANDS));
     if (webRedis !== redis) {
       webRedis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
       stops.push(async () => {

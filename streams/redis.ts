@@ -23,6 +23,37 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}): R
 }
 
 /**
+ * Makes the commands a client issues during one turn of the event loop leave in one socket write:
+ * on each (re)connection the socket is corked at the first write of a turn and uncorked once the
+ * turn's I/O callbacks are done (`setImmediate`), so Node writes them with one `writev`. Unlike
+ * ioredis auto-pipelining it never holds commands back until earlier replies are in, and the order
+ * of the connection's commands is unchanged.
+ */
+export function coalesceWrites(redis: Redis): Redis {
+  const corked = new WeakSet<object>();
+  const patch = () => {
+    const stream = redis.stream as (typeof redis.stream & { __coalesced?: true }) | undefined;
+    if (!stream || stream.__coalesced) return;
+    stream.__coalesced = true;
+    const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
+    stream.write = ((...args: unknown[]) => {
+      if (!corked.has(stream)) {
+        corked.add(stream);
+        stream.cork();
+        setImmediate(() => {
+          corked.delete(stream);
+          stream.uncork();
+        });
+      }
+      return write(...args);
+    }) as typeof stream.write;
+  };
+  redis.on('connect', patch);
+  patch();
+  return redis;
+}
+
+/**
  * Checks that a connected client is in the database its URL names (`redis://host/5`). ioredis
  * reports a failed `SELECT` on connect (a number past the server's `databases`) only as an 'error'
  * event and goes on in database 0, so a deployment would silently share another one's data.
