@@ -30,18 +30,19 @@ export function connectRedis(target: RedisTarget, options: RedisOptions = {}): R
  * of the connection's commands is unchanged.
  */
 export function coalesceWrites(redis: Redis): Redis {
-  const corked = new WeakSet<object>();
+  const patched = new WeakSet<object>();
   const patch = () => {
-    const stream = redis.stream as (typeof redis.stream & { __coalesced?: true }) | undefined;
-    if (!stream || stream.__coalesced) return;
-    stream.__coalesced = true;
+    const stream = redis.stream as typeof redis.stream | undefined;
+    if (!stream || patched.has(stream)) return;
+    patched.add(stream);
     const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
+    let corked = false;
     stream.write = ((...args: unknown[]) => {
-      if (!corked.has(stream)) {
-        corked.add(stream);
+      if (!corked) {
+        corked = true;
         stream.cork();
         setImmediate(() => {
-          corked.delete(stream);
+          corked = false;
           stream.uncork();
         });
       }
