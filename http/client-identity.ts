@@ -8,36 +8,39 @@ import { tenantOf } from './middleware/auth.js';
 import { scopeOf } from './routes/subscribers.js';
 
 /**
- * Identity verification of a client call: a presented `identityHash` must be the hex HMAC-SHA256 of
- * the externalId under the tenant's identity secret (403 `invalid_identity_hash` otherwise); when the
- * tenant requires verification, a call without one is 403 `identity_verification_required`.
+ * Identity verification of a client call (spec 5.10: "a valid hash marks the subscriber as
+ * verified"). A presented `identityHash` that is the hex HMAC-SHA256 of the externalId under the
+ * tenant's identity secret verifies the call. When the tenant requires verification, a call without
+ * a valid one is 403 `forbidden` (`param` names the field; the message says whether it was missing
+ * or did not match). When verification is optional, a missing or wrong hash leaves the call
+ * unverified, as if none were sent: it proceeds and marks nothing (docs/client.md).
  * Returns whether the call is verified. `names` are the fields checked (the anonymous id of a merge
  * is checked alike: `anonymousIdentityHash` of `anonymousId`). The settings come from the key cache (no Redis read per
  * call; a rotation or a change of `identityRequired` invalidates them in every process at once); a
  * hash that does not match the cached secret is checked once more against the stored one before
- * it is refused, so a hash made right after a rotation never waits for the invalidation.
+ * it counts as wrong, so a hash made right after a rotation never waits for the invalidation.
  */
 export async function verifyClient(deps: AppDeps, ctx: Context, externalId: string, presented: string | undefined, names: { hash: string; id: string } = { hash: 'identityHash', id: 'externalId' }): Promise<boolean> {
   const tenant = tenantOf(ctx);
   const settings = await deps.keyCache.identity(tenant);
   if (presented === undefined) {
-    if (settings.required) throw new ApiError(403, 'identity_verification_required', `This tenant requires ${names.hash} with ${names.id} on client calls`, { param: names.hash });
+    if (settings.required) throw new ApiError(403, 'forbidden', `This tenant requires identity verification: ${names.hash} of ${names.id} is missing`, { param: names.hash });
     return false;
   }
   if (verifyIdentityHash(settings.secret, externalId, presented)) return true;
   const stored = await deps.keyCache.identity(tenant, { fresh: true });
   if (stored.secret !== settings.secret && verifyIdentityHash(stored.secret, externalId, presented)) return true;
-  throw new ApiError(403, 'invalid_identity_hash', `${names.hash} does not match ${names.id}`, { param: names.hash });
+  if (stored.required) throw new ApiError(403, 'forbidden', `This tenant requires identity verification: ${names.hash} does not match ${names.id}`, { param: names.hash });
+  return false;
 }
 
 /**
  * Whether the caller may merge the subscriber `anonymousId` into the one it identifies (identify
  * and registration with `anonymousId`), decided before anything is written. `anonymousIdentityHash`
- * proves it, checked by `verifyClient` as `identityHash` is (403 `invalid_identity_hash` when
- * wrong). Without it: a tenant that requires verification refuses (403
- * `identity_verification_required`); otherwise only a subscriber that was never verified may be
- * merged (403 `forbidden` on `anonymousId` for a verified one), so a client key cannot take over,
- * read or delete a verified user.
+ * proves it, checked by `verifyClient` as `identityHash` is. Without a valid one: a tenant that
+ * requires verification refuses (403 `forbidden` on `anonymousIdentityHash`); otherwise only a
+ * subscriber that was never verified may be merged (403 `forbidden` on `anonymousId` for a verified
+ * one), so a client key cannot take over, read or delete a verified user.
  */
 export async function verifyMerge(deps: AppDeps, ctx: Context, anonymousId: string, presented: string | undefined): Promise<void> {
   if (await verifyClient(deps, ctx, anonymousId, presented, { hash: 'anonymousIdentityHash', id: 'anonymousId' })) return;

@@ -20,8 +20,6 @@ export type ErrorCode =
   | 'idempotency_key_reused'
   | 'conflict'
   | 'payload_too_large'
-  | 'identity_verification_required'
-  | 'invalid_identity_hash'
   | 'rate_limited'
   | 'internal'
   | 'unavailable';

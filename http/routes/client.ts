@@ -52,8 +52,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
    *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, widgets, topics and missing attributes
    *       move, the user's own values winning; the anonymous subscriber is then deleted). A valid `identityHash` marks the
-   *       subscriber verified. A merge needs `anonymousIdentityHash` (403 `invalid_identity_hash` when wrong); without it, a
-   *       tenant that requires verification answers 403 `identity_verification_required` and an optional one merges only a
+   *       subscriber verified; a missing or wrong one leaves the call unverified, unless the tenant requires verification
+   *       (403 `forbidden` on `identityHash`). A merge needs a valid `anonymousIdentityHash`; without one, a tenant that
+   *       requires verification answers 403 `forbidden` on `anonymousIdentityHash` and an optional one merges only a
    *       subscriber never verified (403 `forbidden` on `anonymousId` otherwise). A merge that would leave the subscriber more
    *       than 50 subscriptions or 50 widgets is 409 `conflict`. `attributes.properties` merged with the stored ones must stay
    *       within 8 KB serialized (400 `validation` on `attributes.properties`). Every refusal comes before any write.

@@ -108,7 +108,7 @@ const anonymousId: Schema = {
 
 const anonymousIdentityHash: Schema = {
   type: 'string', minLength: 1, maxLength: 128,
-  description: 'Hex HMAC-SHA256 of anonymousId under the tenant identity secret, checked like identityHash (403 invalid_identity_hash when wrong): proves the caller may merge that subscriber.',
+  description: 'Hex HMAC-SHA256 of anonymousId under the tenant identity secret, checked like identityHash: proves the caller may merge that subscriber (without a valid one, a verified subscriber is not merged: 403 forbidden).',
 };
 
 const device: Schema = {

@@ -335,22 +335,31 @@ c('widgets: an id of another tenant or one never issued is 404 on DELETE (spec 2
   assert.is((await api.del(`/v1/client/widgets/${theirs.body.data.id}?externalId=someone-else`, other.keys.client)).status, 404, 'a tombstone of another subscriber is 404 too');
 });
 
-c('identity verification: a valid hash marks verified, a wrong one is refused, and a tenant can require it', async ({ api, pk, service, boot }) => {
+c('identity verification: a valid hash marks verified, a wrong one verifies nothing (or is refused where the tenant requires it)', async ({ api, pk, service, boot }) => {
   const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
   const good = identityHash(secret, 'verified-user');
   const ok = await api.post('/v1/client/identify', pk, { externalId: 'verified-user', identityHash: good });
   assert.is(ok.body.data.verified, true);
-  const bad = await api.post('/v1/client/identify', pk, { externalId: 'verified-user', identityHash: identityHash(secret, 'someone-else') });
-  assert.is(bad.status, 403);
-  assert.is(bad.body.error.code, 'invalid_identity_hash');
+  // optional verification: a wrong hash is as if none were sent, for a new subscriber as for a verified one
+  const bad = await api.post('/v1/client/identify', pk, { externalId: 'unproved-user', identityHash: identityHash(secret, 'someone-else') });
+  assert.is(bad.status, 200);
+  assert.is(bad.body.data.verified, false);
+  const garbage = await api.post('/v1/client/events', pk, { externalId: 'unproved-user', identityHash: 'not-a-hash', source: 'ios', events: [{ name: '$app.opened' }] });
+  assert.is(garbage.status, 202);
+  const again = await api.post('/v1/client/identify', pk, { externalId: 'verified-user', identityHash: identityHash(secret, 'someone-else') });
+  assert.is(again.body.data.verified, true, 'a wrong hash does not take verification away');
   await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, true, BY_TEST);
   try {
     const missing = await api.post('/v1/client/events', pk, { externalId: 'verified-user', source: 'ios', events: [{ name: '$app.opened' }] });
     assert.is(missing.status, 403);
-    assert.is(missing.body.error.code, 'identity_verification_required');
+    assert.equal([missing.body.error.code, missing.body.error.param], ['forbidden', 'identityHash']);
+    assert.match(missing.body.error.message, /missing/);
+    const wrong = await api.post('/v1/client/events', pk, { externalId: 'verified-user', identityHash: identityHash(secret, 'someone-else'), source: 'ios', events: [{ name: '$app.opened' }] });
+    assert.equal([wrong.status, wrong.body.error.code, wrong.body.error.param], [403, 'forbidden', 'identityHash']);
+    assert.match(wrong.body.error.message, /does not match/);
     const with_ = await api.post('/v1/client/events', pk, { externalId: 'verified-user', identityHash: good.toUpperCase(), source: 'ios', events: [{ name: '$app.opened' }] });
     assert.is(with_.status, 202);
-    assert.is((await api.get('/v1/client/preferences?externalId=verified-user', pk)).body.error.code, 'identity_verification_required');
+    assert.is((await api.get('/v1/client/preferences?externalId=verified-user', pk)).body.error.code, 'forbidden');
     const filtered = await api.get('/v1/subscribers?limit=100', boot.keys.tenant);
     assert.ok(filtered.body.data.items.find((s: any) => s.externalId === 'verified-user').verified);
   } finally {
@@ -500,11 +509,11 @@ c('anonymousId needs proof: a required tenant refuses a merge without anonymousI
       const attacker = `attacker-${route.length}`;
       const missing = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, ...extra });
       assert.is(missing.status, 403, route);
-      assert.is(missing.body.error.code, 'identity_verification_required');
+      assert.is(missing.body.error.code, 'forbidden');
       assert.is(missing.body.error.param, 'anonymousIdentityHash');
       const wrong = await api.post(route, pk, { externalId: attacker, identityHash: hash(attacker), anonymousId: victim, anonymousIdentityHash: hash(attacker), ...extra });
       assert.is(wrong.status, 403, route);
-      assert.is(wrong.body.error.code, 'invalid_identity_hash');
+      assert.is(wrong.body.error.code, 'forbidden');
       assert.is(wrong.body.error.param, 'anonymousIdentityHash');
       assert.is((await api.get(`/v1/subscribers/${attacker}`, boot.keys.tenant)).status, 404, 'a refused call writes nothing, not even the caller');
       assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
@@ -538,8 +547,10 @@ c('anonymousId in an optional tenant: a verified subscriber is merged only with 
     assert.equal(await stateOf(api, ctx, victim), before, `${route}: the victim is untouched`);
     assert.is((await api.get('/v1/subscribers/attacker-2', boot.keys.tenant)).status, 404);
   }
+  // a wrong proof is no proof: the verified subscriber is still refused
   const wrong = await api.post('/v1/client/identify', pk, { externalId: 'attacker-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, 'attacker-2') });
-  assert.is(wrong.body.error.code, 'invalid_identity_hash');
+  assert.equal([wrong.status, wrong.body.error.code, wrong.body.error.param], [403, 'forbidden', 'anonymousId']);
+  assert.equal(await stateOf(api, ctx, victim), before, 'the victim is untouched');
   // the owner of the anonymous id proves it: merged
   const proved = await api.post('/v1/client/identify', pk, { externalId: 'owner-2', anonymousId: victim, anonymousIdentityHash: identityHash(secret, victim) });
   assert.is(proved.status, 200);
