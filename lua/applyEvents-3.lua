@@ -177,7 +177,7 @@ for _, f in ipairs(records) do
     -- an event sent with the caller's id: its dedupe entry pointed at the inbox entry, which goes once
     -- acked; it points at the tenant-log entry from now on (unless it was forgotten or reused meanwhile)
     if f.c and f.c ~= '' then
-      local dedupe = dedupeField(t, x, f.c)
+      local dedupe = dedupeField(t, x, f.c, f.o)
       local pointer = rcall('HGET', dedupeKey, dedupe)
       -- an entry ingested before dedupeField has the old form of the field (see lua/ingestEvents)
       if not pointer then dedupe = field .. '|' .. f.c; pointer = rcall('HGET', dedupeKey, dedupe) end

@@ -26,7 +26,10 @@
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
   A dedupe entry whose original is gone (its tenant-log entry trimmed out of the retention before the
-  sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it.
+  sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it. So
+  has one whose original belongs to a deleted subscriber (spec 2.4: the id is unique per subscriber;
+  a subscriber created again under the same externalId is another one): the event is accepted, and
+  creates the subscriber.
 ]]
 -- @include "ensureSubscriber"
 -- @include "dedupeField"
@@ -35,9 +38,10 @@ local tenant, workspace, received = ARGV[1], ARGV[2], ARGV[3]
 if rcall('XLEN', KEYS[1]) > tonumber(ARGV[4]) then return { -1 } end
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[5], tenant = tenant, workspace = workspace, received = received, receivedIso = ARGV[6] }
 
--- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone
--- (or, with `owner`, when it is not that externalId's). Entries written before pointers held the original itself (meta JSON first).
-local function original(pointer, owner)
+-- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone,
+-- when it is not the subscriber `sub`'s (a deleted one's of the same externalId), or, with `owner`, when it
+-- is not that externalId's. Entries written before pointers held the original itself (meta JSON first).
+local function original(pointer, sub, owner)
   local kind, id = string.sub(pointer, 1, 1), string.sub(pointer, 2)
   if kind == '{' then return pointer end
   local stream = kind == 'i' and KEYS[1] or (kind == 'l' and (ARGV[5] .. ':log:' .. tenant)) or nil
@@ -46,6 +50,7 @@ local function original(pointer, owner)
   local f = {}
   for j = 1, #entry[2], 2 do f[entry[2][j]] = entry[2][j + 1] end
   if owner and f.x ~= owner then return nil end
+  if f.u and f.u ~= sub then return nil end
   return cjson.encode({ id = f.id, q = tonumber(f.q), ts = f.ts, r = f.r, o = f.o, n = f.n, ru = f.ru or '', m = f.m or '', st = f.st or '' })
     .. '\n' .. (f.d or '{}')
 end
@@ -57,14 +62,16 @@ for i = 0, n - 1 do
   local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step =
     ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
   local field = tenant .. '|' .. externalId
-  local dedupe = callerId ~= '' and dedupeField(tenant, externalId, callerId) or nil
+  -- no subscriber (never seen, or deleted): no entry can be its duplicate
+  local current = callerId ~= '' and rcall('HGET', KEYS[3], field)
+  local dedupe = current and dedupeField(tenant, externalId, callerId, source) or nil
   local pointer = dedupe and rcall('HGET', KEYS[4], dedupe)
-  local found = pointer and original(pointer)
-  if dedupe and not pointer then
+  local found = pointer and original(pointer, current)
+  if dedupe and not pointer and source ~= 'system' then
     -- an entry of the field's form before dedupeField (tenant|externalId|callerId, ambiguous when the ids
     -- hold `|`), until the retention forgets those: it counts only when its original is this subscriber's
     local legacy = rcall('HGET', KEYS[4], field .. '|' .. callerId)
-    found = legacy and original(legacy, externalId)
+    found = legacy and original(legacy, current, externalId)
   end
   if found then
     out[#out + 1] = { 2, found }
@@ -73,7 +80,8 @@ for i = 0, n - 1 do
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
     local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
       ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step })
-    if dedupe then
+    if callerId ~= '' then
+      dedupe = dedupe or dedupeField(tenant, externalId, callerId, source)
       rcall('HSET', KEYS[4], dedupe, 'i' .. inboxId)
       rcall('ZADD', KEYS[5], received, dedupe)
     end

@@ -93,7 +93,7 @@ export function createKeys(prefix: string) {
     sequences: (n: number) => `${p(n)}:seq`,
     /** hash `tenant|externalId` → sub_ id (the subscriber exists) */
     subscribers: (n: number) => `${p(n)}:subs`,
-    /** hash `tenant|<externalId byte length>|externalId|callerId` (lua/includes/dedupeField) → where the original event is: `i<inbox id>`, then `l<tenant-log id>` once applied (dedupe of the caller's ids) */
+    /** hash `tenant|<externalId byte length>|externalId|callerId` (`#` in place of the last `|` for the engine's own ids, source `system`: lua/includes/dedupeField) → where the original event is: `i<inbox id>`, then `l<tenant-log id>` once applied (dedupe of the caller's ids) */
     dedupe: (n: number) => `${p(n)}:dedupe`,
     /** zset dedupe field → receivedAt ms, to expire dedupe entries with the retention */
     dedupeAge: (n: number) => `${p(n)}:dedupe-age`,

@@ -2,10 +2,11 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
 import { partitionOf } from '../../lib/partition.js';
+import { ingestEvents } from '../../streams/ingest.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string; tenantId: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string; tenantId: string; workspaceId: string };
 const ingest = suite<Ctx>('POST /v1/events');
 
 ingest.before(async (ctx) => {
@@ -13,6 +14,7 @@ ingest.before(async (ctx) => {
   ctx.api = client(ctx.service.url);
   const { keys, tenant } = await bootstrapWorkspace(ctx.service, 'ingest');
   ctx.tenantId = tenant.id;
+  ctx.workspaceId = (await bootstrapWorkspace(ctx.service, 'ingest')).workspace.id;
   ctx.key = keys.tenant;
   ctx.clientKey = keys.client;
 });
@@ -104,6 +106,33 @@ ingest('dedupe ids holding | never make one subscriber\'s event a duplicate of a
   assert.is(foreign.body.data.items[0].status, 'accepted', 'an old-form entry whose original is another subscriber\'s is not a duplicate');
 });
 
+ingest('a dedupe id is one subscriber\'s: once it is deleted, the same id is accepted and creates the subscriber again', async ({ api, key }) => {
+  const first = await api.post('/v1/events', key, { externalId: 'gone-1', name: 'signup', id: 'once' });
+  assert.is(first.body.data.items[0].status, 'accepted');
+  assert.is((await api.del('/v1/subscribers/gone-1', key)).status, 200);
+  const again = await api.post('/v1/events', key, { externalId: 'gone-1', name: 'signup', id: 'once' });
+  assert.is(again.body.data.items[0].status, 'accepted', 'the deleted subscriber\'s event is not this one\'s duplicate');
+  assert.is.not(again.body.data.items[0].id, first.body.data.items[0].id);
+  assert.is((await api.get('/v1/subscribers/gone-1', key)).status, 200, 'the event created the subscriber again');
+  const replay = await api.post('/v1/events', key, { externalId: 'gone-1', name: 'signup', id: 'once' });
+  assert.equal([replay.body.data.items[0].status, replay.body.data.items[0].id], ['duplicate', again.body.data.items[0].id]);
+});
+
+ingest('the engine\'s own dedupe ids ($send once per message) and a caller\'s never match, whatever the caller sends', async ({ api, key, service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions, maxBacklog: 1_000_000 };
+  const send = { externalId: 'ns-1', name: '$send', source: 'system' as const, timestampMs: Date.now(), data: '{}', callerId: '$send:msg_x', runId: null, messageId: 'msg_x', step: null };
+  assert.is((await ingestEvents(service.redis, service.keys, scope, [send]))[0]!.status, 'accepted');
+  const caller = await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_x' });
+  assert.is(caller.body.data.items[0].status, 'accepted', 'a caller id equal to the engine\'s is another id');
+  assert.is(caller.body.data.items[0].name, 'mine');
+  // and the other way round: a caller's id first does not suppress the engine's event
+  await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_y' });
+  assert.is((await ingestEvents(service.redis, service.keys, scope, [{ ...send, callerId: '$send:msg_y', messageId: 'msg_y' }]))[0]!.status, 'accepted');
+  // each still dedupes in its own namespace
+  assert.is((await ingestEvents(service.redis, service.keys, scope, [send]))[0]!.status, 'duplicate');
+  assert.is((await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_x' })).body.data.items[0].status, 'duplicate');
+});
+
 ingest('a batch with any invalid event is refused whole with details per item', async ({ api, key, service }) => {
   const before = await inboxLength(service);
   const events = [{ externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'ok' }, { externalId: 'v1', name: 'Bad Name' }, { externalId: '', name: 'ok' }];
@@ -155,6 +184,9 @@ ingest('every bound of 4.3 and Part 8 is a clear error', async ({ api, key }) =>
     [{ externalId: 'x', name: '$app.opened' }, 'reserved_event', 'name'],
     [{ externalId: 'x', name: '$Foo' }, 'reserved_event', 'name'],
     [{ externalId: 'x', name: '$' }, 'reserved_event', 'name'],
+    // any `$` name is reserved_event, whatever its length or characters (not validation)
+    [{ externalId: 'x', name: '$' + 'a'.repeat(300) }, 'reserved_event', 'name'],
+    [{ externalId: 'x', name: '$a\nb' }, 'reserved_event', 'name'],
     [{ events: [{ externalId: 'x', name: 'ok' }, { externalId: 'x', name: '$custom' }] }, 'reserved_event', 'events[1].name'],
     [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() - 8 * 86_400_000).toISOString() }, 'invalid_timestamp', 'timestamp'],
     [{ externalId: 'x', name: 'ok', timestamp: new Date(Date.now() + 2 * 3_600_000).toISOString() }, 'invalid_timestamp', 'timestamp'],
