@@ -210,7 +210,15 @@ export async function readCatalog(redis: Redis, keys: Keys, partitions: number, 
   }));
   return [...entries.values()]
     .map(({ first, last, ...e }) => ({ ...e, sources: e.sources.sort(), providers: e.providers.sort(), firstAt: isoNow(first), lastAt: isoNow(last) }))
-    .sort((a, b) => b.counts.last7d - a.counts.last7d || b.counts.allTime - a.counts.allTime || (a.name < b.name ? -1 : 1));
+    .sort((a, b) => catalogOrder({ name: a.name, last7d: a.counts.last7d, allTime: a.counts.allTime }, b));
+}
+
+/** An entry's place in the catalog's order: what a catalog cursor holds. */
+export type CatalogPosition = { last7d: number; allTime: number; name: string };
+
+/** The catalog's order: 7-day count, then all-time count, descending, then name: < 0 when `a` comes before `b`. */
+export function catalogOrder(a: CatalogPosition, b: { name: string; counts: { last7d: number; allTime: number } }): number {
+  return b.counts.last7d - a.last7d || b.counts.allTime - a.allTime || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 }
 
 export type VolumeBucket = { start: string; count: number; subscribers: number };

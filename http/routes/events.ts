@@ -6,7 +6,7 @@ import { partitionOf } from '../../lib/partition.js';
 import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
 import { checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
-import { readCatalog, readSamples, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
+import { catalogOrder, readCatalog, readSamples, type CatalogPosition, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
 import type { AppDeps } from '../deps.js';
 import { verifyClient, markVerified } from '../client-identity.js';
 import { respond } from '../envelope.js';
@@ -118,12 +118,20 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/events/names', read, async (ctx) => {
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
-    const offset = after === null ? 0 : Number(after);
-    if (!Number.isInteger(offset) || offset < 0) throw badCursor();
+    // keyset (spec 2.2): the cursor is the last entry's place in the order (7-day count, all-time
+    // count, name), so an entry that climbs or a new name never makes the next page repeat one
+    let position: CatalogPosition | null = null;
+    if (after !== null) {
+      const match = /^(\d+)\/(\d+)\/(.+)$/s.exec(after);
+      if (!match || !Number.isSafeInteger(Number(match[1])) || !Number.isSafeInteger(Number(match[2]))) throw badCursor();
+      position = { last7d: Number(match[1]), allTime: Number(match[2]), name: match[3]! };
+    }
     const all = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id);
-    const items = all.slice(offset, offset + limit);
-    const hasMore = offset + limit < all.length;
-    respond(ctx, 200, { items, hasMore, nextCursor: hasMore ? encodeCursor(String(offset + limit)) : null });
+    const rest = position ? all.filter((entry) => catalogOrder(position!, entry) < 0) : all;
+    const items = rest.slice(0, limit);
+    const hasMore = rest.length > limit;
+    const last = items[items.length - 1];
+    respond(ctx, 200, { items, hasMore, nextCursor: hasMore && last ? encodeCursor(`${last.counts.last7d}/${last.counts.allTime}/${last.name}`) : null });
   });
 
   /**

@@ -52,7 +52,8 @@ export const ErrorEnvelope: Schema = {
 /** `limit` and `cursor` of every paginated list (spec 2.2); list queries spread them into their own properties. */
 export const LIST_QUERY_PROPERTIES: Record<string, Schema> = {
   limit: { type: 'integer', minimum: 1, maximum: 100, default: 50 },
-  cursor: { type: 'string', minLength: 1, maxLength: 1024 },
+  // a cursor may hold an externalId (up to 256 characters, ~1,500 bytes JSON-escaped) twice over in base64: 4,096 fits every one this service issues
+  cursor: { type: 'string', minLength: 1, maxLength: 4096 },
 };
 
 /** Query of a paginated list without filters. */

@@ -273,4 +273,20 @@ members('topicMembers streams 2,500 members in chunks, each once, newest first',
   assert.equal(none, []);
 });
 
+members('cursors of the longest externalIds are accepted back (topic members and the subscriber list)', async (ctx) => {
+  const { api, key } = ctx;
+  await topic(ctx, 'wide');
+  // 256 characters of 3 UTF-8 bytes, and 256 quotes (escaped in the cursor's JSON): the widest positions
+  const ids = ['中'.repeat(256), '"'.repeat(256), '中'.repeat(255) + 'a'];
+  assert.is((await api.post('/v1/topics/wide/subscribers', key, { externalIds: ids })).status, 200);
+  const walked = await allMembers(ctx, 'wide', 1);
+  assert.equal(walked.externalIds.sort(), [...ids].sort());
+  assert.is(walked.pages, 3);
+  const first = await api.get('/v1/subscribers?limit=1', key);
+  assert.ok(first.body.data.nextCursor.length > 1024, 'wider than the old bound');
+  const second = await api.get(`/v1/subscribers?limit=1&cursor=${first.body.data.nextCursor}`, key);
+  assert.is(second.status, 200);
+  assert.is.not(second.body.data.items[0].externalId, first.body.data.items[0].externalId);
+});
+
 members.run();
