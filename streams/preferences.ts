@@ -66,14 +66,17 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
     if (count > MAX_CATEGORIES && count > Object.keys(current.categories).length) {
       throw new ApiError(400, 'bad_request', `A subscriber's preferences hold at most ${MAX_CATEGORIES} categories; remove one (set it to null) first`, { param: 'categories' });
     }
-    if (snapshot.exists && sameJson(current, next)) return { skip: { preferences: current, changed: false, previous: current, created: false } };
+    const same = sameJson(current, next);
+    if (snapshot.exists && same) return { skip: { preferences: current, changed: false, previous: current, created: false } };
     const record = keys.subscriber(snapshot.partition, scope.tenantId, externalId);
-    const result = { preferences: next, changed: true, previous: current, created: !snapshot.exists };
+    // an update that creates the subscriber with the defaults it already has changes no preference:
+    // the subscriber is created ($subscriber.created), without $preferences.updated (spec 6.1 rule 3)
+    const result = { preferences: next, changed: !same, previous: current, created: !snapshot.exists };
     const input: PreferencesInput = { externalId, segments, created: result.created, preferences: next, previous: current };
     return {
       create: true,
-      events: [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
-      ops: [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
+      events: same ? [] : [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
+      ops: same ? [] : [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
       audit: options.audit && { trail: options.audit, op: 'subscriber.preferences', make: PREFERENCE_AUDITS['subscriber.preferences'], input, needsRecord: true },
       result,
     };

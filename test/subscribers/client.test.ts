@@ -290,6 +290,14 @@ c('client preferences read and change the app user\'s own preferences', async ({
   assert.equal(read.body.data.channels, { push: false, email: true });
   assert.is((await api.get('/v1/client/preferences?externalId=nobody-here', pk)).status, 404);
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-app')), ['$subscriber.created', '$preferences.updated']);
+  // an update that creates the subscriber and changes nothing (a default value, or removing a category it lacks) writes no $preferences.updated
+  for (const [externalId, update] of [['pref-same-1', { channels: { push: true } }], ['pref-same-2', { categories: { promo: null } }]] as const) {
+    const same = await api.patch('/v1/client/preferences', pk, { externalId, ...update });
+    assert.is(same.status, 200);
+    assert.equal(same.body.data.channels, { push: true, email: true });
+    assert.is((await api.get(`/v1/client/preferences?externalId=${externalId}`, pk)).status, 200, 'the subscriber is created');
+    assert.equal(names(await inboxEvents(service, boot.tenant.id, externalId)), ['$subscriber.created'], externalId);
+  }
 });
 
 c('widgets: register, list own, delete answers the widget then null', async ({ api, pk }) => {
