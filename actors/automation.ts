@@ -36,7 +36,7 @@ export const MAX_RUN_DEPTH = 3;
  */
 export const WORKFLOW_SENDER = { actor: { type: 'system', id: null }, request: null } as const;
 
-type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; runId: string } } | { kind: 'timer'; member: string };
+type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
 type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[] };
 
@@ -52,7 +52,7 @@ function itemOf(fields: Record<string, string>): Item {
   return {
     kind: 'event', q: Number(fields.q),
     // the data is parsed only when read: most entries of a batch are never looked into
-    event: { id: fields.id!, name: fields.n!, get data() { return (data ??= JSON.parse(raw) as Record<string, unknown>); }, ts: Number(fields.ts), runId: fields.ru ?? '' },
+    event: { id: fields.id!, name: fields.n!, get data() { return (data ??= JSON.parse(raw) as Record<string, unknown>); }, ts: Number(fields.ts), receivedMs: Number(fields.r), runId: fields.ru ?? '' },
   };
 }
 
@@ -314,7 +314,9 @@ export class Automation {
           this.log.warn('workflow run not started: too many active runs', { tenantId, externalId: x, workflow: wf.slug });
           continue;
         }
-        const run = newRun(derivedId('run', event.ts, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
+        // the id's time is when the trigger arrived (not its own timestamp, which an offline batch
+        // may set days back), so runs list newest started first; the same entry always makes the same id
+        const run = newRun(derivedId('run', event.receivedMs, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
         if (runs.some((existing) => existing.id === run.id)) continue;
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });

@@ -306,4 +306,16 @@ wf('a caller\'s event whose data holds a workflowId is no event of a run: it sta
   await api.del('/v1/workflows/form-sent', key);
 });
 
+wf('runs list newest started first, a trigger back-dated by an offline batch included', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/workflows', key, { slug: 'run-order', trigger: { event: 'order.test' }, steps: [{ type: 'sleep', duration: '1h' }] })).status, 201);
+  await api.post('/v1/events', key, { externalId: 'ord-1', name: 'order.test' });
+  await waitFor('the first run', async () => (await runsOf(ctx, 'run-order')).items.length === 1, 10_000);
+  await new Promise((r) => setTimeout(r, 5));
+  const twoDaysAgo = new Date(Date.now() - 2 * 86_400_000).toISOString();
+  await api.post('/v1/events', key, { externalId: 'ord-2', name: 'order.test', timestamp: twoDaysAgo });
+  const page = await waitFor('the second run', async () => { const p = await runsOf(ctx, 'run-order'); return p.items.length === 2 ? p : null; }, 10_000);
+  assert.equal(page.items.map((r: any) => r.externalId), ['ord-2', 'ord-1'], 'the later start first, whatever the trigger\'s timestamp');
+});
+
 wf.run();
