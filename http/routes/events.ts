@@ -233,12 +233,13 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/subscribers/:externalId/timeline', read, async (ctx) => {
     const externalId = externalIdParam(ctx);
+    const tenantId = tenantOf(ctx).id;
+    const p = partitionOf(tenantId, externalId, config.partitions);
+    // 404 first, whatever the query holds (spec 2.3)
+    if (!(await redis.hexists(keys.subscribers(p), `${tenantId}|${externalId}`))) throw notFound('Subscriber');
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
     const before = after === null ? null : Number(after);
     if (before !== null && !Number.isInteger(before)) throw badCursor();
-    const tenantId = tenantOf(ctx).id;
-    const p = partitionOf(tenantId, externalId, config.partitions);
-    if (!(await redis.hexists(keys.subscribers(p), `${tenantId}|${externalId}`))) throw notFound('Subscriber');
     const page = await timelinePage(redis, keys, p, tenantId, externalId, limit, before);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)) });
   });

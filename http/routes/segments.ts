@@ -206,8 +206,8 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/segments/:segmentSlug/members', read, async (ctx) => {
+    const segment = await segmentOf(ctx); // 404 first, whatever the query holds (spec 2.3)
     const { limit, after } = pageRequest(ctx);
-    const segment = await segmentOf(ctx);
     const page = await segmentMemberPage(redis, keys, scopeOf(ctx), segment.id, limit, after);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(page.next), total: page.total });
   });

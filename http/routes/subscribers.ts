@@ -148,8 +148,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   router.get('/v1/subscribers/:externalId/subscriptions', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
+    await getSubscriber(redis, keys, scope, externalId); // 404 first, whatever the query holds (spec 2.3)
     const page = pageRequest(ctx);
-    await getSubscriber(redis, keys, scope, externalId);
     respond(ctx, 200, pageList(await listSubscriptions(redis, keys, scope, externalId), page, (id) => isId('subscription', id)));
   });
 

@@ -215,9 +215,9 @@ export function registerTopics(router: Router, deps: AppDeps): void {
   });
 
   router.get('/v1/topics/:topicSlug/subscribers', read, async (ctx) => {
+    const topic = await topicOf(ctx); // 404 first, whatever the query holds (spec 2.3)
     const { limit, after } = pageRequest(ctx);
     const position = after === null ? null : scoredCursor(after);
-    const topic = await topicOf(ctx);
     const page = await topicMemberPage(redis, keys, tenantOf(ctx).id, topic.id, limit, position);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.score}|${page.next.member}`) : null, total: page.total });
   });

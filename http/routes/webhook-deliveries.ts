@@ -39,8 +39,9 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/workspaces/:workspaceSlug/webhooks/:id/deliveries', read, async (ctx) => {
-    const page = pageRequest<{ status?: DeliveryStatus }>(ctx, 'WebhookDeliveriesQuery');
+    // the endpoint first: a malformed or unknown id is 404 whatever the query holds (spec 2.3)
     const endpoint = await endpointOr404(ctx);
+    const page = pageRequest<{ status?: DeliveryStatus }>(ctx, 'WebhookDeliveriesQuery');
     const workspaceId = workspaceIdOf(ctx);
     const index = keys.webhookDeliveries(workspaceId, endpoint.id, page.query.status);
     respond(ctx, 200, await pageRecords(redis, index, page, 'webhookDelivery', (ids) => loadDeliveries(redis, keys, workspaceId, ids), {

@@ -203,9 +203,9 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/workflows/:workflowSlug/versions', read, async (ctx) => {
+    const workflow = await workflowOf(ctx); // 404 first, whatever the query holds (spec 2.3)
     const { limit, after } = pageRequest(ctx);
     if (after !== null && !VERSION.test(after)) throw badCursor();
-    const workflow = await workflowOf(ctx);
     const page = await versionPage(redis, keys, tenantOf(ctx).id, workflow.id, limit, after === null ? null : Number(after));
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)), total: page.total });
   });
@@ -264,9 +264,10 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/workflows/:workflowSlug/runs', read, async (ctx) => {
+    // the workflow first: a malformed or unknown slug is 404 whatever the query holds (spec 2.3)
+    const workflow = await workflowOf(ctx);
     const { limit, after, query } = pageRequest<{ status?: RunStatus }>(ctx, 'WorkflowRunsQuery');
     if (after !== null && !isId('run', after)) throw badCursor();
-    const workflow = await workflowOf(ctx);
     const page = await runPage(redis, keys, { tenantId: tenantOf(ctx).id, partitions: config.partitions }, workflow.id, { status: query.status, limit, after });
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(page.next), total: page.total });
   });

@@ -392,6 +392,20 @@ auth('an unknown subscriber\'s timeline is 404 not_found', async ({ api, acme })
   isError(await api.get('/v1/subscribers/never-seen/timeline', acme.keys.tenant), 404, 'not_found');
 });
 
+auth('a list under a malformed or unknown id or slug is 404 not_found even when its query is also invalid (spec 2.3 rule 2)', async ({ api, acme }) => {
+  const tenantLists = [
+    '/v1/subscribers/never-seen/timeline?limit=0',
+    '/v1/subscribers/never-seen/subscriptions?limit=0',
+    '/v1/topics/no-such-topic/subscribers?limit=0',
+    '/v1/segments/no-such-segment/members?limit=0',
+    '/v1/workflows/ab/runs?limit=0&status=bogus',
+    '/v1/workflows/no-such-workflow/versions?limit=0',
+    '/v1/messages/msg_bogus/deliveries?status=bogus',
+  ];
+  for (const path of tenantLists) isError(await api.get(path, acme.keys.tenant), 404, 'not_found');
+  isError(await api.get(`/v1/workspaces/${acme.workspace.slug}/webhooks/whk_bogus/deliveries?status=bogus`, acme.keys.workspace), 404, 'not_found');
+});
+
 auth('an event name the tenant has not seen is 404 not_found', async ({ api, acme }) => {
   isError(await api.get('/v1/events/names/never.seen', acme.keys.tenant), 404, 'not_found');
 });
