@@ -160,7 +160,10 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
       let expiresAt: string | null = null;
       if (options.expires !== undefined) {
         const ms = Date.parse(options.expires);
-        if (!/^\d{4}-\d{2}-\d{2}/.test(options.expires) || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
+        const day = /^(\d{4})-(\d{2})-(\d{2})/.exec(options.expires);
+        // Date.parse rolls a day the month lacks over (2030-02-30 → March 2): such a date is refused, not moved
+        const exists = day && new Date(Date.UTC(Number(day[1]), Number(day[2]) - 1, Number(day[3]))).toISOString().slice(0, 10) === day.slice(1).join('-');
+        if (!exists || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
         // A time already past is accepted: the key is made expired (401 api_key_expired), which is how an
         // operator or a conformance suite checks that answer without waiting for a real expiry.
         expiresAt = new Date(ms).toISOString();
