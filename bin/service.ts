@@ -37,6 +37,31 @@ const commandsOf = (roles: readonly Role[]) => ({ enableAutoPipelining: roles.in
 const WEB_COMMANDS = commandsOf(['web']);
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
+/**
+ * How long a whole stop may take: the web role's grace, then the roles' own stops, the audit
+ * settles and the Redis clients' QUIT, each cut short at this deadline. With Redis unreachable,
+ * those wait on commands ioredis holds until it reconnects: the stop then drops the connections
+ * (what was not acked is read again by the next process; at-least-once, docs/architecture.md)
+ * instead of waiting for Redis to come back.
+ */
+const STOP_LIMIT_MS = SHUTDOWN_GRACE_MS + 3_000;
+
+/** `step`, or nothing once `deadline` (ms) has passed: false when it was cut short. */
+async function until(deadline: number, step: Promise<unknown>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((done) => (timer = setTimeout(() => done(false), Math.max(0, deadline - Date.now()))));
+  try {
+    return await Promise.race([step.then(() => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Closes a client: QUIT when it is connected (commands sent before it are answered first), else, or past `deadline`, drops it. */
+async function closeRedis(redis: Redis, deadline: number): Promise<void> {
+  if (redis.status === 'ready' && (await until(deadline, redis.quit().catch(() => undefined)))) return;
+  redis.disconnect();
+}
 
 export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void> };
 
@@ -76,7 +101,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       webRedis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
       stops.push(async () => {
         await auditsSettled(AUDITS_GRACE_MS);
-        await webRedis.quit().catch(() => webRedis.disconnect());
+        await closeRedis(webRedis, Date.now() + AUDITS_GRACE_MS);
       });
     }
     const keyCache = new KeyCache(webRedis, keys, config.keyCacheTtlMs, log);
@@ -133,10 +158,14 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     stop: async () => {
       if (stopped) return;
       stopped = true;
-      for (const stop of stops.reverse()) await stop().catch((err: Error) => log.warn('stop failed', { err: err.message }));
+      const deadline = Date.now() + STOP_LIMIT_MS;
+      for (const stop of stops.reverse()) {
+        const done = await until(deadline, stop().catch((err: Error) => log.warn('stop failed', { err: err.message })));
+        if (!done) log.warn('stop cut short: Redis did not answer in time', { limitMs: STOP_LIMIT_MS, redis: redis.status });
+      }
       // the ledger appends of messages answered before the stop (web, and a worker's workflow sends)
-      await auditsSettled(AUDITS_GRACE_MS);
-      await redis.quit().catch(() => redis.disconnect());
+      await until(deadline, auditsSettled(AUDITS_GRACE_MS));
+      await closeRedis(redis, deadline);
       await resolved.stop();
     },
   };

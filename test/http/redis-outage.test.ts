@@ -99,4 +99,22 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
   assert.is(events.status, 200);
 });
 
+outage('a service whose Redis is down stops within its limit instead of waiting for Redis to come back', async (ctx) => {
+  const all = await startTestService('outage-stop', { REDIS_URL: `redis://127.0.0.1:${ctx.port}` }, ['web', 'worker', 'dispatcher', 'scheduler']);
+  await stopRedis(ctx);
+  try {
+    await waitFor('the service to see Redis gone', async () => all.redis.status !== 'ready', 5_000);
+    const started = Date.now();
+    // before the bound, stop() waited on QUIT and the roles' commands until Redis answered again: forever here
+    await within(20_000, 'stop()', async () => (await all.stop(), { status: 0, body: null, text: '', headers: {} } as unknown as Reply));
+    const ms = Date.now() - started;
+    assert.ok(ms < 12_000, `stopped in ${ms} ms (limit 8 s: the web grace of 5 s, then 3 s more)`);
+  } finally {
+    await startRedis(ctx);
+  }
+  // and it stays stopped: its client does not connect again once Redis is back
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.is.not(all.redis.status, 'ready');
+});
+
 outage.run();
