@@ -141,6 +141,8 @@ segments('the list is newest first with total and keyset pages that join into th
   const crossed = await api.get(`/v1/segments?limit=2&cursor=${topicCursor}`, keys.tenant);
   assert.equal([crossed.status, crossed.body.error?.code, crossed.body.error?.param], [400, 'validation', 'cursor']);
   const segmentCursor = (await api.get('/v1/segments?limit=1', keys.tenant)).body.data.nextCursor;
+  // a workflow that exists: an unknown slug is 404 before its cursor is read
+  assert.is((await api.post('/v1/workflows', keys.tenant, { slug: 'any-flow', trigger: { event: 'any.thing' }, steps: [{ type: 'sleep', duration: '1h' }] })).status, 201);
   for (const path of ['/v1/topics', '/v1/messages', '/v1/workflows', '/v1/workflows/any-flow/runs']) {
     const res = await api.get(`${path}?cursor=${segmentCursor}`, keys.tenant);
     assert.equal([res.status, res.body.error?.param], [400, 'cursor'], path);
