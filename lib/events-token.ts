@@ -5,7 +5,8 @@ export const EVENTS_TOKEN_TTL_SECONDS = 3600;
 const ISSUER = 'herald';
 const AUDIENCE = 'herald:events';
 
-export type EventsTokenClaims = { workspaceId: string; tenantId: string };
+/** `keyId`: the API key that minted the token; the token is honoured only while that key is (revoked or expired, its tokens stop too). */
+export type EventsTokenClaims = { workspaceId: string; tenantId: string; keyId: string };
 
 /** True when a bearer credential is a token (a JWT) rather than an API key. */
 export function looksLikeToken(credential: string): boolean {
@@ -16,7 +17,7 @@ export function looksLikeToken(credential: string): boolean {
 export async function signEventsToken(secret: Uint8Array, claims: EventsTokenClaims): Promise<{ token: string; expiresAt: string }> {
   const iat = Math.floor(now() / 1000);
   const exp = iat + EVENTS_TOKEN_TTL_SECONDS;
-  const token = await new SignJWT({ wid: claims.workspaceId, scope: 'events:read' })
+  const token = await new SignJWT({ wid: claims.workspaceId, key: claims.keyId, scope: 'events:read' })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuer(ISSUER).setAudience(AUDIENCE).setSubject(claims.tenantId).setIssuedAt(iat).setExpirationTime(exp)
     .sign(secret);
@@ -27,8 +28,8 @@ export async function signEventsToken(secret: Uint8Array, claims: EventsTokenCla
 export async function verifyEventsToken(secret: Uint8Array, token: string): Promise<(EventsTokenClaims & { expiresAt: string }) | null> {
   try {
     const { payload } = await jwtVerify(token, secret, { issuer: ISSUER, audience: AUDIENCE, algorithms: ['HS256'], currentDate: new Date(now()) });
-    if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || payload.scope !== 'events:read' || typeof payload.exp !== 'number') return null;
-    return { tenantId: payload.sub, workspaceId: payload.wid, expiresAt: new Date(payload.exp * 1000).toISOString() };
+    if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || typeof payload.key !== 'string' || payload.scope !== 'events:read' || typeof payload.exp !== 'number') return null;
+    return { tenantId: payload.sub, workspaceId: payload.wid, keyId: payload.key, expiresAt: new Date(payload.exp * 1000).toISOString() };
   } catch {
     return null;
   }

@@ -5,7 +5,7 @@ import { KEY_PREFIX, kindOfPresentedKey } from '../../lib/key-kinds.js';
 import { hasScope, isSessionOnly } from '../../lib/scopes.js';
 import { sha256Hex } from '../../lib/secrets.js';
 import { looksLikeToken, verifyEventsToken } from '../../lib/events-token.js';
-import { findTenant, findTenantBySlug, findWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
+import { findApiKey, findTenant, findTenantBySlug, findWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
 import type { Principal } from '../../streams/key-cache.js';
 import type { AppDeps } from '../deps.js';
 import { jsonBody } from './json-body.js';
@@ -31,8 +31,14 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
   const claims = await verifyEventsToken(deps.tokenSecret, token);
   if (!claims) throw new ApiError(401, 'invalid_session', 'The events token is invalid or has expired; request a new one');
   if (!options.eventsToken) throw new ApiError(403, 'forbidden', 'An events token only reads the event catalog, volume, recent events and timelines');
-  const [workspace, tenant] = await Promise.all([findWorkspace(deps.redis, deps.keys, claims.workspaceId), findTenant(deps.redis, deps.keys, claims.workspaceId, claims.tenantId)]);
+  const [workspace, tenant, key] = await Promise.all([
+    findWorkspace(deps.redis, deps.keys, claims.workspaceId), findTenant(deps.redis, deps.keys, claims.workspaceId, claims.tenantId), findApiKey(deps.redis, deps.keys, claims.keyId),
+  ]);
   if (!workspace || !tenant) throw new ApiError(401, 'invalid_session', 'The events token names a tenant that no longer exists');
+  // a token lives no longer than the key that minted it: revoking the key (spec 4.7: at once) or its expiry ends its tokens too
+  if (!key || key.workspaceId !== claims.workspaceId || key.revokedAt || (key.expiresAt && Date.parse(key.expiresAt) <= now())) {
+    throw new ApiError(401, 'invalid_session', 'The API key that issued this events token is revoked or has expired; request a new token with a valid key');
+  }
   const header = ctx.get('Service-Tenant').trim();
   if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This token belongs to another tenant');
   if (scope !== null && !hasScope(['events:read'], scope)) throw new ApiError(403, 'missing_permission', `An events token lacks the scope ${scope}`);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { SignJWT } from 'jose';
+import { SignJWT, decodeJwt } from 'jose';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KEY_KINDS } from '../../lib/key-kinds.js';
@@ -159,21 +159,49 @@ auth('a malformed JWT-looking bearer is 401 invalid_session', async ({ api }) =>
   isError(await api.post('/v1/events', 'eyJ.x.y', EVENT), 401, 'invalid_session');
 });
 
+/** The id of the key `key` (from a token it mints: the token names its key). */
+async function keyIdOf(api: Ctx['api'], key: string): Promise<string> {
+  return decodeJwt((await api.get('/v1/events/token', key)).body.data.token as string).key as string;
+}
+
 auth('an events token signed with another secret is 401 invalid_session', async ({ api, acme }) => {
-  const { token } = await signEventsToken(randomBytes(32), { workspaceId: acme.workspace.id, tenantId: acme.tenant.id });
+  const { token } = await signEventsToken(randomBytes(32), { workspaceId: acme.workspace.id, tenantId: acme.tenant.id, keyId: await keyIdOf(api, acme.keys.tenant) });
   isError(await api.get('/v1/events/names', token), 401, 'invalid_session');
+});
+
+auth('an events token lives no longer than its key: revoking the key, or its expiry, ends the token at once (401 invalid_session)', async ({ service, api, acme }) => {
+  const revoked = await makeKey(service, 'acme', 'tenant', ['events:read']);
+  const token = (await api.get('/v1/events/token', revoked.key)).body.data.token as string;
+  assert.is(decodeJwt(token).key, revoked.record.id);
+  isOk(await api.get('/v1/events/names', token));
+  await revokeApiKey(service.redis, service.keys, acme.workspace, revoked.record.id, BY_TEST);
+  isError(await api.get('/v1/events/names', token), 401, 'invalid_session');
+  const expiring = await makeKey(service, 'acme', 'tenant', ['events:read'], { expiresAt: new Date(Date.now() + 3_600_000).toISOString() });
+  const second = (await api.get('/v1/events/token', expiring.key)).body.data.token as string;
+  isOk(await api.get('/v1/events/names', second));
+  await service.redis.hset(service.keys.apiKey(expiring.record.id), 'expiresAt', new Date(Date.now() - 1_000).toISOString());
+  isError(await api.get('/v1/events/names', second), 401, 'invalid_session');
+  // a token naming no key (or one of another workspace) is refused alike
+  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const iat = Math.floor(Date.now() / 1000);
+  for (const claims of [{ wid: acme.workspace.id, scope: 'events:read' }, { wid: acme.workspace.id, key: 'key_01m85tazena0dqvre022vdzbtt', scope: 'events:read' }]) {
+    const forged = await new SignJWT(claims).setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat).setExpirationTime(iat + 3600).sign(secret);
+    isError(await api.get('/v1/events/names', forged), 401, 'invalid_session');
+  }
 });
 
 auth('an expired events token is 401 invalid_session', async ({ service, api, acme }) => {
   const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const key = await keyIdOf(api, acme.keys.tenant);
   const iat = Math.floor(Date.now() / 1000) - 7200;
-  const expired = await new SignJWT({ wid: acme.workspace.id, scope: 'events:read' })
+  const expired = await new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat).setExpirationTime(iat + 3600)
     .sign(secret);
   isError(await api.get('/v1/events/names', expired), 401, 'invalid_session');
   // the same claims, not expired, with the same secret are accepted: only the expiry differs
-  const fresh = await new SignJWT({ wid: acme.workspace.id, scope: 'events:read' })
+  const fresh = await new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat + 7200).setExpirationTime(iat + 7200 + 3600)
     .sign(secret);
