@@ -47,7 +47,8 @@ const LONE_SURROGATE = /\p{Cs}/u;
 
 /**
  * The first problem (in document order) of a parsed body that no schema sees: nesting deeper than
- * MAX_BODY_DEPTH, or a string, value or key, holding a lone surrogate. JSON's `\ud800` escape can
+ * MAX_BODY_DEPTH, a number too large for a double (`1e999` parses as Infinity, which JSON.stringify
+ * stores as `null`: the caller's value would change silently), or a string, value or key, holding a lone surrogate. JSON's `\ud800` escape can
  * carry one, UTF-8 cannot: Redis would store U+FFFD instead, so a subscriber's externalId would no
  * longer match its partition (counted, never listed, never addressable) and Lua's cjson refuses the
  * escape (a message fan-out failing on every retry). Iterative: a body may nest thousands deep.
@@ -70,6 +71,7 @@ function wellFormed(body: unknown): boolean {
       if (LONE_SURROGATE.test(value)) return false;
       continue;
     }
+    if (typeof value === 'number' && !Number.isFinite(value)) return false;
     if (value === null || typeof value !== 'object') continue;
     if (level > MAX_BODY_DEPTH) return false;
     if (Array.isArray(value)) {
@@ -95,6 +97,7 @@ function whereIllFormed(body: unknown): ErrorDetail | null {
   while (stack.length > 0) {
     const { value, path, level, badKey } = stack.pop()!;
     if (badKey || (typeof value === 'string' && LONE_SURROGATE.test(value))) return notWellFormed(path || 'body');
+    if (typeof value === 'number' && !Number.isFinite(value)) return { param: path || 'body', message: 'must be a number within the range of a double (it overflows to infinity)' };
     if (value === null || typeof value !== 'object') continue;
     if (level > MAX_BODY_DEPTH) return { param: path || 'body', message: `nests arrays and objects deeper than ${MAX_BODY_DEPTH} levels` };
     const children = Array.isArray(value)

@@ -108,6 +108,15 @@ core('a lone surrogate (a \\ud800 escape UTF-8 cannot carry) is 400 validation n
   assert.is((await api.get('/v1/topics/lone', keys.tenant)).status, 404);
 });
 
+core('a number beyond a double (1e999, read as Infinity and stored as null) is 400 validation naming the field, not changed silently', async ({ api, keys }) => {
+  for (const [raw, param] of [[`{"externalId":"huge-1","name":"app.opened","data":{"n":1e999}}`, 'data.n'], [`{"events":[{"externalId":"huge-1","name":"app.opened","data":{"a":[-1e400]}}]}`, 'events[0].data.a[0]']] as const) {
+    const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
+    assert.equal([res.status, res.body.error?.code, res.body.error?.param], [400, 'validation', param], raw);
+  }
+  const fine = await api.call('POST', '/v1/events', { key: keys.tenant, raw: `{"externalId":"huge-1","name":"app.opened","data":{"n":1.7e308,"m":1e-999}}` });
+  assert.is(fine.status, 202, 'the largest double, and an underflow to 0, are numbers');
+});
+
 core('a request Node cannot parse (headers over 16 KB, a malformed request line) is 400 bad_request in the envelope, with its Request-Id', async ({ service, keys }) => {
   const ask = (head: string) => new Promise<{ status: number; headers: Record<string, string>; body: string }>((resolve, reject) => {
     const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => socket.write(head));
