@@ -27,7 +27,10 @@ export class RoutesBySegment {
   }
 
   private add(method: Method, path: string, handlers: Handler[]): this {
-    (this.routerFor(path)[method] as (path: string, ...h: Handler[]) => unknown)(path, ...handlers);
+    const router = this.routerFor(path);
+    (router[method] as (path: string, ...h: Handler[]) => unknown)(path, ...handlers);
+    const layer = router.stack[router.stack.length - 1] as unknown as ParamLayer;
+    layer.params = (_path, captures, params = {}) => pathParams(layer.paramNames, captures, params);
     return this;
   }
 
@@ -63,6 +66,31 @@ export class RoutesBySegment {
       return run(ctx, next);
     };
   }
+}
+
+type ParamLayer = {
+  paramNames: { name: string }[];
+  params: (path: string, captures: string[], params?: Record<string, string>) => Record<string, string>;
+};
+
+/**
+ * A route's path parameters, percent-decoded as a URL path is (RFC 3986): `+` stays `+`.
+ * @koa/router decodes them as a form-encoded query, `+` as a space, so `/v1/subscribers/jane+doe`
+ * addressed the subscriber `jane doe`. A capture that is not valid percent-encoding stays as it is,
+ * as @koa/router does (the route then answers 404 for an id or slug that cannot exist).
+ */
+export function pathParams(names: { name: string }[], captures: string[], params: Record<string, string> = {}): Record<string, string> {
+  for (let i = 0; i < captures.length; i++) {
+    const name = names[i]?.name;
+    const raw = captures[i];
+    if (name === undefined || !raw) continue;
+    try {
+      params[name] = decodeURIComponent(raw);
+    } catch {
+      params[name] = raw;
+    }
+  }
+  return params;
 }
 
 /** No route takes this method on this path: 404 when none has the path, else OPTIONS or 405 with `Allow`. */

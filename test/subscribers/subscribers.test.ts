@@ -108,6 +108,18 @@ subs('an externalId with /, %, spaces and non-ASCII round-trips through paths', 
   assert.is((await api.get(`/v1/subscribers/${encodeURIComponent('team/other')}`, key)).status, 404);
 });
 
+subs('a + in a path externalId is a plus, as in any URL path, not a space (RFC 3986; only form-encoded queries read + as a space)', async ({ api, key }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'jane doe' });
+  await api.post('/v1/subscribers', key, { externalId: 'jane+doe@example.com' });
+  const plus = await api.get('/v1/subscribers/jane+doe@example.com', key);
+  assert.is(plus.status, 200, plus.text);
+  assert.is(plus.body.data.externalId, 'jane+doe@example.com');
+  assert.is((await api.get('/v1/subscribers/jane+doe@example.com/preferences', key)).status, 200);
+  assert.is((await api.del('/v1/subscribers/jane+doe@example.com', key)).body.data.externalId, 'jane+doe@example.com');
+  assert.is((await api.get('/v1/subscribers/jane%20doe', key)).status, 200, 'the subscriber with a space is untouched');
+  assert.is((await api.get('/v1/subscribers/jane+doe', key)).status, 404);
+});
+
 subs('text holding $SUB is stored as sent: attributes, properties, and an externalId in the indexes (the write substitutes the subscriber id only in its own index members)', async ({ api, key }) => {
   const externalId = 'odd$SUB$id';
   const res = await api.post('/v1/subscribers', key, { externalId, email: 'sub$SUB@example.com', locale: 'en', properties: { note: '$SUB', tag: '$SUB|x' } });
