@@ -26,5 +26,7 @@ export function errorEnvelope(err: ApiError, requestId: string) {
 /** Writes `err` as the error envelope. */
 export function respondError(ctx: Context, err: ApiError): void {
   ctx.status = err.status;
+  // RFC 9110 11.6.1: a 401 names the scheme that would be accepted (every credential is a Bearer token)
+  if (err.status === 401) ctx.set('WWW-Authenticate', err.code === 'missing_authorization' ? 'Bearer' : 'Bearer error="invalid_token"');
   ctx.body = errorEnvelope(err, ctx.state.requestId as string);
 }

@@ -40,6 +40,11 @@ export function buildOpenApi(): Record<string, unknown> {
         },
         responses: {
           Error: { description: 'An error in the envelope; branch on error.code.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } } },
+          Unauthorized: {
+            description: 'No credential, or one refused (missing_authorization, invalid_api_key, api_key_expired, invalid_session); branch on error.code.',
+            headers: { 'WWW-Authenticate': { description: '`Bearer`, or `Bearer error="invalid_token"` when a credential was presented and refused.', required: true, schema: { type: 'string' } } },
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+          },
         },
         parameters: {
           // the bounds the list validators check (lib/schemas/common.ts), so the document and the service agree
@@ -65,6 +70,7 @@ type Operation = { security?: unknown[]; requestBody?: unknown; parameters?: { i
 type Paths = Record<string, Record<string, Operation | unknown>>;
 const METHODS = new Set(['get', 'put', 'post', 'patch', 'delete', 'head', 'options']);
 const ERROR = { $ref: '#/components/responses/Error' };
+const UNAUTHORIZED = { $ref: '#/components/responses/Unauthorized' };
 
 /** Methods whose request body is read (http/middleware/json-body.ts): a body over the limit is 413. */
 const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
@@ -88,7 +94,7 @@ function listErrorAnswers(paths: Paths): void {
       if (path.includes('{')) statuses.push('404');
       if (BODY_METHODS.has(method)) statuses.push('413');
       op.responses ??= {};
-      for (const status of statuses) op.responses[status] ??= ERROR;
+      for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : ERROR;
     }
   }
 }

@@ -285,7 +285,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The deleted widget or null, content: { application/json: { schema: { $ref: '#/components/schemas/NullableWidgetResponse' } } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }

@@ -55,7 +55,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *         description: The stored events, in input order
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '503': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }

@@ -23,7 +23,7 @@ export function registerKeys(router: Router, deps: AppDeps): void {
    *       '200':
    *         description: The revoked key
    *         content: { application/json: { schema: { $ref: '#/components/schemas/ApiKeyResponse' } } }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }

@@ -81,7 +81,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *         description: The new segment
    *         content: { application/json: { schema: { $ref: '#/components/schemas/SegmentResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }

@@ -68,7 +68,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *         description: The new topic
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TopicResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }

@@ -152,7 +152,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *         description: The endpoint with its secret
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookEndpointWithSecretResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:

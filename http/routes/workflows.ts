@@ -70,7 +70,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *         description: The new workflow
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '401': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }

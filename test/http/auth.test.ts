@@ -56,7 +56,10 @@ auth.after((ctx) => stopServicePair(ctx));
 // ---- Part 5 rule 1 / 401 missing_authorization ------------------------------------------------
 
 auth('a request without an Authorization header is 401 missing_authorization', async ({ api }) => {
-  isError(await api.get('/v1/events/names'), 401, 'missing_authorization');
+  const missing = await api.get('/v1/events/names');
+  isError(missing, 401, 'missing_authorization');
+  assert.is(missing.headers.get('www-authenticate'), 'Bearer', 'a 401 names the scheme (RFC 9110 11.6.1)');
+  assert.is((await api.get('/v1/events/names', 'svc_ws_unknown')).headers.get('www-authenticate'), 'Bearer error="invalid_token"');
   isError(await api.post('/v1/events', undefined, EVENT), 401, 'missing_authorization');
   isError(await api.post('/v1/client/events', undefined, CLIENT_EVENTS), 401, 'missing_authorization');
   isError(await api.del('/v1/workspaces/acme/keys/key_x'), 401, 'missing_authorization');
