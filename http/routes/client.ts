@@ -49,7 +49,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: clientIdentify
    *     summary: Identify the app's user
-   *     description: Client key only. Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
+   *     description: Client key only (scope `client`). Creates or updates the subscriber `externalId` with `attributes`, writes `$identify`, and,
    *       with `anonymousId`, merges the anonymous subscriber into it (its subscriptions, widgets, topics and missing attributes
    *       move, the user's own values winning; the anonymous subscriber is then deleted). A valid `identityHash` marks the
    *       subscriber verified; a missing or wrong one leaves the call unverified, unless the tenant requires verification
@@ -101,7 +101,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: clientRegisterSubscription
    *     summary: Register a device token or an email address
-   *     description: Client key only. Creates the subscriber when unknown (`$subscriber.created`) and the subscription
+   *     description: Client key only (scope `client`). Creates the subscriber when unknown (`$subscriber.created`) and the subscription
    *       (`$subscription.registered`, 201). `channel` may be left out when the body has exactly one of `token` (then `push`)
    *       and `address` (then `email`); otherwise it is required (400 `validation`). Registering a token this externalId holds updates it (200; the fields given
    *       replace the stored ones, and platform, environment, authorizationStatus and device left out keep theirs); a token another
@@ -144,7 +144,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: clientSetSubscriptionEnabled
    *     summary: Enable or disable this device
-   *     description: Client key only. Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
+   *     description: Client key only (scope `client`). Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
    *       409 `conflict` when the subscriber is changing too fast (retry), as on every subscriber write.
    *       The subscription id (returned at registration) is the device's handle on its subscription.
    *     tags: [Client]
@@ -156,7 +156,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: clientRemoveSubscription
    *     summary: Remove this device
-   *     description: Client key only. Writes `$subscription.removed`.
+   *     description: Client key only (scope `client`). Writes `$subscription.removed`.
    *     tags: [Client]
    *     responses:
    *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
@@ -183,7 +183,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: clientGetPreferences
    *     summary: The app user's own preferences
-   *     description: Client key only. 404 `not_found` for an externalId that is no subscriber (PATCH creates it).
+   *     description: Client key only (scope `client`). 404 `not_found` for an externalId that is no subscriber (PATCH creates it).
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
@@ -195,7 +195,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: clientUpdatePreferences
    *     summary: Change the app user's own preferences
-   *     description: Client key only. `$preferences.updated` only when a value really changes. At most 100 categories are stored
+   *     description: Client key only (scope `client`). `$preferences.updated` only when a value really changes. At most 100 categories are stored
    *       (400 `bad_request` on `categories` for an update that would store more; nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
@@ -226,7 +226,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   post:
    *     operationId: clientRegisterWidget
    *     summary: Register a widget of the app
-   *     description: Client key only. Idempotent, so the app may register its widgets on every launch. A widget of the subscriber
+   *     description: Client key only (scope `client`). Idempotent, so the app may register its widgets on every launch. A widget of the subscriber
    *       with the same `pushToken` is updated in place (200, same id, its kind, family and configuration replaced); without
    *       `pushToken`, a widget without one and with the same `kind`, `family` and `configuration` (compared as canonical JSON,
    *       key order does not matter) is the same widget (200, unchanged). Otherwise a new widget (201). At most 50 widgets per
@@ -241,7 +241,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: clientListWidgets
    *     summary: The app user's own widgets
-   *     description: Client key only. Newest first, paginated (`limit`, `cursor`), with `total`.
+   *     description: Client key only (scope `client`). Newest first, paginated (`limit`, `cursor`), with `total`.
    *     tags: [Client]
    *     parameters:
    *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
