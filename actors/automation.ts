@@ -5,7 +5,7 @@ import { eventConditions, evaluate, matchesEvent, type EventCondition, type Even
 import { derivedId, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
 import { writeScope } from '../streams/audit-outbox.js';
-import { DefinitionsCache, workflowExpressions, type Definitions, type KeptCondition } from '../streams/automation-definitions.js';
+import { DefinitionsCache, needsOf, versionNumber, workflowExpressions, type Definitions, type KeptCondition, type VersionDef } from '../streams/automation-definitions.js';
 import { IdentityRefs } from '../streams/identity.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
@@ -189,10 +189,11 @@ export class Automation {
       conditions = [...conditions];
       for (const v of versionOf.values()) if (v) (conditions as EventCondition[]).push(...conditionsOf(v));
     }
+    if (versionOf.size) topicIdBySlug = await this.loadForOldVersions(p, tenantId, defs, state, versionOf.values(), topicIdBySlug);
     const firstEvent = todo.find((i) => i.kind === 'event');
     if (needsHistory(state, conditions, kept)) {
       state.history = await loadHistory(redis, keys, p, tenantId, x, firstEvent && firstEvent.kind === 'event' ? firstEvent.q - 1 : null);
-      seedCounters(state, kept, ops, countersKey);
+      seedCounters(state, kept, versionNumber(defs.version), ops, countersKey);
     }
 
     let reevaluate = false;
@@ -277,7 +278,7 @@ export class Automation {
         // seeded (nothing before the deletion counts; loadHistory stops at it too)
         for (const key of state.counters.keys()) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
         state.counters = new Counters();
-        for (const k of kept.values()) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
+        for (const k of kept.values()) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, versionNumber(defs.version))]);
         if (state.history) state.history = [];
         for (const run of runs) {
           cancelRun(run, host, 'subscriber_deleted');
@@ -348,11 +349,44 @@ export class Automation {
     for (const k of kept.values()) {
       for (const field of state.counters.expiredFields(k.key, k.withinMs, nowMs)) ops.push(['hdel', countersKey, field, '-']);
       // pruned to this window: a longer one that shared the counter and is no longer kept is seeded again if kept again
-      if (k.withinMs !== null && Number(state.counters.initOf(k.key)) > k.withinMs) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
+      const init = state.counters.initOf(k.key);
+      if (init && k.withinMs !== null && init.withinMs !== null && init.withinMs > k.withinMs) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, init.seededVersion)]);
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };
+  }
+
+  /**
+   * What the versions of a subscriber's active runs read that the current definitions do not (a
+   * version changed while a run slept in the old one): the subscriber's topics and subscriptions, and
+   * topic slugs no current definition names. Loaded for this subscriber only, so an old version's
+   * branch, wait or cancelOn sees them as its own version did. Returns the slug map to evaluate with.
+   */
+  private async loadForOldVersions(
+    p: number, tenantId: string, defs: Definitions, state: SubjectState, versions: Iterable<VersionDef | null>, topicIdBySlug: Map<string, string>,
+  ): Promise<Map<string, string>> {
+    let topics = false;
+    let subscriptions = false;
+    const slugs = new Set<string>();
+    for (const v of versions) {
+      if (!v) continue;
+      const needs = needsOfVersion(v);
+      topics ||= needs.needs.topics && !defs.needs.topics;
+      subscriptions ||= needs.needs.subscriptions && !defs.needs.subscriptions;
+      for (const slug of needs.topicSlugs) if (!topicIdBySlug.has(slug)) slugs.add(slug);
+    }
+    if (topics || subscriptions) {
+      const loaded = (await loadStates(this.redis, this.keys, p, tenantId, [state.externalId], { topics, subscriptions, automation: false })).get(state.externalId)!;
+      if (topics) state.topicIds = loaded.topicIds;
+      if (subscriptions) state.subscriptions = loaded.subscriptions;
+    }
+    if (slugs.size === 0) return topicIdBySlug;
+    const wanted = [...slugs];
+    const ids = await this.redis.hmget(this.keys.topicSlugs(tenantId), ...wanted);
+    const extended = new Map(topicIdBySlug);
+    wanted.forEach((slug, i) => ids[i] && extended.set(slug, ids[i]!));
+    return extended;
   }
 
   /** Segment membership of one subscriber, and the timer that re-checks it when a window can expire it. */
@@ -403,6 +437,14 @@ export class Automation {
   }
 }
 
+const versionNeeds = new WeakMap<object, ReturnType<typeof needsOf>>();
+/** What a workflow version's expressions read (computed once per version). */
+function needsOfVersion(version: VersionDef): ReturnType<typeof needsOf> {
+  let out = versionNeeds.get(version);
+  if (!out) versionNeeds.set(version, (out = needsOf(workflowExpressions(version.definition))));
+  return out;
+}
+
 const versionConditions = new WeakMap<object, EventCondition[]>();
 /** The event conditions of a workflow version's expressions (computed once per version). */
 function conditionsOf(version: { definition: Parameters<typeof workflowExpressions>[0] }): EventCondition[] {
@@ -415,10 +457,10 @@ function conditionsOf(version: { definition: Parameters<typeof workflowExpressio
  * Seeds from its loaded history each counter of a kept condition that this subscriber has not seeded
  * yet, or that was pruned to a shorter window than the condition now kept (its buckets are counted again).
  */
-function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptCondition>, ops: Op[], countersKey: string): void {
+function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptCondition>, version: number, ops: Op[], countersKey: string): void {
   const history: HistoryEvent[] = state.history ?? [];
   for (const k of kept.values()) {
-    if (state.counters.covers(k.key, k.withinMs)) continue;
+    if (state.counters.covers(k.key, k.withinMs, k.since)) continue;
     for (const field of state.counters.countFields(k.key)) {
       ops.push(['hdel', countersKey, field, '-']);
       state.counters.remove(field);
@@ -430,6 +472,6 @@ function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptConditi
       counts.set(field, (counts.get(field) ?? 0) + 1);
     }
     for (const [field, n] of counts) ops.push(['hincrby', countersKey, field, n]);
-    ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs)]);
+    ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, version)]);
   }
 }

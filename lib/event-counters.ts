@@ -40,12 +40,22 @@ export function initField(key: string): string {
 
 /**
  * The value of `<key>|init`: the window (ms) whose buckets the counter keeps, `all` for an all-time
- * counter. Conditions whose windows share a bucket width share the key, and the counter is pruned to
- * the longest of them that is kept: a longer window (a segment created later, an inline `to.where`,
- * a branch of an old version) must not be answered from it.
+ * counter, then `@` and the definitions version it was seeded under. Conditions whose windows share a
+ * bucket width share the key, and the counter is pruned to the longest of them that is kept: a
+ * longer window (a segment created later, an inline `to.where`, a branch of an old version) must not
+ * be answered from it. A condition that stopped being kept and is kept again must not be answered
+ * from a counter seeded before the break (no event was counted meanwhile): the version tells.
+ * A mark written before versions were recorded has none (read as 0).
  */
-export function initValue(withinMs: number | null): string {
-  return withinMs === null ? 'all' : String(withinMs);
+export function initValue(withinMs: number | null, seededVersion: number): string {
+  return `${withinMs === null ? 'all' : String(withinMs)}@${seededVersion}`;
+}
+
+/** An `<key>|init` value read back: its window (null: all time) and the version it was seeded under. */
+export function parseInit(value: string): { withinMs: number | null; seededVersion: number } {
+  const at = value.indexOf('@');
+  const window = at < 0 ? value : value.slice(0, at);
+  return { withinMs: window === 'all' ? null : Number(window), seededVersion: at < 0 ? 0 : Number(value.slice(at + 1)) || 0 };
 }
 
 type Bucket = { start: number; count: number };
@@ -91,16 +101,21 @@ export class Counters {
     return [...this.byKey.keys()];
   }
 
-  /** The value of `<key>|init`, when seeded. */
-  initOf(key: string): string | undefined {
-    return this.byKey.get(key)?.init;
+  /** What `<key>|init` says (`parseInit`), when seeded. */
+  initOf(key: string): ReturnType<typeof parseInit> | undefined {
+    const init = this.byKey.get(key)?.init;
+    return init ? parseInit(init) : undefined;
   }
 
-  /** True when `key`'s counter was seeded and still keeps every bucket a window of `withinMs` counts. */
-  covers(key: string, withinMs: number | null): boolean {
-    const init = this.byKey.get(key)?.init;
-    if (!init) return false;
-    return withinMs === null || Number(init) >= withinMs;
+  /**
+   * True when `key`'s counter was seeded, still keeps every bucket a window of `withinMs` counts, and
+   * was seeded at or after `keptSince`, the definitions version from which its condition has been
+   * kept without a break (`KeptCondition.since`).
+   */
+  covers(key: string, withinMs: number | null, keptSince: number): boolean {
+    const init = this.initOf(key);
+    if (!init || init.seededVersion < keptSince) return false;
+    return withinMs === null || (init.withinMs !== null && init.withinMs >= withinMs);
   }
 
   /** Every count field of `key` (its buckets, or `all`), not its `init` mark. */
@@ -132,9 +147,9 @@ export class Counters {
     return field;
   }
 
-  /** Marks `key` seeded for `withinMs` (`<key>|init`); returns the field and its value. */
-  setInit(key: string, withinMs: number | null): [string, string] {
-    const value = initValue(withinMs);
+  /** Marks `key` seeded for `withinMs` under definitions version `seededVersion` (`<key>|init`); returns the field and its value. */
+  setInit(key: string, withinMs: number | null, seededVersion: number): [string, string] {
+    const value = initValue(withinMs, seededVersion);
     this.counter(key).init = value;
     return [initField(key), value];
   }

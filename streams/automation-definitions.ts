@@ -3,9 +3,14 @@ import { conditionKey, eventConditions, type EventCondition, type Expression } f
 import { parseDuration } from '../lib/durations.js';
 import { MAX_STEP_DURATION_MS, type WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
 
-/** A kept event condition: its counter key and the longest window any condition sharing the key counts over. */
-export type KeptCondition = { key: string; withinMs: number | null; condition: EventCondition };
+/**
+ * A kept event condition: its counter key, the longest window any condition sharing the key counts
+ * over, and `since`: the definitions version from which the tenant has kept it without a break (a
+ * counter seeded before it is stale; `lua/noteKeptConditions`). 0 until the definitions are loaded.
+ */
+export type KeptCondition = { key: string; withinMs: number | null; condition: EventCondition; since: number };
 /** A segment with the windowed conditions whose expiry can drop a member (re-checked by a timer). */
 export type SegmentDef = { id: string; slug: string; where: Expression; windows: KeptCondition[] };
 export type WorkflowDef = { id: string; slug: string; enabled: boolean; versionId: string; version: number; definition: WorkflowDefinition };
@@ -82,7 +87,7 @@ export const MAX_WORKFLOWS = 100;
 
 /** The counter key and window of an event condition. */
 export function keptCondition(condition: EventCondition): KeptCondition {
-  return { key: conditionKey(condition), withinMs: condition.within ? parseDuration(condition.within) : null, condition };
+  return { key: conditionKey(condition), withinMs: condition.within ? parseDuration(condition.within) : null, condition, since: 0 };
 }
 
 /** Every expression of a workflow definition (trigger, cancelOn, waits and branches). */
@@ -132,6 +137,11 @@ export function needsOf(expressions: Expression[]): Pick<Definitions, 'kept' | '
     scan(expr, found);
   }
   return { kept, topicSlugs: [...found.topics], needs: { topics: found.topics.size > 0, subscriptions: found.subscriptions } };
+}
+
+/** A definitions version (the automationVersion counter) as a number; 0 before the tenant's first definition. */
+export function versionNumber(version: string): number {
+  return Number(version) || 0;
 }
 
 /**
@@ -215,6 +225,8 @@ export class DefinitionsCache {
       if (v) workflows.push({ id: h.id!, slug: h.slug!, enabled: h.enabled !== '0', versionId: v.id, version: v.version, definition: v.definition });
     });
     const needs = needsOf([...segments.map((s) => s.where), ...workflows.flatMap((w) => workflowExpressions(w.definition))]);
+    const since = JSON.parse(await callScript<string>(redis, 'noteKeptConditions', [keys.keptConditions(tenantId)], [versionNumber(version), JSON.stringify([...needs.kept.keys()])])) as Record<string, number>;
+    for (const k of needs.kept.values()) k.since = since[k.key] ?? versionNumber(version);
     const relevant = new Set<string>([...needs.kept.values()].map((k) => k.condition.event));
     if (segments.length) for (const name of STATE_EVENT_NAMES) relevant.add(name);
     if (workflowRecords.length || goneNames.length) relevant.add('$subscriber.deleted');

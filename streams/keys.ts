@@ -205,6 +205,8 @@ export function createKeys(prefix: string) {
     messageTenants: `${prefix}message-tenants`,
     /** string: bumped on every segment or workflow change, so workers reload their copy of the definitions */
     automationVersion: (tenantId: string) => `${t(tenantId)}:auto:v`,
+    /** string (JSON): since which automationVersion each kept event condition has been kept without a break (lua/noteKeptConditions) */
+    keptConditions: (tenantId: string) => `${t(tenantId)}:auto:kept`,
     /** hash: a segment (slug, name, description, where JSON, backfill progress) */
     segment: (tenantId: string, segmentId: string) => `${t(tenantId)}:seg:${segmentId}`,
     /** zset (score 0) of segment ids, by creation */

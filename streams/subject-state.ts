@@ -124,7 +124,8 @@ export function subjectOf(state: SubjectState, topicIdBySlug: ReadonlyMap<string
     count(condition: EventCondition): number {
       const key = conditionKey(condition);
       const within = windowMs(condition);
-      if (kept.has(key) && state.counters.covers(key, within)) return state.counters.countInWindow(key, within, nowMs);
+      const k = kept.get(key);
+      if (k && state.counters.covers(key, within, k.since)) return state.counters.countInWindow(key, within, nowMs);
       return countFromHistory(state.history ?? [], condition, nowMs);
     },
   };
@@ -138,7 +139,8 @@ export function needsHistory(state: SubjectState, conditions: readonly EventCond
   if (state.history) return false;
   return conditions.some((c) => {
     const key = conditionKey(c);
-    return !kept.has(key) || !state.counters.covers(key, windowMs(c));
+    const k = kept.get(key);
+    return !k || !state.counters.covers(key, windowMs(c), k.since);
   });
 }
 

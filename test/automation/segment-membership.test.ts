@@ -184,6 +184,26 @@ seg('a segment whose creation was cut off before its backfill was queued is queu
   assert.equal(await members(ctx, 'gold-tier'), ['cutoff-1']);
 });
 
+seg('a condition dropped and kept again is counted again from the timeline: events tracked while nothing kept it count', async (ctx) => {
+  const { api, key } = ctx;
+  const track = () => api.post('/v1/events', key, { externalId: 'gap', name: 'purchase.done' });
+  assert.is((await api.post('/v1/segments', key, { slug: 'buyers', where: { event: 'purchase.done' } })).status, 201);
+  await track();
+  await until(ctx, 'buyers', ['gap'], 'gap counted once');
+  assert.is((await api.del('/v1/segments/buyers', key)).status, 200);
+  await track();
+  await track();
+  await waitFor('the two events applied', async () => {
+    const res = await api.get('/v1/subscribers/gap/timeline?limit=100', key);
+    return res.body.data.items.filter((e: any) => e.name === 'purchase.done').length === 3 || null;
+  }, 10_000, 50);
+  await new Promise((r) => setTimeout(r, 300)); // the automation step of that batch
+  await api.post('/v1/segments', key, { slug: 'repeat-buyers', where: { event: 'purchase.done', count: { gte: 3 } } });
+  await api.post('/v1/segments', key, { slug: 'one-time-buyers', where: { event: 'purchase.done', count: { eq: 1 } } });
+  await until(ctx, 'repeat-buyers', ['gap'], 'three purchases, two of them while no segment kept the count');
+  assert.equal(await members(ctx, 'one-time-buyers'), []);
+});
+
 seg('a member whose 7-day window expires is dropped without any new event', async (ctx) => {
   const { api, key } = ctx;
   await api.post('/v1/segments', key, { slug: 'active-week', where: { event: 'session.started', within: '7d' } });

@@ -135,6 +135,27 @@ wf('two versions run side by side: runs keep the version they started on', async
   assert.is(await titles(newer), 'v2');
 });
 
+wf('a run of an old version reads the topics and subscriptions its version names, though the current version reads none', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/topics', key, { slug: 'ver-vip' });
+  const created = await api.post('/v1/workflows', key, {
+    slug: 'old-branch', trigger: { event: 'ob.start' },
+    steps: [
+      { type: 'sleep', duration: '2s' },
+      { type: 'branch', if: { all: [{ topic: 'ver-vip' }, { subscription: { channel: 'push', enabled: true } }] }, then: [{ type: 'exit', name: 'yes' }], else: [{ type: 'exit', name: 'no' }] },
+    ],
+  });
+  assert.is(created.status, 201, created.text);
+  await device(ctx, 'ob-ann');
+  await api.post('/v1/topics/ver-vip/subscribers', key, { externalIds: ['ob-ann'] });
+  await api.post('/v1/events', key, { externalId: 'ob-ann', name: 'ob.start', data: {} });
+  await waitFor('the v1 run sleeps', () => runOf(ctx, 'old-branch', 'ob-ann', 'sleeping'), 10_000);
+  assert.is((await api.patch('/v1/workflows/old-branch', key, { steps: [{ type: 'exit' }] })).body.data.version, 2);
+  const done = await waitFor('the v1 run wakes and branches', () => runOf(ctx, 'old-branch', 'ob-ann', 'completed'), 15_000);
+  assert.is(done.version, 1);
+  assert.ok(done.history.some((h: any) => h.step === 'steps[1]' && h.outcome === 'then'), JSON.stringify(done.history));
+});
+
 wf('a run never starts its own workflow again, a deleted subscriber cancels its run, a disabled workflow starts nothing', async (ctx) => {
   const { api, key } = ctx;
   await device(ctx, 'echo');

@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { bucketWidthMs, counterField, Counters, initField } from '../../lib/event-counters.js';
+import { bucketWidthMs, counterField, Counters, initField, parseInit } from '../../lib/event-counters.js';
 
 const MIN = 60_000;
 const HOUR = 3_600_000;
@@ -171,7 +171,7 @@ changes('increment, setInit and remove keep the index equal to the hash they wri
       const field = index.increment(key, withinMs, T0 - Math.floor(random() * 10 * DAY));
       hash[field] = String(Number(hash[field] ?? 0) + 1);
     } else if (r < 0.7) {
-      const [field, value] = index.setInit(key, withinMs);
+      const [field, value] = index.setInit(key, withinMs, Math.floor(random() * 4));
       hash[field] = value;
     } else {
       const fields = index.fieldsOf(key);
@@ -188,10 +188,28 @@ changes('increment, setInit and remove keep the index equal to the hash they wri
       assert.is(index.countInWindow(k, w, T0), fresh.countInWindow(k, w, T0));
       assert.is(index.nextExpiry(k, w, T0), fresh.nextExpiry(k, w, T0));
       assert.equal(index.expiredFields(k, w, T0).sort(), fresh.expiredFields(k, w, T0).sort());
-      assert.is(index.covers(k, w), fresh.covers(k, w));
+      for (const since of [0, 2]) assert.is(index.covers(k, w, since), fresh.covers(k, w, since));
     }
     assert.equal(index.keys().sort(), fresh.keys().sort());
   }
+});
+
+changes('an init mark tells the window and the definitions version a counter was seeded under; covers needs both', () => {
+  const c = new Counters();
+  assert.equal(c.setInit('k', DAY, 5), ['k|init', `${DAY}@5`]);
+  assert.ok(c.covers('k', DAY, 5));
+  assert.ok(c.covers('k', DAY, 3), 'seeded after the condition was kept again');
+  assert.not.ok(c.covers('k', DAY, 6), 'seeded before a break in keeping its condition: stale');
+  assert.not.ok(c.covers('k', 2 * DAY, 0), 'a longer window than it keeps');
+  c.setInit('a', null, 2);
+  assert.ok(c.covers('a', null, 2));
+  assert.equal(parseInit('all@7'), { withinMs: null, seededVersion: 7 });
+  // a mark written before versions were recorded reads as version 0
+  const legacy = new Counters({ 'k|init': String(DAY), 'a|init': 'all' });
+  assert.equal(legacy.initOf('k'), { withinMs: DAY, seededVersion: 0 });
+  assert.ok(legacy.covers('k', DAY, 0));
+  assert.ok(legacy.covers('a', null, 0));
+  assert.not.ok(legacy.covers('a', null, 1));
 });
 
 changes.run();
