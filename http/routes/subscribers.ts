@@ -12,7 +12,7 @@ import { auditScopeOf } from '../audit.js';
 import type { AppDeps } from '../deps.js';
 import { externalIdParam } from '../params.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageList, pageRequest } from '../list.js';
+import { badCursor, encodeCursor, pageList, pageRequest } from '../list.js';
 import { authorize, type AuthState } from '../middleware/auth.js';
 
 /** The tenant scope of subscriber writes for the current request. */
@@ -70,6 +70,8 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
 
   router.get('/v1/subscribers', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
     const { limit, after, query } = pageRequest<{ email?: string }>(ctx, 'SubscribersQuery');
+    // the position is an index member, `<sub_ id>|<externalId>`: anything else is another list's cursor (or forged)
+    if (after !== null && !isSubscriberPosition(after)) throw badCursor();
     const page = await listSubscribers(redis, keys, scopeOf(ctx, deps), limit, after, { email: query.email });
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(page.next) : null, total: page.total });
   });
@@ -244,4 +246,11 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const { preferences } = await updatePreferences(redis, keys, scope, externalId, update, { audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, preferences);
   });
+}
+
+/** A subscriber-index member (`<sub_ id>|<externalId>`), the position a subscribers cursor holds. */
+function isSubscriberPosition(member: string): boolean {
+  const bar = member.indexOf('|');
+  const externalId = member.slice(bar + 1);
+  return bar > 0 && isId('subscriber', member.slice(0, bar)) && externalId.length >= 1 && [...externalId].length <= 256;
 }

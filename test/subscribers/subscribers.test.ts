@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
+import { encodeCursor } from '../../http/list.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 
@@ -161,6 +162,15 @@ subs('the list is newest first with total, pages by cursor and filters by email'
   const odd = (await api.get('/v1/subscribers?email=ODD@list.example', key)).body.data;
   assert.is(odd.total, 3);
   assert.equal(odd.items.map((s: any) => s.externalId).sort(), ['list-1', 'list-3', 'list-5']);
+  // another list's cursor, or a forged one, is 400 like on every other list
+  await api.post('/v1/topics', key, { slug: 'cursor-a' });
+  await api.post('/v1/topics', key, { slug: 'cursor-b' });
+  const topics = (await api.get('/v1/topics?limit=1', key)).body.data;
+  for (const cursor of [topics.nextCursor, encodeCursor('zzz'), encodeCursor('sub_x|list-1')]) {
+    const res = await api.get(`/v1/subscribers?cursor=${cursor}`, key);
+    assert.is(res.status, 400, res.text);
+    assert.is(res.body.error.param, 'cursor');
+  }
 });
 
 subs('an email change moves the subscriber between email filters', async ({ api, key }) => {
