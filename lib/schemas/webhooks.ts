@@ -29,6 +29,7 @@ export const CreateWebhookRequest: Schema = {
 export const UpdateWebhookRequest: Schema = {
   type: 'object',
   additionalProperties: false,
+  minProperties: 1,
   properties: {
     url, description, events, tenant,
     enabled: { type: 'boolean', description: '`true` on a disabled endpoint clears its failure streak and re-queues its pending and failed deliveries.' },

@@ -194,13 +194,19 @@ endpoints('PATCH edits url, description, events, tenant and enabled; disabling s
   assert.is(unknown.body.error.code, 'validation');
 });
 
-endpoints('PATCH with a JSON body that is not an object (null too) is 400 validation, as on every other route', async ({ api, key }) => {
+endpoints('PATCH with a JSON body that is not an object (null too), an empty one or none is 400 validation, as on every other route', async ({ api, key }) => {
   const e = (await api.post(base(), key, { url: PUBLIC_URL })).body.data;
   for (const raw of ['null', '42', '[]', '"x"']) {
     const res = await api.call('PATCH', `${base()}/${e.id}`, { key, raw });
     assert.is(res.status, 400, raw);
     assert.is(res.body.error.code, 'validation', raw);
     assert.equal(res.body.error.details, [{ param: 'body', message: 'must be object' }], raw);
+  }
+  // nothing to change (an empty object, or no body at all) is 400 too, as on the other PATCH routes
+  for (const raw of ['{}', '']) {
+    const res = await api.call('PATCH', `${base()}/${e.id}`, { key, raw });
+    assert.is(res.status, 400, `${JSON.stringify(raw)}: ${res.text}`);
+    assert.is(res.body.error.code, 'validation');
   }
 });
 
