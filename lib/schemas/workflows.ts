@@ -1,6 +1,8 @@
 import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from '../slugs.js';
 import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
 import { MessageCreate } from './messages.js';
+import { EXPRESSION_EVENT_PATTERN } from '../expressions.js';
+import { MAX_STEPS } from '../workflow-definition.js';
 
 // Every export of this module is a schema: lib/schemas/index.ts registers them all.
 // The definition (trigger, steps, cancelOn) is checked in full by lib/workflow-definition.ts, whose
@@ -14,19 +16,21 @@ const name: Schema = { type: 'string', nullable: true, minLength: 1, maxLength: 
 const description: Schema = { type: 'string', nullable: true, minLength: 1, maxLength: 1024, description: 'Free text; null for none.' };
 const enabled: Schema = { type: 'boolean', description: 'A disabled workflow starts no new runs; its running ones go on.' };
 const expression: Schema = { type: 'object', description: 'An expression (docs/expressions.md); property conditions test the event being handled.' };
+const eventName: Schema = { type: 'string', pattern: EXPRESSION_EVENT_PATTERN, description: 'An event name; reserved `$` names (spec 6.1) included.' };
 const eventSpec = (what: string): Schema => ({
   type: 'object',
+  additionalProperties: false,
   required: ['event'],
   description: what,
   properties: {
-    event: { type: 'string', description: 'An event name; reserved `$` names (spec 6.1) included.' },
+    event: eventName,
     where: expression,
   },
 });
 const trigger = eventSpec('Starts a run for the subscriber of each matching event (one run per event).');
 const cancelOn: Schema = { ...eventSpec('Cancels the subscriber\'s active runs of the workflow when a matching event arrives; null for none.'), nullable: true };
 const steps: Schema = {
-  type: 'array', items: { $ref: '#/components/schemas/WorkflowStep' },
+  type: 'array', minItems: 1, maxItems: MAX_STEPS, items: { $ref: '#/components/schemas/WorkflowStep' },
   description: '1 to 50 steps in all, nested ones counted, nested at most 5 levels deep.',
 };
 const time: Schema = { type: 'string', format: 'date-time' };
@@ -55,10 +59,10 @@ export const WorkflowStep: Schema = {
     + 'where?, timeout, onEvent?, onTimeout? }, `branch` { if, then?, else? }, `send` { message }, `exit` {}. Every step may have '
     + 'a `name`, unique in the workflow. Durations are 1s to 90d (`30s`, `15m`, `24h`, `7d`).',
   properties: {
-    type: { type: 'string', description: 'sleep, wait, branch, send or exit.' },
+    type: { type: 'string', enum: ['sleep', 'wait', 'branch', 'send', 'exit'] },
     name: { type: 'string', description: '`^[a-z0-9][a-z0-9_-]{0,47}$`, unique within the workflow.' },
     duration: { type: 'string', description: 'sleep: how long.' },
-    event: { type: 'string', description: 'wait: the event awaited.' },
+    event: { ...eventName, description: 'wait: the event awaited; reserved `$` names (spec 6.1) included.' },
     where: { ...expression, description: 'wait: what the awaited event must satisfy.' },
     timeout: { type: 'string', description: 'wait: how long to wait at most.' },
     onEvent: { ...steps, description: 'wait: steps run when the event arrives (then the steps after the wait).' },
