@@ -94,7 +94,7 @@ export const PreferencesUpdate: Schema = {
       maxProperties: 100,
       propertyNames: { pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$' },
       additionalProperties: { ...channelPreference, nullable: true },
-      description: 'A category set to null goes back to following `channels`. At most 100 per request (400 validation beyond) and 100 stored in total (400 bad_request for an update that would store more).',
+      description: 'Keyed by category name, `^[a-z0-9][a-z0-9_.-]{0,63}$` (another name is 400 validation naming `categories.<name>`). A category set to null goes back to following `channels`. At most 100 per request (400 validation beyond) and 100 stored in total (400 bad_request for an update that would store more).',
     },
   },
 };
