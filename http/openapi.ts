@@ -29,7 +29,9 @@ export function buildOpenApi(): Record<string, unknown> {
       info: {
         title: 'Herald',
         version: '1.0.0',
-        description: 'Self-hosted notification orchestration for mobile apps. Every response uses the envelope of `ErrorEnvelope` / `<Name>Response`.',
+        description: 'Self-hosted notification orchestration for mobile apps. Every response uses the envelope of `ErrorEnvelope` / `<Name>Response`. '
+          + 'Query parameters: an operation that takes query parameters refuses any it does not list (400 `validation` naming it, so a misspelt filter never '
+          + 'silently widens a list); an operation that takes none ignores a query string.',
       },
       servers: [{ url: '/' }],
       security: [{ bearer: [] }],
