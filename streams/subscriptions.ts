@@ -64,7 +64,8 @@ function fieldsOf(input: RegisterInput): Record<string, string> {
  * What a registration of a token already held by this subscriber changes: the fields it gives.
  * Those it leaves out (`platform`, `environment`, `authorizationStatus`, `device`) keep their stored
  * values, as an update in place does; a given `device` replaces the stored one whole. A new record
- * (or one moving from another subscriber) is written whole, with the defaults for what is left out.
+ * is written whole, with the defaults for what is left out; one moving from another subscriber keeps
+ * the previous holder's values of those device fields instead (writeRegistration).
  */
 function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Record<string, string> {
   const left = new Set<string>();
@@ -262,7 +263,10 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // already (the check after the write drops this subscriber's reference)
       if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
-      const record = { ...newRecord(id, wanted, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt! } : {}) };
+      // a move keeps what describes the device itself (platform, environment, authorizationStatus,
+      // device) where the registration leaves it out: a sandbox token stays a sandbox token
+      const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt! } : {}) };
       const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
       return {
         create: true,

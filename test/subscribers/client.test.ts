@@ -89,6 +89,17 @@ c('a token registered by another user moves to the new subscriber', async ({ api
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'new-user')), ['$subscriber.created', '$subscription.registered']);
 });
 
+c('a moved token keeps the device fields the new registration leaves out (a sandbox token stays sandbox); those it gives replace them', async ({ api, pk }) => {
+  const device = { model: 'iPhone15,2', osVersion: '18.1' };
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'carry-a', token: token(40), platform: 'ios', environment: 'sandbox', authorizationStatus: 'provisional', device });
+  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: 'carry-b', token: token(40) });
+  assert.is(moved.status, 201, moved.text);
+  const s = moved.body.data;
+  assert.equal([s.externalId, s.platform, s.environment, s.authorizationStatus, s.device], ['carry-b', 'ios', 'sandbox', 'provisional', device]);
+  const again = await api.post('/v1/client/subscriptions', pk, { externalId: 'carry-c', token: token(40), environment: 'production', device: { model: 'iPad' } });
+  assert.equal([again.body.data.platform, again.body.data.environment, again.body.data.device], ['ios', 'production', { model: 'iPad' }]);
+});
+
 c('50 parallel registrations of the same token end with exactly one subscription', async ({ api, pk, service, boot }) => {
   const replies = await Promise.all(Array.from({ length: 50 }, () => api.post('/v1/client/subscriptions', pk, { externalId: 'racer', channel: 'push', token: token(4), platform: 'ios' })));
   assert.ok(replies.every((r) => r.status === 200 || r.status === 201));
