@@ -4,6 +4,7 @@ import { ApiError, type ErrorDetail } from './errors.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
 import { EXPRESSION_EVENT_PATTERN, validateExpression, type Expression } from './expressions.js';
 import { checkBody } from './validator.js';
+import { MAX_NESTING, MAX_STEPS, STEP_TYPES } from './workflow-limits.js';
 
 /**
  * The workflow definition language (docs/workflows.md): a trigger, a tree of steps, and an
@@ -27,11 +28,6 @@ export type Step =
 
 export type WorkflowDefinition = { trigger: { event: string; where?: Expression }; steps: Step[]; cancelOn?: { event: string; where?: Expression } };
 
-export const STEP_TYPES = ['sleep', 'wait', 'branch', 'send', 'exit'] as const;
-/** Most steps of a definition, nested ones counted. */
-export const MAX_STEPS = 50;
-/** Deepest step list: the top-level `steps` is level 1, a branch's `then` inside it level 2... */
-export const MAX_NESTING = 5;
 export const MIN_STEP_DURATION_MS = 1_000;
 export const MAX_STEP_DURATION_MS = 90 * 86_400_000;
 export const STEP_NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,47}$';
