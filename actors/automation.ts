@@ -187,7 +187,7 @@ export class Automation {
     let conditions: readonly EventCondition[] = defs.keptConditions;
     if (versionOf.size) {
       conditions = [...conditions];
-      for (const v of versionOf.values()) if (v) (conditions as EventCondition[]).push(...conditionsOf(v));
+      for (const v of versionOf.values()) if (v) (conditions as EventCondition[]).push(...readsOf(v).conditions);
     }
     if (versionOf.size) topicIdBySlug = await this.loadForOldVersions(p, tenantId, defs, state, versionOf.values(), topicIdBySlug);
     const firstEvent = todo.find((i) => i.kind === 'event');
@@ -371,7 +371,7 @@ export class Automation {
     const slugs = new Set<string>();
     for (const v of versions) {
       if (!v) continue;
-      const needs = needsOfVersion(v);
+      const needs = readsOf(v);
       topics ||= needs.needs.topics && !defs.needs.topics;
       subscriptions ||= needs.needs.subscriptions && !defs.needs.subscriptions;
       for (const slug of needs.topicSlugs) if (!topicIdBySlug.has(slug)) slugs.add(slug);
@@ -437,19 +437,18 @@ export class Automation {
   }
 }
 
-const versionNeeds = new WeakMap<object, ReturnType<typeof needsOf>>();
-/** What a workflow version's expressions read (computed once per version). */
-function needsOfVersion(version: VersionDef): ReturnType<typeof needsOf> {
-  let out = versionNeeds.get(version);
-  if (!out) versionNeeds.set(version, (out = needsOf(workflowExpressions(version.definition))));
-  return out;
-}
-
-const versionConditions = new WeakMap<object, EventCondition[]>();
-/** The event conditions of a workflow version's expressions (computed once per version). */
-function conditionsOf(version: { definition: Parameters<typeof workflowExpressions>[0] }): EventCondition[] {
-  let out = versionConditions.get(version);
-  if (!out) versionConditions.set(version, (out = workflowExpressions(version.definition).flatMap((e) => eventConditions(e))));
+type VersionReads = ReturnType<typeof needsOf> & { conditions: EventCondition[] };
+const versionReads = new WeakMap<object, VersionReads>();
+/**
+ * What a workflow version's expressions read, computed once per version: every event condition (each
+ * with its own window), and the kept conditions, topic slugs and state they need loaded (`needsOf`).
+ */
+function readsOf(version: VersionDef): VersionReads {
+  let out = versionReads.get(version);
+  if (!out) {
+    const expressions = workflowExpressions(version.definition);
+    versionReads.set(version, (out = { ...needsOf(expressions), conditions: expressions.flatMap((e) => eventConditions(e)) }));
+  }
   return out;
 }
 

@@ -79,7 +79,7 @@ type ParamLayer = {
  * addressed the subscriber `jane doe`. A capture that is not valid percent-encoding stays as it is,
  * as @koa/router does (the route then answers 404 for an id or slug that cannot exist).
  */
-export function pathParams(names: { name: string }[], captures: string[], params: Record<string, string> = {}): Record<string, string> {
+function pathParams(names: { name: string }[], captures: string[], params: Record<string, string> = {}): Record<string, string> {
   for (let i = 0; i < captures.length; i++) {
     const name = names[i]?.name;
     const raw = captures[i];
