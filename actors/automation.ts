@@ -13,6 +13,7 @@ import { isRedisUnavailable } from '../streams/redis.js';
 import { createMessage, runStepIdempotencyKey } from '../streams/messages.js';
 import { runDepth } from '../streams/workflow-runs.js';
 import { queueBackfills } from '../streams/segments.js';
+import { indexMember } from '../streams/subscriber-list.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
@@ -398,8 +399,14 @@ export class Automation {
     const subject = subjectOf(state, topicIdBySlug, defs.kept, nowMs);
     const after = new Set<string>();
     if (state.exists) for (const segment of defs.segments) if (evaluate(segment.where, subject)) after.add(segment.id);
-    for (const id of after) if (!before.has(id)) ops.push(['zadd', keys.segmentMembers(p, tenantId, id), 0, x]);
-    for (const id of before) if (!after.has(id)) ops.push(['zrem', keys.segmentMembers(p, tenantId, id), x, '-']);
+    // A member is `<sub_ id>|<externalId>` (`indexMember`: listed newest first, like the subscriber index); the
+    // id it was added under is kept in `sid`, so a subscriber deleted and created again (a new id)
+    // leaves its old members under the old id and joins under the new one.
+    const held = indexMember(state.automation.sid, x);
+    const current = state.exists ? indexMember(state.record.id, x) : held;
+    for (const id of before) if (!after.has(id) || current !== held) ops.push(['zrem', keys.segmentMembers(p, tenantId, id), held, '-']);
+    for (const id of after) if (!before.has(id) || current !== held) ops.push(['zadd', keys.segmentMembers(p, tenantId, id), 0, current]);
+    if (after.size > 0 && current !== held) ops.push(['hset', autoKey, 'sid', state.record.id!]);
     if (before.size !== after.size || [...after].some((id) => !before.has(id))) ops.push(['hset', autoKey, 'segs', JSON.stringify([...after])]);
     // the earliest moment a counted event of a windowed segment condition leaves its window
     let due: number | null = null;

@@ -16,6 +16,7 @@ import type { TenantScope } from '../streams/subscriber-writes.js';
 import { invalidateSubscription, toSubscription, type Subscription } from '../streams/subscriptions.js';
 import { topicMemberPage, type MemberPosition } from '../streams/topic-members.js';
 import { findTopic } from '../streams/topics.js';
+import { indexedExternalId } from '../streams/subscriber-list.js';
 
 /** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
 type PushAnswer = { outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number };
@@ -233,7 +234,7 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   if ('segment' in to) {
     const id = await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment);
     if (!id) return null;
-    return { index: (p) => keys.segmentMembers(p, scope.tenantId, id), pick: async (_p, members) => members };
+    return { index: (p) => keys.segmentMembers(p, scope.tenantId, id), pick: async (_p, members) => members.map(indexedExternalId) };
   }
   const where = (to as { where: Expression }).where;
   let cache = definitionsCaches.get(redis);
@@ -243,7 +244,7 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   const needs = needsOf([where]);
   return {
     index: (p) => keys.subscriberIndex(p, scope.tenantId),
-    pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map((m) => m.slice(m.indexOf('|') + 1)), where, kept, { ...needs.needs, topicSlugs: needs.topicSlugs }),
+    pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map(indexedExternalId), where, kept, { ...needs.needs, topicSlugs: needs.topicSlugs }),
   };
 }
 

@@ -143,7 +143,7 @@ export function createKeys(prefix: string) {
      *  time-bucketed event counters, `<condition key>|<bucket start ms>` (or `|all`) → count, with
      *  `<condition key>|init` → 1 once the counter was seeded from the timeline (fields with a `|`) */
     automation: (n: number, tenantId: string, externalId: string) => `${p(n)}:auto:${tenantId}:${externalId}`,
-    /** zset (score 0) of the externalIds of a segment's members in this partition */
+    /** zset (score 0) of a segment's members in this partition, `<sub_ id>|<externalId>` (streams/subscriber-list.ts `indexMember`) */
     segmentMembers: (n: number, tenantId: string, segmentId: string) => `${p(n)}:segm:${tenantId}:${segmentId}`,
     /** hash: a workflow run (see streams/workflow-runs.ts for the fields) */
     run: (n: number, tenantId: string, runId: string) => `${p(n)}:run:${tenantId}:${runId}`,

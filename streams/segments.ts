@@ -12,6 +12,7 @@ import { diff, sameJson, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 import { loadSubscribers, type Subscriber } from './subscribers.js';
+import { indexedExternalId } from './subscriber-list.js';
 
 /** Progress of the pass that computes a segment's membership over the existing subscribers. */
 export type Backfill = { status: 'pending' | 'running' | 'completed'; processed: number; total: number | null; startedAt: string | null; completedAt: string | null };
@@ -227,19 +228,20 @@ export const SEGMENT_AUDITS = {
 };
 
 /**
- * One page of a segment's members, by externalId ascending (byte order) across all partitions:
- * each partition's member set is read from `after` on (`limit + 1` of them), merged, and cut.
- * `total` is the member count; `next` the last externalId of the page when there are more.
- * Members whose subscriber no longer exists are left out of the page.
+ * One page of a segment's members, newest subscriber first across all partitions (members are
+ * `<sub_ id>|<externalId>`, `indexMember`, as in the subscriber index): each partition's member set
+ * is read from before `after` down (`limit + 1` of them), merged, and cut. `total` is the member
+ * count; `next` the last member of the page when there are more. Members whose subscriber no
+ * longer exists are left out of the page.
  */
 export async function segmentMemberPage(
   redis: Redis, keys: Keys, scope: SegmentScope, segmentId: string, limit: number, after: string | null,
 ): Promise<{ items: Subscriber[]; next: string | null; total: number }> {
   const tenantId = scope.tenant.id;
-  const min = after === null ? '-' : `(${after}`;
+  const max = after === null ? '+' : `(${after}`;
   const pipeline = redis.pipeline();
   for (let p = 0; p < scope.partitions; p++) {
-    pipeline.zrange(keys.segmentMembers(p, tenantId, segmentId), min, '+', 'BYLEX', 'LIMIT', 0, limit + 1);
+    pipeline.zrange(keys.segmentMembers(p, tenantId, segmentId), max, '-', 'BYLEX', 'REV', 'LIMIT', 0, limit + 1);
     pipeline.zcard(keys.segmentMembers(p, tenantId, segmentId));
   }
   const replies = (await pipeline.exec()) ?? [];
@@ -251,9 +253,9 @@ export async function segmentMemberPage(
     candidates.push(...(members as string[]));
     total += Number(replies[2 * p + 1]![1]);
   }
-  // Redis orders members by their bytes; so must the merge
-  candidates.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  // Redis orders members by their bytes; so must the merge (ids are ASCII, externalIds need not be)
+  candidates.sort((a, b) => Buffer.compare(Buffer.from(b), Buffer.from(a)));
   const page = candidates.slice(0, limit);
-  const items = (await loadSubscribers(redis, keys, { workspaceId: scope.workspace.id, tenantId, partitions: scope.partitions }, page)).filter((s): s is Subscriber => s !== null);
+  const items = (await loadSubscribers(redis, keys, { workspaceId: scope.workspace.id, tenantId, partitions: scope.partitions }, page.map(indexedExternalId))).filter((s): s is Subscriber => s !== null);
   return { items, next: candidates.length > limit ? page[page.length - 1]! : null, total };
 }

@@ -8,7 +8,8 @@ import {
 } from '../../streams/segments.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
-import { encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
+import { isSubscriberPosition } from '../../streams/subscriber-list.js';
 import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 
 /**
@@ -189,8 +190,8 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     operationId: listSegmentMembers
    *     summary: A segment's members
    *     description: |
-   *       Scope `segments:read`. The subscribers in the segment now, by `externalId` ascending (byte
-   *       order), keyset pagination, with `total` (the member count). Membership is kept by the workers: it follows
+   *       Scope `segments:read`. The subscribers in the segment now, newest subscriber first (by when the
+   *       subscriber was created, as `GET /v1/subscribers` lists them), keyset pagination, with `total` (the member count). Membership is kept by the workers: it follows
    *       events within moments, and the backfill must be `completed` for subscribers that existed before the rule.
    *     tags: [Segments]
    *     parameters:
@@ -208,6 +209,8 @@ export function registerSegments(router: Router, deps: AppDeps): void {
   router.get('/v1/segments/:segmentSlug/members', read, async (ctx) => {
     const segment = await segmentOf(ctx); // 404 first, whatever the query holds (spec 2.3)
     const { limit, after } = pageRequest(ctx);
+    // the position is a member, `<sub_ id>|<externalId>`: anything else is another list's cursor (or forged)
+    if (after !== null && !isSubscriberPosition(after)) throw badCursor();
     const page = await segmentMemberPage(redis, keys, scopeOf(ctx), segment.id, limit, after);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(page.next), total: page.total });
   });

@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import { checkBody } from '../../lib/validator.js';
 import { isId } from '../../lib/ids.js';
 import { deleteSubscriber, getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
-import { listSubscribers } from '../../streams/subscriber-list.js';
+import { isSubscriberPosition, listSubscribers } from '../../streams/subscriber-list.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { listSubscriptions, removeSubscription, setSubscriptionEnabled, getSubscription } from '../../streams/subscriptions.js';
 import { AuditTrail } from '../../streams/subscriber-audit.js';
@@ -246,11 +246,4 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     const { preferences } = await updatePreferences(redis, keys, scope, externalId, update, { audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, preferences);
   });
-}
-
-/** A subscriber-index member (`<sub_ id>|<externalId>`), the position a subscribers cursor holds. */
-function isSubscriberPosition(member: string): boolean {
-  const bar = member.indexOf('|');
-  const externalId = member.slice(bar + 1);
-  return bar > 0 && isId('subscriber', member.slice(0, bar)) && externalId.length >= 1 && [...externalId].length <= 256;
 }

@@ -9,6 +9,7 @@ import { auditIntent } from '../../streams/audit-outbox.js';
 import type { Ref } from '../../streams/ledger.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { PENDING } from '../../streams/segments.js';
+import { partitionOf } from '../../lib/partition.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; refs: { workspace: Ref; tenant: Ref } };
 const seg = suite<Ctx>('segment membership kept by the actors');
@@ -142,6 +143,44 @@ seg('a subscriber deleted and created again starts counting from zero: the old o
   await new Promise((r) => setTimeout(r, 700));
   assert.equal(await members(ctx, 'ordered-thrice'), []);
   assert.equal(await members(ctx, 'ordered-twice'), ['reborn']);
+});
+
+seg('members list newest subscriber first, each member under its subscriber\'s id, also after a delete and re-creation', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  await api.post('/v1/segments', key, { slug: 'plan-max', where: { attribute: 'plan', eq: 'max' } });
+  const ids: Record<string, string> = {};
+  for (const x of ['max-1', 'max-2', 'max-3']) {
+    ids[x] = (await api.post('/v1/subscribers', key, { externalId: x, properties: { plan: 'max' } })).body.data.id;
+    await new Promise((r) => setTimeout(r, 5)); // ids are time-ordered by the millisecond
+  }
+  await until(ctx, 'plan-max', ['max-1', 'max-2', 'max-3'], 'three members');
+  const listed = async () => (await api.get('/v1/segments/plan-max/members', key)).body.data.items as { externalId: string; createdAt: string }[];
+  assert.equal((await listed()).map((s) => s.externalId), ['max-3', 'max-2', 'max-1']);
+  const walked: string[] = [];
+  let cursor: string | null = null;
+  for (let page = 0; page < 5; page++) {
+    const res: any = await api.get(`/v1/segments/plan-max/members?limit=1${cursor ? `&cursor=${cursor}` : ''}`, key);
+    assert.is(res.body.data.total, 3);
+    walked.push(...res.body.data.items.map((s: any) => s.externalId));
+    cursor = res.body.data.nextCursor;
+    if (!cursor) break;
+  }
+  assert.equal(walked, ['max-3', 'max-2', 'max-1']);
+  const foreign = (await api.get('/v1/topics?limit=1', key)).body.data.nextCursor ?? 'bm90LWEtY3Vyc29y';
+  assert.is((await api.get(`/v1/segments/plan-max/members?cursor=${foreign}`, key)).status, 400, 'another list\'s cursor');
+
+  const segmentId = (await api.get('/v1/segments/plan-max', key)).body.data.id;
+  const set = (x: string) => service.keys.segmentMembers(partitionOf(tenantId, x, service.config.partitions), tenantId, segmentId);
+  const stored = async (x: string) => (await service.redis.zrange(set(x), 0, -1)).filter((m) => m.endsWith(`|${x}`) || m === x);
+  assert.equal(await stored('max-1'), [`${ids['max-1']}|max-1`]);
+
+  // deleted and created again at once: the old id's member goes, the new one's comes, listed newest
+  assert.is((await api.del('/v1/subscribers/max-2', key)).status, 200);
+  const reborn = (await api.post('/v1/subscribers', key, { externalId: 'max-2', properties: { plan: 'max' } })).body.data.id;
+  assert.is.not(reborn, ids['max-2']);
+  await waitFor('max-2 held under its new id only', async () => JSON.stringify(await stored('max-2')) === JSON.stringify([`${reborn}|max-2`]), 10_000, 50);
+  assert.equal((await listed()).map((s) => s.externalId), ['max-2', 'max-3', 'max-1']);
+  assert.is((await api.get('/v1/segments/plan-max', key)).body.data.memberCount, 3);
 });
 
 seg('a segment created over an existing population is backfilled, with progress, and resumes nothing twice', async (ctx) => {
