@@ -70,7 +70,7 @@ export function sameJson(a: unknown, b: unknown): boolean {
   if (Array.isArray(a)) return a.length === (b as unknown[]).length && a.every((v, i) => sameJson(v, (b as unknown[])[i]));
   const ka = Object.keys(a);
   const kb = Object.keys(b);
-  return ka.length === kb.length && ka.every((k) => sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+  return ka.length === kb.length && ka.every((k) => Object.hasOwn(b, k) && sameJson((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
 }
 
 /** Field-by-field difference of two records: what changed, and what it was before. */
@@ -78,9 +78,11 @@ export function diff(before: Record<string, unknown>, after: Record<string, unkn
   const changes: Record<string, unknown> = {};
   const previousAttributes: Record<string, unknown> = {};
   for (const field of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    if (sameJson(before[field], after[field])) continue;
-    changes[field] = after[field] ?? null;
-    previousAttributes[field] = before[field] ?? null;
+    const was = Object.hasOwn(before, field) ? before[field] ?? null : null;
+    const is = Object.hasOwn(after, field) ? after[field] ?? null : null;
+    if (sameJson(was, is)) continue;
+    changes[field] = is;
+    previousAttributes[field] = was;
   }
   return Object.keys(changes).length ? { changes, previousAttributes } : null;
 }

@@ -109,9 +109,12 @@ function propertyDiff(before: Record<string, unknown>, after: Record<string, unk
   const changes: Record<string, unknown> = {};
   const previous: Record<string, unknown> = {};
   for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    if (sameJson(before[k], after[k])) continue;
-    changes[k] = k in after ? after[k] : null;
-    previous[k] = k in before ? before[k] : null;
+    // own keys only: a property may be called `toString` or `constructor`
+    const was = Object.hasOwn(before, k) ? before[k] : null;
+    const is = Object.hasOwn(after, k) ? after[k] : null;
+    if (sameJson(was, is)) continue;
+    changes[k] = is;
+    previous[k] = was;
   }
   return { changes, previous };
 }
@@ -198,7 +201,7 @@ export function fittingProperties(into: Record<string, unknown>, from: Record<st
   const merged: Record<string, unknown> = { ...into };
   const added: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(from)) {
-    if (k in merged) continue;
+    if (Object.hasOwn(merged, k)) continue;
     merged[k] = v;
     if (propertiesBytes(merged) > MAX_PROPERTIES_BYTES) delete merged[k];
     else added[k] = v;

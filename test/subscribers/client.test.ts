@@ -275,6 +275,13 @@ c('identify writes $identify, sets attributes and merges the anonymous subscribe
   assert.is(names(await inboxEvents(service, boot.tenant.id, 'anon-123')).at(-1), '$subscriber.deleted');
 });
 
+c('a merge keeps the anonymous subscriber\'s properties named like Object\'s own members', async ({ api, pk, boot }) => {
+  await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'anon-builtins', properties: { constructor: 'c', toString: 't', valueOf: 1, plan: 'pro' } });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'user-builtins', anonymousId: 'anon-builtins' });
+  assert.is(res.status, 200, JSON.stringify(res.body.error));
+  assert.equal(res.body.data.properties, { constructor: 'c', toString: 't', valueOf: 1, plan: 'pro' });
+});
+
 c('a merge moves the anonymous subscriber\'s topics too, and deletes it', async ({ api, pk, boot }) => {
   await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-topic', channel: 'push', token: token(70), platform: 'ios' });
   await api.post('/v1/topics', boot.keys.tenant, { slug: 'merge-news' });

@@ -44,6 +44,18 @@ subs('an update writes $subscriber.updated with only the changed fields, and not
   assert.is(events[1]!.source, 'system');
 });
 
+subs('properties named like Object\'s own members (toString, constructor, valueOf) are changed and reported like any other', async ({ api, key, service, tenantId }) => {
+  await api.post('/v1/subscribers', key, { externalId: 'builtin-names', properties: { toString: 3, plan: 'pro' } });
+  const res = await api.patch('/v1/subscribers/builtin-names', key, { properties: { toString: null, constructor: 'x', valueOf: 0 } });
+  assert.is(res.status, 200);
+  assert.equal(res.body.data.properties, { plan: 'pro', constructor: 'x', valueOf: 0 });
+  const [, updated] = await inboxEvents(service, tenantId, 'builtin-names');
+  assert.equal(updated!.data, {
+    changes: { properties: { toString: null, constructor: 'x', valueOf: 0 } },
+    previousAttributes: { properties: { toString: 3, constructor: null, valueOf: null } },
+  });
+});
+
 subs('the 8 KB bound of properties holds for the merged result: an update that would go over is 400 on properties and stores nothing', async ({ api, key, service, tenantId }) => {
   const half = 'x'.repeat(5000);
   assert.is((await api.post('/v1/subscribers', key, { externalId: 'grow', properties: { a: half } })).status, 201);
