@@ -19,7 +19,9 @@ import { registerWorkflows } from './routes/workflows.js';
 
 /** The Koa application of the web role. */
 export function createApp(deps: AppDeps): Koa {
-  const app = new Koa({ proxy: true });
+  // X-Forwarded-For is read from the right, as far as the trusted proxies go: a caller can prepend anything
+  const hops = deps.config.trustProxyHops;
+  const app = new Koa({ proxy: hops > 0, maxIpsCount: hops });
   const router = new RoutesBySegment();
   registerHealth(router, deps);
   registerOpenApi(router);

@@ -32,6 +32,13 @@ export type Config = {
   retentionMs: number;
   /** Largest accepted request body in bytes. `HTTP_BODY_LIMIT_BYTES`, default 1 MiB. */
   bodyLimitBytes: number;
+  /**
+   * Proxies in front of the web role whose `X-Forwarded-*` headers are believed. `TRUST_PROXY_HOPS`,
+   * default 1 (a Heroku-style router): the client address is the one that many entries from the right
+   * of `X-Forwarded-For` (what a caller writes further left is not believed). 0: no forwarded header
+   * is believed; the address is the socket's, the host and scheme the request's own.
+   */
+  trustProxyHops: number;
   /** Roles `npm start` runs in one process. `HERALD_ROLES`, default all four. */
   roles: Role[];
   /** How long an authenticated key stays cached in a process. `KEY_CACHE_TTL_SECONDS`, default 30. */
@@ -189,6 +196,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
     retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,
     bodyLimitBytes: integer(e, 'HTTP_BODY_LIMIT_BYTES', 1_048_576, 1024, 64 * 1_048_576),
+    trustProxyHops: integer(e, 'TRUST_PROXY_HOPS', 1, 0, 10),
     roles: roles(e.HERALD_ROLES),
     keyCacheTtlMs: integer(e, 'KEY_CACHE_TTL_SECONDS', 30, 0, 3600) * 1000,
     production: e.NODE_ENV === 'production',

@@ -1,0 +1,50 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { auditEntries } from '../helpers/audit.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
+
+/** Which forwarded headers the web role believes (TRUST_PROXY_HOPS): the audit's request.ip and the events token url. */
+const proxy = suite('forwarded headers');
+
+async function topicAudit(service: TestService, name: string, headers: Record<string, string>) {
+  const api = client(service.url);
+  const boot = await bootstrapWorkspace(service, name);
+  assert.is((await api.post('/v1/topics', boot.keys.tenant, { slug: 'proxied' }, headers)).status, 201);
+  const entry = await waitFor('topic.created audited', async () => (await auditEntries(service, boot.workspace.id)).find((e) => e.type === 'topic.created'), 5_000);
+  const token = await api.get('/v1/events/token', boot.keys.tenant, headers);
+  return { ip: entry.request.ip as string, url: token.body.data.url as string };
+}
+
+const FORWARDED = { 'x-forwarded-for': '6.6.6.6, 198.51.100.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' };
+
+proxy('by default one proxy is trusted: the address it appended (the rightmost), not what the caller wrote before it', async () => {
+  const service = await startTestService('proxy-one');
+  try {
+    const seen = await topicAudit(service, 'proxy-one', FORWARDED);
+    assert.is(seen.ip, '198.51.100.9');
+    assert.is(seen.url, 'https://api.example.com/v1/events');
+  } finally {
+    await service.stop();
+  }
+});
+
+proxy('TRUST_PROXY_HOPS=2 believes two entries from the right; 0 believes no forwarded header', async () => {
+  const two = await startTestService('proxy-two', { TRUST_PROXY_HOPS: '2' });
+  try {
+    assert.is((await topicAudit(two, 'proxy-two', FORWARDED)).ip, '6.6.6.6');
+  } finally {
+    await two.stop();
+  }
+  const none = await startTestService('proxy-none', { TRUST_PROXY_HOPS: '0' });
+  try {
+    const seen = await topicAudit(none, 'proxy-none', FORWARDED);
+    assert.match(seen.ip, /^(::ffff:)?127\.0\.0\.1$|^::1$/);
+    assert.match(seen.url, /^http:\/\/(127\.0\.0\.1|localhost):\d+\/v1\/events$/);
+  } finally {
+    await none.stop();
+  }
+});
+
+proxy.run();
