@@ -27,8 +27,13 @@ export async function signEventsToken(secret: Uint8Array, claims: EventsTokenCla
 /** The claims of a valid events token and when it expires, or null when it is invalid or expired. */
 export async function verifyEventsToken(secret: Uint8Array, token: string): Promise<(EventsTokenClaims & { expiresAt: string }) | null> {
   try {
-    const { payload } = await jwtVerify(token, secret, { issuer: ISSUER, audience: AUDIENCE, algorithms: ['HS256'], currentDate: new Date(now()) });
+    // valid for one hour (spec Part 8) whatever a token says of its own expiry: one signed with a leaked
+    // secret to last longer is refused, and one issued in the future too
+    const { payload } = await jwtVerify(token, secret, {
+      issuer: ISSUER, audience: AUDIENCE, algorithms: ['HS256'], currentDate: new Date(now()), maxTokenAge: EVENTS_TOKEN_TTL_SECONDS, requiredClaims: ['iat', 'exp'],
+    });
     if (typeof payload.sub !== 'string' || typeof payload.wid !== 'string' || typeof payload.key !== 'string' || payload.scope !== 'events:read' || typeof payload.exp !== 'number') return null;
+    if (payload.exp - payload.iat! > EVENTS_TOKEN_TTL_SECONDS || payload.iat! * 1000 > now() + 60_000) return null;
     return { tenantId: payload.sub, workspaceId: payload.wid, keyId: payload.key, expiresAt: new Date(payload.exp * 1000).toISOString() };
   } catch {
     return null;

@@ -209,6 +209,15 @@ auth('an expired events token is 401 invalid_session', async ({ service, api, ac
     .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(iat + 7200).setExpirationTime(iat + 7200 + 3600)
     .sign(secret);
   isOk(await api.get('/v1/events/names', fresh));
+  // a token that gives itself more than the hour (signed with the secret, had it leaked) is refused, even within its first hour
+  const sign = (issued: number, expires: number) => new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer('herald').setAudience('herald:events').setSubject(acme.tenant.id).setIssuedAt(issued).setExpirationTime(expires)
+    .sign(secret);
+  const nowS = iat + 7200;
+  isError(await api.get('/v1/events/names', await sign(nowS, nowS + 365 * 86_400)), 401, 'invalid_session');
+  isError(await api.get('/v1/events/names', await sign(nowS - 3 * 3600, nowS + 600)), 401, 'invalid_session');
+  isError(await api.get('/v1/events/names', await sign(nowS + 1800, nowS + 3600)), 401, 'invalid_session');
 });
 
 auth('a valid events token reads the catalog, volume, recent events and timelines of its tenant', async ({ api, acme }) => {
