@@ -86,8 +86,9 @@ async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Pro
  * Authenticates the caller, checks the key kind against the route's plane, resolves the tenant
  * or workspace, then checks the route's scope. Sets `ctx.state.auth`, then reads the request's
  * JSON body: nothing of a request is parsed before its caller is known.
- * A route needing a session-only scope (spec 5.7) answers every API key 403 `missing_permission`,
- * whatever its kind or workspace: no key can ever hold that scope.
+ * A route needing a session-only scope (spec 5.7) answers every API key of the right kind and
+ * workspace 403 `missing_permission`: no key can ever hold that scope. The wrong kind or another
+ * workspace is 403 `forbidden` first, as on every route (spec Part 7).
  */
 export function authorize(deps: AppDeps, plane: Plane, scope: string | null, options: AuthOptions = {}) {
   const body = jsonBody(deps.config.bodyLimitBytes);
@@ -99,7 +100,6 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
       return body(ctx, next);
     }
     const principal = await authenticate(ctx, deps, credential);
-    if (sessionOnly) throw new ApiError(403, 'missing_permission', `The scope ${scope} is session-only; no API key can hold it`);
     const kind = principal.key.kind;
     let tenant: Tenant | null = null;
     if (plane === 'client') {
@@ -113,6 +113,7 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     } else {
       tenant = await tenantFor(ctx, deps, principal);
     }
+    if (sessionOnly) throw new ApiError(403, 'missing_permission', `The scope ${scope} is session-only; no API key can hold it`);
     if (scope !== null && !hasScope(principal.key.scopes, scope)) throw new ApiError(403, 'missing_permission', `This key lacks the scope ${scope}`);
     const state: AuthState = { principal, workspace: principal.workspace, tenant };
     ctx.state.auth = state;

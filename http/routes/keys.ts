@@ -12,8 +12,9 @@ export function registerKeys(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: revokeKey
    *     summary: Revoke an API key
-   *     description: Requires the session-only scope `keys:write`, which no API key can hold, so every API key
-   *       is answered 403 `missing_permission` until dashboard sessions exist; operators revoke with
+   *     description: Requires the session-only scope `keys:write`, which no API key can hold, so every workspace
+   *       key of the workspace is answered 403 `missing_permission` until dashboard sessions exist (a tenant or
+   *       client key, or another workspace's key, is 403 `forbidden` first, as on every workspace route); operators revoke with
    *       `npx herald key revoke`. Revocation takes effect at once in every process.
    *     tags: [Keys]
    *     parameters:

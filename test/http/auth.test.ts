@@ -283,10 +283,12 @@ auth('a key with * still gets 403 missing_permission on the session-only keys:wr
   assert.match(res.body.error.message, /keys:write/);
 });
 
-auth('the session-only keys:write route is 403 missing_permission for every API key, whatever its kind or workspace', async ({ api, acme, globex }) => {
+auth('the session-only keys:write route checks the key kind and workspace first (403 forbidden), as every workspace route does', async ({ api, acme, globex }) => {
   for (const key of [acme.keys.tenant, acme.keys.client, globex.keys.workspace]) {
-    isError(await api.del('/v1/workspaces/acme/keys/key_x', key), 403, 'missing_permission');
+    isError(await api.del('/v1/workspaces/acme/keys/key_x', key), 403, 'forbidden');
   }
+  isError(await api.del('/v1/workspaces/globex/keys/key_x', acme.keys.workspace), 403, 'forbidden');
+  isError(await api.del('/v1/workspaces/globex/keys/key_x', globex.keys.workspace), 403, 'missing_permission');
   // authentication still comes first
   isError(await api.del('/v1/workspaces/acme/keys/key_x', 'svc_ws_unknown'), 401, 'invalid_api_key');
 });
