@@ -78,22 +78,22 @@ const UNAUTHORIZED = { $ref: '#/components/responses/Unauthorized' };
 const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
 
 /**
- * Lists on every credentialed operation the error statuses it can answer (spec Part 7: 401, 403;
- * 400 where it takes a body or query; 404 where its path names a resource; 413
+ * Lists on every credentialed operation the error statuses it can answer (spec 4: "the errors of
+ * Part 7 for 401, 403 and 404 apply to every credentialed endpoint", so those three everywhere, 404
+ * included where the path names no resource; 400 where it takes a body or query; 413
  * `payload_too_large` where a body is read), so a client reading the document sees each status
  * it may get, not only `default`. Statuses an `@openapi` block already lists are left as written.
  */
 function listErrorAnswers(paths: Paths): void {
-  for (const [path, item] of Object.entries(paths)) {
+  for (const item of Object.values(paths)) {
     const pathParams = ((item.parameters ?? []) as { in?: string }[]);
     for (const [method, value] of Object.entries(item)) {
       if (!METHODS.has(method)) continue;
       const op = value as Operation;
       if (Array.isArray(op.security) && op.security.length === 0) continue;
       const params = [...pathParams, ...(op.parameters ?? [])];
-      const statuses = ['401', '403'];
+      const statuses = ['401', '403', '404'];
       if (op.requestBody || params.some((p) => p.in === 'query' || p.in === 'path' || '$ref' in p)) statuses.unshift('400');
-      if (path.includes('{')) statuses.push('404');
       if (BODY_METHODS.has(method)) statuses.push('413');
       op.responses ??= {};
       for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : ERROR;

@@ -233,6 +233,13 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   const timeline = doc.paths['/v1/subscribers/{externalId}/timeline'].get.responses;
   for (const status of ['400', '401', '403', '404']) assert.ok(timeline[status], status);
   assert.not.ok(doc.paths['/v1/health'].get.responses['401']);
+  // spec 4: the 401, 403 and 404 of Part 7 apply to every credentialed endpoint, so every one declares them
+  for (const [path, item] of Object.entries<any>(doc.paths)) {
+    for (const [method, op] of Object.entries<any>(item)) {
+      if (!op?.responses || (Array.isArray(op.security) && op.security.length === 0)) continue;
+      for (const status of ['401', '403', '404']) assert.ok(op.responses[status], `${method} ${path} declares ${status}`);
+    }
+  }
   // a body over HTTP_BODY_LIMIT_BYTES is 413 wherever a body is read, and only there
   assert.ok(doc.paths['/v1/events'].post.responses['413']);
   assert.not.ok(doc.paths['/v1/events'].get.responses['413']);
