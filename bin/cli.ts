@@ -223,9 +223,12 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
  * line: no reconnecting (that only delays the message), and an 'error' listener so ioredis
  * prints no "Unhandled error event" stack traces of its own.
  */
+const CLI_COMMAND_TIMEOUT_MS = 10_000;
+
 async function openRedis(target: RedisTarget): Promise<Redis> {
   const seen: { error?: Error } = {};
-  const redis = connectRedis(target, { lazyConnect: true, retryStrategy: () => null });
+  // a Redis that accepts the connection but never answers (paused, a partition) fails the run too
+  const redis = connectRedis(target, { lazyConnect: true, retryStrategy: () => null, commandTimeout: CLI_COMMAND_TIMEOUT_MS });
   redis.on('error', (err: Error) => (seen.error = err));
   try {
     await redis.connect();

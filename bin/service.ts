@@ -10,7 +10,7 @@ import { startHeartbeat } from '../streams/heartbeat.js';
 import { checkPartitionCount } from '../streams/partition-leases.js';
 import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { checkDatabase, coalesceWrites, connectRedis, describeTarget } from '../streams/redis.js';
+import { checkDatabase, coalesceWrites, connectRedis, describeTarget, isRedisUnavailable } from '../streams/redis.js';
 import { auditsSettled } from '../streams/audit-outbox.js';
 import { eventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
@@ -33,7 +33,17 @@ const AUDITS_GRACE_MS = 2_000;
  * ~205 µs). The worker's connection does not: its chains of awaited commands each waited for the
  * turn's end, and the segments bench fell (8.1–8.8k against 9.0–9.4k events/s with segments).
  */
-const commandsOf = (roles: readonly Role[]) => ({ enableAutoPipelining: roles.includes('dispatcher') });
+const commandsOf = (roles: readonly Role[]) => ({
+  enableAutoPipelining: roles.includes('dispatcher'),
+  ...(roles.length === 1 && roles[0] === 'web' ? { commandTimeout: WEB_COMMAND_TIMEOUT_MS } : {}),
+});
+/**
+ * Longest wait for one Redis reply on the web role's connection: a Redis that stalls with its
+ * connection open (paused, swapping, a network partition) answers requests 503 `unavailable` after
+ * this (clients retry 5xx, spec Part 7) instead of holding them for the whole stall. The web's
+ * commands take milliseconds; the workers' (long scripts, blocking reads) have no such limit.
+ */
+const WEB_COMMAND_TIMEOUT_MS = 5_000;
 const WEB_COMMANDS = commandsOf(['web']);
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
@@ -73,10 +83,18 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   const resolved: ResolvedRedis = await resolveRedis(config);
   const webOnly = roles.length === 1 && roles[0] === 'web';
   const redis = connectRedis(resolved.target, commandsOf(roles));
-  redis.on('error', (err: Error) => log.warn('redis connection error', { err: err.message }));
+  const seen: { error?: Error } = {};
+  redis.on('error', (err: Error) => {
+    seen.error = err;
+    log.warn('redis connection error', { err: err.message });
+  });
   const keys = createKeys(config.keyPrefix);
   try {
-    await redis.ping();
+    // ioredis's own message after its retries ("Reached the max retries per request limit") says
+    // neither what nor why: the connection's last error does
+    await redis.ping().catch((err: Error) => {
+      throw new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${(isRedisUnavailable(err) && seen.error ? seen.error : err).message}`);
+    });
     await checkDatabase(redis, resolved.target);
     await checkPartitionCount(redis, keys, config.partitions);
   } catch (err) {
@@ -93,6 +111,10 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     if (role === 'web') continue;
     for (const start of ROLE_ACTORS[role]) stops.push(await start(context));
   }
+
+  // registered before the web role, so stopped after it: with Redis unreachable its last write waits
+  // out the stop's deadline, and the web server must stop taking connections before that
+  stops.push(startHeartbeat(redis, keys, roles));
 
   if (roles.includes('web')) {
     // the web role's own command client (the roles' shared one when it runs alone)
@@ -150,7 +172,6 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       server.closeIdleConnections();
     }));
   }
-  stops.push(startHeartbeat(redis, keys, roles));
 
   let stopped = false;
   return {

@@ -99,6 +99,37 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
   assert.is(events.status, 200);
 });
 
+outage('a Redis that stalls with its connection open (paused) is answered 503 after the web\'s 5 s command limit, not for the whole stall', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/events', key, { externalId: 'stall-1', name: 'before.stall' })).status, 202);
+  ctx.redis!.kill('SIGSTOP');
+  try {
+    const reply = await within(12_000, 'POST /v1/events during a stall', () => api.post('/v1/events', key, { externalId: 'stall-1', name: 'during.stall' }));
+    assert.is(reply.status, 503, reply.text);
+    assert.is(reply.body.error.code, 'unavailable');
+    assert.ok(reply.ms >= 4_500 && reply.ms < 8_000, `answered in ${reply.ms} ms`);
+  } finally {
+    ctx.redis!.kill('SIGCONT');
+  }
+  await waitFor('the service to answer again', async () => (await within(8_000, 'POST /v1/events', () => api.post('/v1/events', key, { externalId: 'stall-1', name: 'after.stall' }))).status === 202, 15_000, 200);
+});
+
+outage('a web role stopped while Redis is down stops taking connections at once', async (ctx) => {
+  const web = await startTestService('outage-web-stop', { REDIS_URL: `redis://127.0.0.1:${ctx.port}` }, ['web', 'worker']);
+  await stopRedis(ctx);
+  try {
+    await waitFor('the service to see Redis gone', async () => web.redis.status !== 'ready', 5_000);
+    const stopping = web.stop();
+    await new Promise((r) => setTimeout(r, 500));
+    // the heartbeat's last write waits for Redis until the stop's deadline: the server must be closed by then
+    const refused = await fetch(`${web.url}/v1/health`, { signal: AbortSignal.timeout(2_000) }).then(() => false, () => true);
+    assert.ok(refused, 'a new connection 0.5 s into the stop is refused');
+    await stopping;
+  } finally {
+    await startRedis(ctx);
+  }
+});
+
 outage('a service whose Redis is down stops within its limit instead of waiting for Redis to come back', async (ctx) => {
   const all = await startTestService('outage-stop', { REDIS_URL: `redis://127.0.0.1:${ctx.port}` }, ['web', 'worker', 'dispatcher', 'scheduler']);
   await stopRedis(ctx);
