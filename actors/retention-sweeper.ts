@@ -2,7 +2,14 @@ import { now } from '../lib/clock.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
 const SWEEP_EVERY_MS = 60_000;
+/** Dedupe entries forgotten per command; a partition's expired ones go in up to DEDUPE_ROUNDS of them per sweep. */
 const DEDUPE_PER_SWEEP = 5_000;
+/**
+ * Bounds one sweep's work per partition: 100,000 expired dedupe entries a minute, what ~107,000
+ * events/s carrying ids leave at 64 partitions (13,000/s at 8), well past what ingest takes; a
+ * backlog beyond it (a long outage of the workers) goes over the next sweeps.
+ */
+const DEDUPE_ROUNDS = 20;
 const TENANTS_PER_SWEEP = 10_000;
 
 /**
@@ -19,10 +26,13 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
     const pipeline = redis.pipeline();
     for (const t of tenants) pipeline.xtrim(keys.tenantLog(p, t), 'MINID', cutoff);
     await pipeline.exec();
-    const old = await redis.zrangebyscore(keys.dedupeAge(p), '-inf', cutoff, 'LIMIT', 0, DEDUPE_PER_SWEEP);
-    if (old.length) {
-      await redis.pipeline().hdel(keys.dedupe(p), ...old).zrem(keys.dedupeAge(p), ...old).exec();
-      dedupeRemoved += old.length;
+    for (let round = 0; round < DEDUPE_ROUNDS; round++) {
+      const old = await redis.zrangebyscore(keys.dedupeAge(p), '-inf', cutoff, 'LIMIT', 0, DEDUPE_PER_SWEEP);
+      if (old.length) {
+        await redis.pipeline().hdel(keys.dedupe(p), ...old).zrem(keys.dedupeAge(p), ...old).exec();
+        dedupeRemoved += old.length;
+      }
+      if (old.length < DEDUPE_PER_SWEEP) break;
     }
   }
   return { dedupeRemoved };

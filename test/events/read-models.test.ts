@@ -240,6 +240,19 @@ reads('expired data really goes after the retention window', async ({ api, key, 
   }
 });
 
+reads('one sweep forgets every expired dedupe entry of a partition, not only the first 5,000', async ({ service }) => {
+  const p = 0;
+  const fields = Array.from({ length: 12_000 }, (_, i) => `tnt_sweep|x-${i}|id-${i}`);
+  for (let i = 0; i < fields.length; i += 1_000) {
+    const chunk = fields.slice(i, i + 1_000);
+    await service.redis.pipeline().hset(service.keys.dedupe(p), ...chunk.flatMap((f) => [f, 'l1-1'])).zadd(service.keys.dedupeAge(p), ...chunk.flatMap((f) => [1, f])).exec();
+  }
+  const { dedupeRemoved } = await sweepRetention({ config: service.config, redis: service.redis, keys: service.keys, log: console as any, target: { url: '' } });
+  assert.ok(dedupeRemoved >= 12_000, `removed ${dedupeRemoved}`);
+  assert.is(await service.redis.zcount(service.keys.dedupeAge(p), '-inf', 1), 0);
+  assert.is((await service.redis.hmget(service.keys.dedupe(p), ...fields.slice(-3))).filter(Boolean).length, 0);
+});
+
 reads('the catalog pages by keyset: a name that climbs to the top meanwhile never makes the next page repeat an entry', async ({ api, service }) => {
   const key = (await bootstrapWorkspace(service, 'reads-keyset')).keys.tenant;
   const post = (name: string, n: number) => api.post('/v1/events', key, { events: Array.from({ length: n }, (_, i) => ({ externalId: `k-${i % 2}`, name })) });
