@@ -218,16 +218,16 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
   }
 }
 
+/** Longest wait for one Redis reply: a Redis that accepts the connection but never answers fails the run. */
+const CLI_COMMAND_TIMEOUT_MS = 10_000;
+
 /**
  * The CLI's Redis client, connected. A CLI run either reaches Redis at once or says so in one
  * line: no reconnecting (that only delays the message), and an 'error' listener so ioredis
  * prints no "Unhandled error event" stack traces of its own.
  */
-const CLI_COMMAND_TIMEOUT_MS = 10_000;
-
 async function openRedis(target: RedisTarget): Promise<Redis> {
   const seen: { error?: Error } = {};
-  // a Redis that accepts the connection but never answers (paused, a partition) fails the run too
   const redis = connectRedis(target, { lazyConnect: true, retryStrategy: () => null, commandTimeout: CLI_COMMAND_TIMEOUT_MS });
   redis.on('error', (err: Error) => (seen.error = err));
   try {
