@@ -1,5 +1,7 @@
 import { now } from '../lib/clock.js';
+import { callScript } from '../streams/lua-scripts.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
+import { ACTOR_GROUP } from './subscriber-actor.js';
 
 const SWEEP_EVERY_MS = 60_000;
 /** Dedupe entries forgotten per command; a partition's expired ones go in up to DEDUPE_ROUNDS of them per sweep. */
@@ -11,16 +13,26 @@ const DEDUPE_PER_SWEEP = 5_000;
  */
 const DEDUPE_ROUNDS = 20;
 const TENANTS_PER_SWEEP = 10_000;
+/** Deleted subscribers looked at per script call, and calls per partition per sweep (a backlog goes over the next sweeps). */
+const DELETED_PER_CALL = 1_000;
+const DELETED_ROUNDS = 10;
+/** A deleted subscriber whose state cannot go yet is looked at again this much later. */
+const DELETED_RETRY_MS = 3_600_000;
+/** How far web and Redis clocks may differ (a deletion's ms against inbox entry ids). */
+const CLOCK_MARGIN_MS = 600_000;
 
 /**
  * Makes expired data really go: every minute one worker (a short lock) trims each partition's
- * tenant logs to the retention window and forgets dedupe keys older than it. Timelines, volume
- * buckets and HyperLogLogs expire by themselves (PEXPIREAT set when written).
+ * tenant logs to the retention window, forgets dedupe keys older than it, and forgets the sequences
+ * and automation state of subscribers deleted longer than it ago once their events are through
+ * (lua/forgetDeletedSubscribers). Timelines, volume buckets and HyperLogLogs expire by themselves
+ * (PEXPIREAT set when written).
  */
-export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number }> {
+export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number; deletedForgotten: number }> {
   const { redis, keys, config } = ctx;
   const cutoff = now() - config.retentionMs;
   let dedupeRemoved = 0;
+  let deletedForgotten = 0;
   for (let p = 0; p < config.partitions; p++) {
     const tenants = await redis.zrange(keys.partitionTenants(p), 0, TENANTS_PER_SWEEP - 1);
     const pipeline = redis.pipeline();
@@ -34,8 +46,17 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
       }
       if (old.length < DEDUPE_PER_SWEEP) break;
     }
+    for (let round = 0; round < DELETED_ROUNDS; round++) {
+      const [forgotten, unlisted, postponed] = await callScript<[number, number, number]>(
+        redis, 'forgetDeletedSubscribers',
+        [keys.deletedSubscribers(p), keys.subscribers(p), keys.sequences(p), keys.applied(p), keys.inbox(p)],
+        [keys.partitionBase(p), cutoff, DELETED_PER_CALL, ACTOR_GROUP, CLOCK_MARGIN_MS, DELETED_RETRY_MS],
+      );
+      deletedForgotten += forgotten;
+      if (forgotten + unlisted + postponed < DELETED_PER_CALL) break;
+    }
   }
-  return { dedupeRemoved };
+  return { dedupeRemoved, deletedForgotten };
 }
 
 export async function startRetentionSweeper(ctx: RoleContext): Promise<Stop> {

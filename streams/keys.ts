@@ -99,6 +99,8 @@ export function createKeys(prefix: string) {
     dedupeAge: (n: number) => `${p(n)}:dedupe-age`,
     /** hash `tenant|externalId` → last sequence the subscriber actor applied */
     applied: (n: number) => `${p(n)}:applied`,
+    /** zset `tenant|externalId` → ms of its deletion: deleted subscribers whose sequences and automation state the retention sweeper forgets (lua/forgetDeletedSubscribers) */
+    deletedSubscribers: (n: number) => `${p(n)}:gone`,
     /** string: id of the worker holding the partition's lease (with expiry) */
     lease: (n: number, group: string) => `${p(n)}:lease:${group}`,
     /**

@@ -302,6 +302,8 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       topicIds: owned.topicIds,
     };
     ops.push(cleanupOp(keys, p, cleanup));
+    // its sequences and automation state go once its events are through (the retention sweeper)
+    ops.push(['zadd', keys.deletedSubscribers(p), cleanup.at, `${scope.tenantId}|${externalId}`]);
     // the subscriptions the write removes, then the subscriber: one intent, in this order in the ledger
     const removed = owned.subscriptions.flatMap((s) => (s.held ? [s.held] : [])).sort((a, b) => (a.id < b.id ? -1 : 1));
     const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [
