@@ -24,6 +24,8 @@ export class KeyCache {
   private readonly entries = new Map<string, { principal: Principal; until: number }>();
   private readonly identities = new Map<string, { settings: IdentitySettings; until: number }>();
   private subscriber: Redis | null = null;
+  /** true once the subscriber connection's SUBSCRIBE was answered, false again when it closes */
+  private subscribed = false;
   /** bumped on every message of the channel, so a lookup that raced one is not cached */
   private generation = 0;
 
@@ -31,7 +33,10 @@ export class KeyCache {
 
   /** Subscribes to revocations and identity changes on a dedicated connection. */
   async start(): Promise<void> {
-    const sub = this.redis.duplicate();
+    // Its own re-subscription, not ioredis's: ioredis reports the connection `ready` before the
+    // SUBSCRIBE it sends again is through, and a revocation published in between would not be
+    // heard. So the cache is trusted only once this connection's own SUBSCRIBE has been answered.
+    const sub = this.redis.duplicate({ autoResubscribe: false });
     this.subscriber = sub;
     sub.on('message', (_channel: string, message: string) => {
       this.generation++;
@@ -39,26 +44,39 @@ export class KeyCache {
       else this.entries.delete(message);
     });
     const forget = () => {
+      this.subscribed = false;
       this.generation++;
       this.entries.clear();
       this.identities.clear();
     };
-    sub.on('ready', forget);
+    const subscribe = async () => {
+      await sub.subscribe(this.keys.keyRevocations);
+      // still the same connection (no close in between): from now on every revocation reaches it
+      if (this.subscriber === sub && sub.status === 'ready') {
+        forget();
+        this.subscribed = true;
+      }
+    };
+    sub.on('ready', () => {
+      forget();
+      subscribe().catch((err: Error) => this.log.warn('key revocation subscription failed', { err: err.message }));
+    });
     sub.on('close', forget);
     sub.on('error', (err: Error) => this.log.warn('key revocation subscription error', { err: err.message }));
-    await sub.subscribe(this.keys.keyRevocations);
+    await subscribe();
   }
 
   async stop(): Promise<void> {
     this.subscriber?.disconnect();
     this.subscriber = null;
+    this.subscribed = false;
     this.entries.clear();
     this.identities.clear();
   }
 
   /** True while revocations can reach this process: only then is anything cached or served from the cache. */
-  private get listening(): boolean {
-    return this.ttlMs > 0 && this.subscriber?.status === 'ready';
+  get listening(): boolean {
+    return this.ttlMs > 0 && this.subscribed && this.subscriber?.status === 'ready';
   }
 
   /** The principal of the key whose hash is `hash`, or null when no such key exists. */

@@ -6,6 +6,8 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { answersPing } from '../../streams/embedded-redis.js';
 import { revokeApiKey } from '../../streams/identity.js';
+import { KeyCache } from '../../streams/key-cache.js';
+import { createLogger } from '../../lib/log.js';
 import { client } from '../helpers/api.js';
 import { freePort } from '../helpers/redis.js';
 import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
@@ -57,6 +59,25 @@ listening('a key revoked while the revocation listener is down is refused at onc
   await waitFor('the listener to be back', async () => Number(await service.redis.pubsub('NUMSUB', service.keys.keyRevocations).then((r) => (r as [string, number])[1])) === 1, 10_000, 50);
   assert.is((await api.get('/v1/events/names', key)).status, 401);
   assert.is((await api.get('/v1/events/names', other.key)).status, 200);
+});
+
+listening('after a reconnect the cache is trusted only once the revocation channel is subscribed again, not when the connection is ready', async ({ service }) => {
+  const cache = new KeyCache(service.redis, service.keys, 30_000, createLogger('error'));
+  await cache.start();
+  try {
+    assert.ok(cache.listening);
+    const connection = (cache as unknown as { subscriber: import('ioredis').Redis }).subscriber;
+    // added after the cache's own handler: sees what a lookup made at that moment would
+    const atReady: boolean[] = [];
+    connection.on('ready', () => atReady.push(cache.listening));
+    await service.redis.client('KILL', 'TYPE', 'pubsub');
+    await waitFor('the connection to be ready again', async () => atReady.length > 0, 10_000, 20);
+    assert.equal(atReady, [false], 'not trusted before the SUBSCRIBE is answered');
+    await waitFor('the subscription to be back', async () => cache.listening, 10_000, 20);
+    assert.is(Number(((await service.redis.pubsub('NUMSUB', service.keys.keyRevocations)) as [string, number])[1]) >= 1, true);
+  } finally {
+    await cache.stop();
+  }
 });
 
 listening.run();
