@@ -8,7 +8,7 @@ import type { Keys } from './keys.js';
 import { sameJson } from './ledger.js';
 import { draftedAudit, drafted, type AuditTrail, type WriteAudit, type WriteReply } from './subscriber-audit.js';
 import { cleanupOp, finishCleanup, type SubscriberCleanup } from './subscriber-cleanup.js';
-import { heldBy, toSubscription, type Subscription } from './subscriptions.js';
+import { heldBy, publicOf, toSubscription, type Subscription } from './subscriptions.js';
 import { changeSubscriber, readSubscriber, type EngineEvent, type RecordOp, type SubscriberSnapshot, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 
 export const MAX_PROPERTIES_BYTES = 8 * 1024;
@@ -310,7 +310,12 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       ...removed.map((object): AuditDraft => ({ type: 'subscription.deleted', target: { type: 'subscription', id: object.id }, object })),
       { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber },
     ]);
-    return { create: false, events: [{ name: '$subscriber.deleted', data: {} }], ops, guards, audit, result: { subscriber, cleanup } };
+    // on the stream too: each subscription it held goes (`$subscription.removed`), then the subscriber
+    const events: EngineEvent[] = [
+      ...removed.map((s): EngineEvent => ({ name: '$subscription.removed', data: { subscription: publicOf(s), reason: 'subscriber_deleted' } })),
+      { name: '$subscriber.deleted', data: {} },
+    ];
+    return { create: false, events, ops, guards, audit, result: { subscriber, cleanup } };
   }, async () => {
     const [ids, topicIds, segments] = await Promise.all([
       redis.smembers(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),

@@ -100,7 +100,8 @@ export function checkRegistration(input: RegisterInput): void {
   if (input.channel === 'email' && (input.token || input.environment)) throw wrong(input.token ? 'token' : 'environment', 'is only for the push channel');
 }
 
-const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
+/** The `subscription` of the `$subscription.*` stream events' data. */
+export const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
 
 /**
  * A subscription record lives at one key per partition (`{pN}:scr:<tenant>:<id>`), so when a token

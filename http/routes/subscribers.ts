@@ -105,7 +105,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   delete:
    *     operationId: deleteSubscriber
    *     summary: Delete a subscriber
-   *     description: Scope `subscribers:write`. Writes `$subscriber.deleted`, removes its attributes, preferences, subscriptions,
+   *     description: Scope `subscribers:write`. Writes `$subscription.removed` (reason `subscriber_deleted`) for each subscription it held, then `$subscriber.deleted`; removes its attributes, preferences, subscriptions,
    *       topic memberships and widgets; its events age out with the retention. A later event for the externalId creates a new subscriber.
    *       Audited as one `subscription.deleted` for each subscription it held, then `subscriber.deleted`.
    *     tags: [Subscribers]

@@ -199,7 +199,7 @@ subs('a subscriber created by an event is listed and readable', async ({ api, ke
   assert.is(res.body.data.email, null);
 });
 
-subs('delete writes $subscriber.deleted, removes subscriptions and the record; a later event creates it anew', async ({ api, key, service, tenantId, workspaceId }) => {
+subs('delete writes $subscription.removed for each subscription and $subscriber.deleted, removes subscriptions and the record; a later event creates it anew', async ({ api, key, service, tenantId, workspaceId }) => {
   const clientKey = (await makeKey(service, 'subs', 'client', ['client'])).key;
   await api.post('/v1/subscribers', key, { externalId: 'gone', email: 'gone@example.com' });
   const reg = await api.post('/v1/client/subscriptions', clientKey, { externalId: 'gone', channel: 'push', token: 'a'.repeat(64), platform: 'ios' });
@@ -209,7 +209,9 @@ subs('delete writes $subscriber.deleted, removes subscriptions and the record; a
   assert.is((await api.get('/v1/subscribers/gone', key)).status, 404);
   assert.is((await api.get('/v1/subscribers?email=gone@example.com', key)).body.data.total, 0);
   assert.is((await api.del('/v1/subscribers/gone', key)).status, 404);
-  assert.equal(names(await inboxEvents(service, tenantId, 'gone')), ['$subscriber.created', '$subscription.registered', '$subscriber.deleted']);
+  const stream = await inboxEvents(service, tenantId, 'gone');
+  assert.equal(names(stream), ['$subscriber.created', '$subscription.registered', '$subscription.removed', '$subscriber.deleted']);
+  assert.equal(stream[2]!.data, { subscription: { id: reg.body.data.id, channel: 'push', platform: 'ios', enabled: true }, reason: 'subscriber_deleted' });
   // the token is free again: registering it for someone else creates a new subscription
   const again = await api.post('/v1/client/subscriptions', clientKey, { externalId: 'someone', channel: 'push', token: 'a'.repeat(64), platform: 'ios' });
   assert.is(again.status, 201);
