@@ -300,9 +300,11 @@ export class Automation {
         } else if (await onEvent(run, version.definition, host, event, event.runId)) changed.add(run);
       }
       // triggers: one run per workflow and trigger event; a run's own events never start its workflow
-      // again, and a chain of runs started by one another's events stops at MAX_RUN_DEPTH
+      // again, and a chain of runs started by one another's events stops at MAX_RUN_DEPTH. None for a
+      // subscriber that is gone by now (an event handled after its delete, such as the delete's own
+      // `$subscription.removed`): the run could only send to nobody before its cancel.
       let depth: number | undefined;
-      for (const wf of defs.workflows) {
+      for (const wf of state.exists ? defs.workflows : []) {
         // an event of a run (it carries the run's id; the workflow's is in its data) never starts that run's workflow;
         // a caller's own event is no run's, whatever its free-form data holds
         if (!wf.enabled || wf.definition.trigger.event !== event.name || (event.runId && event.data.workflowId === wf.id)) continue;

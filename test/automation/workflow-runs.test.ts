@@ -6,6 +6,8 @@ import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { actorsCaughtUp } from '../helpers/inbox.js';
+import { partitionOf } from '../../lib/partition.js';
 import { findRun } from '../../streams/workflow-runs.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; peer: ApnsPeer };
@@ -179,6 +181,20 @@ wf('a run never starts its own workflow again, a deleted subscriber cancels its 
   await api.post('/v1/messages', key, { to: 'echo', title: 'again', body: 'disabled now' });
   await new Promise((r) => setTimeout(r, 1_500));
   assert.is((await runsOf(ctx, 'echo')).total, runsWhenDisabled, 'a disabled workflow starts no run');
+});
+
+wf('$subscription.removed starts a run when a device goes, but not when its subscriber is deleted (nobody is left to send to)', async (ctx) => {
+  const { api, key } = ctx;
+  await api.post('/v1/workflows', key, { slug: 'device-gone', trigger: { event: '$subscription.removed' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'exit' }] });
+  await device(ctx, 'keeps-one');
+  await device(ctx, 'keeps-one');
+  await device(ctx, 'leaves');
+  const held = (await api.get('/v1/subscribers/keeps-one/subscriptions', key)).body.data.items;
+  assert.is((await api.del(`/v1/subscribers/keeps-one/subscriptions/${held[0].id}`, key)).status, 200);
+  assert.is((await api.del('/v1/subscribers/leaves', key)).status, 200);
+  await waitFor('the run of the removed device', () => runOf(ctx, 'device-gone', 'keeps-one', 'sleeping'), 10_000);
+  await waitFor('the actors through the delete', () => actorsCaughtUp(ctx.service, partitionOf(ctx.tenantId, 'leaves', ctx.service.config.partitions)), 10_000);
+  assert.is(await runOf(ctx, 'device-gone', 'leaves'), null, 'no run for the deleted subscriber');
 });
 
 /** What the service answers (status line to body) a raw request whose Idempotency-Key holds `value` (bytes as latin1). */

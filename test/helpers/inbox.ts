@@ -1,3 +1,4 @@
+import { ACTOR_GROUP } from '../../actors/subscriber-actor.js';
 import { partitionOf } from '../../lib/partition.js';
 import type { TestService } from './service.js';
 
@@ -18,3 +19,15 @@ export async function inboxEvents(service: TestService, tenantId: string, extern
 }
 
 export const names = (events: { name: string }[]) => events.map((e) => e.name);
+
+/** True when the actors have read every entry of partition `p`'s inbox and acked it (applied and handled by the automation step). */
+export async function actorsCaughtUp(service: TestService, p: number): Promise<boolean> {
+  const inbox = service.keys.inbox(p);
+  const [stream, groups] = await Promise.all([
+    service.redis.xinfo('STREAM', inbox) as Promise<unknown[]>,
+    service.redis.xinfo('GROUPS', inbox) as Promise<unknown[][]>,
+  ]);
+  const field = (list: unknown[], name: string) => list[list.indexOf(name) + 1];
+  const group = groups.find((g) => field(g, 'name') === ACTOR_GROUP);
+  return Boolean(group) && field(group!, 'pending') === 0 && field(group!, 'last-delivered-id') === field(stream, 'last-generated-id');
+}
