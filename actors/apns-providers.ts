@@ -16,7 +16,8 @@ export type ApnsConnection = { provider: apn.Provider; bundleId: string; host: s
 /** Why no connection can be made: nothing configured, or stored credentials this process cannot decrypt. */
 export type ApnsUnavailable = { unavailable: 'apns_not_configured' | 'apns_credentials_unreadable'; detail: string };
 
-type Entry = { connection: ApnsConnection; checkedAt: number };
+/** `holds`: connections handed out by `get` and not yet released; `usedAt`: the last get or release. */
+type Entry = { connection: ApnsConnection; checkedAt: number; usedAt: number; holds: number };
 
 /**
  * One node-apn `Provider` (one HTTP/2 session) per tenant and environment, made on first use from
@@ -24,6 +25,10 @@ type Entry = { connection: ApnsConnection; checkedAt: number };
  * that the next send re-reads the credentials' version (one HGET) and, when it changed or the
  * credentials were deleted, replaces or drops the provider. The old provider's session closes
  * gracefully: requests in flight on it still get their answers.
+ *
+ * Every connection `get` returns is held until the caller `release`s it: a provider is shut down
+ * only once nobody holds it, so a push that got its connection and then waited in its tenant's
+ * limiter never starts on a closed session. `evictIdle` closes providers nobody used for a while.
  *
  * Hosts, port and CA come from the configuration only (`APNS_HOST`, `APNS_SANDBOX_HOST`,
  * `APNS_PORT`, `APNS_SANDBOX_PORT`, `APNS_CA_FILE`): a local APNs peer is reached exactly the way
@@ -33,6 +38,9 @@ type Entry = { connection: ApnsConnection; checkedAt: number };
 export class ApnsProviders {
   readonly #entries = new Map<string, Entry>();
   readonly #loading = new Map<string, Promise<Entry | ApnsUnavailable>>();
+  /** Entries replaced or dropped while held: shut down by their last release (or by close). */
+  readonly #retired = new Set<Entry>();
+  readonly #entryOf = new WeakMap<ApnsConnection, Entry>();
   readonly #ca: (string | Buffer)[] | null;
   #closed = false;
 
@@ -60,20 +68,72 @@ export class ApnsProviders {
       : { host: this.config.apnsSandboxHost, port: this.config.apnsSandboxPort };
   }
 
-  /** The connection for a tenant's app in `environment`, or why there is none. */
-  async get(tenantId: string, environment: ApnsEnvironment): Promise<ApnsConnection | ApnsUnavailable> {
+  /** Providers open (one per tenant and environment used lately). */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * For each of `environments`, the connection to the tenant's app, or why there is none. Every
+   * connection returned is held until it is `release`d. When Redis cannot be read this rejects,
+   * after releasing what it got.
+   */
+  async get(tenantId: string, environments: ApnsEnvironment[]): Promise<(ApnsConnection | ApnsUnavailable)[]> {
+    const got = await Promise.allSettled(environments.map((environment) => this.#get(tenantId, environment)));
+    const connections = got.flatMap((g) => (g.status === 'fulfilled' ? [g.value] : []));
+    const failed = got.find((g): g is PromiseRejectedResult => g.status === 'rejected');
+    if (!failed) return connections;
+    this.release(connections);
+    throw failed.reason;
+  }
+
+  async #get(tenantId: string, environment: ApnsEnvironment): Promise<ApnsConnection | ApnsUnavailable> {
     if (this.#closed) return { unavailable: 'apns_not_configured', detail: 'the push sender is closed' };
     const key = `${tenantId}|${environment}`;
     const entry = this.#entries.get(key);
-    if (entry && now() - entry.checkedAt < this.config.apnsCredentialsCheckMs) return entry.connection;
+    if (entry && now() - entry.checkedAt < this.config.apnsCredentialsCheckMs) return this.#hold(entry);
     // Many sends arrive at once for a tenant: one of them checks, the others wait for it.
     let loading = this.#loading.get(key);
     if (!loading) {
       loading = this.#refresh(key, tenantId, environment).finally(() => this.#loading.delete(key));
       this.#loading.set(key, loading);
     }
+    // Held as soon as the load ends (a microtask later): no sweep, a timer callback, runs in between.
     const result = await loading;
-    return 'unavailable' in result ? result : result.connection;
+    return 'unavailable' in result ? result : this.#hold(result);
+  }
+
+  #hold(entry: Entry): ApnsConnection {
+    entry.holds++;
+    entry.usedAt = now();
+    return entry.connection;
+  }
+
+  /** Gives back what `get` returned, once its requests are answered or will never be made. */
+  release(connections: (ApnsConnection | ApnsUnavailable)[]): void {
+    for (const connection of connections) {
+      const entry = 'unavailable' in connection ? undefined : this.#entryOf.get(connection);
+      if (!entry || entry.holds === 0) continue;
+      entry.holds--;
+      entry.usedAt = now();
+      if (entry.holds === 0 && this.#retired.delete(entry)) void shutdown(entry.connection.provider, this.#graceMs);
+    }
+  }
+
+  /**
+   * Shuts down providers that nobody holds and that were last used before `usedBefore` (ms), at
+   * most `max` of them; returns how many. The next `get` of such a tenant makes a new provider.
+   */
+  evictIdle(usedBefore: number, max: number): number {
+    let evicted = 0;
+    for (const [key, entry] of this.#entries) {
+      if (evicted >= max) break;
+      // A key being refreshed is about to be handed out by the `get`s waiting on it.
+      if (entry.holds > 0 || entry.usedAt >= usedBefore || this.#loading.has(key)) continue;
+      this.#drop(key);
+      evicted++;
+    }
+    return evicted;
   }
 
   async #refresh(key: string, tenantId: string, environment: ApnsEnvironment): Promise<Entry | ApnsUnavailable> {
@@ -122,25 +182,32 @@ export class ApnsProviders {
       void shutdown(provider, this.#graceMs);
       return { unavailable: 'apns_not_configured', detail: 'the push sender is closed' };
     }
-    const entry: Entry = { connection: { provider, bundleId: credentials.bundleId, host, port, version: credentials.version }, checkedAt: now() };
+    const entry: Entry = { connection: { provider, bundleId: credentials.bundleId, host, port, version: credentials.version }, checkedAt: now(), usedAt: now(), holds: 0 };
     this.#entries.set(key, entry);
+    this.#entryOf.set(entry.connection, entry);
     this.log.info('apns provider ready', { tenantId, environment, host, port, keyId: credentials.keyId, bundleId: credentials.bundleId });
     return entry;
   }
 
+  /** Forgets a key's provider; shuts it down now, or at its last release while it is held. */
   #drop(key: string): void {
     const entry = this.#entries.get(key);
     if (!entry) return;
     this.#entries.delete(key);
-    void shutdown(entry.connection.provider, this.#graceMs);
+    if (entry.holds > 0) this.#retired.add(entry);
+    else void shutdown(entry.connection.provider, this.#graceMs);
   }
 
-  /** Shuts every provider down (in-flight requests finish first); later `get`s find nothing. */
+  /**
+   * Shuts every provider down, held ones too (the sender stops its limiters first, so no request
+   * is about to start); in-flight requests finish first. Later `get`s find nothing.
+   */
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.allSettled([...this.#loading.values()]);
-    const providers = [...this.#entries.values()].map((e) => e.connection.provider);
+    const providers = [...this.#entries.values(), ...this.#retired].map((e) => e.connection.provider);
     this.#entries.clear();
+    this.#retired.clear();
     await Promise.all(providers.map((p) => shutdown(p, this.#graceMs)));
   }
 }

@@ -52,8 +52,21 @@ const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
 const INVALID_TOKEN_REASONS = new Set(['BadDeviceToken', 'DeviceTokenNotForTopic']);
 /** Longest wait between two attempts, whatever the base and attempt number. */
 const MAX_BACKOFF_MS = 30_000;
+/**
+ * How long a tenant's providers and limiter are kept unused before they are closed. Well over the
+ * limiter's one-second reservoir refresh, so a tenant's new limiter (full reservoir) lets no more
+ * through than the old one would have.
+ */
+const IDLE_MS = 5 * 60_000;
+const SWEEP_EVERY_MS = 60_000;
+/** Limiters, and providers, closed at most per sweep: a dispatcher that served thousands of tenants in a burst closes them over a few minutes. */
+const SWEEP_MAX = 1_000;
 
-export type PushSenderOptions = { redis: Redis; keys: Keys; config: Config; log?: Logger };
+export type PushSenderOptions = {
+  redis: Redis; keys: Keys; config: Config; log?: Logger;
+  /** How long an unused provider or limiter is kept (default 5 minutes; tests shorten it). */
+  idleMs?: number;
+};
 
 /**
  * Sends pushes through APNs for every tenant of the deployment. One provider per tenant and
@@ -61,7 +74,9 @@ export type PushSenderOptions = { redis: Redis; keys: Keys; config: Config; log?
  * (`APNS_MAX_CONCURRENT_PER_TENANT`) and started per second (`APNS_RATE_PER_TENANT_PER_SECOND`).
  * 429, 5xx, an expired provider token and connection errors are retried up to `APNS_MAX_ATTEMPTS`
  * in all, after `APNS_RETRY_BASE_MS` doubled each time with ±25% jitter; the wait holds no limiter
- * slot. Every attempt carries the same `apns-id` (derived from the delivery id).
+ * slot. Every attempt carries the same `apns-id` (derived from the delivery id). A tenant's
+ * providers and limiter unused for 5 minutes (`idleMs`), with nothing waiting or in flight, are
+ * closed by a sweep once a minute and made again by the tenant's next push.
  *
  * `send` resolves for every APNs outcome; it rejects only when Redis cannot be read.
  */
@@ -71,9 +86,11 @@ export class PushSender {
   readonly #config: Config;
   readonly #log: Logger;
   readonly #providers: ApnsProviders;
-  readonly #limiters = new Map<string, Bottleneck>();
+  readonly #limiters = new Map<string, { limiter: Bottleneck; usedAt: number }>();
   readonly #coalescing = new Map<string, Coalesced[]>();
   readonly #sleeps = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
+  readonly #idleMs: number;
+  readonly #sweeper: NodeJS.Timeout;
   #closed = false;
 
   constructor(options: PushSenderOptions) {
@@ -82,6 +99,14 @@ export class PushSender {
     this.#log = options.log ?? createLogger(config.logLevel, { component: 'push-sender' });
     const box = config.encryptionKey ? createSecretBox(config.encryptionKey) : null;
     this.#providers = new ApnsProviders(redis, keys, config, box, this.#log, readCaFile(config.apnsCaFile));
+    this.#idleMs = options.idleMs ?? IDLE_MS;
+    this.#sweeper = setInterval(() => this.#sweep(), Math.min(SWEEP_EVERY_MS, this.#idleMs));
+    this.#sweeper.unref();
+  }
+
+  /** Providers and limiters kept now (for tests and diagnostics). */
+  cached(): { providers: number; limiters: number } {
+    return { providers: this.#providers.size, limiters: this.#limiters.size };
   }
 
   /** Sends one push, retrying what may succeed later; never sends after `close`. */
@@ -127,13 +152,14 @@ export class PushSender {
             for (const i of group) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
             continue;
           }
-          const connections = await Promise.all(group.map((i) => this.#providers.get(tenantId, jobs[i]!.environment)));
+          // Held until their pushes are answered, however long these wait in the limiter: the idle sweep leaves them open.
+          const connections = await this.#providers.get(tenantId, group.map((i) => jobs[i]!.environment));
           const sendable = group.filter((i, k) => {
             const connection = connections[k]!;
             if ('unavailable' in connection) finish(i, { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! });
             return !('unavailable' in connection);
           });
-          if (sendable.length === 0) continue;
+          if (sendable.length === 0) continue; // none available, so none held
           try {
             // each answer is taken as it comes: a final one is told at once, not when the group is done
             await this.#schedule(tenantId, batch, sendable.map((i) => async () => {
@@ -150,6 +176,8 @@ export class PushSender {
             if (!this.#closed) throw err;
             for (const i of sendable) if (!results[i] && !retry.includes(i)) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
             continue;
+          } finally {
+            this.#providers.release(connections);
           }
         }
       }));
@@ -218,6 +246,8 @@ export class PushSender {
   #flush(tenantId: string, batch: number): void {
     const parts = this.#coalescing.get(tenantId) ?? [];
     this.#coalescing.delete(tenantId);
+    // close() ran since these were queued: a new limiter now would never be stopped
+    if (this.#closed) return parts.forEach((part) => part.reject(new Error('the push sender is closed')));
     const limiter = this.#limiter(tenantId);
     const run = (job: Coalesced[], weight: number) => {
       limiter.schedule({ weight }, () => Promise.all(job.map((part) => Promise.all(part.tasks.map((task) => task())))))
@@ -237,15 +267,36 @@ export class PushSender {
     if (job.length) run(job, weight);
   }
 
+  /** The tenant's limiter, made on first use; every call is a use (a job is about to be scheduled on it). */
   #limiter(tenantId: string): Bottleneck {
-    let limiter = this.#limiters.get(tenantId);
-    if (!limiter) {
+    let entry = this.#limiters.get(tenantId);
+    if (!entry) {
       const rate = this.#config.apnsRatePerTenantPerSecond;
-      limiter = new Bottleneck({ maxConcurrent: this.#config.apnsMaxConcurrentPerTenant, reservoir: rate, reservoirRefreshAmount: rate, reservoirRefreshInterval: 1000 });
+      const limiter = new Bottleneck({ maxConcurrent: this.#config.apnsMaxConcurrentPerTenant, reservoir: rate, reservoirRefreshAmount: rate, reservoirRefreshInterval: 1000 });
       limiter.on('error', (err: Error) => this.#log.warn('apns limiter error', { tenantId, err: err.message }));
-      this.#limiters.set(tenantId, limiter);
+      entry = { limiter, usedAt: now() };
+      this.#limiters.set(tenantId, entry);
     }
-    return limiter;
+    entry.usedAt = now();
+    return entry.limiter;
+  }
+
+  /**
+   * Closes what tenants stopped using: limiters idle for `idleMs` with no job (received, queued or
+   * running), and providers idle as long that nobody holds. At most `SWEEP_MAX` of each per run.
+   */
+  #sweep(): void {
+    const usedBefore = now() - this.#idleMs;
+    let limiters = 0;
+    for (const [tenantId, entry] of this.#limiters) {
+      if (limiters >= SWEEP_MAX) break;
+      if (entry.usedAt >= usedBefore || busy(entry.limiter)) continue;
+      this.#limiters.delete(tenantId);
+      endLimiter(entry.limiter).catch((err: Error) => this.#log.warn('apns limiter did not stop', { tenantId, err: err.message }));
+      limiters++;
+    }
+    const providers = this.#providers.evictIdle(usedBefore, SWEEP_MAX);
+    if (limiters + providers > 0) this.#log.debug('idle apns limiters and providers closed', { limiters, providers });
   }
 
   #sleep(ms: number): Promise<void> {
@@ -269,8 +320,9 @@ export class PushSender {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#sweeper);
     for (const sleep of [...this.#sleeps]) sleep.wake();
-    await Promise.allSettled([...this.#limiters.values()].map((l) => l.stop({ dropWaitingJobs: true })));
+    await Promise.allSettled([...this.#limiters.values()].map((e) => endLimiter(e.limiter)));
     this.#limiters.clear();
     await this.#providers.close();
   }
@@ -287,6 +339,21 @@ function readCaFile(path: string | null): string | null {
   }
   if (!pem.includes('-----BEGIN CERTIFICATE-----')) throw new Error(`APNS_CA_FILE "${path}" holds no PEM certificate`);
   return pem;
+}
+
+/** Whether a limiter has a job received, queued, waiting for its turn or running. */
+function busy(limiter: Bottleneck): boolean {
+  const counts = limiter.counts();
+  return counts.RECEIVED + counts.QUEUED + counts.RUNNING + counts.EXECUTING > 0;
+}
+
+/** Stops a limiter (waiting jobs are dropped, running ones finish) and ends its reservoir timer, which `stop` leaves running. */
+async function endLimiter(limiter: Bottleneck): Promise<void> {
+  try {
+    await limiter.stop({ dropWaitingJobs: true });
+  } finally {
+    await limiter.disconnect();
+  }
 }
 
 function refused(reason: string): PushResult {

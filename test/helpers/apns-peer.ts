@@ -114,6 +114,10 @@ export type ApnsPeer = {
   readonly accepted: number;
   /** Requests answered with an error status. */
   readonly rejected: number;
+  /** HTTP/2 sessions (client connections) open now. */
+  readonly openSessions: number;
+  /** HTTP/2 sessions opened so far. */
+  readonly sessionsOpened: number;
   respondWith(rule: ResponseRule): void;
   /** Forgets recorded requests, counters and rules. */
   reset(): void;
@@ -222,6 +226,7 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
   let received = 0;
   let accepted = 0;
   let rejected = 0;
+  let sessionsOpened = 0;
   let closed = false;
   const verdicts = new Map<string, TokenVerdict>();
   const pending = new Map<string, Promise<TokenVerdict>>();
@@ -415,6 +420,7 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
   server.on('session', (session: Http2Session) => {
     if (closed) return void session.destroy();
     sessions.add(session);
+    sessionsOpened++;
     session.on('close', () => sessions.delete(session));
     session.on('error', () => {});
   });
@@ -455,6 +461,12 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
     get rejected() {
       return rejected;
     },
+    get openSessions() {
+      return sessions.size;
+    },
+    get sessionsOpened() {
+      return sessionsOpened;
+    },
     respondWith(rule: ResponseRule) {
       if (rule.times !== undefined && rule.times <= 0) return;
       rules.push({ ...rule });
@@ -465,6 +477,7 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
       received = 0;
       accepted = 0;
       rejected = 0;
+      sessionsOpened = 0;
     },
     close() {
       if (closed) return Promise.resolve();
