@@ -25,13 +25,21 @@ const dispatcherEnv = (ctx: Ctx) => ({ ...ctx.env, REDIS_URL: ctx.service.env.RE
 kill.before(async (ctx) => {
   const { peer, key, env } = await pushSetup();
   ctx.peer = peer;
-  ctx.env = { ...env, FANOUT_CHUNK_SIZE: '25', DISPATCHER_CLAIM_IDLE_MS: '1000' };
+  // a held push stays unanswered until the kill, however slow the machine: the request timeout
+  // (default 5 s) would otherwise retry and complete it first, closing the window a test waits for
+  ctx.env = { ...env, FANOUT_CHUNK_SIZE: '25', DISPATCHER_CLAIM_IDLE_MS: '1000', APNS_REQUEST_TIMEOUT_MS: '60000' };
   ctx.service = await startTestService('fanout-kill', ctx.env, ['web']);
   ctx.dispatchers = [];
   const api = client(ctx.service.url);
   const boot = await bootstrapWorkspace(ctx.service, 'kill');
   await api.call('PUT', '/v1/apps/apns', { key: boot.keys.tenant, body: apnsCredentials(key) });
   (ctx as any).boot = boot;
+});
+// each test starts with no dispatcher: one left running would read the next test's messages and,
+// with a claim idle of 1 s, take over the entry a test holds in flight on purpose
+kill.after.each(async (ctx) => {
+  for (const d of ctx.dispatchers) await stopRoleProcess(d);
+  ctx.dispatchers = [];
 });
 kill.after(async (ctx) => {
   for (const d of ctx.dispatchers) await stopRoleProcess(d);
@@ -95,7 +103,7 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
   await api.post('/v1/topics', boot.keys.tenant, { slug: 'hold-one' });
   await api.post('/v1/topics/hold-one/subscribers', boot.keys.tenant, { externalIds: ids });
   ctx.peer.reset();
-  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 20_000, times: 1 }); // held: its chunk never finishes before the kill
+  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 60_000, times: 1 }); // held: its chunk never finishes before the kill
   const env = dispatcherEnv(ctx);
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
@@ -149,7 +157,7 @@ kill('a dispatcher killed mid-batch of one-subscriber messages: the next one sen
   const tokenOf = (i: number) => (0x9000 + i).toString(16).padStart(64, 'c');
   for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
   ctx.peer.reset();
-  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 20_000, times: 1 }); // held: the batch never finishes before the kill
+  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 60_000, times: 1 }); // held: the batch never finishes before the kill
   // queued with no dispatcher running, so the first one reads them as one batch; b-3 gets two messages
   const targets = [...ids, 'b-3'];
   const messageIds: string[] = [];
