@@ -68,6 +68,9 @@ export type PushSenderOptions = {
   idleMs?: number;
 };
 
+/** Pushes of one tenant gathered for one limiter job. */
+type Coalesced = { tasks: (() => Promise<ApnsAnswer>)[]; resolve: (answers: ApnsAnswer[]) => void; reject: (err: unknown) => void };
+
 /**
  * Sends pushes through APNs for every tenant of the deployment. One provider per tenant and
  * environment (see ApnsProviders); per tenant, a `bottleneck` limiter caps requests in flight
@@ -80,7 +83,6 @@ export type PushSenderOptions = {
  *
  * `send` resolves for every APNs outcome; it rejects only when Redis cannot be read.
  */
-type Coalesced = { tasks: (() => Promise<ApnsAnswer>)[]; resolve: (answers: ApnsAnswer[]) => void; reject: (err: unknown) => void };
 
 export class PushSender {
   readonly #config: Config;
