@@ -166,8 +166,9 @@ order('a cancel a killed worker applied to the read models but never handled goe
   assert.is(await redis.hget(keys.applied(p), `${boot.tenant.id}|cut-short`), seq, 'the cancel reads as applied');
 
   // the sleep falls due meanwhile: fired into the timer inbox, where a worker reads it at once
+  // the wait covers the scheduler process's start (5-6 s under CPU load with coverage on)
   ctx.roles.push(startRoleProcess('scheduler', env));
-  await waitFor('the timer to fire', async () => (await redis.xlen(keys.timerInbox(p))) === 1, 10_000, 50);
+  await waitFor('the timer to fire', async () => (await redis.xlen(keys.timerInbox(p))) === 1, 30_000, 50);
   ctx.roles.push(startRoleProcess('worker', env));
   await waitFor('the run to end', async () => (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items[0]?.status !== 'sleeping', 20_000, 100);
   const [run] = (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items;
