@@ -48,6 +48,11 @@ order.before(async (ctx) => {
   ctx.boot = await bootstrapWorkspace(ctx.service, 'timer-order');
   ctx.roles = [];
 });
+// each test starts with no role process: one left running (a worker holding half the partitions, a
+// scheduler) would do the work of the processes a test starts and kills
+order.after.each(async (ctx) => {
+  for (const r of ctx.roles.splice(0)) await stopRoleProcess(r);
+});
 order.after(async (ctx) => {
   for (const r of ctx.roles) await stopRoleProcess(r);
   await ctx.service.stop();
@@ -190,6 +195,9 @@ order('runs waking from the timer inbox while their worker is SIGKILLed twice wa
   const ids = Array.from({ length: RUNS }, (_, i) => `doze-${i}`);
   for (let i = 0; i < RUNS; i += 100) await api.post('/v1/events', boot.keys.tenant, { events: ids.slice(i, i + 100).map((externalId) => ({ externalId, name: 'doze.started', data: {} })) });
   await waitFor('every run to sleep', async () => (await api.get('/v1/workflows/doze/runs?status=sleeping', boot.keys.tenant)).body.data.total === RUNS, 20_000, 100);
+  // only now a scheduler: with one running, the first runs would wake before a loaded worker has put
+  // the last ones to sleep, and the count of sleeping runs might never reach RUNS
+  ctx.roles.push(startRoleProcess('scheduler', env));
   // kill the worker as the timers come due (the scheduler keeps firing them), twice
   for (let kill = 0; kill < 2; kill++) {
     await waitFor('some runs to wake', async () => (await api.get('/v1/workflows/doze/runs?status=sleeping', boot.keys.tenant)).body.data.total < RUNS - 40 * (kill + 1) || null, 20_000, 20);
