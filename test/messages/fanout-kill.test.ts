@@ -108,8 +108,9 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
   const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'hold-one' }, title: 'Held', body: 'one push' })).body.data.id;
-  // every push answered but the held one is recorded, its chunk (25) unfinished included
-  await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 15_000, 20);
+  // every push answered but the held one is recorded, its chunk (25) unfinished included (the wait
+  // covers the dispatcher process's start, as the other tests' 30 s do)
+  await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 30_000, 20);
   first.child.kill('SIGKILL');
   await first.exited;
   ctx.dispatchers.push(startRoleProcess('dispatcher', env));
