@@ -46,7 +46,7 @@ async function stateOf(service: TestService, tenantId: string, externalId: strin
     redis.hget(keys.applied(p), field),
     redis.hget(keys.automation(p, tenantId, externalId), 'seq'),
     redis.zscore(keys.deletedSubscribers(p), field),
-    redis.exists(`${keys.partitionBase(p)}:tl:${tenantId}:${externalId}`),
+    redis.exists(keys.timeline(p, tenantId, externalId)),
   ]);
   return { p, field, issued, applied, auto, listed: listed === null ? null : Number(listed), timeline: timeline === 1 };
 }
@@ -78,7 +78,7 @@ gone('a deleted subscriber is forgotten after the retention once its events are 
   assert.ok(postponed.listed! > listed.listed!, 'rescored');
 
   // the timeline expires (Redis keeps its real clock: the test stands in for it)
-  await service.redis.del(`${service.keys.partitionBase(postponed.p)}:tl:${tenantId}:${x}`);
+  await service.redis.del(service.keys.timeline(postponed.p, tenantId, x));
   assert.is((await sweep(service)).deletedForgotten, 0, 'not again before the hour is up');
   setClockOffset(31 * DAY + 2 * HOUR);
   assert.is((await sweep(service)).deletedForgotten, 1);
