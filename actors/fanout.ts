@@ -167,7 +167,7 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   const sends = items.flatMap(({ message }, i) => plans[i]!.existing.map((externalId) => ({
     externalId, name: '$send', source: 'system' as const, timestampMs: now(),
     data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
-    callerId: `$send:${message.id}`, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
+    callerId: `$send:${message.id}`, provider: null, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
   })));
   if (sends.length) await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
   // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and

@@ -24,7 +24,7 @@ async function evalshaUsec(redis: Redis): Promise<number> {
 
 const newEvent = (n: number, subscribers: number) => ({
   externalId: `sub-${(n * 7919) % subscribers}`, name: NAMES[n % NAMES.length]!, source: 'server' as const,
-  timestampMs: now(), data: '{"plan":"pro","amount":42,"currency":"EUR"}', callerId: null, runId: null, messageId: null, step: null,
+  timestampMs: now(), data: '{"plan":"pro","amount":42,"currency":"EUR"}', callerId: null, provider: null, runId: null, messageId: null, step: null,
 });
 
 /**

@@ -11,6 +11,7 @@ import { registerMessages } from './routes/messages.js';
 import { registerKeys } from './routes/keys.js';
 import { registerOpenApi } from './routes/openapi.js';
 import { registerSegments } from './routes/segments.js';
+import { registerSources } from './routes/sources.js';
 import { registerSubscribers } from './routes/subscribers.js';
 import { registerTopics } from './routes/topics.js';
 import { registerWebhooks } from './routes/webhooks.js';
@@ -32,6 +33,7 @@ export function createApp(deps: AppDeps): Koa {
   registerTopics(router, deps);
   registerSegments(router, deps);
   registerWorkflows(router, deps);
+  registerSources(router, deps);
   registerApps(router, deps);
   registerClient(router, deps);
   registerWebhooks(router, deps);

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'invalid_api_key'
   | 'api_key_expired'
   | 'invalid_session'
+  | 'invalid_signature'
   | 'missing_permission'
   | 'forbidden'
   | 'not_found'

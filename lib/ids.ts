@@ -20,6 +20,7 @@ export const ID_PREFIX = {
   workflow: 'wfl_',
   workflowVersion: 'wfv_',
   run: 'run_',
+  source: 'src_',
   request: 'req_',
 } as const;
 export type IdKind = keyof typeof ID_PREFIX;

@@ -19,6 +19,8 @@ export type NewEvent = {
   /** `data` itself, when the caller has it (the answer echoes it without parsing `data` again) */
   value?: Record<string, unknown>;
   callerId: string | null;
+  /** the other service a Source turned this event's webhook into it from (source `webhook`); null otherwise */
+  provider: string | null;
   runId: string | null;
   messageId: string | null;
   step: string | null;
@@ -91,6 +93,7 @@ function toNewEvent(event: RawEvent, data: string, source: EventSource, external
     data,
     value: event.data ?? {},
     callerId: event.id ?? null,
+    provider: null,
     runId: null,
     messageId: null,
     step: null,

@@ -61,6 +61,11 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
     { name: 'workflow.updated', description: 'A workflow changed: renamed, enabled or disabled, or a new version (with changes and previousAttributes).' },
     { name: 'workflow.deleted', description: 'A workflow was deleted.' },
   ],
+  source: [
+    { name: 'source.created', description: 'A source (an inbound webhook URL turning another service\'s webhooks into events) was created; never its secret.' },
+    { name: 'source.updated', description: 'A source changed (with changes and previousAttributes; a new secret shows as secretUpdatedAt).' },
+    { name: 'source.deleted', description: 'A source was deleted.' },
+  ],
 };
 
 const RESERVED_NAMES: readonly string[] = [...SDK_EVENT_NAMES, ...ENGINE_EVENT_NAMES];

@@ -22,7 +22,7 @@
   ARGV[3] now (ms)
   ARGV[4] number of entries N
   then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
-  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, and k to skip timers)
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, pv, and k to skip timers)
   An event sent with the caller's id gets its dedupe entry ({pN}:dedupe, see lua/ingestEvents)
   pointed at its tenant-log entry instead of the inbox entry.
 
@@ -106,7 +106,8 @@ end
 
 -- An inbox event as lua/includes/appendInboxEvent writes it (always the same fields in the same
 -- order) is read by position into a table built whole; anything else (a timer entry) field by field.
-local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st' }
+-- (entries appended before `pv` existed take the field-by-field path)
+local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st', 'pv' }
 local function fieldsOf(list)
   local usual = #list == 2 * #LAYOUT
   if usual then
@@ -119,7 +120,7 @@ local function fieldsOf(list)
   end
   if usual then
     return { t = list[2], id = list[6], q = list[8], x = list[10], u = list[12], n = list[14], o = list[16],
-      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30] }
+      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30], pv = list[32] }
   end
   local f = {}
   for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
@@ -159,8 +160,8 @@ for _, f in ipairs(records) do
     if not appliedNow[field] then appliedOrder[#appliedOrder + 1] = field end
     appliedNow[field] = f.q
     tenants[t] = true
-    local id, u, name, o, ts, r, d, ru, m, st =
-      f.id or '', f.u or '', f.n or '', f.o or '', tonumber(f.ts or ''), f.r or '', f.d or '', f.ru or '', f.m or '', f.st or ''
+    local id, u, name, o, ts, r, d, ru, m, st, pv =
+      f.id or '', f.u or '', f.n or '', f.o or '', tonumber(f.ts or ''), f.r or '', f.d or '', f.ru or '', f.m or '', f.st or '', f.pv or ''
     -- tenant log (the one durable copy of the event); log ids carry receivedAt, so the tenant log
     -- merged across partitions reads newest-received first; never below the stream's last id (web
     -- processes' clocks may differ slightly)
@@ -172,7 +173,7 @@ for _, f in ipairs(records) do
     local receivedMs = tonumber(r)
     local ms = math.max(receivedMs, logTail[logKey])
     local logId = rcall('XADD', logKey, 'MINID', '~', trimBelow, (ms == receivedMs and r or decimal(ms)) .. '-*',
-      'id', id, 'q', f.q, 'x', x, 'u', u, 'n', name, 'o', o, 'ts', f.ts, 'r', r, 'd', d, 'ru', ru, 'm', m, 'st', st)
+      'id', id, 'q', f.q, 'x', x, 'u', u, 'n', name, 'o', o, 'ts', f.ts, 'r', r, 'd', d, 'ru', ru, 'm', m, 'st', st, 'pv', pv)
     logTail[logKey] = ms
     -- an event sent with the caller's id: its dedupe entry pointed at the inbox entry, which goes once
     -- acked; it points at the tenant-log entry from now on (unless it was forgotten or reused meanwhile)
@@ -188,7 +189,7 @@ for _, f in ipairs(records) do
     timeline[#timeline + 1] = f.q
     timeline[#timeline + 1] = logId
     if q % TRIM_EVERY == 0 then timelineTrim[#timelineTrim + 1] = base .. ':tl:' .. t .. ':' .. x end
-    -- catalog (all-time count, first and last seen, sources)
+    -- catalog (all-time count, first and last seen, sources and providers)
     local catKey = base .. ':cat:' .. t
     local byName = catalog[catKey]
     if not byName then
@@ -198,7 +199,7 @@ for _, f in ipairs(records) do
     end
     local entry = byName.names[name]
     if not entry then
-      entry = { count = 0, first = ts, last = ts, sources = {} }
+      entry = { count = 0, first = ts, last = ts, sources = {}, providers = {} }
       byName.names[name] = entry
       byName.order[#byName.order + 1] = name
     end
@@ -206,6 +207,7 @@ for _, f in ipairs(records) do
     if ts < entry.first then entry.first = ts end
     if ts > entry.last then entry.last = ts end
     entry.sources[o] = true
+    if pv ~= '' then entry.providers[pv] = true end
     -- volume and distinct subscribers per hour and per day of the event's timestamp
     -- hourly counts stay 32 days (the catalog's 7- and 30-day windows read their oldest day by
     -- the hour), hourly distinct subscribers 48 hours (the 24-hour volume)
@@ -257,6 +259,10 @@ for _, catKey in ipairs(catalogOrder) do
     end
     for o in pairs(entry.sources) do
       sets[#sets + 1] = name .. '|src:' .. o
+      sets[#sets + 1] = 1
+    end
+    for pv in pairs(entry.providers) do
+      sets[#sets + 1] = name .. '|prv:' .. pv
       sets[#sets + 1] = 1
     end
   end

@@ -19,8 +19,9 @@
   ARGV[5] partition key base ({pN} with the key prefix): the subscriber record and index are built from it
   ARGV[6] receivedAt (ISO 8601)
   ARGV[7] number of events N
-  then N groups of 12: evt id, evt id for a $subscriber.created, sub_ id if new, externalId, name,
-       source, timestamp (ms), data (JSON text), caller id ('' for none), runId, messageId, step
+  then N groups of 13: evt id, evt id for a $subscriber.created, sub_ id if new, externalId, name,
+       source, timestamp (ms), data (JSON text), caller id ('' for none), runId, messageId, step,
+       provider ('' for none: only a Source's events, source webhook, have one)
 
   Returns { -1 } when the inbox backlog is over the limit (nothing stored), else one item per event:
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
@@ -51,23 +52,23 @@ local function original(pointer, sub, owner)
   for j = 1, #entry[2], 2 do f[entry[2][j]] = entry[2][j + 1] end
   if owner and f.x ~= owner then return nil end
   if f.u and f.u ~= sub then return nil end
-  return cjson.encode({ id = f.id, q = tonumber(f.q), ts = f.ts, r = f.r, o = f.o, n = f.n, ru = f.ru or '', m = f.m or '', st = f.st or '' })
+  return cjson.encode({ id = f.id, q = tonumber(f.q), ts = f.ts, r = f.r, o = f.o, n = f.n, ru = f.ru or '', m = f.m or '', st = f.st or '', pv = f.pv or '' })
     .. '\n' .. (f.d or '{}')
 end
 
 local out = {}
 local n = tonumber(ARGV[7])
 for i = 0, n - 1 do
-  local b = 8 + i * 12
-  local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step =
-    ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11]
+  local b = 8 + i * 13
+  local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step, provider =
+    ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
   local field = tenant .. '|' .. externalId
   -- no subscriber (never seen, or deleted): no entry can be its duplicate
   local current = callerId ~= '' and rcall('HGET', KEYS[3], field)
   local dedupe = current and dedupeField(tenant, externalId, callerId, source) or nil
   local pointer = dedupe and rcall('HGET', KEYS[4], dedupe)
   local found = pointer and original(pointer, current)
-  if dedupe and not pointer and source ~= 'system' then
+  if dedupe and not pointer and source ~= 'system' and source ~= 'webhook' then
     -- an entry of the field's form before dedupeField (tenant|externalId|callerId, ambiguous when the ids
     -- hold `|`), until the retention forgets those: it counts only when its original is this subscriber's
     local legacy = rcall('HGET', KEYS[4], field .. '|' .. callerId)
@@ -79,7 +80,7 @@ for i = 0, n - 1 do
     local sub, createdSeq = ensureSubscriber(part, externalId, newSub, createdId)
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
     local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
-      ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step })
+      ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step, pv = provider })
     if callerId ~= '' then
       dedupe = dedupe or dedupeField(tenant, externalId, callerId, source)
       rcall('HSET', KEYS[4], dedupe, 'i' .. inboxId)

@@ -6,6 +6,7 @@ import { SUBSCRIPTION_AUDITS } from './subscriptions.js';
 import { TENANT_AUDITS } from './identity.js';
 import { MESSAGE_AUDITS } from './messages.js';
 import { SEGMENT_AUDITS } from './segments.js';
+import { SOURCE_AUDITS } from './sources.js';
 import { TOPIC_AUDITS } from './topics.js';
 import { WORKFLOW_AUDITS } from './workflows.js';
 
@@ -23,4 +24,5 @@ export const AUDIT_OPS: Record<string, AuditOp<any, any>> = {
   ...TENANT_AUDITS,
   ...SEGMENT_AUDITS,
   ...WORKFLOW_AUDITS,
+  ...SOURCE_AUDITS,
 };

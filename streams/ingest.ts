@@ -18,6 +18,8 @@ export type StoredEvent = {
   timestamp: string;
   receivedAt: string;
   data: Record<string, unknown>;
+  /** the other service a Source turned a webhook into this event from (source `webhook`); null for every other source */
+  provider: string | null;
   runId: string | null;
   messageId: string | null;
   step: string | null;
@@ -35,7 +37,7 @@ function fromOriginal(externalId: string, original: string): StoredEvent {
   return {
     id: String(meta.id), sequence: Number(meta.q), externalId, name: String(meta.n), source: meta.o as EventSource,
     timestamp: isoNow(Number(meta.ts)), receivedAt: isoNow(Number(meta.r)), data: JSON.parse(original.slice(cut + 1)),
-    runId: orNull(meta.ru as string), messageId: orNull(meta.m as string), step: orNull(meta.st as string),
+    provider: orNull(meta.pv as string), runId: orNull(meta.ru as string), messageId: orNull(meta.m as string), step: orNull(meta.st as string),
   };
 }
 
@@ -104,7 +106,7 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
       for (const { request, index } of part) {
         const e = requests[request]!.events[index]!;
         const { created, event } = ids[request]![index]!;
-        args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '');
+        args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
       }
       calls.push({ keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p)], args, slots: part });
     }
@@ -137,7 +139,7 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
         : {
           id: ids[request]![index]!.event, sequence: item[1], externalId: e.externalId, name: e.name, source: e.source,
           timestamp: isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
-          runId: e.runId, messageId: e.messageId, step: e.step, status: 'accepted',
+          provider: e.provider, runId: e.runId, messageId: e.messageId, step: e.step, status: 'accepted',
         };
     });
   });

@@ -229,6 +229,16 @@ export function createKeys(prefix: string) {
     workflowVersions: (tenantId: string, workflowId: string) => `${t(tenantId)}:wfl:${workflowId}:versions`,
     /** zset event name → deletion ms: the `wait` and `cancelOn` names of deleted workflows, still watched for their runs */
     workflowGoneNames: (tenantId: string) => `${t(tenantId)}:wfls:gone-names`,
+    // --- sources: other services' webhooks turned into events ---
+    /** hash: a source (provider, format, mapping, secrets, enabled, inbound counts `n:<status>`, last error) */
+    source: (tenantId: string, sourceId: string) => `${t(tenantId)}:src:${sourceId}`,
+    /** zset (score 0) of a tenant's source ids, by creation */
+    sourceIndex: (tenantId: string) => `${t(tenantId)}:srcs`,
+    /**
+     * hash source id → `<workspaceId>|<tenantId>`: where an inbound request (which carries no API key)
+     * finds its source; set before the source is created, removed after it is deleted
+     */
+    sourceRoutes: `${prefix}sources:by-id`,
     /** string: a short lock so one process of a role does a periodic job */
     lock: (name: string) => `${prefix}lock:${name}`,
     /** the tenant tag with the prefix: Lua scripts build message and delivery key names from it as above */

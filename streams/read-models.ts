@@ -19,7 +19,7 @@ export function eventFromLog(fields: string[]): StoredEvent {
   return {
     id: f.id!, sequence: Number(f.q), externalId: f.x!, name: f.n!, source: f.o as EventSource,
     timestamp: isoNow(Number(f.ts)), receivedAt: isoNow(Number(f.r)), data: JSON.parse(f.d || '{}'),
-    runId: f.ru || null, messageId: f.m || null, step: f.st || null,
+    provider: f.pv || null, runId: f.ru || null, messageId: f.m || null, step: f.st || null,
   };
 }
 
@@ -45,7 +45,7 @@ const older = (a: LogPosition, b: LogPosition) => a.ms < b.ms || (a.ms === b.ms 
 export async function tenantEventsPage(
   redis: Redis, keys: Keys, partitions: number, tenantId: string, limit: number, after: LogPosition | null, filter: LogFilter,
 ): Promise<{ items: StoredEvent[]; next: LogPosition | null }> {
-  const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && !filter.provider;
+  const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && (!filter.provider || e.provider === filter.provider);
   // a time before 1970 (a negative millisecond, which is no stream id) keeps every event
   const minId = filter.afterMs !== undefined && filter.afterMs >= 0 ? `${filter.afterMs + 1}-0` : '-';
   const found: { pos: LogPosition; event: StoredEvent }[] = [];

@@ -27,6 +27,7 @@ export function streamLedgerPayload(f: Record<string, string>): Record<string, u
         sequence: Number(f.q),
         name: f.n,
         source: f.o,
+        provider: f.pv || null,
         timestamp: isoNow(Number(f.ts)),
         data: JSON.parse(f.d || '{}'),
         subscriber: { id: f.u, externalId: f.x },

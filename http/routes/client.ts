@@ -87,7 +87,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     });
     const merged = plan !== null;
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
-      externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, runId: null, messageId: null, step: null,
+      externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, provider: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),
     }]);
     // appending $identify leaves the record as it was written: the answer is that record

@@ -57,6 +57,7 @@ const eventProperties: Record<string, Schema> = {
   timestamp: { type: 'string', format: 'date-time' },
   receivedAt: { type: 'string', format: 'date-time' },
   data: { type: 'object' },
+  provider: { type: 'string', nullable: true, description: 'The other service whose webhook a Source turned into this event (source `webhook`); null for every other source.' },
   runId: { type: 'string', nullable: true },
   messageId: { type: 'string', nullable: true },
   step: { type: 'string', nullable: true },

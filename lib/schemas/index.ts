@@ -4,6 +4,7 @@ import * as events from './events.js';
 import * as messages from './messages.js';
 import * as subscribers from './subscribers.js';
 import * as segments from './segments.js';
+import * as sources from './sources.js';
 import * as topics from './topics.js';
 import * as webhooks from './webhooks.js';
 import * as workflows from './workflows.js';
@@ -12,9 +13,9 @@ import type { Schema } from './common.js';
 export type { Schema } from './common.js';
 
 /** Schemas whose envelopes (`<Name>Response`, `<Name>ListResponse`) the document also carries. */
-export const DATA_SCHEMAS: string[] = ['Health', 'Caller', 'ApiKey', 'ApnsCredentials', 'Message', 'Delivery', 'Subscriber', 'ClientSubscriber', 'Subscription', 'Preferences', 'Widget', 'NullableWidget', 'Topic', 'TopicMember', 'TopicMembersAdded', 'TopicMembersRemoved', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'Event', 'TrackedEvent', 'CatalogEntry', 'CatalogEntryDetail', 'Volume', 'EventsToken', 'WebhookEndpoint', 'WebhookEndpointWithSecret', 'WebhookCatalog', 'WebhookEvent', 'WebhookDelivery', 'WebhookDeliveryDetail'];
+export const DATA_SCHEMAS: string[] = ['Health', 'Caller', 'ApiKey', 'ApnsCredentials', 'Message', 'Delivery', 'Subscriber', 'ClientSubscriber', 'Subscription', 'Preferences', 'Widget', 'NullableWidget', 'Topic', 'TopicMember', 'TopicMembersAdded', 'TopicMembersRemoved', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'Event', 'TrackedEvent', 'CatalogEntry', 'CatalogEntryDetail', 'Volume', 'EventsToken', 'Source', 'SourceWithSecret', 'SourceDelivery', 'WebhookEndpoint', 'WebhookEndpointWithSecret', 'WebhookCatalog', 'WebhookEvent', 'WebhookDelivery', 'WebhookDeliveryDetail'];
 /** Of those, the lists that carry `total` (record lists); the others paginate by keyset. */
-export const RECORD_LISTS: string[] = ['ApiKey', 'Message', 'Delivery', 'Subscriber', 'Subscription', 'Widget', 'Topic', 'TopicMember', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'WebhookEndpoint', 'WebhookDelivery'];
+export const RECORD_LISTS: string[] = ['ApiKey', 'Message', 'Delivery', 'Subscriber', 'Subscription', 'Widget', 'Topic', 'TopicMember', 'Segment', 'Workflow', 'WorkflowVersion', 'WorkflowRun', 'Source', 'WebhookEndpoint', 'WebhookDelivery'];
 
 /** Every named schema of the service. */
 export const SCHEMAS: Record<string, Schema> = {
@@ -31,6 +32,7 @@ export const SCHEMAS: Record<string, Schema> = {
   ...messages,
   ...subscribers,
   ...segments,
+  ...sources,
   ...topics,
   ...webhooks,
   ...workflows,

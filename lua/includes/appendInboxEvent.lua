@@ -3,5 +3,5 @@
 -- entries share one field list and Redis stores the names once.
 local function appendInboxEvent(inbox, e)
   return redis.call('XADD', inbox, '*', 't', e.t, 'w', e.w, 'id', e.id, 'q', e.q, 'x', e.x, 'u', e.u,
-    'n', e.n, 'o', e.o, 'ts', e.ts, 'r', e.r, 'd', e.d, 'c', e.c or '', 'ru', e.ru or '', 'm', e.m or '', 'st', e.st or '')
+    'n', e.n, 'o', e.o, 'ts', e.ts, 'r', e.r, 'd', e.d, 'c', e.c or '', 'ru', e.ru or '', 'm', e.m or '', 'st', e.st or '', 'pv', e.pv or '')
 end

@@ -29,7 +29,7 @@ apply.before.each(async (ctx) => {
 apply.after.each(() => setClockOffset(0));
 apply.after(async (ctx) => ctx.redis.disconnect());
 
-const event = (externalId: string, name: string, timestampMs = now()) => ({ externalId, name, source: 'server' as const, timestampMs, data: '{"n":1}', callerId: null, runId: null, messageId: null, step: null });
+const event = (externalId: string, name: string, timestampMs = now()) => ({ externalId, name, source: 'server' as const, timestampMs, data: '{"n":1}', callerId: null, provider: null, runId: null, messageId: null, step: null });
 
 async function inboxIds({ redis, keys }: Ctx): Promise<string[]> {
   return ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id]) => id);

@@ -18,7 +18,7 @@ type Ctx = { redis: Redis; keys: Keys };
 const together = suite<Ctx>('ingest: concurrent calls written together');
 
 const scope = (partitions: number, maxBacklog = 1_000_000) => ({ workspaceId: 'ws_tog', tenantId: 'tnt_tog', partitions, maxBacklog });
-const event = (externalId: string, name: string, callerId: string | null = null) => ({ externalId, name, source: 'server' as const, timestampMs: now(), data: '{}', callerId, runId: null, messageId: null, step: null });
+const event = (externalId: string, name: string, callerId: string | null = null) => ({ externalId, name, source: 'server' as const, timestampMs: now(), data: '{}', callerId, provider: null, runId: null, messageId: null, step: null });
 
 together.before.each(async (ctx) => {
   ctx.redis ??= connectRedis({ url: await testRedisUrl() });

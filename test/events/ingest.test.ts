@@ -120,7 +120,7 @@ ingest('a dedupe id is one subscriber\'s: once it is deleted, the same id is acc
 
 ingest('the engine\'s own dedupe ids ($send once per message) and a caller\'s never match, whatever the caller sends', async ({ api, key, service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions, maxBacklog: 1_000_000 };
-  const send = { externalId: 'ns-1', name: '$send', source: 'system' as const, timestampMs: Date.now(), data: '{}', callerId: '$send:msg_x', runId: null, messageId: 'msg_x', step: null };
+  const send = { externalId: 'ns-1', name: '$send', source: 'system' as const, timestampMs: Date.now(), data: '{}', callerId: '$send:msg_x', provider: null, runId: null, messageId: 'msg_x', step: null };
   assert.is((await ingestEvents(service.redis, service.keys, scope, [send]))[0]!.status, 'accepted');
   const caller = await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_x' });
   assert.is(caller.body.data.items[0].status, 'accepted', 'a caller id equal to the engine\'s is another id');

@@ -1,0 +1,277 @@
+import type { RoutesBySegment as Router } from '../routes-by-segment.js';
+import type { Context } from 'koa';
+import { now } from '../../lib/clock.js';
+import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
+import { generatedSecret, readDelivery, secretProblem, verifyDelivery } from '../../lib/source-formats.js';
+import { MAX_INBOUND_BYTES } from '../../lib/source-limits.js';
+import { checkBody } from '../../lib/validator.js';
+import { ingestEvents } from '../../streams/ingest.js';
+import {
+  countDelivery, createSource, deleteSource, findInboundSource, findSource, loadSources, updateSource,
+  type InboundSource, type Source, type SourceInput, type SourcePatch, type SourceScope,
+} from '../../streams/sources.js';
+import type { AppDeps } from '../deps.js';
+import { respond } from '../envelope.js';
+import { pageRecords, pageRequest } from '../list.js';
+import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
+
+/** Fields a PATCH cannot change, refused by name. */
+const IMMUTABLE = ['provider', 'format'] as const;
+
+/** A PATCH body; `provider` and `format` in it are refused by name (they decide how every delivery is read). */
+function readPatch(body: unknown): SourcePatch {
+  const details: ErrorDetail[] = [];
+  let rest = body;
+  if (body && typeof body === 'object' && !Array.isArray(body)) {
+    const others = { ...(body as Record<string, unknown>) };
+    for (const field of IMMUTABLE) {
+      if (!Object.hasOwn(others, field)) continue;
+      details.push({ param: field, message: 'cannot be changed; create another source' });
+      delete others[field];
+    }
+    rest = others;
+  }
+  try {
+    if (!details.length || Object.keys(rest as object).length) checkBody<SourcePatch>('SourceUpdate', rest);
+  } catch (err) {
+    if (!(err instanceof ApiError) || !err.details) throw err;
+    details.push(...err.details);
+  }
+  if (details.length) throw validationError(details);
+  return rest as SourcePatch;
+}
+
+/**
+ * The exact bytes of a request body, at most `limit` (413 above it, counted on the way, so a
+ * sender cannot make the process hold more). Only uncompressed bodies: a signature is over the
+ * bytes the provider sent.
+ */
+async function rawBody(ctx: Context, limit: number): Promise<Buffer> {
+  const encoding = (ctx.get('Content-Encoding') || 'identity').toLowerCase();
+  if (encoding !== 'identity') throw new ApiError(400, 'bad_request', 'Send the delivery uncompressed: its signature is over the bytes as sent', { param: 'Content-Encoding' });
+  if (Number(ctx.get('Content-Length') || 0) > limit) throw new ApiError(413, 'payload_too_large', `A delivery is at most ${limit} bytes`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > limit) throw new ApiError(413, 'payload_too_large', `A delivery is at most ${limit} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
+export function registerSources(router: Router, deps: AppDeps): void {
+  const { redis, keys, config } = deps;
+  const read = authorize(deps, 'tenant', 'sources:read');
+  const write = authorize(deps, 'tenant', 'sources:write');
+
+  const scopeOf = (ctx: Context): SourceScope => {
+    const { workspace } = ctx.state.auth as AuthState;
+    const tenant = tenantOf(ctx);
+    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
+  };
+  /** The source as the API shows it: with the URL its provider sends to, as this caller reached the service. */
+  const shown = (ctx: Context, source: Source) => ({ ...source, inboundUrl: `${ctx.origin}/v1/sources/${source.id}/inbound` });
+
+  /**
+   * @openapi
+   * /v1/sources:
+   *   post:
+   *     operationId: createSource
+   *     summary: Create a source (an inbound webhook URL)
+   *     description: |
+   *       Scope `sources:write`. Another service's webhooks sent to the answer's `inboundUrl` become events
+   *       (`source` `webhook`, `provider` this source's provider) on the subscriber the `mapping` names
+   *       (docs/sources.md). `format` says how deliveries are signed: `standard-webhooks`, `stripe` or `github`.
+   *       `secret` is required for `stripe` (the endpoint's signing secret from Stripe) and generated when omitted
+   *       otherwise; the answer shows it, and no other answer will. A tenant has at most 100 sources (400
+   *       `bad_request`). Audited as `source.created` (without the secret).
+   *     tags: [Sources]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/SourceCreate' } } }
+   *     responses:
+   *       '201':
+   *         description: The new source with its secret
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceWithSecretResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   get:
+   *     operationId: listSources
+   *     summary: List sources
+   *     description: Scope `sources:read`. The tenant's sources, newest first, with `total`; never a secret.
+   *     tags: [Sources]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - $ref: '#/components/parameters/limit'
+   *       - $ref: '#/components/parameters/cursor'
+   *     responses:
+   *       '200':
+   *         description: A page of sources
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceListResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/sources', write, async (ctx) => {
+    const body = checkBody<Omit<SourceInput, 'secret'> & { secret?: string }>('SourceCreate', ctx.request.body);
+    const secret = body.secret ?? generatedSecret(body.format);
+    if (secret === null) throw validationError([{ param: 'secret', message: `is required for format ${body.format}: paste the signing secret the provider shows` }]);
+    const problem = secretProblem(body.format, secret);
+    if (problem) throw validationError([{ param: 'secret', message: problem }]);
+    const source = await createSource(redis, keys, scopeOf(ctx), { ...body, secret }, writerOf(ctx));
+    respond(ctx, 201, { ...shown(ctx, source), secret });
+  });
+
+  router.get('/v1/sources', read, async (ctx) => {
+    const tenantId = tenantOf(ctx).id;
+    const page = await pageRecords(redis, keys.sourceIndex(tenantId), pageRequest(ctx), 'source', (ids) => loadSources(redis, keys, tenantId, ids));
+    respond(ctx, 200, { ...page, items: page.items.map((s) => shown(ctx, s)) });
+  });
+
+  /**
+   * @openapi
+   * /v1/sources/{id}:
+   *   parameters:
+   *     - { name: id, in: path, required: true, schema: { type: string } }
+   *   get:
+   *     operationId: getSource
+   *     summary: One source
+   *     description: Scope `sources:read`. Its settings, delivery counts by outcome and last error; never its secret.
+   *       An unknown or malformed id, or another tenant's, is 404.
+   *     tags: [Sources]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     responses:
+   *       '200':
+   *         description: The source
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   patch:
+   *     operationId: updateSource
+   *     summary: Change a source
+   *     description: |
+   *       Scope `sources:write`. Changes `name`, `mapping` (replaced whole), `namePrefix`, `enabled` or `secret`.
+   *       A new secret leaves the replaced one verifying for 24 hours. `provider` and `format` cannot change
+   *       (`validation` naming them). Audited as `source.updated` with `changes` and `previousAttributes` when a
+   *       value changes (`updatedAt` moves only then; a new secret shows as `secretUpdatedAt`).
+   *     tags: [Sources]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { $ref: '#/components/schemas/SourceUpdate' } } }
+   *     responses:
+   *       '200':
+   *         description: The source after the change
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   *   delete:
+   *     operationId: deleteSource
+   *     summary: Delete a source
+   *     description: Scope `sources:write`. Its inbound URL answers 404 from then on; the events it stored stay.
+   *       Answers the source as it was. Audited as `source.deleted`.
+   *     tags: [Sources]
+   *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
+   *     responses:
+   *       '200':
+   *         description: The deleted source
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceResponse' } } }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/sources/:id', read, async (ctx) => {
+    const source = await findSource(redis, keys, tenantOf(ctx).id, ctx.params.id ?? '');
+    if (!source) throw notFound('Source');
+    respond(ctx, 200, shown(ctx, source));
+  });
+
+  router.patch('/v1/sources/:id', write, async (ctx) => {
+    const id = ctx.params.id ?? '';
+    const current = await findSource(redis, keys, tenantOf(ctx).id, id);
+    if (!current) throw notFound('Source');
+    const patch = readPatch(ctx.request.body);
+    const problem = patch.secret === undefined ? null : secretProblem(current.format, patch.secret);
+    if (problem) throw validationError([{ param: 'secret', message: problem }]);
+    respond(ctx, 200, shown(ctx, await updateSource(redis, keys, scopeOf(ctx), id, patch, writerOf(ctx))));
+  });
+
+  router.delete('/v1/sources/:id', write, async (ctx) => {
+    respond(ctx, 200, shown(ctx, await deleteSource(redis, keys, scopeOf(ctx), ctx.params.id ?? '', writerOf(ctx))));
+  });
+
+  /**
+   * @openapi
+   * /v1/sources/{id}/inbound:
+   *   post:
+   *     operationId: receiveSourceDelivery
+   *     summary: A provider's webhook delivery
+   *     description: |
+   *       **No Authorization header**: the provider signs each delivery, and the signature is verified under the
+   *       source's secret against the exact bytes received (`standard-webhooks`: webhook-id, webhook-timestamp,
+   *       webhook-signature; `stripe`: Stripe-Signature; `github`: X-Hub-Signature-256), with a timestamp at most
+   *       5 minutes off where the format signs one. A JSON object body of at most 256 KB.
+   *
+   *       202 `accepted` with the stored event, or `duplicate` with the original one when the delivery's dedupe key
+   *       was seen before (nothing stored). 200 `ignored` (a disabled source, no externalId or no name in the
+   *       payload): the provider need not retry. 401 `missing_authorization` without the signature header,
+   *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
+   *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
+   *       404 for an unknown or deleted source.
+   *     tags: [Sources]
+   *     security: []
+   *     parameters:
+   *       - { name: id, in: path, required: true, schema: { type: string } }
+   *     requestBody:
+   *       required: true
+   *       content: { application/json: { schema: { type: object, description: "The provider's payload." } } }
+   *     responses:
+   *       '202':
+   *         description: Stored, or a duplicate of a stored delivery
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceDeliveryResponse' } } }
+   *       '200':
+   *         description: Ignored; nothing stored
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/SourceDeliveryResponse' } } }
+   *       '400': { $ref: '#/components/responses/Error' }
+   *       '401': { $ref: '#/components/responses/Error' }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       '413': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.post('/v1/sources/:id/inbound', async (ctx) => {
+    const source = await findInboundSource(redis, keys, ctx.params.id ?? '');
+    if (!source) throw notFound('Source');
+    const body = await rawBody(ctx, MAX_INBOUND_BYTES);
+    const verdict = verifyDelivery(source.format, source.secrets, ctx.req.headers, body, Math.floor(now() / 1000));
+    if (!verdict.ok) return refuse(source, new ApiError(401, verdict.code, verdict.message), false);
+    let payload: unknown;
+    try {
+      payload = JSON.parse(body.toString('utf8'));
+    } catch {
+      payload = undefined;
+    }
+    if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
+      return refuse(source, new ApiError(400, 'parse', 'A delivery must be a JSON object', { param: 'body' }), true);
+    }
+    if (!source.enabled) return ignore(ctx, source, 'disabled');
+    const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers);
+    if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);
+    if (reading.kind === 'rejected') {
+      return refuse(source, validationError([{ param: reading.param, message: reading.message }], reading.code), true);
+    }
+    const [event] = await ingestEvents(redis, keys, { workspaceId: source.workspaceId, tenantId: source.tenantId, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog }, [{
+      externalId: reading.externalId, name: reading.name, source: 'webhook', timestampMs: reading.timestampMs, data: reading.data,
+      // dedupe keys are the source's own: two sources (or a backend's ids) never match
+      callerId: reading.dedupeId === null ? null : `${source.id}:${reading.dedupeId}`, provider: source.provider, runId: null, messageId: null, step: null,
+    }]);
+    const { status, ...stored } = event!;
+    await countDelivery(redis, keys, source, status, true);
+    respond(ctx, 202, { status, reason: null, event: stored });
+  });
+
+  /** Counts a refused delivery with its error, then answers the error. */
+  async function refuse(source: InboundSource, err: ApiError, verified: boolean): Promise<never> {
+    await countDelivery(redis, keys, source, 'rejected', verified, err);
+    throw err;
+  }
+
+  async function ignore(ctx: Context, source: InboundSource, reason: 'disabled' | 'no_external_id' | 'no_name'): Promise<void> {
+    await countDelivery(redis, keys, source, 'ignored', true);
+    respond(ctx, 200, { status: 'ignored', reason, event: null });
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * Sources (docs/sources.md): how a delivery of another service's webhook is verified and read
+ * into one event. Pure: no Redis, no HTTP; the route hands it the exact bytes and the headers.
+ */
+import { createHmac, randomBytes } from 'node:crypto';
+import { now } from './clock.js';
+import { safeEqual } from './secrets.js';
+import { MAX_EVENT_DATA_BYTES, TIMESTAMP_MAX_AGE_MS, TIMESTAMP_MAX_AHEAD_MS } from './track-events.js';
+import type { SourceFormat } from './source-limits.js';
+import { TOLERANCE_SECONDS, newWebhookSecret, verifySignature } from './webhook-signing.js';
+
+export const MAPPING_FIELDS = ['externalId', 'name', 'id', 'timestamp', 'data'] as const;
+export type MappingField = (typeof MAPPING_FIELDS)[number];
+/** Where each event field is read in the payload: a dot path, or null for the format's default. */
+export type Mapping = Record<MappingField, string | null>;
+
+/** Headers as Node gives them: lowercase names. */
+export type Headers = Record<string, string | string[] | undefined>;
+
+const header = (headers: Headers, name: string): string | null => {
+  const v = headers[name];
+  const s = Array.isArray(v) ? v[0] : v;
+  return s === undefined || s === '' ? null : s;
+};
+
+const hmacHex = (secret: string, text: Buffer | string, prefix = '') =>
+  createHmac('sha256', Buffer.from(secret, 'utf8')).update(prefix).update(text).digest('hex');
+
+/** The secret a new source gets when the create body has none; null when the format needs the provider's. */
+export function generatedSecret(format: SourceFormat): string | null {
+  if (format === 'standard-webhooks') return newWebhookSecret();
+  if (format === 'github') return randomBytes(24).toString('hex');
+  return null;
+}
+
+/** Why `secret` cannot be used with `format`, or null when it can. */
+export function secretProblem(format: SourceFormat, secret: string): string | null {
+  const base64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2,3})?$/;
+  if (format !== 'standard-webhooks') return null;
+  const encoded = secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : '';
+  return encoded !== '' && base64.test(encoded) ? null : 'must be whsec_ followed by base64 (the Standard Webhooks secret format)';
+}
+
+export type Verdict =
+  | { ok: true }
+  | { ok: false; code: 'missing_authorization' | 'invalid_signature'; message: string };
+
+/**
+ * Whether a delivery carries a valid signature of `format` under one of `secrets`, over the exact
+ * bytes `body`, at `nowSeconds`.
+ */
+export function verifyDelivery(format: SourceFormat, secrets: string[], headers: Headers, body: Buffer, nowSeconds: number): Verdict {
+  const bad = (message: string): Verdict => ({ ok: false, code: 'invalid_signature', message });
+  if (format === 'standard-webhooks') {
+    const id = header(headers, 'webhook-id');
+    const timestamp = header(headers, 'webhook-timestamp');
+    const signature = header(headers, 'webhook-signature');
+    if (!id || !timestamp || !signature) return { ok: false, code: 'missing_authorization', message: 'Send the webhook-id, webhook-timestamp and webhook-signature headers (Standard Webhooks)' };
+    if (secrets.some((s) => verifySignature(s, { id, timestamp, signature }, body, nowSeconds))) return { ok: true };
+    return bad(`No webhook-signature matches the source's secret, or webhook-timestamp is more than ${TOLERANCE_SECONDS / 60} minutes off`);
+  }
+  if (format === 'stripe') {
+    const value = header(headers, 'stripe-signature');
+    if (!value) return { ok: false, code: 'missing_authorization', message: 'Send the Stripe-Signature header' };
+    const parts = value.split(',').map((p) => p.trim().split('='));
+    const t = parts.find(([k]) => k === 't')?.[1] ?? '';
+    const signatures = parts.filter(([k]) => k === 'v1').map(([, v]) => v ?? '');
+    if (!/^\d{1,15}$/.test(t) || Math.abs(nowSeconds - Number(t)) > TOLERANCE_SECONDS) return bad(`Stripe-Signature's timestamp is missing or more than ${TOLERANCE_SECONDS / 60} minutes off`);
+    for (const secret of secrets) {
+      const expected = hmacHex(secret, body, `${t}.`);
+      if (signatures.some((s) => safeEqual(s, expected))) return { ok: true };
+    }
+    return bad('No v1 signature of Stripe-Signature matches the source\'s secret');
+  }
+  const value = header(headers, 'x-hub-signature-256');
+  if (!value) return { ok: false, code: 'missing_authorization', message: 'Send the X-Hub-Signature-256 header' };
+  for (const secret of secrets) if (safeEqual(value, `sha256=${hmacHex(secret, body)}`)) return { ok: true };
+  return bad('X-Hub-Signature-256 does not match the source\'s secret');
+}
+
+/** The value at a dot path (`data.object.id`, `items.0.id`), or undefined. Own keys only. */
+export function valueAt(payload: unknown, path: string): unknown {
+  let value = payload;
+  for (const key of path.split('.')) {
+    if (value === null || typeof value !== 'object') return undefined;
+    if (Array.isArray(value)) {
+      if (!/^\d+$/.test(key)) return undefined;
+      value = value[Number(key)];
+    } else {
+      if (!Object.hasOwn(value, key)) return undefined;
+      value = (value as Record<string, unknown>)[key];
+    }
+  }
+  return value;
+}
+
+const scalar = (v: unknown): string | null =>
+  typeof v === 'string' && v !== '' ? v : typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : null;
+
+/** An event name from a provider's name: prefixed, lowercased, other characters as `_`. */
+export function eventNameOf(prefix: string, raw: string): string {
+  return (prefix + raw).toLowerCase().replace(/[^a-z0-9_.-]/g, '_');
+}
+
+/** A timestamp of a payload in ms: ISO 8601 text, or unix seconds (below 10^11) or milliseconds; null when it is neither. */
+function timestampMsOf(v: unknown): number | null {
+  if (typeof v === 'number' && Number.isFinite(v) && v > 0) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
+  if (typeof v === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(v)) {
+    const ms = Date.parse(v);
+    return Number.isNaN(ms) ? null : ms;
+  }
+  return null;
+}
+
+const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;
+
+/** What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. */
+export type Reading =
+  | { kind: 'event'; externalId: string; name: string; dedupeId: string | null; timestampMs: number; data: string }
+  | { kind: 'ignored'; reason: 'no_external_id' | 'no_name' }
+  | { kind: 'rejected'; code: 'validation' | 'invalid_timestamp' | 'event_data_too_large'; param: string; message: string };
+
+/**
+ * Reads a verified delivery's payload into an event, by the source's mapping and its format's
+ * defaults (docs/sources.md, Mapping), checking the event rules of spec 4.3 and Part 8.
+ */
+export function readDelivery(source: { format: SourceFormat; mapping: Mapping; namePrefix: string }, payload: Record<string, unknown>, headers: Headers): Reading {
+  const { format, mapping } = source;
+  const externalId = scalar(valueAt(payload, mapping.externalId!));
+  if (externalId === null || externalId.length > 256) return { kind: 'ignored', reason: 'no_external_id' };
+
+  let rawName: string | null;
+  if (mapping.name) rawName = scalar(valueAt(payload, mapping.name));
+  else if (format === 'github') {
+    const event = header(headers, 'x-github-event');
+    const action = typeof payload.action === 'string' && payload.action !== '' ? payload.action : null;
+    rawName = event && (action ? `${event}.${action}` : event);
+  } else rawName = scalar(valueAt(payload, 'type'));
+  if (rawName === null) return { kind: 'ignored', reason: 'no_name' };
+  const name = eventNameOf(source.namePrefix, rawName);
+  if (!EVENT_NAME.test(name)) return { kind: 'rejected', code: 'validation', param: 'name', message: `"${name.slice(0, 120)}" is not an event name: it must match [a-z0-9][a-z0-9_.-]{0,99}` };
+
+  let dedupeId: string | null;
+  if (mapping.id) dedupeId = scalar(valueAt(payload, mapping.id));
+  else if (format === 'standard-webhooks') dedupeId = header(headers, 'webhook-id');
+  else if (format === 'github') dedupeId = header(headers, 'x-github-delivery');
+  else dedupeId = scalar(payload.id);
+  if (dedupeId !== null && dedupeId.length > 256) dedupeId = dedupeId.slice(0, 256);
+
+  const at = now();
+  const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);
+  let timestampMs = at;
+  if (timestampPath) {
+    const found = valueAt(payload, timestampPath);
+    const ms = timestampMsOf(found);
+    if (ms === null) return { kind: 'rejected', code: 'validation', param: 'timestamp', message: `the value at ${timestampPath} is not an ISO 8601 date-time nor unix seconds or milliseconds` };
+    if (ms < at - TIMESTAMP_MAX_AGE_MS || ms > at + TIMESTAMP_MAX_AHEAD_MS) {
+      return { kind: 'rejected', code: 'invalid_timestamp', param: 'timestamp', message: 'must be at most 7 days in the past and at most 1 hour in the future' };
+    }
+    timestampMs = ms;
+  }
+
+  const value = mapping.data ? valueAt(payload, mapping.data) : payload;
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    return { kind: 'rejected', code: 'validation', param: 'data', message: `the value at ${mapping.data} must be a JSON object` };
+  }
+  const data = JSON.stringify(value);
+  if (Buffer.byteLength(data) > MAX_EVENT_DATA_BYTES) {
+    return { kind: 'rejected', code: 'event_data_too_large', param: 'data', message: `must be at most ${MAX_EVENT_DATA_BYTES} bytes serialized (map a smaller part of the payload with mapping.data)` };
+  }
+  return { kind: 'event', externalId, name, dedupeId, timestampMs, data };
+}

@@ -1,0 +1,20 @@
+--[[
+  Counts one inbound request of a source by outcome, unless the source is gone (a request racing
+  its deletion must not bring back a partial record).
+
+  KEYS[1] the source's record (hash)
+
+  ARGV[1] received at (ISO 8601), '' for a delivery whose signature did not verify (lastReceivedAt stays)
+  ARGV[2] last error as JSON, '' when the request was accepted
+  ARGV[3] number of counts C, then C groups of 2: status (accepted, duplicate, ignored, rejected), how many
+
+  Returns 1 when counted, 0 when the source is gone.
+]]
+local rcall = redis.call
+if rcall('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 0, tonumber(ARGV[3]) - 1 do
+  rcall('HINCRBY', KEYS[1], 'n:' .. ARGV[4 + i * 2], tonumber(ARGV[5 + i * 2]))
+end
+if ARGV[1] ~= '' then rcall('HSET', KEYS[1], 'lastReceivedAt', ARGV[1]) end
+if ARGV[2] ~= '' then rcall('HSET', KEYS[1], 'lastError', ARGV[2]) end
+return 1

@@ -1,0 +1,81 @@
+import { createHmac } from 'node:crypto';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setClockOffset } from '../../lib/clock.js';
+import { eventNameOf, readDelivery, secretProblem, valueAt, verifyDelivery, type Mapping } from '../../lib/source-formats.js';
+
+const formats = suite('source formats (pure)');
+formats.after.each(() => setClockOffset(0));
+
+const mapping = (m: Partial<Mapping> & { externalId: string }): Mapping => ({ name: null, id: null, timestamp: null, data: null, ...m });
+const hex = (secret: string, text: string) => createHmac('sha256', secret).update(text).digest('hex');
+
+formats('valueAt reads own keys and array indexes, nothing from the prototype', () => {
+  const payload = { data: { object: { metadata: { userId: 'u1' } }, items: [{ id: 7 }] } };
+  assert.is(valueAt(payload, 'data.object.metadata.userId'), 'u1');
+  assert.is(valueAt(payload, 'data.items.0.id'), 7);
+  assert.is(valueAt(payload, 'data.items.x'), undefined);
+  assert.is(valueAt(payload, 'data.toString'), undefined);
+  assert.is(valueAt(payload, 'data.object.metadata.userId.length'), undefined);
+});
+
+formats('event names: prefix, lowercase, other characters as _', () => {
+  assert.is(eventNameOf('stripe.', 'invoice.payment_succeeded'), 'stripe.invoice.payment_succeeded');
+  assert.is(eventNameOf('', 'User Created!'), 'user_created_');
+});
+
+formats('a Standard Webhooks secret must be whsec_ and base64; other formats take any', () => {
+  assert.is(secretProblem('standard-webhooks', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'), null);
+  assert.ok(secretProblem('standard-webhooks', 'whsec_'));
+  assert.ok(secretProblem('standard-webhooks', 'whsec_not base64!'));
+  assert.ok(secretProblem('standard-webhooks', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'));
+  assert.is(secretProblem('stripe', 'anything-goes'), null);
+});
+
+formats('stripe: any v1 of the header verifies, within 5 minutes of its t', () => {
+  const body = Buffer.from('{"id":"evt_1"}');
+  const t = Math.floor(Date.now() / 1000);
+  const good = hex('whsec_s', `${t}.${body}`);
+  const header = (v: string, at = t) => ({ 'stripe-signature': `t=${at},v1=${'0'.repeat(64)},v1=${v},v0=zzz` });
+  assert.equal(verifyDelivery('stripe', ['whsec_s'], header(good), body, t), { ok: true });
+  assert.equal(verifyDelivery('stripe', ['other', 'whsec_s'], header(good), body, t), { ok: true }, 'a previous secret verifies too');
+  assert.is(verifyDelivery('stripe', ['whsec_s'], header(good), body, t + 301).ok, false);
+  assert.is(verifyDelivery('stripe', ['whsec_s'], header(hex('whsec_s', `${t}.x`)), body, t).ok, false);
+  const missing = verifyDelivery('stripe', ['whsec_s'], {}, body, t);
+  assert.is(missing.ok === false && missing.code, 'missing_authorization');
+});
+
+formats('github: sha256= of the body; no header is missing_authorization', () => {
+  const body = Buffer.from('{"action":"opened"}');
+  assert.equal(verifyDelivery('github', ['s3cretvalue'], { 'x-hub-signature-256': `sha256=${hex('s3cretvalue', body.toString())}` }, body, 0), { ok: true });
+  const bad = verifyDelivery('github', ['s3cretvalue'], { 'x-hub-signature-256': 'sha256=00' }, body, 0);
+  assert.is(bad.ok === false && bad.code, 'invalid_signature');
+});
+
+formats('readDelivery: defaults by format, ignored and rejected readings', () => {
+  const stripe = { format: 'stripe' as const, mapping: mapping({ externalId: 'data.object.metadata.userId', data: 'data.object' }), namePrefix: 'stripe.' };
+  const created = Math.floor(Date.now() / 1000) - 60;
+  const reading = readDelivery(stripe, { id: 'evt_9', type: 'invoice.paid', created, data: { object: { metadata: { userId: 42 }, amount: 5 } } }, {});
+  assert.equal(reading, { kind: 'event', externalId: '42', name: 'stripe.invoice.paid', dedupeId: 'evt_9', timestampMs: created * 1000, data: '{"metadata":{"userId":42},"amount":5}' });
+  assert.equal(readDelivery(stripe, { type: 'x', created, data: {} }, {}), { kind: 'ignored', reason: 'no_external_id' });
+  const old = readDelivery(stripe, { type: 'x', created: created - 8 * 86400, data: { object: { metadata: { userId: 'u' } } } }, {});
+  assert.is(old.kind === 'rejected' && old.code, 'invalid_timestamp');
+  const notObject = readDelivery({ ...stripe, mapping: mapping({ externalId: 'u', data: 'u' }) }, { u: 'x', type: 'y', created }, {});
+  assert.is(notObject.kind === 'rejected' && notObject.param, 'data');
+
+  const github = { format: 'github' as const, mapping: mapping({ externalId: 'sender.login' }), namePrefix: 'github.' };
+  const gh = readDelivery(github, { action: 'opened', sender: { login: 'octocat' } }, { 'x-github-event': 'pull_request', 'x-github-delivery': 'd-1' });
+  assert.ok(gh.kind === 'event' && gh.name === 'github.pull_request.opened' && gh.dedupeId === 'd-1');
+  assert.equal(readDelivery(github, { sender: { login: 'octocat' } }, {}), { kind: 'ignored', reason: 'no_name' });
+
+  const sw = { format: 'standard-webhooks' as const, mapping: mapping({ externalId: 'data.id', timestamp: 'data.at' }), namePrefix: '' };
+  const iso = new Date(Date.now() - 1000).toISOString();
+  const r = readDelivery(sw, { type: 'user.created', data: { id: 'u1', at: iso } }, { 'webhook-id': 'msg_1' });
+  assert.ok(r.kind === 'event' && r.name === 'user.created' && r.dedupeId === 'msg_1' && r.timestampMs === Date.parse(iso));
+  const long = readDelivery(sw, { type: 'a'.repeat(120), data: { id: 'u1', at: iso } }, {});
+  assert.is(long.kind === 'rejected' && long.param, 'name');
+  const big = readDelivery(sw, { type: 'x', data: { id: 'u1', at: iso }, pad: 'p'.repeat(9000) }, {});
+  assert.is(big.kind === 'rejected' && big.code, 'event_data_too_large');
+});
+
+formats.run();
