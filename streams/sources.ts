@@ -93,7 +93,12 @@ export async function findInboundSource(redis: Redis, keys: Keys, id: string): P
   if (!route) return null;
   const [workspaceId, tenantId] = route.split('|') as [string, string];
   const h = await redis.hgetall(keys.source(tenantId, id));
-  if (!h.id) return null;
+  if (!h.id) {
+    // a delete whose process died before removing the route (an id is known only once created,
+    // so no create can be under way for it): the route goes now
+    await redis.hdel(keys.sourceRoutes, id);
+    return null;
+  }
   const secrets = [h.secret!];
   if (h.previousSecret && Number(h.previousSecretUntil ?? 0) > now()) secrets.push(h.previousSecret);
   return { ...toSource(h), workspaceId, tenantId, secrets };
