@@ -2,7 +2,7 @@
  * Sources (docs/sources.md): how a delivery of another service's webhook is verified and read
  * into one event. Pure: no Redis, no HTTP; the route hands it the exact bytes and the headers.
  */
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { now } from './clock.js';
 import { safeEqual } from './secrets.js';
 import { MAX_EVENT_DATA_BYTES, TIMESTAMP_MAX_AGE_MS, TIMESTAMP_MAX_AHEAD_MS } from './track-events.js';
@@ -97,6 +97,8 @@ export function valueAt(payload: unknown, path: string): unknown {
 const scalar = (v: unknown): string | null =>
   typeof v === 'string' && v !== '' ? v : typeof v === 'number' && Number.isSafeInteger(v) ? String(v) : null;
 
+const text = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
 /** An event name from a provider's name: prefixed, lowercased, other characters as `_`. */
 export function eventNameOf(prefix: string, raw: string): string {
   return (prefix + raw).toLowerCase().replace(/[^a-z0-9_.-]/g, '_');
@@ -113,6 +115,8 @@ function timestampMsOf(v: unknown): number | null {
 }
 
 const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;
+/** Longest dedupe key stored as it is; a longer one is stored as its SHA-256. */
+const MAX_DEDUPE_KEY_LENGTH = 256;
 
 /** What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. */
 export type Reading =
@@ -130,12 +134,12 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   if (externalId === null || externalId.length > 256) return { kind: 'ignored', reason: 'no_external_id' };
 
   let rawName: string | null;
-  if (mapping.name) rawName = scalar(valueAt(payload, mapping.name));
+  if (mapping.name) rawName = text(valueAt(payload, mapping.name));
   else if (format === 'github') {
     const event = header(headers, 'x-github-event');
     const action = typeof payload.action === 'string' && payload.action !== '' ? payload.action : null;
     rawName = event && (action ? `${event}.${action}` : event);
-  } else rawName = scalar(valueAt(payload, 'type'));
+  } else rawName = text(payload.type);
   if (rawName === null) return { kind: 'ignored', reason: 'no_name' };
   const name = eventNameOf(source.namePrefix, rawName);
   if (!EVENT_NAME.test(name)) return { kind: 'rejected', code: 'validation', param: 'name', message: `"${name.slice(0, 120)}" is not an event name: it must match [a-z0-9][a-z0-9_.-]{0,99}` };
@@ -145,7 +149,8 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   else if (format === 'standard-webhooks') dedupeId = header(headers, 'webhook-id');
   else if (format === 'github') dedupeId = header(headers, 'x-github-delivery');
   else dedupeId = scalar(payload.id);
-  if (dedupeId !== null && dedupeId.length > 256) dedupeId = dedupeId.slice(0, 256);
+  // a long key is kept by its digest: two keys that differ anywhere stay two keys
+  if (dedupeId !== null && dedupeId.length > MAX_DEDUPE_KEY_LENGTH) dedupeId = `sha256:${createHash('sha256').update(dedupeId).digest('hex')}`;
 
   const at = now();
   const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);

@@ -7,6 +7,7 @@ import { sha256Hex } from '../../lib/secrets.js';
 import { looksLikeToken, verifyEventsToken } from '../../lib/events-token.js';
 import { findApiKey, findTenant, findTenantBySlug, findWorkspace, type Tenant, type Workspace } from '../../streams/identity.js';
 import type { Principal } from '../../streams/key-cache.js';
+import type { Ref } from '../../streams/ledger.js';
 import type { AppDeps } from '../deps.js';
 import { jsonBody } from './json-body.js';
 
@@ -124,6 +125,13 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
 /** The tenant a tenant-plane or client-plane route works in. */
 export function tenantOf(ctx: Context): Tenant {
   return (ctx.state.auth as AuthState).tenant!;
+}
+
+/** The workspace and tenant a tenant-plane write works in, as the refs its audit entries carry. */
+export function refsOf(ctx: Context): { workspace: Ref; tenant: Ref } {
+  const { workspace } = ctx.state.auth as AuthState;
+  const tenant = tenantOf(ctx);
+  return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
 }
 
 /** The audit actor and request of the current caller. */

@@ -1,44 +1,16 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
-import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
+import { notFound, type ErrorDetail } from '../../lib/errors.js';
 import { validateExpression } from '../../lib/expressions.js';
-import { checkBody } from '../../lib/validator.js';
 import {
   createSegment, deleteSegment, findSegment, loadSegments, segmentMemberPage, updateSegment, type Segment, type SegmentInput, type SegmentPatch, type SegmentScope,
 } from '../../streams/segments.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { readBody } from '../read-body.js';
 import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
 import { isSubscriberPosition } from '../../streams/subscriber-list.js';
-import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
-
-/**
- * Reads a create or update body of a resource addressed by an immutable slug: the problems that
- * `check` finds (rules a schema cannot state, with exact paths) and those of schema `schemaName`
- * come back in one `validation` answer, one detail per param (the first found). With `slugRefused`
- * (a PATCH), a `slug` in the body is refused by name with that message.
- */
-export function readBody<T>(schemaName: string, body: unknown, check: (body: Record<string, unknown>) => ErrorDetail[], slugRefused?: string): T {
-  const details: ErrorDetail[] = [];
-  let rest = body;
-  const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-  if (slugRefused && isObject(body) && 'slug' in body) {
-    details.push({ param: 'slug', message: slugRefused });
-    const { slug: _slug, ...others } = body;
-    rest = others;
-  }
-  if (isObject(rest)) details.push(...check(rest));
-  try {
-    if (!details.length || !isObject(rest) || Object.keys(rest).length) checkBody<T>(schemaName, rest);
-  } catch (err) {
-    if (!(err instanceof ApiError) || !err.details) throw err;
-    details.push(...err.details);
-  }
-  const seen = new Set<string>();
-  const unique = details.filter((d) => !seen.has(d.param) && seen.add(d.param));
-  if (unique.length) throw validationError(unique);
-  return rest as T;
-}
+import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
 
 /** The rule of a segment body, when it has one. */
 const whereProblems = (body: Record<string, unknown>): ErrorDetail[] => (body.where === undefined ? [] : validateExpression(body.where, 'where'));
@@ -48,11 +20,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
   const read = authorize(deps, 'tenant', 'segments:read');
   const write = authorize(deps, 'tenant', 'segments:write');
 
-  const scopeOf = (ctx: Context): SegmentScope => {
-    const { workspace } = ctx.state.auth as AuthState;
-    const tenant = tenantOf(ctx);
-    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug }, partitions: config.partitions };
-  };
+  const scopeOf = (ctx: Context): SegmentScope => ({ ...refsOf(ctx), partitions: config.partitions });
   /** The segment the path names, or 404 (a malformed slug too). */
   const segmentOf = async (ctx: Context): Promise<Segment> => {
     const segment = await findSegment(redis, keys, tenantOf(ctx).id, config.partitions, ctx.params.segmentSlug ?? '');
@@ -175,7 +143,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/segments/:segmentSlug', write, async (ctx) => {
-    const patch = readBody<SegmentPatch>('SegmentUpdate', ctx.request.body, whereProblems, 'cannot be changed; create a segment with the new slug');
+    const patch = readBody<SegmentPatch>('SegmentUpdate', ctx.request.body, whereProblems, { slug: 'cannot be changed; create a segment with the new slug' });
     respond(ctx, 200, await updateSegment(redis, keys, scopeOf(ctx), ctx.params.segmentSlug ?? '', patch, writerOf(ctx)));
   });
 

@@ -1,45 +1,20 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { now } from '../../lib/clock.js';
-import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
+import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { generatedSecret, readDelivery, secretProblem, verifyDelivery } from '../../lib/source-formats.js';
 import { MAX_INBOUND_BYTES } from '../../lib/source-limits.js';
 import { checkBody } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import {
   countDelivery, createSource, deleteSource, findInboundSource, findSource, loadSources, updateSource,
-  type InboundSource, type Source, type SourceInput, type SourcePatch, type SourceScope,
+  type InboundSource, type Source, type SourceInput, type SourcePatch,
 } from '../../streams/sources.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { readBody } from '../read-body.js';
 import { pageRecords, pageRequest } from '../list.js';
-import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
-
-/** Fields a PATCH cannot change, refused by name. */
-const IMMUTABLE = ['provider', 'format'] as const;
-
-/** A PATCH body; `provider` and `format` in it are refused by name (they decide how every delivery is read). */
-function readPatch(body: unknown): SourcePatch {
-  const details: ErrorDetail[] = [];
-  let rest = body;
-  if (body && typeof body === 'object' && !Array.isArray(body)) {
-    const others = { ...(body as Record<string, unknown>) };
-    for (const field of IMMUTABLE) {
-      if (!Object.hasOwn(others, field)) continue;
-      details.push({ param: field, message: 'cannot be changed; create another source' });
-      delete others[field];
-    }
-    rest = others;
-  }
-  try {
-    if (!details.length || Object.keys(rest as object).length) checkBody<SourcePatch>('SourceUpdate', rest);
-  } catch (err) {
-    if (!(err instanceof ApiError) || !err.details) throw err;
-    details.push(...err.details);
-  }
-  if (details.length) throw validationError(details);
-  return rest as SourcePatch;
-}
+import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
 
 /**
  * The exact bytes of a request body, at most `limit` (413 above it, counted on the way, so a
@@ -60,16 +35,14 @@ async function rawBody(ctx: Context, limit: number): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
+/** Why `provider` and `format` cannot be in a PATCH: they decide how every delivery is read. */
+const IMMUTABLE = 'cannot be changed; create another source';
+
 export function registerSources(router: Router, deps: AppDeps): void {
   const { redis, keys, config } = deps;
   const read = authorize(deps, 'tenant', 'sources:read');
   const write = authorize(deps, 'tenant', 'sources:write');
 
-  const scopeOf = (ctx: Context): SourceScope => {
-    const { workspace } = ctx.state.auth as AuthState;
-    const tenant = tenantOf(ctx);
-    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
-  };
   /** The source as the API shows it: with the URL its provider sends to, as this caller reached the service. */
   const shown = (ctx: Context, source: Source) => ({ ...source, inboundUrl: `${ctx.origin}/v1/sources/${source.id}/inbound` });
 
@@ -117,7 +90,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
     if (secret === null) throw validationError([{ param: 'secret', message: `is required for format ${body.format}: paste the signing secret the provider shows` }]);
     const problem = secretProblem(body.format, secret);
     if (problem) throw validationError([{ param: 'secret', message: problem }]);
-    const source = await createSource(redis, keys, scopeOf(ctx), { ...body, secret }, writerOf(ctx));
+    const source = await createSource(redis, keys, refsOf(ctx), { ...body, secret }, writerOf(ctx));
     respond(ctx, 201, { ...shown(ctx, source), secret });
   });
 
@@ -185,14 +158,14 @@ export function registerSources(router: Router, deps: AppDeps): void {
     const id = ctx.params.id ?? '';
     const current = await findSource(redis, keys, tenantOf(ctx).id, id);
     if (!current) throw notFound('Source');
-    const patch = readPatch(ctx.request.body);
+    const patch = readBody<SourcePatch>('SourceUpdate', ctx.request.body, undefined, { provider: IMMUTABLE, format: IMMUTABLE });
     const problem = patch.secret === undefined ? null : secretProblem(current.format, patch.secret);
     if (problem) throw validationError([{ param: 'secret', message: problem }]);
-    respond(ctx, 200, shown(ctx, await updateSource(redis, keys, scopeOf(ctx), id, patch, writerOf(ctx))));
+    respond(ctx, 200, shown(ctx, await updateSource(redis, keys, refsOf(ctx), id, patch, writerOf(ctx))));
   });
 
   router.delete('/v1/sources/:id', write, async (ctx) => {
-    respond(ctx, 200, shown(ctx, await deleteSource(redis, keys, scopeOf(ctx), ctx.params.id ?? '', writerOf(ctx))));
+    respond(ctx, 200, shown(ctx, await deleteSource(redis, keys, refsOf(ctx), ctx.params.id ?? '', writerOf(ctx))));
   });
 
   /**

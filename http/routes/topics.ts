@@ -1,44 +1,21 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
-import { ApiError, notFound, validationError, type ErrorDetail } from '../../lib/errors.js';
+import { notFound } from '../../lib/errors.js';
 import { checkBody } from '../../lib/validator.js';
 import { addTopicMembers, removeTopicMembers, topicMemberPage } from '../../streams/topic-members.js';
-import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topic, type TopicInput, type TopicPatch, type TopicScope } from '../../streams/topics.js';
+import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topic, type TopicInput, type TopicPatch } from '../../streams/topics.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
+import { readBody } from '../read-body.js';
 import { encodeCursor, pageRecords, pageRequest, scoredCursor } from '../list.js';
-import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
+import { authorize, refsOf, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 
-
-/** A PATCH body: name and description only; a slug in it is refused by name (slugs are immutable). */
-function readPatch(body: unknown): TopicPatch {
-  const details: ErrorDetail[] = [];
-  let rest = body;
-  if (body && typeof body === 'object' && !Array.isArray(body) && 'slug' in body) {
-    details.push({ param: 'slug', message: 'cannot be changed; create a topic with the new slug and move the members' });
-    const { slug: _slug, ...others } = body as Record<string, unknown>;
-    rest = others;
-  }
-  try {
-    if (!details.length || Object.keys(rest as object).length) checkBody<TopicPatch>('TopicUpdate', rest);
-  } catch (err) {
-    if (!(err instanceof ApiError) || !err.details) throw err;
-    details.push(...err.details);
-  }
-  if (details.length) throw validationError(details);
-  return rest as TopicPatch;
-}
 
 export function registerTopics(router: Router, deps: AppDeps): void {
   const { redis, keys, config } = deps;
   const read = authorize(deps, 'tenant', 'topics:read');
   const write = authorize(deps, 'tenant', 'topics:write');
 
-  const scopeOf = (ctx: Context): TopicScope => {
-    const { workspace } = ctx.state.auth as AuthState;
-    const tenant = tenantOf(ctx);
-    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
-  };
   /** Where membership writes go: the subscribers' partitions of the tenant. */
   const tenantScope = (ctx: Context) => ({ workspaceId: (ctx.state.auth as AuthState).workspace.id, tenantId: tenantOf(ctx).id, partitions: config.partitions });
   /** The topic the path names, or 404 (a malformed slug too). */
@@ -89,7 +66,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    */
   router.post('/v1/topics', write, async (ctx) => {
     const input = checkBody<TopicInput>('TopicCreate', ctx.request.body);
-    respond(ctx, 201, await createTopic(redis, keys, scopeOf(ctx), input, writerOf(ctx)));
+    respond(ctx, 201, await createTopic(redis, keys, refsOf(ctx), input, writerOf(ctx)));
   });
 
   router.get('/v1/topics', read, async (ctx) => {
@@ -157,12 +134,12 @@ export function registerTopics(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/topics/:topicSlug', write, async (ctx) => {
-    const patch = readPatch(ctx.request.body);
-    respond(ctx, 200, await updateTopic(redis, keys, scopeOf(ctx), ctx.params.topicSlug ?? '', patch, writerOf(ctx)));
+    const patch = readBody<TopicPatch>('TopicUpdate', ctx.request.body, undefined, { slug: 'cannot be changed; create a topic with the new slug and move the members' });
+    respond(ctx, 200, await updateTopic(redis, keys, refsOf(ctx), ctx.params.topicSlug ?? '', patch, writerOf(ctx)));
   });
 
   router.delete('/v1/topics/:topicSlug', write, async (ctx) => {
-    respond(ctx, 200, await deleteTopic(redis, keys, scopeOf(ctx), ctx.params.topicSlug ?? '', writerOf(ctx)));
+    respond(ctx, 200, await deleteTopic(redis, keys, refsOf(ctx), ctx.params.topicSlug ?? '', writerOf(ctx)));
   });
 
   /**

@@ -5,14 +5,14 @@ import { validateWorkflowDefinition } from '../../lib/workflow-definition.js';
 import { findRun, runPage, type RunStatus } from '../../streams/workflow-runs.js';
 import {
   createWorkflow, deleteWorkflow, findVersion, findWorkflow, loadWorkflows, updateWorkflow, versionPage,
-  type Workflow, type WorkflowInput, type WorkflowPatch, type WorkflowScope,
+  type Workflow, type WorkflowInput, type WorkflowPatch,
 } from '../../streams/workflows.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { isId } from '../../lib/ids.js';
 import { badCursor, encodeCursor, pageRecords, pageRequest } from '../list.js';
-import { authorize, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
-import { readBody } from './segments.js';
+import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
+import { readBody } from '../read-body.js';
 
 /** The definition parts of a body (`cancelOn: null` is "none"), checked in full with their paths. */
 function definitionProblems(partial: boolean) {
@@ -33,11 +33,6 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
   const read = authorize(deps, 'tenant', 'workflows:read');
   const write = authorize(deps, 'tenant', 'workflows:write');
 
-  const scopeOf = (ctx: Context): WorkflowScope => {
-    const { workspace } = ctx.state.auth as AuthState;
-    const tenant = tenantOf(ctx);
-    return { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug } };
-  };
   /** The workflow the path names, or 404 (a malformed slug too). */
   const workflowOf = async (ctx: Context): Promise<Workflow> => {
     const workflow = await findWorkflow(redis, keys, tenantOf(ctx).id, ctx.params.workflowSlug ?? '');
@@ -93,7 +88,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    */
   router.post('/v1/workflows', write, async (ctx) => {
     const input = readBody<WorkflowInput>('WorkflowCreate', ctx.request.body, definitionProblems(false));
-    respond(ctx, 201, await createWorkflow(redis, keys, scopeOf(ctx), input, writerOf(ctx)));
+    respond(ctx, 201, await createWorkflow(redis, keys, refsOf(ctx), input, writerOf(ctx)));
   });
 
   router.get('/v1/workflows', read, async (ctx) => {
@@ -172,12 +167,12 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/workflows/:workflowSlug', write, async (ctx) => {
-    const patch = readBody<WorkflowPatch>('WorkflowUpdate', ctx.request.body, definitionProblems(true), 'cannot be changed; create a workflow with the new slug');
-    respond(ctx, 200, await updateWorkflow(redis, keys, scopeOf(ctx), ctx.params.workflowSlug ?? '', patch, writerOf(ctx)));
+    const patch = readBody<WorkflowPatch>('WorkflowUpdate', ctx.request.body, definitionProblems(true), { slug: 'cannot be changed; create a workflow with the new slug' });
+    respond(ctx, 200, await updateWorkflow(redis, keys, refsOf(ctx), ctx.params.workflowSlug ?? '', patch, writerOf(ctx)));
   });
 
   router.delete('/v1/workflows/:workflowSlug', write, async (ctx) => {
-    respond(ctx, 200, await deleteWorkflow(redis, keys, scopeOf(ctx), ctx.params.workflowSlug ?? '', writerOf(ctx)));
+    respond(ctx, 200, await deleteWorkflow(redis, keys, refsOf(ctx), ctx.params.workflowSlug ?? '', writerOf(ctx)));
   });
 
   /**

@@ -1,0 +1,453 @@
+import { randomUUID } from 'node:crypto';
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { setClockOffset } from '../../lib/clock.js';
+import { client, type Reply } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { assertError, assertValidation, eventOf, githubHeaders, hexHmac, ISO, stripeHeaders, stripeSecret, swHeaders, swSecret, ZERO_COUNTS } from './signing.js';
+
+// `POST /v1/sources/{id}/inbound` (docs/sources.md: Inbound, Secrets by format, Mapping): deliveries
+// signed the way each sender signs them, and what each outcome answers and counts.
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string };
+const inbound = suite<Ctx>('sources inbound');
+
+inbound.before(async (ctx) => {
+  ctx.service = await startTestService('sources-inbound', {}, ['web']);
+  ctx.api = client(ctx.service.url);
+  ctx.key = (await bootstrapWorkspace(ctx.service, 'sources-inbound')).keys.tenant;
+});
+inbound.after(async (ctx) => {
+  setClockOffset(0);
+  await ctx.service.stop();
+});
+
+const MINUTE = 60_000;
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+
+async function createSource(ctx: Ctx, body: Record<string, unknown>): Promise<any> {
+  const res = await ctx.api.post('/v1/sources', ctx.key, body);
+  assert.is(res.status, 201, res.text);
+  return res.body.data;
+}
+
+/** A delivery as a sender makes it: no Herald key, the exact bytes, the signature headers. */
+const deliver = (ctx: Ctx, id: string, raw: string, headers: Record<string, string> = {}): Promise<Reply> =>
+  ctx.api.call('POST', `/v1/sources/${id}/inbound`, { raw, headers });
+
+const read = async (ctx: Ctx, id: string) => {
+  const res = await ctx.api.get(`/v1/sources/${id}`, ctx.key);
+  assert.is(res.status, 200, res.text);
+  return res.body.data;
+};
+
+function assertAccepted(res: Reply, what = ''): any {
+  assert.is(res.status, 202, `${what} ${res.text.slice(0, 400)}`);
+  assert.is(res.body.success, true);
+  assert.is(res.body.data.status, 'accepted', what);
+  const event = eventOf(res);
+  assert.match(event.id, /^evt_/);
+  return event;
+}
+
+function assertDuplicate(res: Reply, original: any, what = ''): void {
+  assert.is(res.status, 202, `${what} ${res.text.slice(0, 400)}`);
+  assert.is(res.body.data.status, 'duplicate', what);
+  const event = eventOf(res);
+  assert.is(event.id, original.id, `${what}: the original event`);
+  const { status: _a, ...mine } = event;
+  const { status: _b, ...theirs } = original;
+  assert.equal(mine, theirs, `${what}: the original event, unchanged`);
+}
+
+function assertIgnored(res: Reply, reason: string, what = ''): void {
+  assert.is(res.status, 200, `${what} ${res.text.slice(0, 400)}`);
+  assert.is(res.body.success, true);
+  assert.is(res.body.data.status, 'ignored', what);
+  assert.is(res.body.data.reason, reason, what);
+}
+
+const secs = (ms: number) => Math.floor(ms / 1000);
+/** `hex` with its last digit changed: a signature one bit-group off. */
+const flipLast = (hex: string) => hex.slice(0, -1) + (hex.endsWith('0') ? '1' : '0');
+
+inbound('standard-webhooks: each outcome answers as documented and is counted, with lastError and lastReceivedAt', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Clerk', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  assert.match(s.secret, /^whsec_/);
+  // spacing and an escaped character as the sender wrote them: the signature covers these exact bytes
+  const body = '{"type":"user.created",  "data":{"id":"user_2x","email":"ann@example.com","name":"Ren\\u00e9e"} }';
+  const payload = JSON.parse(body);
+  const webhookId = `msg_${randomUUID()}`;
+  const before = Date.now();
+  const accepted = await deliver(ctx, s.id, body, swHeaders(s.secret, body, { id: webhookId }));
+  const after = Date.now();
+  const event = assertAccepted(accepted, 'a delivery signed by standardwebhooks');
+  assert.is(event.externalId, 'user_2x');
+  assert.is(event.name, 'clerk.user.created');
+  assert.is(event.source, 'webhook');
+  assert.is(event.provider, 'clerk');
+  assert.equal(event.data, payload, 'the whole payload by default');
+  assert.is(event.data.data.name, 'Renée');
+  assert.is(event.sequence, 2, 'after $subscriber.created of the new subscriber');
+  assert.is(event.runId, null);
+  assert.is(event.messageId, null);
+  assert.is(event.step, null);
+  assert.match(event.timestamp, ISO);
+  assert.match(event.receivedAt, ISO);
+  const at = Date.parse(event.timestamp);
+  assert.ok(at >= before - 1000 && at <= after + 1000, 'the time of receipt by default');
+
+  const again = await deliver(ctx, s.id, body, swHeaders(s.secret, body, { id: webhookId }));
+  assertDuplicate(again, eventOf(accepted), 'the same webhook-id again');
+
+  const other = swSecret();
+  const rejected: [Reply, number, string, string][] = [
+    [await deliver(ctx, s.id, body, swHeaders(other, body)), 401, 'invalid_signature', 'signed with another secret'],
+    [await deliver(ctx, s.id, body.replace('user_2x', 'user_3x'), swHeaders(s.secret, body)), 401, 'invalid_signature', 'the body changed after signing'],
+    [await deliver(ctx, s.id, JSON.stringify(payload), swHeaders(s.secret, body)), 401, 'invalid_signature', 'the same JSON in other bytes'],
+    [await deliver(ctx, s.id, body), 401, 'missing_authorization', 'no signature headers'],
+    [await deliver(ctx, s.id, body, (({ 'webhook-signature': _, ...rest }) => rest)(swHeaders(s.secret, body))), 401, 'missing_authorization', 'no webhook-signature'],
+    [await deliver(ctx, s.id, body, swHeaders(s.secret, body, { at: new Date(Date.now() - 10 * MINUTE) })), 401, 'invalid_signature', 'signed 10 minutes ago'],
+    [await deliver(ctx, s.id, body, swHeaders(s.secret, body, { at: new Date(Date.now() + 10 * MINUTE) })), 401, 'invalid_signature', 'signed 10 minutes ahead'],
+    [await deliver(ctx, s.id, 'not json', swHeaders(s.secret, 'not json')), 400, 'parse', 'a body that is not JSON'],
+    [await deliver(ctx, s.id, '[{"type":"user.created"}]', swHeaders(s.secret, '[{"type":"user.created"}]')), 400, 'parse', 'a JSON array'],
+    [await deliver(ctx, s.id, '"user.created"', swHeaders(s.secret, '"user.created"')), 400, 'parse', 'a JSON string'],
+  ];
+  for (const [res, status, code, what] of rejected) assertError(res, status, code, what);
+
+  assertIgnored(await deliver(ctx, s.id, '{"type":"user.created","data":{}}', swHeaders(s.secret, '{"type":"user.created","data":{}}')), 'no_external_id', 'no externalId at data.id');
+
+  const big = JSON.stringify({ type: 'user.updated', data: { id: 'user_2x', bio: 'b'.repeat(9000) } });
+  const tooLarge = await deliver(ctx, s.id, big, swHeaders(s.secret, big));
+  assertError(tooLarge, 400, 'event_data_too_large', 'data over 8 KB');
+  assert.is(tooLarge.body.error.param, 'data');
+
+  assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { enabled: false })).status, 200);
+  const later = JSON.stringify({ type: 'user.deleted', data: { id: 'user_2x' } });
+  const laterId = `msg_${randomUUID()}`;
+  assertIgnored(await deliver(ctx, s.id, later, swHeaders(s.secret, later, { id: laterId })), 'disabled', 'a disabled source');
+
+  const state = await read(ctx, s.id);
+  assert.equal(state.counts, { accepted: 1, duplicate: 1, ignored: 2, rejected: 11 });
+  assert.is(state.lastError.code, 'event_data_too_large', 'the last rejected delivery');
+  assert.type(state.lastError.message, 'string');
+  assert.ok(state.lastError.message.length > 0);
+  assert.match(state.lastError.at, ISO);
+  assert.match(state.lastReceivedAt, ISO);
+  assert.ok(state.lastReceivedAt >= event.receivedAt);
+  assert.ok(state.lastError.at >= event.receivedAt);
+
+  // the disabled source stored nothing: the same delivery once enabled is accepted, not a duplicate
+  assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { enabled: true })).status, 200);
+  const deleted = assertAccepted(await deliver(ctx, s.id, later, swHeaders(s.secret, later, { id: laterId })), 'the delivery ignored while disabled');
+  assert.is(deleted.name, 'clerk.user.deleted');
+  assert.is(deleted.sequence, 3);
+
+  // over 256 KB: 413, counted nowhere
+  const huge = JSON.stringify({ type: 'user.updated', data: { id: 'user_2x', blob: 'z'.repeat(300 * 1024) } });
+  assertError(await deliver(ctx, s.id, huge, swHeaders(s.secret, huge)), 413, 'payload_too_large', 'a body over 256 KB');
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 2, duplicate: 1, ignored: 2, rejected: 11 });
+});
+
+inbound('a rejected signature leaves lastReceivedAt null; the first verified delivery sets it', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Resend', provider: 'resend', format: 'standard-webhooks', mapping: { externalId: 'data.to' } });
+  const body = JSON.stringify({ type: 'email.delivered', data: { to: 'ann@example.com' } });
+  assertError(await deliver(ctx, s.id, body, swHeaders(swSecret(), body)), 401, 'invalid_signature');
+  const rejected = await read(ctx, s.id);
+  assert.equal(rejected.counts, { ...ZERO_COUNTS, rejected: 1 });
+  assert.is(rejected.lastReceivedAt, null, 'a signature that did not verify is not a delivery received');
+  assert.is(rejected.lastError.code, 'invalid_signature');
+  assert.match(rejected.lastError.at, ISO);
+  const event = assertAccepted(await deliver(ctx, s.id, body, swHeaders(s.secret, body)));
+  assert.is(event.name, 'resend.email.delivered');
+  assert.is(event.externalId, 'ann@example.com');
+  const state = await read(ctx, s.id);
+  assert.match(state.lastReceivedAt, ISO);
+  assert.equal(state.counts, { ...ZERO_COUNTS, accepted: 1, rejected: 1 });
+  assert.equal(state.lastError, rejected.lastError, 'an accepted delivery leaves the last error as it was');
+});
+
+inbound('several signatures in one webhook-signature header: a match on any one verifies', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Svix', provider: 'svix-customer', format: 'standard-webhooks', mapping: { externalId: 'user' } });
+  const body = JSON.stringify({ type: 'thing.happened', user: 'multi-1' });
+  const good = swHeaders(s.secret, body);
+  const wrong = swHeaders(swSecret(), body, { id: good['webhook-id'], at: new Date(Number(good['webhook-timestamp']) * 1000) });
+  const headers = { ...good, 'webhook-signature': `${wrong['webhook-signature']} v1a,abc ${good['webhook-signature']}` };
+  const event = assertAccepted(await deliver(ctx, s.id, body, headers));
+  assert.is(event.name, 'svix-customer.thing.happened');
+  const onlyWrong = { ...good, 'webhook-signature': `${wrong['webhook-signature']} ${wrong['webhook-signature']}` };
+  assertError(await deliver(ctx, s.id, body, onlyWrong), 401, 'invalid_signature');
+});
+
+inbound('mapping: paths with array indexes, integer ids, a mapped dedupe key, timestamps in seconds, milliseconds and ISO, a mapped data object', async (ctx) => {
+  const s = await createSource(ctx, {
+    name: 'Shop', provider: 'acme', format: 'standard-webhooks', namePrefix: 'shop.',
+    mapping: { externalId: 'items.0.owner', name: 'kind', id: 'seq', timestamp: 'at', data: 'attrs' },
+  });
+  const send = (payload: unknown) => {
+    const body = JSON.stringify(payload);
+    return deliver(ctx, s.id, body, swHeaders(s.secret, body));
+  };
+  const hourAgo = secs(Date.now() - HOUR);
+  const first = assertAccepted(await send({ kind: 'Order Shipped!', seq: 7, at: hourAgo, items: [{ owner: 42 }, { owner: 99 }], attrs: { total: 10 } }));
+  assert.is(first.externalId, '42', 'an integer externalId becomes its decimal string');
+  assert.is(first.name, 'shop.order_shipped_', 'lowercased, every other character replaced by _');
+  assert.is(first.timestamp, new Date(hourAgo * 1000).toISOString(), 'unix seconds');
+  assert.equal(first.data, { total: 10 });
+  assert.is(first.provider, 'acme');
+
+  assertDuplicate(await send({ kind: 'Order Shipped!', seq: 7, at: hourAgo, items: [{ owner: 42 }], attrs: { total: 10 } }), first, 'the mapped id, under another webhook-id');
+  assertDuplicate(await send({ kind: 'something.else', seq: 7, at: hourAgo, items: [{ owner: 42 }], attrs: {} }), first, 'the mapped id decides, whatever else changed');
+  const otherSubscriber = assertAccepted(await send({ kind: 'order.shipped', seq: 7, at: hourAgo, items: [{ owner: 43 }], attrs: {} }), 'the same key for another subscriber');
+  assert.is.not(otherSubscriber.id, first.id);
+
+  const ms = Date.now() - 2 * HOUR + 123;
+  const inMs = assertAccepted(await send({ kind: 'order.paid', seq: 'pay-1', at: ms, items: [{ owner: 'x-1' }], attrs: { n: 1 } }));
+  assert.is(inMs.timestamp, new Date(ms).toISOString(), 'milliseconds');
+  assert.is(inMs.externalId, 'x-1');
+  const iso = new Date(Date.now() - 3 * HOUR).toISOString();
+  const inIso = assertAccepted(await send({ kind: 'order.paid', seq: 'pay-2', at: iso, items: [{ owner: 'x-1' }], attrs: {} }));
+  assert.is(inIso.timestamp, iso, 'ISO 8601');
+  const recent = new Date(Date.now() - 30 * MINUTE);
+  const withOffset = recent.toISOString().replace('Z', '+00:00');
+  assert.is(assertAccepted(await send({ kind: 'order.paid', seq: 'pay-3', at: withOffset, items: [{ owner: 'x-1' }], attrs: {} })).timestamp, recent.toISOString(), 'an ISO 8601 string with an offset');
+  const longest = 'x'.repeat(256);
+  assert.is(assertAccepted(await send({ kind: 'k', seq: 1, at: hourAgo, items: [{ owner: longest }], attrs: {} })).externalId, longest);
+
+  for (const owner of ['', 'x'.repeat(257), 1.5, true, { id: 1 }, [1], null]) {
+    assertIgnored(await send({ kind: 'k', seq: 2, at: hourAgo, items: [{ owner }], attrs: {} }), 'no_external_id', JSON.stringify(owner)?.slice(0, 20));
+  }
+  assertIgnored(await send({ kind: 'k', seq: 2, at: hourAgo, items: [], attrs: {} }), 'no_external_id', 'the index is past the array');
+  assertIgnored(await send({ kind: 'k', seq: 2, at: hourAgo, items: { owner: 'y' }, attrs: {} }), 'no_external_id', 'not an array where the path says one');
+  assertIgnored(await send({ seq: 2, at: hourAgo, items: [{ owner: 'y' }], attrs: {} }), 'no_name', 'no name');
+
+  for (const attrs of ['text', [1, 2], 7]) {
+    assertValidation(await send({ kind: 'k', seq: 3, at: hourAgo, items: [{ owner: 'y' }], attrs }), 'data', `data ${JSON.stringify(attrs)}`);
+  }
+  for (const [at, what] of [[secs(Date.now() - 8 * DAY), '8 days ago, in seconds'], [Date.now() + 2 * HOUR, '2 hours ahead, in milliseconds'], [new Date(Date.now() - 8 * DAY).toISOString(), '8 days ago, ISO']] as [unknown, string][]) {
+    const res = await send({ kind: 'k', seq: 4, at, items: [{ owner: 'y' }], attrs: {} });
+    assertError(res, 400, 'invalid_timestamp', what);
+    assert.is(res.body.error.param, 'timestamp', what);
+  }
+  const state = await read(ctx, s.id);
+  assert.equal(state.counts, { accepted: 6, duplicate: 2, ignored: 10, rejected: 6 });
+  assert.is(state.lastError.code, 'invalid_timestamp');
+});
+
+inbound('a mapped name that is not a string is no usable name: ignored, nothing stored', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Typed', provider: 'acme', format: 'standard-webhooks', mapping: { externalId: 'user', name: 'kind' } });
+  const wrong: string[] = [];
+  for (const kind of [5, 1.5, true, { a: 1 }, ['x'], null]) {
+    const body = JSON.stringify({ kind, user: 'typed-1' });
+    const res = await deliver(ctx, s.id, body, swHeaders(s.secret, body));
+    if (res.status !== 200 || res.body.data.status !== 'ignored' || res.body.data.reason !== 'no_name') wrong.push(`name ${JSON.stringify(kind)} → ${res.status} ${res.body.data?.status ?? res.body.error?.code} ${eventOf(res)?.name ?? ''}`);
+  }
+  assert.equal(wrong, [], 'each is ignored with reason no_name');
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, ignored: 6 });
+});
+
+inbound('event names: the prefix, lowercasing and replacement, then the event name rules; a $ name cannot be made', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Raw', provider: 'acme', format: 'standard-webhooks', namePrefix: '', mapping: { externalId: 'user', name: 'kind' } });
+  const send = (kind: unknown) => {
+    const body = JSON.stringify({ kind, user: 'namer' });
+    return deliver(ctx, s.id, body, swHeaders(s.secret, body));
+  };
+  assert.is(assertAccepted(await send('Invoice.Paid')).name, 'invoice.paid', 'no prefix');
+  assert.is(assertAccepted(await send('a b/c:d')).name, 'a_b_c_d');
+  assert.is(assertAccepted(await send('x'.repeat(100))).name, 'x'.repeat(100), 'the longest name');
+  for (const [kind, what] of [['$subscriber.created', 'a reserved name'], ['_private', 'a name starting with _'], ['x'.repeat(101), '101 characters']] as [string, string][]) {
+    assertValidation(await send(kind), 'name', what);
+  }
+  const prefixed = await createSource(ctx, { name: 'Prefixed', provider: 'acme', format: 'standard-webhooks', mapping: { externalId: 'user', name: 'kind' } });
+  const body = JSON.stringify({ kind: 'x'.repeat(96), user: 'namer' });
+  assertValidation(await deliver(ctx, prefixed.id, body, swHeaders(prefixed.secret, body)), 'name', 'the prefix counts toward 100 characters');
+  const reserved = JSON.stringify({ kind: '$identify', user: 'namer' });
+  const made = assertAccepted(await deliver(ctx, prefixed.id, reserved, swHeaders(prefixed.secret, reserved)));
+  assert.is(made.name, 'acme._identify', 'behind a prefix the $ is replaced');
+});
+
+inbound('dedupe keys belong to their source: two sources and a backend id never collide', async (ctx) => {
+  const a = await createSource(ctx, { name: 'A', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const b = await createSource(ctx, { name: 'B', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const body = JSON.stringify({ type: 'session.created', data: { id: 'dedupe-1' } });
+  const id = `msg_${randomUUID()}`;
+  const fromA = assertAccepted(await deliver(ctx, a.id, body, swHeaders(a.secret, body, { id })));
+  const fromB = assertAccepted(await deliver(ctx, b.id, body, swHeaders(b.secret, body, { id })), 'the same webhook-id through another source');
+  assert.is.not(fromB.id, fromA.id);
+  const backend = await ctx.api.post('/v1/events', ctx.key, { externalId: 'dedupe-1', name: 'clerk.session.created', id });
+  assert.is(backend.status, 202, backend.text);
+  assert.is(backend.body.data.items[0].status, 'accepted', 'a backend id equal to a webhook-id is not a duplicate');
+  assert.is(backend.body.data.items[0].source, 'server');
+  assert.is(backend.body.data.items[0].provider, null);
+  assertDuplicate(await deliver(ctx, a.id, body, swHeaders(a.secret, body, { id })), fromA, 'A again');
+  assertDuplicate(await deliver(ctx, b.id, body, swHeaders(b.secret, body, { id })), fromB, 'B again');
+  const backendAgain = await ctx.api.post('/v1/events', ctx.key, { externalId: 'dedupe-1', name: 'clerk.session.created', id });
+  assert.is(backendAgain.body.data.items[0].status, 'duplicate');
+  assert.is(backendAgain.body.data.items[0].id, backend.body.data.items[0].id);
+  const otherUser = JSON.stringify({ type: 'session.created', data: { id: 'dedupe-2' } });
+  assertAccepted(await deliver(ctx, a.id, otherUser, swHeaders(a.secret, otherUser, { id })), 'the same webhook-id for another subscriber');
+  for (const guess of [`${a.id}:${id}`, `${a.id}|${id}`, `${a.id}!${id}`, `!${a.id}:${id}`, `${a.id}.${id}`]) {
+    const res = await ctx.api.post('/v1/events', ctx.key, { externalId: 'dedupe-1', name: 'clerk.session.created', id: guess });
+    assert.is(res.body.data.items[0].status, 'accepted', `a backend id shaped like the source's key (${guess}) is not a duplicate of its delivery`);
+  }
+  const fresh = `msg_${randomUUID()}`;
+  await ctx.api.post('/v1/events', ctx.key, { externalId: 'dedupe-1', name: 'clerk.session.created', id: `${a.id}:${fresh}` });
+  assertAccepted(await deliver(ctx, a.id, body, swHeaders(a.secret, body, { id: fresh })), 'a delivery after a backend event whose id looks like its key');
+});
+
+inbound('long dedupe keys are compared whole: keys that differ only past 256 characters are two deliveries', async (ctx) => {
+  const problems: string[] = [];
+  const outcome = (res: Reply) => `${res.status} ${res.body.data?.status ?? res.body.error?.code}`;
+  // a mapped id
+  const s = await createSource(ctx, { name: 'Long ids', provider: 'acme', format: 'standard-webhooks', mapping: { externalId: 'user', id: 'key' } });
+  const send = (key: string) => {
+    const body = JSON.stringify({ type: 'thing.done', user: 'long-1', key });
+    return deliver(ctx, s.id, body, swHeaders(s.secret, body));
+  };
+  const head = 'k'.repeat(300);
+  const first = assertAccepted(await send(`${head}-a`));
+  const second = await send(`${head}-b`);
+  if (second.body.data?.status !== 'accepted') problems.push(`mapped id: a second key with the same first 300 characters → ${outcome(second)} (expected 202 accepted)`);
+  assertDuplicate(await send(`${head}-a`), first, 'the first key again');
+  // the webhook-id header
+  const viaHeader = await createSource(ctx, { name: 'Long webhook ids', provider: 'acme', format: 'standard-webhooks', mapping: { externalId: 'user' } });
+  const body = JSON.stringify({ type: 'thing.done', user: 'long-2' });
+  const webhookIdHead = `msg_${'w'.repeat(300)}`;
+  assertAccepted(await deliver(ctx, viaHeader.id, body, swHeaders(viaHeader.secret, body, { id: `${webhookIdHead}1` })));
+  const other = await deliver(ctx, viaHeader.id, body, swHeaders(viaHeader.secret, body, { id: `${webhookIdHead}2` }));
+  if (other.body.data?.status !== 'accepted') problems.push(`webhook-id: a second id with the same first 304 characters → ${outcome(other)} (expected 202 accepted)`);
+  assert.equal(problems, [], 'distinct dedupe keys are never duplicates of each other');
+});
+
+inbound('a body of exactly 256 KB is read; one byte more is 413 payload_too_large and counted nowhere', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Big', provider: 'acme', format: 'standard-webhooks', mapping: { externalId: 'user', data: 'meta' } });
+  const padded = (size: number) => {
+    const bare = JSON.stringify({ type: 'big.one', user: 'big-1', meta: { n: size }, pad: '' });
+    return bare.replace('"pad":""', `"pad":"${'z'.repeat(size - Buffer.byteLength(bare))}"`);
+  };
+  const limit = padded(256 * 1024);
+  assert.is(Buffer.byteLength(limit), 256 * 1024);
+  const event = assertAccepted(await deliver(ctx, s.id, limit, swHeaders(s.secret, limit)), '256 KB');
+  assert.equal(event.data, { n: 256 * 1024 });
+  const over = padded(256 * 1024 + 1);
+  assertError(await deliver(ctx, s.id, over, swHeaders(s.secret, over)), 413, 'payload_too_large', '256 KB and one byte');
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 1 });
+});
+
+inbound('stripe: Stripe-Signature verifies, created is the timestamp, id dedupes, data.object is the data', async (ctx) => {
+  const secret = stripeSecret();
+  const s = await createSource(ctx, { name: 'Stripe live', provider: 'stripe', format: 'stripe', secret, mapping: { externalId: 'data.object.metadata.userId', data: 'data.object' } });
+  const created = secs(Date.now() - HOUR);
+  const object = { id: 'in_1PqR', object: 'invoice', amount_paid: 1999, currency: 'eur', metadata: { userId: 'stripe-user-1' } };
+  const payload = { id: 'evt_1PqRstu', object: 'event', api_version: '2024-06-20', created, type: 'invoice.paid', livemode: false, data: { object } };
+  const body = JSON.stringify(payload, null, 2); // Stripe pretty-prints its bodies
+  const event = assertAccepted(await deliver(ctx, s.id, body, stripeHeaders(secret, body)));
+  assert.is(event.name, 'stripe.invoice.paid');
+  assert.is(event.provider, 'stripe');
+  assert.is(event.source, 'webhook');
+  assert.is(event.externalId, 'stripe-user-1');
+  assert.is(event.timestamp, new Date(created * 1000).toISOString(), '`created` is the event timestamp');
+  assert.equal(event.data, object, 'mapping data: data.object');
+
+  assertDuplicate(await deliver(ctx, s.id, body, stripeHeaders(secret, body, { t: secs(Date.now()) + 1 })), event, 'Stripe retries the same event id');
+  const next = { ...payload, id: 'evt_1PqRxyz', type: 'customer.subscription.updated' };
+  const nextBody = JSON.stringify(next);
+  const second = assertAccepted(await deliver(ctx, s.id, nextBody, stripeHeaders(secret, nextBody, { extra: ['0'.repeat(64), hexHmac(stripeSecret(), 'x')] })), 'several v1, one of them right');
+  assert.is(second.name, 'stripe.customer.subscription.updated');
+  assert.is.not(second.id, event.id);
+
+  const old = JSON.stringify({ ...payload, id: 'evt_old', created: secs(Date.now() - 8 * DAY) });
+  const tooOld = await deliver(ctx, s.id, old, stripeHeaders(secret, old));
+  assertError(tooOld, 400, 'invalid_timestamp', 'created 8 days ago');
+  assert.is(tooOld.body.error.param, 'timestamp');
+
+  const fresh = JSON.stringify({ ...payload, id: 'evt_fresh' });
+  assertError(await deliver(ctx, s.id, fresh, stripeHeaders(stripeSecret(), fresh)), 401, 'invalid_signature', 'another secret');
+  assertError(await deliver(ctx, s.id, fresh, stripeHeaders(secret, body)), 401, 'invalid_signature', 'the signature of another body');
+  assertError(await deliver(ctx, s.id, fresh, stripeHeaders(secret, fresh, { t: secs(Date.now() - 10 * MINUTE) })), 401, 'invalid_signature', 't 10 minutes old');
+  assertError(await deliver(ctx, s.id, fresh), 401, 'missing_authorization', 'no Stripe-Signature');
+  assertError(await deliver(ctx, s.id, fresh, swHeaders(swSecret(), fresh)), 401, 'missing_authorization', 'Standard Webhooks headers are not Stripe\'s');
+  const noUser = JSON.stringify({ ...payload, id: 'evt_nouser', data: { object: { ...object, metadata: {} } } });
+  assertIgnored(await deliver(ctx, s.id, noUser, stripeHeaders(secret, noUser)), 'no_external_id');
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 2, duplicate: 1, ignored: 1, rejected: 6 });
+  assert.is((await read(ctx, s.id)).lastError.code, 'missing_authorization');
+});
+
+inbound('github: the name is X-GitHub-Event then the action, X-GitHub-Delivery dedupes, X-Hub-Signature-256 verifies', async (ctx) => {
+  const s = await createSource(ctx, { name: 'GitHub', provider: 'github', format: 'github', mapping: { externalId: 'sender.id' } });
+  const secret = s.secret as string;
+  const issue = { action: 'opened', issue: { number: 7, title: 'Crash on launch' }, repository: { full_name: 'acme/app' }, sender: { login: 'octocat', id: 583231 } };
+  const body = JSON.stringify(issue);
+  const delivery = randomUUID();
+  const before = Date.now();
+  const opened = assertAccepted(await deliver(ctx, s.id, body, githubHeaders(secret, body, 'issues', delivery)));
+  assert.is(opened.name, 'github.issues.opened');
+  assert.is(opened.externalId, '583231', 'an integer externalId becomes its decimal string');
+  assert.is(opened.provider, 'github');
+  assert.is(opened.source, 'webhook');
+  assert.equal(opened.data, issue);
+  assert.ok(Date.parse(opened.timestamp) >= before - 1000, 'GitHub signs no time: the time of receipt');
+
+  assertDuplicate(await deliver(ctx, s.id, body, githubHeaders(secret, body, 'issues', delivery)), opened, 'a redelivery keeps its X-GitHub-Delivery');
+  const push = JSON.stringify({ ref: 'refs/heads/main', sender: { login: 'octocat', id: 583231 } });
+  assert.is(assertAccepted(await deliver(ctx, s.id, push, githubHeaders(secret, push, 'push'))).name, 'github.push', 'no action: the event alone');
+  const pr = JSON.stringify({ action: 'opened', number: 3, sender: { login: 'octocat', id: 583231 } });
+  assert.is(assertAccepted(await deliver(ctx, s.id, pr, githubHeaders(secret, pr, 'pull_request'))).name, 'github.pull_request.opened');
+  const numeric = JSON.stringify({ action: 5, sender: { id: 583231 } });
+  assert.is(assertAccepted(await deliver(ctx, s.id, numeric, githubHeaders(secret, numeric, 'star'))).name, 'github.star', 'an action that is not a string is left out');
+  const samePayloadNewDelivery = assertAccepted(await deliver(ctx, s.id, body, githubHeaders(secret, body, 'issues')), 'the same payload under a new delivery id');
+  assert.is.not(samePayloadNewDelivery.id, opened.id);
+
+  assertError(await deliver(ctx, s.id, body, githubHeaders('wrong-secret', body, 'issues')), 401, 'invalid_signature');
+  assertError(await deliver(ctx, s.id, body, { ...githubHeaders(secret, body, 'issues'), 'x-hub-signature-256': `sha256=${flipLast(hexHmac(secret, body))}` }), 401, 'invalid_signature');
+  const { 'x-hub-signature-256': _sig, ...unsigned } = githubHeaders(secret, body, 'issues');
+  assertError(await deliver(ctx, s.id, body, unsigned), 401, 'missing_authorization', 'no X-Hub-Signature-256');
+  const { 'x-github-event': _event, ...nameless } = githubHeaders(secret, body, 'issues');
+  assertIgnored(await deliver(ctx, s.id, body, nameless), 'no_name', 'no X-GitHub-Event');
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 5, duplicate: 1, ignored: 1, rejected: 3 });
+
+  const given = await createSource(ctx, { name: 'GitHub 2', provider: 'github', format: 'github', secret: 'pasted-into-github', mapping: { externalId: 'sender.login' } });
+  const ping = JSON.stringify({ zen: 'Keep it logically awesome.', hook_id: 1, sender: { login: 'octocat' } });
+  assert.is(assertAccepted(await deliver(ctx, given.id, ping, githubHeaders('pasted-into-github', ping, 'ping'))).externalId, 'octocat');
+});
+
+inbound('rotation: the replaced secret verifies beside the new one for 24 hours, then only the new one does', async (ctx) => {
+  const old = swSecret();
+  const s = await createSource(ctx, { name: 'Rotating', provider: 'clerk', format: 'standard-webhooks', secret: old, mapping: { externalId: 'data.id' } });
+  const fresh = swSecret();
+  const patched = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: fresh });
+  assert.is(patched.status, 200, patched.text);
+  assert.match(patched.body.data.secretUpdatedAt, ISO);
+  let n = 0;
+  const send = (secret: string, offsetMs = 0) => {
+    const body = JSON.stringify({ type: 'user.updated', data: { id: 'rotating', n: n++ } });
+    return deliver(ctx, s.id, body, swHeaders(secret, body, { at: new Date(Date.now() + offsetMs) }));
+  };
+  assertAccepted(await send(old), 'signed with the replaced secret');
+  assertAccepted(await send(fresh), 'signed with the new secret');
+  assertError(await send(swSecret()), 401, 'invalid_signature', 'a random secret');
+  try {
+    setClockOffset(23 * HOUR);
+    assertAccepted(await send(old, 23 * HOUR), 'the replaced secret 23 hours later');
+    setClockOffset(25 * HOUR);
+    assertError(await send(old, 25 * HOUR), 401, 'invalid_signature', 'the replaced secret 25 hours later');
+    assertAccepted(await send(fresh, 25 * HOUR), 'the new secret 25 hours later');
+  } finally {
+    setClockOffset(0);
+  }
+
+  const secret = stripeSecret();
+  const stripe = await createSource(ctx, { name: 'Stripe rotating', provider: 'stripe', format: 'stripe', secret, mapping: { externalId: 'data.object.customer' } });
+  const rolled = stripeSecret();
+  assert.is((await ctx.api.patch(`/v1/sources/${stripe.id}`, ctx.key, { secret: rolled })).status, 200);
+  const payload = (id: string) => JSON.stringify({ id, type: 'customer.updated', created: secs(Date.now()), data: { object: { customer: 'cus_1' } } });
+  const one = payload('evt_roll_1');
+  assertAccepted(await deliver(ctx, stripe.id, one, stripeHeaders(secret, one)), 'stripe, the old secret');
+  const two = payload('evt_roll_2');
+  assertAccepted(await deliver(ctx, stripe.id, two, stripeHeaders(rolled, two)), 'stripe, the new secret');
+  const three = payload('evt_roll_3');
+  assertError(await deliver(ctx, stripe.id, three, stripeHeaders(stripeSecret(), three)), 401, 'invalid_signature');
+});
+
+inbound.run();
