@@ -1,27 +1,29 @@
 --[[
   Changes fields of a source if it exists. `updatedAt` moves only when a value actually changes.
-  A new `secret` retires the current one: it keeps verifying as `previousSecret` until
-  `previousSecretUntil` (ms), so a sender can move to the new secret without rejected requests.
-  Before and after are read in the same step, so the audit entry reports exactly this change.
+  A new `secret` retires the current one as lua/includes/retireSecret says (it keeps verifying for
+  24 hours, at most ARGV[6] retired at once), so a sender can move to the new secret without
+  rejected requests. Before and after are read in the same step, so the audit entry reports
+  exactly this change.
 
   KEYS[1] the source's record (hash)
   KEYS[2] the tenant's audit outbox (hash, lua/includes/recordAudit)
 
   ARGV[1] updatedAt (ISO 8601)
   ARGV[2] audit intent token, ARGV[3] audit intent (recorded when a value changed)
-  ARGV[4] until when a retired secret keeps verifying (ms)
-  ARGV[5] number of fields F, then F groups of 2: field, value ('' removes the field)
+  ARGV[4] now (ms), ARGV[5] how long a retired secret keeps verifying (ms), ARGV[6] most retired secrets kept
+  ARGV[7] number of fields F, then F groups of 2: field, value ('' removes the field)
 
   Returns { 1, before, after } (records as HGETALL's flat list) when the source exists,
           { 0 } when it does not (nothing written).
 ]]
 -- @include "recordAudit"
+-- @include "retireSecret"
 local rcall = redis.call
 if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
 local before = rcall('HGETALL', KEYS[1])
 local changed = false
-for i = 0, tonumber(ARGV[5]) - 1 do
-  local field, value = ARGV[6 + i * 2], ARGV[7 + i * 2]
+for i = 0, tonumber(ARGV[7]) - 1 do
+  local field, value = ARGV[8 + i * 2], ARGV[9 + i * 2]
   local current = rcall('HGET', KEYS[1], field)
   if value == '' then
     if current then
@@ -30,12 +32,11 @@ for i = 0, tonumber(ARGV[5]) - 1 do
     end
   elseif current ~= value then
     if field == 'secret' then
-      if current then
-        rcall('HSET', KEYS[1], 'previousSecret', current, 'previousSecretUntil', ARGV[4])
-      end
+      retireSecret(KEYS[1], value, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
       rcall('HSET', KEYS[1], 'secretUpdatedAt', ARGV[1])
+    else
+      rcall('HSET', KEYS[1], field, value)
     end
-    rcall('HSET', KEYS[1], field, value)
     changed = true
   end
 end

@@ -5,7 +5,7 @@ import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
 import type { Mapping } from '../lib/source-formats.js';
 import { MAX_SOURCES_PER_TENANT, type SourceFormat } from '../lib/source-limits.js';
-import { OLD_SECRET_VALIDITY_MS } from '../lib/webhook-signing.js';
+import { MAX_RETIRED_SECRETS, OLD_SECRET_VALIDITY_MS, retiredSecretsOf, signingSecrets } from '../lib/webhook-signing.js';
 import { auditIntent, settleAudit, writeScope, type AuditDraft } from './audit-outbox.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
@@ -84,8 +84,8 @@ export async function findSource(redis: Redis, keys: Keys, tenantId: string, id:
 
 /**
  * The source an inbound request names, found without a credential through the route hash; null
- * when unknown, malformed or deleted. `secrets` holds the current secret and, for 24 hours after a
- * change, the one it replaced.
+ * when unknown, malformed or deleted. `secrets` holds the current secret and each one a change
+ * replaced in the last 24 hours (at most 10).
  */
 export async function findInboundSource(redis: Redis, keys: Keys, id: string): Promise<InboundSource | null> {
   if (!isId('source', id)) return null;
@@ -99,9 +99,8 @@ export async function findInboundSource(redis: Redis, keys: Keys, id: string): P
     await redis.hdel(keys.sourceRoutes, id);
     return null;
   }
-  const secrets = [h.secret!];
-  if (h.previousSecret && Number(h.previousSecretUntil ?? 0) > now()) secrets.push(h.previousSecret);
-  return { ...toSource(h), workspaceId, tenantId, secrets };
+  // the current secret and those a change retired less than 24 hours ago, as a webhook endpoint signs with
+  return { ...toSource(h), workspaceId, tenantId, secrets: signingSecrets(h.secret!, retiredSecretsOf(h), now()) };
 }
 
 /**
@@ -135,7 +134,8 @@ export async function createSource(redis: Redis, keys: Keys, scope: SourceScope,
 }
 
 /**
- * Changes a source's settings; a new `secret` leaves the replaced one verifying for 24 hours.
+ * Changes a source's settings; a new `secret` leaves the replaced one verifying for 24 hours (at
+ * most 10 replaced secrets at once, as a webhook endpoint's rotations).
  * Audited as `source.updated` only when a value changed. 404 for an unknown id.
  */
 export async function updateSource(redis: Redis, keys: Keys, scope: SourceScope, id: string, patch: SourcePatch, by: Writer): Promise<Source> {
@@ -149,7 +149,7 @@ export async function updateSource(redis: Redis, keys: Keys, scope: SourceScope,
   if (patch.secret !== undefined) fields.secret = patch.secret;
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'source.update', writeScope(scope, by), null);
   const reply = await callScript<UpdateReply>(redis, 'updateSource', [keys.source(tenantId, id), intent.key],
-    [isoNow(), intent.token, intent.json, now() + OLD_SECRET_VALIDITY_MS, Object.keys(fields).length, ...Object.entries(fields).flat()]);
+    [isoNow(), intent.token, intent.json, now(), OLD_SECRET_VALIDITY_MS, MAX_RETIRED_SECRETS, Object.keys(fields).length, ...Object.entries(fields).flat()]);
   if (reply[0] !== 1) throw notFound('Source');
   const drafts = SOURCE_AUDITS['source.update'](null, reply);
   if (drafts.length) await settleAudit(redis, keys, intent, drafts);

@@ -450,4 +450,28 @@ inbound('rotation: the replaced secret verifies beside the new one for 24 hours,
   assertError(await deliver(ctx, stripe.id, three, stripeHeaders(stripeSecret(), three)), 401, 'invalid_signature');
 });
 
+inbound('rotation twice within 24 hours: each replaced secret verifies for 24 hours after its own replacement', async (ctx) => {
+  const [a, b, c] = [swSecret(), swSecret(), swSecret()];
+  const s = await createSource(ctx, { name: 'Twice', provider: 'clerk', format: 'standard-webhooks', secret: a, mapping: { externalId: 'data.id' } });
+  let n = 0;
+  const send = (secret: string, offsetMs = 0) => {
+    const body = JSON.stringify({ type: 'user.updated', data: { id: 'twice', n: n++ } });
+    return deliver(ctx, s.id, body, swHeaders(secret, body, { at: new Date(Date.now() + offsetMs) }));
+  };
+  assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: b })).status, 200);
+  try {
+    setClockOffset(12 * HOUR);
+    assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: c })).status, 200);
+    for (const secret of [a, b, c]) assertAccepted(await send(secret, 12 * HOUR), 'every secret of the last 24 hours');
+    setClockOffset(25 * HOUR);
+    assertError(await send(a, 25 * HOUR), 401, 'invalid_signature', 'a: replaced 25 hours ago');
+    assertAccepted(await send(b, 25 * HOUR), 'b: replaced 13 hours ago');
+    setClockOffset(37 * HOUR);
+    assertError(await send(b, 37 * HOUR), 401, 'invalid_signature', 'b: replaced 25 hours ago');
+    assertAccepted(await send(c, 37 * HOUR), 'c: current');
+  } finally {
+    setClockOffset(0);
+  }
+});
+
 inbound.run();
