@@ -6,30 +6,35 @@ import { ApiError, validationError, type ErrorDetail } from '../../lib/errors.js
 const READ_AS_JSON = ['application/json', '+json', 'text/plain'];
 
 /**
- * The path (`where.__proto__`, `events[0].data.__proto__`) of the first `__proto__` key of a JSON
- * text: the parser refuses such keys (prototype poisoning), and the caller is told which field,
- * like any other field no schema allows. `JSON.parse` itself makes it a plain own property.
+ * The path (`where.__proto__`, `events[0].data.__proto__`) of the first `__proto__` key of a parsed
+ * JSON value: such keys are refused (prototype poisoning), and the caller is told which field, like
+ * any other field no schema allows. `JSON.parse` itself makes it a plain own property.
  */
-function protoKeyPath(text: string): string | null {
-  const walk = (value: unknown, path: string, depth: number): string | null => {
-    if (value === null || typeof value !== 'object' || depth > 64) return null;
-    if (Array.isArray(value)) {
-      for (let i = 0; i < value.length; i++) {
-        const found = walk(value[i], `${path}[${i}]`, depth + 1);
+function protoKeyOf(value: unknown): string | null {
+  const walk = (v: unknown, path: string, depth: number): string | null => {
+    if (v === null || typeof v !== 'object' || depth > 64) return null;
+    if (Array.isArray(v)) {
+      for (let i = 0; i < v.length; i++) {
+        const found = walk(v[i], `${path}[${i}]`, depth + 1);
         if (found) return found;
       }
       return null;
     }
-    for (const key of Object.keys(value)) {
+    for (const key of Object.keys(v)) {
       const at = path ? `${path}.${key}` : key;
       if (key === '__proto__') return at;
-      const found = walk((value as Record<string, unknown>)[key], at, depth + 1);
+      const found = walk((v as Record<string, unknown>)[key], at, depth + 1);
       if (found) return found;
     }
     return null;
   };
+  return walk(value, '', 0);
+}
+
+/** protoKeyOf of a JSON text (null when it does not parse). */
+function protoKeyPath(text: string): string | null {
   try {
-    return walk(JSON.parse(text), '', 0);
+    return protoKeyOf(JSON.parse(text));
   } catch {
     return null;
   }
@@ -106,6 +111,15 @@ function whereIllFormed(body: unknown): ErrorDetail | null {
     for (let i = children.length - 1; i >= 0; i--) stack.push(children[i]!);
   }
   return null;
+}
+
+/**
+ * The first problem of a JSON value parsed outside koa-body (a source's delivery, read as exact
+ * bytes) that every request body is refused for: a `__proto__` key, or what bodyProblem finds.
+ */
+export function parsedJsonProblem(value: unknown): ErrorDetail | null {
+  const proto = protoKeyOf(value);
+  return proto ? { param: proto, message: 'is not an allowed field' } : bodyProblem(value);
 }
 
 /** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */

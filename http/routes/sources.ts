@@ -15,6 +15,7 @@ import { respond } from '../envelope.js';
 import { readBody } from '../read-body.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
+import { parsedJsonProblem } from '../middleware/json-body.js';
 
 /**
  * The exact bytes of a request body, at most `limit` (413 above it, counted on the way, so a
@@ -221,6 +222,9 @@ export function registerSources(router: Router, deps: AppDeps): void {
     if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {
       return refuse(source, new ApiError(400, 'parse', 'A delivery must be a JSON object', { param: 'body' }), true);
     }
+    // what no request body may hold (a __proto__ key, deep nesting, a lone surrogate, 1e999)
+    const problem = parsedJsonProblem(payload);
+    if (problem) return refuse(source, validationError([problem]), true);
     if (!source.enabled) return ignore(ctx, source, 'disabled');
     const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers);
     if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);

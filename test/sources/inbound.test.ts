@@ -450,6 +450,20 @@ inbound('rotation: the replaced secret verifies beside the new one for 24 hours,
   assertError(await deliver(ctx, stripe.id, three, stripeHeaders(stripeSecret(), three)), 401, 'invalid_signature');
 });
 
+inbound('a delivery holding what no request body may (a __proto__ key, a number beyond a double) is 400 validation naming it, counted rejected', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Hostile', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const proto = '{"type":"user.created","data":{"id":"u-proto","__proto__":{"admin":true}}}';
+  const res = await deliver(ctx, s.id, proto, swHeaders(s.secret, proto));
+  assertError(res, 400, 'validation', 'a __proto__ key');
+  assert.is(res.body.error.param, 'data.__proto__');
+  const huge = '{"type":"user.created","data":{"id":"u-huge","n":1e999}}';
+  const overflow = await deliver(ctx, s.id, huge, swHeaders(s.secret, huge));
+  assertError(overflow, 400, 'validation', 'a number beyond a double');
+  assert.is(overflow.body.error.param, 'data.n');
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 0, duplicate: 0, ignored: 0, rejected: 2 });
+  assert.is(({} as Record<string, unknown>).admin, undefined);
+});
+
 inbound('rotation twice within 24 hours: each replaced secret verifies for 24 hours after its own replacement', async (ctx) => {
   const [a, b, c] = [swSecret(), swSecret(), swSecret()];
   const s = await createSource(ctx, { name: 'Twice', provider: 'clerk', format: 'standard-webhooks', secret: a, mapping: { externalId: 'data.id' } });
