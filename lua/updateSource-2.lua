@@ -18,28 +18,18 @@
 ]]
 -- @include "recordAudit"
 -- @include "retireSecret"
+-- @include "changeFields"
 local rcall = redis.call
 if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
 local before = rcall('HGETALL', KEYS[1])
-local changed = false
-for i = 0, tonumber(ARGV[7]) - 1 do
-  local field, value = ARGV[8 + i * 2], ARGV[9 + i * 2]
-  local current = rcall('HGET', KEYS[1], field)
-  if value == '' then
-    if current then
-      rcall('HDEL', KEYS[1], field)
-      changed = true
-    end
-  elseif current ~= value then
-    if field == 'secret' then
-      retireSecret(KEYS[1], value, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
-      rcall('HSET', KEYS[1], 'secretUpdatedAt', ARGV[1])
-    else
-      rcall('HSET', KEYS[1], field, value)
-    end
-    changed = true
+local changed = changeFields(KEYS[1], 8, tonumber(ARGV[7]), function(field, value)
+  if field == 'secret' then
+    retireSecret(KEYS[1], value, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
+    rcall('HSET', KEYS[1], 'secretUpdatedAt', ARGV[1])
+  else
+    rcall('HSET', KEYS[1], field, value)
   end
-end
+end)
 if changed then rcall('HSET', KEYS[1], 'updatedAt', ARGV[1]) end
 local reply = { 1, before, rcall('HGETALL', KEYS[1]) }
 if changed then recordAudit(KEYS[2], ARGV[2], ARGV[3], reply) end

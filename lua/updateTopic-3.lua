@@ -16,23 +16,11 @@
           { 0 } when it does not (nothing written).
 ]]
 -- @include "recordAudit"
+-- @include "changeFields"
 local rcall = redis.call
 if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
 local before = rcall('HGETALL', KEYS[1])
-local changed = false
-for i = 0, tonumber(ARGV[4]) - 1 do
-  local field, value = ARGV[5 + i * 2], ARGV[6 + i * 2]
-  local current = rcall('HGET', KEYS[1], field)
-  if value == '' then
-    if current then
-      rcall('HDEL', KEYS[1], field)
-      changed = true
-    end
-  elseif current ~= value then
-    rcall('HSET', KEYS[1], field, value)
-    changed = true
-  end
-end
+local changed = changeFields(KEYS[1], 5, tonumber(ARGV[4]))
 local reply = { 1, before, {}, rcall('ZCARD', KEYS[2]) }
 if changed then rcall('HSET', KEYS[1], 'updatedAt', ARGV[1]) end
 reply[3] = rcall('HGETALL', KEYS[1])
