@@ -36,6 +36,10 @@ export function generatedSecret(format: SourceFormat): string | null {
 /** Why `secret` cannot be used with `format`, or null when it can. */
 export function secretProblem(format: SourceFormat, secret: string): string | null {
   const base64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2,3})?$/;
+  if (format === 'stripe') {
+    // Stripe's endpoint secrets are whsec_…; an API key (sk_…, rk_…) pasted by mistake would never verify
+    return /^whsec_[A-Za-z0-9]+$/.test(secret) ? null : 'must be the endpoint\'s signing secret as Stripe shows it (whsec_…), not an API key';
+  }
   if (format !== 'standard-webhooks') return null;
   const encoded = secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : '';
   return encoded !== '' && base64.test(encoded) ? null : 'must be whsec_ followed by base64 (the Standard Webhooks secret format)';
@@ -54,7 +58,8 @@ export function verifyDelivery(format: SourceFormat, secrets: string[], headers:
   if (format === 'standard-webhooks') {
     const id = header(headers, 'webhook-id');
     const timestamp = header(headers, 'webhook-timestamp');
-    const signature = header(headers, 'webhook-signature');
+    // a sender repeating the header: Node joins the copies with ", " (the signatures are space-separated)
+    const signature = header(headers, 'webhook-signature')?.replace(/,\s+/g, ' ') ?? null;
     if (!id || !timestamp || !signature) return { ok: false, code: 'missing_authorization', message: 'Send the webhook-id, webhook-timestamp and webhook-signature headers (Standard Webhooks)' };
     if (secrets.some((s) => verifySignature(s, { id, timestamp, signature }, body, nowSeconds))) return { ok: true };
     return bad(`No webhook-signature matches the source's secret, or webhook-timestamp is more than ${TOLERANCE_SECONDS / 60} minutes off`);
@@ -115,11 +120,12 @@ function timestampMsOf(v: unknown): number | null {
 }
 
 const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;
-/** Longest dedupe key stored as it is; a longer one is stored as its SHA-256. */
+/** Longest dedupe key stored as it is (after `=`); a longer one is stored as its SHA-256 (after `#`). */
 const MAX_DEDUPE_KEY_LENGTH = 256;
 
 /** What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. */
 export type Reading =
+  /** `dedupeId`: the dedupe key as stored, `=<key>` or `#<SHA-256 hex of a key over 256 characters>`; null for none */
   | { kind: 'event'; externalId: string; name: string; dedupeId: string | null; timestampMs: number; data: string }
   | { kind: 'ignored'; reason: 'no_external_id' | 'no_name' }
   | { kind: 'rejected'; code: 'validation' | 'invalid_timestamp' | 'event_data_too_large'; param: string; message: string };
@@ -149,8 +155,8 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   else if (format === 'standard-webhooks') dedupeId = header(headers, 'webhook-id');
   else if (format === 'github') dedupeId = header(headers, 'x-github-delivery');
   else dedupeId = scalar(payload.id);
-  // a long key is kept by its digest: two keys that differ anywhere stay two keys
-  if (dedupeId !== null && dedupeId.length > MAX_DEDUPE_KEY_LENGTH) dedupeId = `sha256:${createHash('sha256').update(dedupeId).digest('hex')}`;
+  // `=` and the key, or `#` and the SHA-256 of one too long to keep: two keys that differ anywhere stay apart
+  if (dedupeId !== null) dedupeId = dedupeId.length > MAX_DEDUPE_KEY_LENGTH ? `#${createHash('sha256').update(dedupeId).digest('hex')}` : `=${dedupeId}`;
 
   const at = now();
   const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);

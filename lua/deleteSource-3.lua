@@ -8,14 +8,15 @@
   ARGV[1] source id
   ARGV[2] audit intent token, ARGV[3] audit intent
 
-  Returns { 1, record } (HGETALL's flat list, as it was) when it existed, { 0 } when not.
+  Returns { 1, record } (HGETALL's flat list, as it was, without secrets) when it existed, { 0 } when not.
 ]]
 -- @include "recordAudit"
+-- @include "withoutSecrets"
 local rcall = redis.call
 local record = rcall('HGETALL', KEYS[2])
 if #record == 0 then return { 0 } end
 rcall('DEL', KEYS[2])
 rcall('ZREM', KEYS[1], ARGV[1])
-local reply = { 1, record }
+local reply = { 1, withoutSecrets(record) }
 recordAudit(KEYS[3], ARGV[2], ARGV[3], reply)
 return reply

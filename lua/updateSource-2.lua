@@ -13,15 +13,16 @@
   ARGV[4] now (ms), ARGV[5] how long a retired secret keeps verifying (ms), ARGV[6] most retired secrets kept
   ARGV[7] number of fields F, then F groups of 2: field, value ('' removes the field)
 
-  Returns { 1, before, after } (records as HGETALL's flat list) when the source exists,
+  Returns { 1, before, after } (records as HGETALL's flat list, without secrets) when the source exists,
           { 0 } when it does not (nothing written).
 ]]
 -- @include "recordAudit"
 -- @include "retireSecret"
 -- @include "changeFields"
+-- @include "withoutSecrets"
 local rcall = redis.call
 if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
-local before = rcall('HGETALL', KEYS[1])
+local before = withoutSecrets(rcall('HGETALL', KEYS[1]))
 local changed = changeFields(KEYS[1], 8, tonumber(ARGV[7]), function(field, value)
   if field == 'secret' then
     retireSecret(KEYS[1], value, ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]))
@@ -31,6 +32,6 @@ local changed = changeFields(KEYS[1], 8, tonumber(ARGV[7]), function(field, valu
   end
 end)
 if changed then rcall('HSET', KEYS[1], 'updatedAt', ARGV[1]) end
-local reply = { 1, before, rcall('HGETALL', KEYS[1]) }
+local reply = { 1, before, withoutSecrets(rcall('HGETALL', KEYS[1])) }
 if changed then recordAudit(KEYS[2], ARGV[2], ARGV[3], reply) end
 return reply

@@ -28,10 +28,17 @@ async function rawBody(ctx: Context, limit: number): Promise<Buffer> {
   if (Number(ctx.get('Content-Length') || 0) > limit) throw new ApiError(413, 'payload_too_large', `A delivery is at most ${limit} bytes`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw new ApiError(413, 'payload_too_large', `A delivery is at most ${limit} bytes`);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw new ApiError(413, 'payload_too_large', `A delivery is at most ${limit} bytes`);
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // the sender went away (or stalled past Node's request timeout) before the body was whole:
+    // a malformed request like any other, not a fault of the service
+    throw new ApiError(400, 'bad_request', 'The request body did not arrive whole', { param: 'request' });
   }
   return Buffer.concat(chunks);
 }

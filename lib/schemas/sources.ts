@@ -20,7 +20,7 @@ const mappingInput: Schema = {
   description: 'Where each event field is read in a delivery\'s JSON payload.',
 };
 const name: Schema = { type: 'string', minLength: 1, maxLength: 128 };
-const namePrefix: Schema = { type: 'string', maxLength: 40, pattern: '^[a-z0-9_.-]*$', description: 'Put before the mapped name; default `<provider>.`; `""` for none.' };
+const namePrefix: Schema = { type: 'string', maxLength: 40, pattern: '^(?:[a-z0-9][a-z0-9_.-]*)?$', description: 'Put before the mapped name: empty, or a letter or digit then letters, digits, `_`, `.`, `-`; default `<provider>.`; `""` for none.' };
 const secret: Schema = { type: 'string', minLength: 8, maxLength: 256, description: 'The signing secret. standard-webhooks: `whsec_` + base64 (generated when omitted); stripe: required, the endpoint\'s secret from Stripe; github: any (generated when omitted). A new one in a PATCH leaves the replaced one verifying for 24 hours.' };
 const enabled: Schema = { type: 'boolean', description: 'A disabled source answers deliveries `ignored` and stores nothing.' };
 

@@ -3,6 +3,7 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
 import { eventNameOf, readDelivery, secretProblem, valueAt, verifyDelivery, type Mapping } from '../../lib/source-formats.js';
+import { signPayload } from '../../lib/webhook-signing.js';
 
 const formats = suite('source formats (pure)');
 formats.after.each(() => setClockOffset(0));
@@ -29,7 +30,7 @@ formats('a Standard Webhooks secret must be whsec_ and base64; other formats tak
   assert.ok(secretProblem('standard-webhooks', 'whsec_'));
   assert.ok(secretProblem('standard-webhooks', 'whsec_not base64!'));
   assert.ok(secretProblem('standard-webhooks', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'));
-  assert.is(secretProblem('stripe', 'anything-goes'), null);
+  assert.is(secretProblem('github', 'anything-goes'), null);
 });
 
 formats('stripe: any v1 of the header verifies, within 5 minutes of its t', () => {
@@ -45,6 +46,33 @@ formats('stripe: any v1 of the header verifies, within 5 minutes of its t', () =
   assert.is(missing.ok === false && missing.code, 'missing_authorization');
 });
 
+formats('dedupe keys: a long one by its digest, never equal to a short one, whatever the short one holds', () => {
+  const source = { format: 'standard-webhooks' as const, mapping: mapping({ externalId: 'u', id: 'i' }), namePrefix: '' };
+  const key = (i: string) => { const r = readDelivery(source, { type: 'x', u: 'u1', i }, {}); return r.kind === 'event' ? r.dedupeId : null; };
+  const long = key('q'.repeat(300));
+  assert.match(long!, /^#[0-9a-f]{64}$/);
+  assert.is.not(key('q'.repeat(299) + 'r'), long, 'keys differing after 256 characters stay apart');
+  assert.is.not(key(long!), long, 'a short key written like a digest is another key');
+  assert.is.not(key(`sha256:${long!.slice(1)}`), long);
+  assert.is(key('k'), '=k');
+});
+
+formats('standard-webhooks: a repeated webhook-signature header (Node joins the copies with ", ") verifies on any copy', () => {
+  const body = Buffer.from('{"type":"x"}');
+  const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+  const t = Math.floor(Date.now() / 1000);
+  const good = signPayload([secret], 'msg_1', t, body);
+  for (const signature of [`${good}, v1,bm90IGl0`, `v1,bm90IGl0, ${good}`]) {
+    assert.equal(verifyDelivery('standard-webhooks', [secret], { 'webhook-id': 'msg_1', 'webhook-timestamp': String(t), 'webhook-signature': signature }, body, t), { ok: true }, signature);
+  }
+});
+
+formats('a stripe secret must be whsec_ (an API key pasted by mistake would never verify)', () => {
+  assert.is(secretProblem('stripe', 'whsec_abc123DEF'), null);
+  assert.ok(secretProblem('stripe', 'sk_live_abc'));
+  assert.ok(secretProblem('stripe', '        '));
+});
+
 formats('github: sha256= of the body; no header is missing_authorization', () => {
   const body = Buffer.from('{"action":"opened"}');
   assert.equal(verifyDelivery('github', ['s3cretvalue'], { 'x-hub-signature-256': `sha256=${hex('s3cretvalue', body.toString())}` }, body, 0), { ok: true });
@@ -56,7 +84,7 @@ formats('readDelivery: defaults by format, ignored and rejected readings', () =>
   const stripe = { format: 'stripe' as const, mapping: mapping({ externalId: 'data.object.metadata.userId', data: 'data.object' }), namePrefix: 'stripe.' };
   const created = Math.floor(Date.now() / 1000) - 60;
   const reading = readDelivery(stripe, { id: 'evt_9', type: 'invoice.paid', created, data: { object: { metadata: { userId: 42 }, amount: 5 } } }, {});
-  assert.equal(reading, { kind: 'event', externalId: '42', name: 'stripe.invoice.paid', dedupeId: 'evt_9', timestampMs: created * 1000, data: '{"metadata":{"userId":42},"amount":5}' });
+  assert.equal(reading, { kind: 'event', externalId: '42', name: 'stripe.invoice.paid', dedupeId: '=evt_9', timestampMs: created * 1000, data: '{"metadata":{"userId":42},"amount":5}' });
   assert.equal(readDelivery(stripe, { type: 'x', created, data: {} }, {}), { kind: 'ignored', reason: 'no_external_id' });
   const old = readDelivery(stripe, { type: 'x', created: created - 8 * 86400, data: { object: { metadata: { userId: 'u' } } } }, {});
   assert.is(old.kind === 'rejected' && old.code, 'invalid_timestamp');
@@ -65,13 +93,13 @@ formats('readDelivery: defaults by format, ignored and rejected readings', () =>
 
   const github = { format: 'github' as const, mapping: mapping({ externalId: 'sender.login' }), namePrefix: 'github.' };
   const gh = readDelivery(github, { action: 'opened', sender: { login: 'octocat' } }, { 'x-github-event': 'pull_request', 'x-github-delivery': 'd-1' });
-  assert.ok(gh.kind === 'event' && gh.name === 'github.pull_request.opened' && gh.dedupeId === 'd-1');
+  assert.ok(gh.kind === 'event' && gh.name === 'github.pull_request.opened' && gh.dedupeId === '=d-1');
   assert.equal(readDelivery(github, { sender: { login: 'octocat' } }, {}), { kind: 'ignored', reason: 'no_name' });
 
   const sw = { format: 'standard-webhooks' as const, mapping: mapping({ externalId: 'data.id', timestamp: 'data.at' }), namePrefix: '' };
   const iso = new Date(Date.now() - 1000).toISOString();
   const r = readDelivery(sw, { type: 'user.created', data: { id: 'u1', at: iso } }, { 'webhook-id': 'msg_1' });
-  assert.ok(r.kind === 'event' && r.name === 'user.created' && r.dedupeId === 'msg_1' && r.timestampMs === Date.parse(iso));
+  assert.ok(r.kind === 'event' && r.name === 'user.created' && r.dedupeId === '=msg_1' && r.timestampMs === Date.parse(iso));
   const long = readDelivery(sw, { type: 'a'.repeat(120), data: { id: 'u1', at: iso } }, {});
   assert.is(long.kind === 'rejected' && long.param, 'name');
   const big = readDelivery(sw, { type: 'x', data: { id: 'u1', at: iso }, pad: 'p'.repeat(9000) }, {});

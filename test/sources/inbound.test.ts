@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
@@ -462,6 +463,34 @@ inbound('a delivery holding what no request body may (a __proto__ key, a number 
   assert.is(overflow.body.error.param, 'data.n');
   assert.equal((await read(ctx, s.id)).counts, { accepted: 0, duplicate: 0, ignored: 0, rejected: 2 });
   assert.is(({} as Record<string, unknown>).admin, undefined);
+});
+
+inbound('a sender that goes away mid-body is no fault of the service: nothing logged as an unexpected error, nothing counted', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Gone', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const body = '{"type":"user.created","data":{"id":"gone"}}';
+  const head = Object.entries(swHeaders(s.secret, body)).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  const logged: string[] = [];
+  const write = process.stderr.write.bind(process.stderr);
+  process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    logged.push(String(chunk));
+    return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
+  }) as typeof process.stderr.write;
+  try {
+    const { hostname, port } = new URL(ctx.service.url);
+    // Content-Length 20 bytes more than is sent, then the connection closed
+    const socket = connect(Number(port), hostname);
+    await new Promise<void>((resolve) => socket.once('connect', resolve));
+    socket.write(`POST /v1/sources/${s.id}/inbound HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body) + 20}\r\n${head}\r\n${body}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    socket.destroy();
+    // the service notices the abort on its next turns; a later request on another connection follows it
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assertAccepted(await deliver(ctx, s.id, body, swHeaders(s.secret, body)), 'a whole delivery afterwards');
+  } finally {
+    process.stderr.write = write;
+  }
+  assert.is(logged.filter((line) => line.includes('unexpected error')).length, 0, logged.join(''));
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 1, duplicate: 0, ignored: 0, rejected: 0 });
 });
 
 inbound('rotation twice within 24 hours: each replaced secret verifies for 24 hours after its own replacement', async (ctx) => {

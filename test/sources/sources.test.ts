@@ -1,5 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { callScript } from '../../streams/lua-scripts.js';
 import { client } from '../helpers/api.js';
 import { auditEntries } from '../helpers/audit.js';
 import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
@@ -465,6 +466,26 @@ sources('create, update and delete are audited in the workspace ledger, never wi
   assert.equal(group.events.map((e: any) => e.name), ['source.created', 'source.updated', 'source.deleted']);
   const endpoint = await api.post('/v1/workspaces/sources/webhooks', workspaceKey, { url: 'https://8.8.8.8/herald', events: ['source.created', 'source.*'] });
   assert.is(endpoint.status, 201, `an endpoint can subscribe to them: ${endpoint.text}`);
+});
+
+sources('the update and delete scripts answer (and so their outbox intents keep) the record without a secret, a replaced one included', async (ctx) => {
+  const { service } = ctx;
+  const s = await create(ctx, CLERK);
+  const rotated = swSecret();
+  assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: rotated })).status, 200);
+  const tenantId = (await ctx.api.get('/v1/whoami', ctx.key)).body.data.tenant.id as string;
+  const secretFields = ['secret', 'retiredSecrets', 'previousSecret'];
+  const stored = await service.redis.hgetall(service.keys.source(tenantId, s.id));
+  for (const f of secretFields) assert.ok(stored[f], `the record holds ${f}`);
+  const update = await callScript<[number, string[], string[]]>(service.redis, 'updateSource', [service.keys.source(tenantId, s.id), service.keys.tenantOutbox(tenantId)],
+    [new Date().toISOString(), 'tok-test', '{}', Date.now(), 86_400_000, 10, 1, 'secret', swSecret()]);
+  const del = await callScript<[number, string[]]>(service.redis, 'deleteSource', [service.keys.sourceIndex(tenantId), service.keys.source(tenantId, s.id), service.keys.tenantOutbox(tenantId)], [s.id, 'tok-test-2', '{}']);
+  await service.redis.hdel(service.keys.tenantOutbox(tenantId), 'tok-test', 'tok-test-2');
+  for (const list of [update[1], update[2], del[1]]) {
+    assert.ok(list.includes('id'));
+    for (const f of secretFields) assert.not.ok(list.includes(f), `no ${f} in ${list.filter((_, i) => i % 2 === 0).join(',')}`);
+    for (const value of [s.secret, rotated]) assert.not.ok(list.some((v) => v.includes(value)), 'no secret value');
+  }
 });
 
 sources.run();
