@@ -167,6 +167,10 @@ sources('fields outside their rules are 400 validation naming the field, and not
     [{ name: 'x', provider: 'clerk', mapping: { externalId: 'data.id' } }, 'format'],
     [{ ...CLERK, enabled: 'yes' }, 'enabled'],
     [{ ...CLERK, namePrefix: 7 }, 'namePrefix'],
+    // a prefix that no event name can start with would make every delivery invalid
+    [{ ...CLERK, namePrefix: '_' }, 'namePrefix'],
+    [{ ...CLERK, namePrefix: '.clerk' }, 'namePrefix'],
+    [{ ...CLERK, namePrefix: 'Clerk.' }, 'namePrefix'],
   ];
   for (const [body, param] of cases) assertValidation(await api.post('/v1/sources', key, body), param, JSON.stringify(body).slice(0, 120));
   const notObject = await api.call('POST', '/v1/sources', { key, raw: '[1,2]' });
