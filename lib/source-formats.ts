@@ -123,9 +123,12 @@ const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;
 /** Longest dedupe key stored as it is (after `=`); a longer one is stored as its SHA-256 (after `#`). */
 const MAX_DEDUPE_KEY_LENGTH = 256;
 
-/** What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. */
+/**
+ * What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. An
+ * event's `dedupeId` is its dedupe key as stored, `=<key>` or `#<SHA-256 hex of a key over 256
+ * characters>`, or null for none.
+ */
 export type Reading =
-  /** `dedupeId`: the dedupe key as stored, `=<key>` or `#<SHA-256 hex of a key over 256 characters>`; null for none */
   | { kind: 'event'; externalId: string; name: string; dedupeId: string | null; timestampMs: number; data: string }
   | { kind: 'ignored'; reason: 'no_external_id' | 'no_name' }
   | { kind: 'rejected'; code: 'validation' | 'invalid_timestamp' | 'event_data_too_large'; param: string; message: string };
@@ -143,7 +146,7 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   if (mapping.name) rawName = text(valueAt(payload, mapping.name));
   else if (format === 'github') {
     const event = header(headers, 'x-github-event');
-    const action = typeof payload.action === 'string' && payload.action !== '' ? payload.action : null;
+    const action = text(payload.action);
     rawName = event && (action ? `${event}.${action}` : event);
   } else rawName = text(payload.type);
   if (rawName === null) return { kind: 'ignored', reason: 'no_name' };
