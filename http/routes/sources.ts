@@ -198,8 +198,16 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *     security: []
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
+   *       - { name: webhook-id, in: header, required: false, description: 'standard-webhooks: the message id (the default dedupe key)', schema: { type: string } }
+   *       - { name: webhook-timestamp, in: header, required: false, description: 'standard-webhooks: unix seconds, at most 5 minutes off', schema: { type: string } }
+   *       - { name: webhook-signature, in: header, required: false, description: 'standard-webhooks: space-separated `v1,<base64 HMAC-SHA256>` of `id.timestamp.body`', schema: { type: string } }
+   *       - { name: Stripe-Signature, in: header, required: false, description: 'stripe: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">`', schema: { type: string } }
+   *       - { name: X-Hub-Signature-256, in: header, required: false, description: 'github: `sha256=<hex HMAC-SHA256 of the body>`', schema: { type: string } }
+   *       - { name: X-GitHub-Event, in: header, required: false, description: 'github: the event (with the payload''s `action`, the default name)', schema: { type: string } }
+   *       - { name: X-GitHub-Delivery, in: header, required: false, description: 'github: the delivery id (the default dedupe key)', schema: { type: string } }
    *     requestBody:
    *       required: true
+   *       description: The provider's JSON payload, read as the exact bytes received whatever its Content-Type (the signature covers them).
    *       content: { application/json: { schema: { type: object, description: "The provider's payload." } } }
    *     responses:
    *       '202':
