@@ -413,6 +413,18 @@ inbound('github: the name is X-GitHub-Event then the action, X-GitHub-Delivery d
   assert.is(assertAccepted(await deliver(ctx, given.id, ping, githubHeaders('pasted-into-github', ping, 'ping'))).externalId, 'octocat');
 });
 
+/**
+ * Sends a new standard-webhooks delivery for `externalId` to source `id`, signed with `secret` at
+ * `offsetMs` from now (the clock a test moved): each call a new payload, so none is a duplicate.
+ */
+function signedSender(ctx: Ctx, id: string, externalId: string) {
+  let n = 0;
+  return (secret: string, offsetMs = 0) => {
+    const body = JSON.stringify({ type: 'user.updated', data: { id: externalId, n: n++ } });
+    return deliver(ctx, id, body, swHeaders(secret, body, { at: new Date(Date.now() + offsetMs) }));
+  };
+}
+
 inbound('rotation: the replaced secret verifies beside the new one for 24 hours, then only the new one does', async (ctx) => {
   const old = swSecret();
   const s = await createSource(ctx, { name: 'Rotating', provider: 'clerk', format: 'standard-webhooks', secret: old, mapping: { externalId: 'data.id' } });
@@ -420,11 +432,7 @@ inbound('rotation: the replaced secret verifies beside the new one for 24 hours,
   const patched = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: fresh });
   assert.is(patched.status, 200, patched.text);
   assert.match(patched.body.data.secretUpdatedAt, ISO);
-  let n = 0;
-  const send = (secret: string, offsetMs = 0) => {
-    const body = JSON.stringify({ type: 'user.updated', data: { id: 'rotating', n: n++ } });
-    return deliver(ctx, s.id, body, swHeaders(secret, body, { at: new Date(Date.now() + offsetMs) }));
-  };
+  const send = signedSender(ctx, s.id, 'rotating');
   assertAccepted(await send(old), 'signed with the replaced secret');
   assertAccepted(await send(fresh), 'signed with the new secret');
   assertError(await send(swSecret()), 401, 'invalid_signature', 'a random secret');
@@ -496,11 +504,7 @@ inbound('a sender that goes away mid-body is no fault of the service: nothing lo
 inbound('rotation twice within 24 hours: each replaced secret verifies for 24 hours after its own replacement', async (ctx) => {
   const [a, b, c] = [swSecret(), swSecret(), swSecret()];
   const s = await createSource(ctx, { name: 'Twice', provider: 'clerk', format: 'standard-webhooks', secret: a, mapping: { externalId: 'data.id' } });
-  let n = 0;
-  const send = (secret: string, offsetMs = 0) => {
-    const body = JSON.stringify({ type: 'user.updated', data: { id: 'twice', n: n++ } });
-    return deliver(ctx, s.id, body, swHeaders(secret, body, { at: new Date(Date.now() + offsetMs) }));
-  };
+  const send = signedSender(ctx, s.id, 'twice');
   assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: b })).status, 200);
   try {
     setClockOffset(12 * HOUR);
