@@ -1,4 +1,4 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
@@ -132,7 +132,15 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     const tokenSecret = await eventsTokenSecret(webRedis, keys, config);
     const app = createApp({ config, redis: webRedis, keys, keyCache, log, tokenSecret });
     const server: Server = await new Promise<Server>((done, fail) => {
-      const s = app.listen(config.port, () => {
+      // A request must arrive whole within HTTP_REQUEST_TIMEOUT_MS (Node's default is 300 s, checked
+      // every 30 s): a stalled sender or a Content-Length longer than its body is answered 400 by
+      // answerUnparsedRequest about a second after the limit, and the connection goes.
+      const s = createServer({
+        requestTimeout: config.requestTimeoutMs,
+        headersTimeout: config.requestTimeoutMs,
+        connectionsCheckingInterval: Math.min(1000, config.requestTimeoutMs),
+      }, app.callback());
+      s.listen(config.port, () => {
         s.off('error', fail);
         done(s);
       });

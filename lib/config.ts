@@ -32,6 +32,8 @@ export type Config = {
   retentionMs: number;
   /** Largest accepted request body in bytes. `HTTP_BODY_LIMIT_BYTES`, default 1 MiB. */
   bodyLimitBytes: number;
+  /** How long a client may take to send one whole request (headers and body) before it is answered 400 `bad_request` and the connection closed. `HTTP_REQUEST_TIMEOUT_MS`, default 30000. */
+  requestTimeoutMs: number;
   /**
    * Proxies in front of the web role whose `X-Forwarded-*` headers are believed. `TRUST_PROXY_HOPS`,
    * default 1 (a Heroku-style router): the client address is the one that many entries from the right
@@ -196,6 +198,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
     retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,
     bodyLimitBytes: integer(e, 'HTTP_BODY_LIMIT_BYTES', 1_048_576, 1024, 64 * 1_048_576),
+    requestTimeoutMs: integer(e, 'HTTP_REQUEST_TIMEOUT_MS', 30_000, 1000, 300_000),
     trustProxyHops: integer(e, 'TRUST_PROXY_HOPS', 1, 0, 10),
     roles: roles(e.HERALD_ROLES),
     keyCacheTtlMs: integer(e, 'KEY_CACHE_TTL_SECONDS', 30, 0, 3600) * 1000,
