@@ -1,20 +1,8 @@
 import type { Context } from 'koa';
+import { codePoints } from '../lib/code-points.js';
 import { notFound } from '../lib/errors.js';
 
 export const MAX_EXTERNAL_ID_LENGTH = 256;
-
-/** Characters (Unicode code points) of `value`, the way ajv counts a body string's `maxLength`. */
-function codePoints(value: string): number {
-  let count = value.length;
-  for (let i = 0; i < value.length; i++) {
-    const unit = value.charCodeAt(i);
-    if (unit >= 0xd800 && unit <= 0xdbff && i + 1 < value.length) {
-      const next = value.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) { count--; i++; }
-    }
-  }
-  return count;
-}
 
 /**
  * The `externalId` of a path (spec 2.3 rule 4): 1 to 256 characters after URL decoding, counted

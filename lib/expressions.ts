@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
+import { codePoints } from './code-points.js';
 import type { ErrorDetail } from './errors.js';
 import { parseDuration } from './durations.js';
 import { bucketWidthMs } from './event-counters.js';
@@ -178,13 +179,6 @@ function comparison(value: Record<string, unknown>, nameKey: 'attribute' | 'prop
   if (ops.length === 0) return add(ctx, path, `must have one operator of ${list(OPERATORS)}`);
   if (ops.length > 1) return add(ctx, path, `must have only one operator: found ${ops.map((o) => `"${o}"`).join(' and ')}`);
   operand(ops[0] as Operator, value[ops[0]!], `${path}.${ops[0]}`, ctx);
-}
-
-/** Characters counted as code points, as ajv counts every other length limit (an emoji is one). */
-function codePoints(value: string): number {
-  let n = 0;
-  for (const _ of value) n++;
-  return n;
 }
 
 function checkString(value: string, param: string, ctx: Ctx): boolean {

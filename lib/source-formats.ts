@@ -4,6 +4,7 @@
  */
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { now } from './clock.js';
+import { codePoints } from './code-points.js';
 import { safeEqual } from './secrets.js';
 import { MAX_EVENT_DATA_BYTES, TIMESTAMP_MAX_AGE_MS, TIMESTAMP_MAX_AHEAD_MS } from './track-events.js';
 import type { SourceFormat } from './source-limits.js';
@@ -140,7 +141,7 @@ export type Reading =
 export function readDelivery(source: { format: SourceFormat; mapping: Mapping; namePrefix: string }, payload: Record<string, unknown>, headers: Headers): Reading {
   const { format, mapping } = source;
   const externalId = scalar(valueAt(payload, mapping.externalId!));
-  if (externalId === null || externalId.length > 256) return { kind: 'ignored', reason: 'no_external_id' };
+  if (externalId === null || codePoints(externalId) > 256) return { kind: 'ignored', reason: 'no_external_id' };
 
   let rawName: string | null;
   if (mapping.name) rawName = text(valueAt(payload, mapping.name));

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { codePoints } from '../lib/code-points.js';
 import { isId } from '../lib/ids.js';
 import type { Keys } from './keys.js';
 import type { TenantScope } from './subscriber-writes.js';
@@ -23,7 +24,7 @@ export function indexedExternalId(member: string): string {
 export function isSubscriberPosition(member: string): boolean {
   const bar = member.indexOf('|');
   const externalId = member.slice(bar + 1);
-  return bar > 0 && isId('subscriber', member.slice(0, bar)) && externalId.length >= 1 && [...externalId].length <= 256;
+  return bar > 0 && isId('subscriber', member.slice(0, bar)) && externalId.length >= 1 && codePoints(externalId) <= 256;
 }
 
 /**

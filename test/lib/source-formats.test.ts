@@ -86,6 +86,10 @@ formats('readDelivery: defaults by format, ignored and rejected readings', () =>
   const reading = readDelivery(stripe, { id: 'evt_9', type: 'invoice.paid', created, data: { object: { metadata: { userId: 42 }, amount: 5 } } }, {});
   assert.equal(reading, { kind: 'event', externalId: '42', name: 'stripe.invoice.paid', dedupeId: '=evt_9', timestampMs: created * 1000, data: '{"metadata":{"userId":42},"amount":5}' });
   assert.equal(readDelivery(stripe, { type: 'x', created, data: {} }, {}), { kind: 'ignored', reason: 'no_external_id' });
+  // 256 characters are counted as a body's externalId is (an emoji is one), not as UTF-16 units
+  const byId = (id: string) => readDelivery(stripe, { type: 'x', created, data: { object: { metadata: { userId: id } } } }, {});
+  assert.is(byId('😀'.repeat(256)).kind, 'event');
+  assert.equal(byId('😀'.repeat(257)), { kind: 'ignored', reason: 'no_external_id' });
   const old = readDelivery(stripe, { type: 'x', created: created - 8 * 86400, data: { object: { metadata: { userId: 'u' } } } }, {});
   assert.is(old.kind === 'rejected' && old.code, 'invalid_timestamp');
   const notObject = readDelivery({ ...stripe, mapping: mapping({ externalId: 'u', data: 'u' }) }, { u: 'x', type: 'y', created }, {});
