@@ -12,7 +12,15 @@ const DEDUPE_PER_SWEEP = 5_000;
  * backlog beyond it (a long outage of the workers) goes over the next sweeps.
  */
 const DEDUPE_ROUNDS = 20;
+/**
+ * Tenant logs trimmed per partition per sweep, TENANTS_PER_PAGE at a time; a partition holding more
+ * tenants goes on where the last sweep of this process stopped (`tenantCursors`), so every tenant's
+ * log is trimmed within a few sweeps however many there are.
+ */
 const TENANTS_PER_SWEEP = 10_000;
+const TENANTS_PER_PAGE = 1_000;
+/** Where each partition's next sweep starts in its tenant list (a rank; a new process starts at 0). */
+const tenantCursors = new Map<number, number>();
 /** Deleted subscribers looked at per script call, and calls per partition per sweep (a backlog goes over the next sweeps). */
 const DELETED_PER_CALL = 1_000;
 const DELETED_ROUNDS = 10;
@@ -23,21 +31,20 @@ const CLOCK_MARGIN_MS = 600_000;
 
 /**
  * Makes expired data really go: every minute one worker (a short lock) trims each partition's
- * tenant logs to the retention window, forgets dedupe keys older than it, and forgets the sequences
+ * tenant logs to the retention window (and forgets a tenant that wrote nothing here within it: its
+ * empty log and sample lists, not its catalog), forgets dedupe keys older than it, and forgets the sequences
  * and automation state of subscribers deleted longer than it ago once their events are through
  * (lua/forgetDeletedSubscribers). Timelines, volume buckets and HyperLogLogs expire by themselves
  * (PEXPIREAT set when written).
  */
-export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number; deletedForgotten: number }> {
+export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number; deletedForgotten: number; idleTenantsForgotten: number }> {
   const { redis, keys, config } = ctx;
   const cutoff = now() - config.retentionMs;
   let dedupeRemoved = 0;
   let deletedForgotten = 0;
+  let idleTenantsForgotten = 0;
   for (let p = 0; p < config.partitions; p++) {
-    const tenants = await redis.zrange(keys.partitionTenants(p), 0, TENANTS_PER_SWEEP - 1);
-    const pipeline = redis.pipeline();
-    for (const t of tenants) pipeline.xtrim(keys.tenantLog(p, t), 'MINID', cutoff);
-    await pipeline.exec();
+    idleTenantsForgotten += await trimTenantLogs(ctx, p, cutoff);
     for (let round = 0; round < DEDUPE_ROUNDS; round++) {
       const old = await redis.zrangebyscore(keys.dedupeAge(p), '-inf', cutoff, 'LIMIT', 0, DEDUPE_PER_SWEEP);
       if (old.length) {
@@ -56,7 +63,37 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
       if (forgotten + unlisted + postponed < DELETED_PER_CALL) break;
     }
   }
-  return { dedupeRemoved, deletedForgotten };
+  return { dedupeRemoved, deletedForgotten, idleTenantsForgotten };
+}
+
+/**
+ * Trims the tenant logs of partition `p` to the retention window, up to TENANTS_PER_SWEEP of its
+ * tenants from where the last sweep stopped, and forgets the tenants whose last apply here is older
+ * than the window once their log is empty (lua/forgetIdleTenants). Returns how many it forgot.
+ */
+async function trimTenantLogs({ redis, keys }: RoleContext, p: number, cutoff: number): Promise<number> {
+  let rank = tenantCursors.get(p) ?? 0;
+  let forgotten = 0;
+  for (let done = 0; done < TENANTS_PER_SWEEP; done += TENANTS_PER_PAGE) {
+    const page = await redis.zrange(keys.partitionTenants(p), rank, rank + TENANTS_PER_PAGE - 1, 'WITHSCORES');
+    const idle: string[] = [];
+    const pipeline = redis.pipeline();
+    for (let i = 0; i < page.length; i += 2) {
+      pipeline.xtrim(keys.tenantLog(p, page[i]!), 'MINID', cutoff);
+      if (Number(page[i + 1]) < cutoff) idle.push(page[i]!);
+    }
+    await pipeline.exec();
+    const gone = idle.length ? await callScript<number>(redis, 'forgetIdleTenants', [keys.partitionTenants(p)], [keys.partitionBase(p), cutoff, ...idle]) : 0;
+    forgotten += gone;
+    // the forgotten ranked before the page's end: the next page starts that much sooner
+    rank += page.length / 2 - gone;
+    if (page.length / 2 < TENANTS_PER_PAGE) {
+      rank = 0;
+      break;
+    }
+  }
+  tenantCursors.set(p, rank);
+  return forgotten;
 }
 
 export async function startRetentionSweeper(ctx: RoleContext): Promise<Stop> {

@@ -233,11 +233,60 @@ reads('expired data really goes after the retention window', async ({ api, key, 
     const log = (await api.get('/v1/events?name=kept.briefly', key)).body.data.items;
     assert.is(log.length, 0, 'the tenant log is trimmed to the window');
     assert.is((await api.get('/v1/subscribers/old-timer/timeline', key)).body.data.items.length, 0);
+    // the tenant wrote nothing in this partition within the window: it leaves the partition's
+    // tenant list, with its empty log and its sample lists; its catalog (all-time counts) stays
+    const tenantId = (await api.get('/v1/whoami', key)).body.data.tenant.id;
+    const p = partitionOf(tenantId, 'old-timer', service.config.partitions);
+    assert.is(await service.redis.zscore(service.keys.partitionTenants(p), tenantId), null);
+    assert.is(await service.redis.exists(service.keys.tenantLog(p, tenantId), service.keys.samples(p, tenantId, 'kept.briefly')), 0);
+    assert.is(await service.redis.hget(service.keys.catalog(p, tenantId), 'kept.briefly|all'), '1');
+    const entry = (await api.get('/v1/events/names/kept.briefly', key)).body.data;
+    assert.equal([entry.entry.counts.allTime, entry.samples], [1, []], 'the name is still in the catalog, its sample gone');
     const again = await api.post('/v1/events', key, { externalId: 'old-timer', name: 'kept.briefly', id: 'once' });
     assert.is(again.body.data.items[0].status, 'accepted', 'the dedupe key expired with the window');
   } finally {
     setClockOffset(0);
   }
+});
+
+reads('every tenant log of a partition is trimmed, however many tenants it holds; a tenant still writing is kept, an idle one only once its log is empty', async ({ service }) => {
+  const p = 1;
+  const tenants = Array.from({ length: 12_500 }, (_, i) => `tnt_trim${String(i).padStart(6, '0')}`);
+  const recent = Date.now();
+  for (let i = 0; i < tenants.length; i += 500) {
+    const pipeline = service.redis.pipeline();
+    for (const t of tenants.slice(i, i + 500)) {
+      pipeline.xadd(service.keys.tenantLog(p, t), '1000-1', 'n', 'expired');
+      pipeline.xadd(service.keys.tenantLog(p, t), `${recent}-1`, 'n', 'kept');
+    }
+    pipeline.zadd(service.keys.partitionTenants(p), ...tenants.slice(i, i + 500).flatMap((t) => [recent, t]));
+    await pipeline.exec();
+  }
+  // idle: last applied long ago; one with its log emptied by the trim, one whose log still holds an entry in the window
+  const idle = 'tnt_trimidle', idleButKept = 'tnt_trimidlekept';
+  await service.redis.pipeline()
+    .xadd(service.keys.tenantLog(p, idle), '1000-1', 'n', 'expired').rpush(service.keys.samples(p, idle, 'a.b'), '1000-1').hset(service.keys.catalog(p, idle), 'a.b|all', '1')
+    .xadd(service.keys.tenantLog(p, idleButKept), `${recent}-1`, 'n', 'kept')
+    .zadd(service.keys.partitionTenants(p), 1000, idle, 1000, idleButKept).exec();
+  const sweep = () => sweepRetention({ config: service.config, redis: service.redis, keys: service.keys, log: console as any, target: { url: '' } });
+  const expiredLeft = async () => {
+    const pipeline = service.redis.pipeline();
+    for (const t of tenants) pipeline.xlen(service.keys.tenantLog(p, t));
+    return (await pipeline.exec())!.filter(([, n]) => n !== 1).length;
+  };
+  const first = await sweep();
+  assert.is(first.idleTenantsForgotten, 1);
+  assert.ok(await expiredLeft() > 0, 'one sweep trims at most 10,000 tenants of a partition');
+  await sweep();
+  assert.is(await expiredLeft(), 0, 'the next sweep goes on where the last one stopped');
+  assert.is(await service.redis.zscore(service.keys.partitionTenants(p), idle), null);
+  assert.is(await service.redis.exists(service.keys.tenantLog(p, idle), service.keys.samples(p, idle, 'a.b')), 0);
+  assert.is(await service.redis.hget(service.keys.catalog(p, idle), 'a.b|all'), '1', 'the catalog stays');
+  assert.is(await service.redis.zscore(service.keys.partitionTenants(p), idleButKept), '1000', 'a log with an entry in the window is kept');
+  assert.is(await service.redis.zcard(service.keys.partitionTenants(p)), tenants.length + 1);
+  const pipeline = service.redis.pipeline();
+  for (const t of [...tenants, idleButKept]) pipeline.del(service.keys.tenantLog(p, t));
+  await pipeline.del(service.keys.partitionTenants(p), service.keys.catalog(p, idle)).exec();
 });
 
 reads('one sweep forgets every expired dedupe entry of a partition, not only the first 5,000', async ({ service }) => {
