@@ -8,7 +8,7 @@ import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { api, automationBodies, createAudience, percentile } from './lib/automation-fixture.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
-import { commandStats, commandStatsDelta, HeraldState, waitUntil } from './lib/herald-state.js';
+import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, slowlogLines, waitUntil } from './lib/herald-state.js';
 import { postAll, type PostAllResult } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
@@ -21,7 +21,7 @@ import { startWorker } from './lib/worker.js';
 export const description = 'workflow runs/s started by events (sleep 10 s, branch, send), timer firing lag p50/p99, Redis memory per sleeping run';
 
 export const usage = `workflows [--runs 100000] [--sleep 10] [--rate 0] [--memory-runs 20000] [--partitions 64]
-     [--xadd-requests 500000] [--setup-concurrency 64] [--timeout 300] [--cpu-prof <dir>]
+     [--xadd-requests 500000] [--setup-concurrency 64] [--timeout 300] [--cpu-prof <dir>] [--redis-profile]
   --runs               trigger events (one per subscriber, so one run each) of the measured phase, and subscribers per tenant
   --sleep              seconds of the workflow's sleep step (the issue's workflow: 10)
   --rate               0 (default): the triggers are posted as fast as 8 connections go (a burst); N > 0: N triggers/s,
@@ -29,7 +29,10 @@ export const usage = `workflows [--runs 100000] [--sleep 10] [--rate 0] [--memor
   --memory-runs        runs of the memory phases (a workflow sleeping 1 h, against the same events without a workflow); 0 skips
   --xadd-requests      redis-benchmark -P 32 XADD requests (context)
   --timeout            seconds to wait for every run to end after the last trigger
-  --cpu-prof           write V8 CPU profiles of the service children into <dir>/workflows/`;
+  --cpu-prof           write V8 CPU profiles of the service children into <dir>/workflows/
+  --redis-profile      SLOWLOG (threshold 0) from the first trigger until every run ended: Redis time per script and
+                       command, per call and per run (the last 200,000 top-level calls; logging slows Redis: for where
+                       the time goes, not for the figures)`;
 
 const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
@@ -108,6 +111,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       'setup-concurrency': { type: 'string' },
       timeout: { type: 'string' },
       'cpu-prof': { type: 'string' },
+      'redis-profile': { type: 'boolean', default: false },
     },
   });
   const runs = Math.round(numberOption(values.runs, 'runs', 100_000, 100, 1_000_000));
@@ -220,6 +224,8 @@ export async function run(args: string[]): Promise<BenchResult> {
         await sleep(250);
       }
     })();
+    const slowlog = values['redis-profile'] ? new SlowlogProfile(client, 200_000) : null;
+    await slowlog?.start();
     const stats0 = await commandStats(client);
     const cpu0 = cpuSnapshot();
     const mainPost = await post(on.apiKey);
@@ -235,6 +241,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     const wakeRows = cpuDelta(cpu1, cpuSnapshot());
     const cpuWakes = formatCpu(wakeRows);
     const stats1 = await commandStats(client);
+    const redisProfile = await slowlog?.collect();
     const endedS = (performance.now() - t0) / 1000;
     // what the runs appended ($run.* events, the messages' $send) is still being applied: until the inboxes are empty
     const backlogAtEnd = await state.pendingAndUnread();
@@ -300,6 +307,11 @@ export async function run(args: string[]): Promise<BenchResult> {
     for (const l of commandStatsDelta(stats0, statsStarted, 8).lines) say(l);
     say('redis commandstats after, while they woke:');
     for (const l of commandStatsDelta(statsStarted, stats1, 8).lines) say(l);
+    if (redisProfile) {
+      // per run only when the log held the whole phase; else the shares and µs per call of its last spanS seconds
+      if (redisProfile.entries >= 200_000) say(`(SLOWLOG held the last ${redisProfile.spanS.toFixed(1)} s only: read "per run" as per run of that span's share)`);
+      for (const l of slowlogLines([redisProfile], runs, 'run')) say(l);
+    }
 
     // 4. Memory per sleeping run: the same events without then with a workflow that sleeps 1 h
     let memory: { without: number; with: number; perRun: number; runHash: number; timers: number; indexes: number; sleeping: number } | null = null;
