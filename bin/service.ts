@@ -1,4 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, ServerResponse, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
@@ -131,6 +131,18 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     stops.push(() => keyCache.stop());
     const tokenSecret = await eventsTokenSecret(webRedis, keys, config);
     const app = createApp({ config, redis: webRedis, keys, keyCache, log, tokenSecret });
+    // Stopping answers the requests in flight (each with `Connection: close`) and closes idle
+    // keep-alive connections; only what is still open after SHUTDOWN_GRACE_MS is cut. Cutting a
+    // request the service had taken (events stored, a message created) would lose its answer.
+    // The header is added as an answer's head is written once stopping began: no per-request
+    // bookkeeping on the way (a listener, a set of responses) while the service runs.
+    let closing = false;
+    class Response extends ServerResponse {
+      override writeHead(statusCode: number, ...rest: unknown[]): this {
+        if (closing && !this.headersSent) this.setHeader('Connection', 'close');
+        return (super.writeHead as (code: number, ...r: unknown[]) => this)(statusCode, ...rest);
+      }
+    }
     const server: Server = await new Promise<Server>((done, fail) => {
       // A request must arrive whole within HTTP_REQUEST_TIMEOUT_MS (Node's default is 300 s, checked
       // every 30 s): a stalled sender or a Content-Length longer than its body is answered 400 by
@@ -139,6 +151,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
         requestTimeout: config.requestTimeoutMs,
         headersTimeout: config.requestTimeoutMs,
         connectionsCheckingInterval: Math.min(1000, config.requestTimeoutMs),
+        ServerResponse: Response,
       }, app.callback());
       s.listen(config.port, () => {
         s.off('error', fail);
@@ -159,19 +172,8 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     const { port } = server.address() as AddressInfo;
     url = `http://127.0.0.1:${port}`;
     log.info('web listening', { port });
-    // Stopping answers the requests in flight (each with `Connection: close`) and closes idle
-    // keep-alive connections; only what is still open after SHUTDOWN_GRACE_MS is cut. Cutting a
-    // request the service had taken (events stored, a message created) would lose its answer.
-    const inFlight = new Set<ServerResponse>();
-    let closing = false;
-    server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
-      if (closing) return void res.setHeader('Connection', 'close');
-      inFlight.add(res);
-      res.once('close', () => inFlight.delete(res));
-    });
     stops.push(() => new Promise<void>((done) => {
       closing = true;
-      for (const res of inFlight) if (!res.headersSent) res.setHeader('Connection', 'close');
       const force = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
       server.close(() => {
         clearTimeout(force);
