@@ -21,13 +21,13 @@ export const WORKSPACE_ONLY_RESOURCES = ['webhooks'] as const;
 
 const SCOPE_SHAPE = /^(?:\*|client|[a-z][a-z_]*:(?:\*|[a-z][a-z_]*))$/;
 
+/** SESSION_ONLY_SCOPES as [resource, action] pairs, split once. */
+const SESSION_ONLY_PARTS = SESSION_ONLY_SCOPES.map((s) => s.split(':') as [string, string]);
+
 /** True when `scope` is session-only (or matches a session-only pattern). */
 export function isSessionOnly(scope: string): boolean {
   const [resource, action] = scope.split(':');
-  return SESSION_ONLY_SCOPES.some((s) => {
-    const [r, a] = s.split(':');
-    return r === resource && (a === '*' || a === action || action === '*');
-  });
+  return SESSION_ONLY_PARTS.some(([r, a]) => r === resource && (a === '*' || a === action || action === '*'));
 }
 
 /** Why `scope` cannot be granted to a key, or null when it can. */

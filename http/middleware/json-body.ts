@@ -4,6 +4,8 @@ import { ApiError, validationError, type ErrorDetail } from '../../lib/errors.js
 
 /** Content types read as JSON: JSON itself, and none or `text/plain` (what `fetch` sends for a string body). */
 const READ_AS_JSON = ['application/json', '+json', 'text/plain'];
+/** `Content-Type` headers that are JSON exactly as clients send them most often. */
+const JSON_AS_SENT = new Set(['application/json', 'application/json; charset=utf-8', 'application/json; charset=UTF-8', 'application/json;charset=utf-8', 'application/json;charset=UTF-8']);
 
 /**
  * The path (`where.__proto__`, `events[0].data.__proto__`) of the first `__proto__` key of a parsed
@@ -150,8 +152,12 @@ export function jsonBody(limitBytes: number) {
       ctx.request.body = {}; // no body reads as an empty object, as a body-less POST (replay, rotate) expects
       return next();
     }
-    if (!ctx.get('Content-Type') || ctx.is('text/plain')) ctx.request.headers['content-type'] = 'application/json';
-    if (!ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
+    const type = ctx.get('Content-Type');
+    // the usual headers are known JSON as they stand: no media-type parsing for them (type-is, twice)
+    if (!JSON_AS_SENT.has(type)) {
+      if (!type || ctx.is('text/plain')) ctx.request.headers['content-type'] = 'application/json';
+      if (!ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
+    }
     try {
       await parse(ctx, async () => {});
     } catch (err) {
