@@ -19,8 +19,8 @@ const DEDUPE_ROUNDS = 20;
  */
 const TENANTS_PER_SWEEP = 10_000;
 const TENANTS_PER_PAGE = 1_000;
-/** Where each partition's next sweep starts in its tenant list (a rank; a new process starts at 0). */
-const tenantCursors = new Map<number, number>();
+/** Where each partition's next sweep starts in its tenant list, by the list's key (a rank; a new process starts at 0). */
+const tenantCursors = new Map<string, number>();
 /** Deleted subscribers looked at per script call, and calls per partition per sweep (a backlog goes over the next sweeps). */
 const DELETED_PER_CALL = 1_000;
 const DELETED_ROUNDS = 10;
@@ -72,10 +72,11 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
  * than the window once their log is empty (lua/forgetIdleTenants). Returns how many it forgot.
  */
 async function trimTenantLogs({ redis, keys }: RoleContext, p: number, cutoff: number): Promise<number> {
-  let rank = tenantCursors.get(p) ?? 0;
+  const list = keys.partitionTenants(p);
+  let rank = tenantCursors.get(list) ?? 0;
   let forgotten = 0;
   for (let done = 0; done < TENANTS_PER_SWEEP; done += TENANTS_PER_PAGE) {
-    const page = await redis.zrange(keys.partitionTenants(p), rank, rank + TENANTS_PER_PAGE - 1, 'WITHSCORES');
+    const page = await redis.zrange(list, rank, rank + TENANTS_PER_PAGE - 1, 'WITHSCORES');
     const idle: string[] = [];
     const pipeline = redis.pipeline();
     for (let i = 0; i < page.length; i += 2) {
@@ -83,7 +84,7 @@ async function trimTenantLogs({ redis, keys }: RoleContext, p: number, cutoff: n
       if (Number(page[i + 1]) < cutoff) idle.push(page[i]!);
     }
     await pipeline.exec();
-    const gone = idle.length ? await callScript<number>(redis, 'forgetIdleTenants', [keys.partitionTenants(p)], [keys.partitionBase(p), cutoff, ...idle]) : 0;
+    const gone = idle.length ? await callScript<number>(redis, 'forgetIdleTenants', [list], [keys.partitionBase(p), cutoff, ...idle]) : 0;
     forgotten += gone;
     // the forgotten ranked before the page's end: the next page starts that much sooner
     rank += page.length / 2 - gone;
@@ -92,7 +93,7 @@ async function trimTenantLogs({ redis, keys }: RoleContext, p: number, cutoff: n
       break;
     }
   }
-  tenantCursors.set(p, rank);
+  tenantCursors.set(list, rank);
   return forgotten;
 }
 
