@@ -48,7 +48,11 @@ function serializeData(event: unknown): string | null {
 function checkBatch(schema: string, body: unknown, events: unknown[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): string[] {
   const found = new Map<ErrorCode, ErrorDetail[]>();
   const add = (code: ErrorCode, param: string, message: string) => found.set(code, [...(found.get(code) ?? []), { param, message }]);
-  for (const detail of bodyProblems(schema, body)) add('validation', detail.param, detail.message);
+  const malformed = new Set<string>();
+  for (const detail of bodyProblems(schema, body)) {
+    add('validation', detail.param, detail.message);
+    malformed.add(detail.param);
+  }
   const at = now();
   const serialized = events.map((event, i) => {
     const { name, timestamp } = (event ?? {}) as { name?: unknown; timestamp?: unknown };
@@ -56,7 +60,8 @@ function checkBatch(schema: string, body: unknown, events: unknown[], paramOf: (
       if (from === 'server') add('reserved_event', paramOf(i, 'name'), 'names beginning with $ are reserved for the SDK and the engine');
       else if (!isSdkName(name)) add('reserved_event', paramOf(i, 'name'), 'only the SDK\'s own reserved names may be sent from the app');
     }
-    if (typeof timestamp === 'string') {
+    // a timestamp that is not a date-time (`2026-02-30T00:00:00Z`) has its one detail already
+    if (typeof timestamp === 'string' && !malformed.has(paramOf(i, 'timestamp'))) {
       const ms = Date.parse(timestamp);
       if (ms < at - TIMESTAMP_MAX_AGE_MS || ms > at + TIMESTAMP_MAX_AHEAD_MS) {
         add('invalid_timestamp', paramOf(i, 'timestamp'), 'must be at most 7 days in the past and at most 1 hour in the future');

@@ -226,6 +226,21 @@ ingest('a timestamp of a form the service cannot read is a validation error, and
   assert.is((await api.get('/v1/events/names', key)).status, 200);
 });
 
+ingest('a timestamp that is not a date-time has one detail (its format), not a second about the window', async ({ api, key }) => {
+  const bare = await api.post('/v1/events', key, { externalId: 'impossible-ts', name: 'ok', timestamp: '2026-02-30T00:00:00Z' });
+  assert.is(bare.status, 400);
+  assert.is(bare.body.error.code, 'validation');
+  assert.equal(bare.body.error.details.map((d: any) => d.param), ['timestamp']);
+  const far = new Date(Date.now() - 30 * 86_400_000).toISOString();
+  const batch = await api.post('/v1/events', key, { events: [
+    { externalId: 'impossible-ts', name: 'ok', timestamp: '2026-13-01T00:00:00Z' },
+    { externalId: 'impossible-ts', name: 'ok', timestamp: far },
+  ] });
+  assert.is(batch.status, 400);
+  assert.is(batch.body.error.code, 'validation');
+  assert.equal(batch.body.error.details.map((d: any) => d.param), ['events[0].timestamp', 'events[1].timestamp'], 'the well-formed one is still checked against the window');
+});
+
 ingest('timestamps at the edges of the window are accepted', async ({ api, key }) => {
   const old = new Date(Date.now() - 7 * 86_400_000 + 60_000).toISOString();
   const ahead = new Date(Date.now() + 3_600_000 - 60_000).toISOString();
