@@ -72,7 +72,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       - $ref: '#/components/parameters/cursor'
    *       - { name: name, in: query, schema: { type: string, minLength: 1, maxLength: 101 } }
    *       - { name: source, in: query, schema: { type: string, enum: [server, ios, android, web, system, webhook] } }
-   *       - { name: provider, in: query, description: 'Only events a Source received from this provider. Herald has no Sources yet, so no event has a provider and this filter matches none (docs/events.md).', schema: { type: string, minLength: 1, maxLength: 64 } }
+   *       - { name: provider, in: query, description: 'Only events a source turned from this provider''s webhooks (source `webhook`, such as `stripe`; exact match; docs/sources.md).', schema: { type: string, minLength: 1, maxLength: 64 } }
    *       - { name: after, in: query, description: Only events received after this time, schema: { type: string, format: date-time } }
    *     responses:
    *       '200':
