@@ -16,7 +16,7 @@ import {
   claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
-import { allEndpoints, findEndpoint, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
+import { allEndpoints, findEndpoint, isActiveAt, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
 import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
 
 /** The consumer group of the dispatchers on every workspace ledger. */
@@ -173,7 +173,8 @@ class WebhookDispatcher {
   private async handle(stream: string, entries: StreamEntry[]): Promise<void> {
     const workspaceId = this.workspaceOfLedger.get(stream);
     if (!workspaceId) return;
-    const endpoints = (await this.endpointsOf(workspaceId)).filter((e) => e.enabled);
+    // a disabled endpoint still gets the events from before its disable (their deliveries wait)
+    const endpoints = (await this.endpointsOf(workspaceId)).filter((e) => e.enabled || (e.activeUntilMs ?? 0) > e.activeSinceMs);
     if (endpoints.length === 0) return;
     const floor = Math.min(...endpoints.map((e) => e.activeSinceMs)) - CLOCK_SKEW_MS;
     const events: EnqueueEvent[] = [];
@@ -190,7 +191,7 @@ class WebhookDispatcher {
       }
       const eventMs = Date.parse(payload.createdAt);
       const tenantId: string | null = payload.tenant?.id ?? null;
-      const targets = endpoints.filter((e) => eventMs >= e.activeSinceMs && (e.tenantId === null || e.tenantId === tenantId) && isDeliverable(kind, payload.type, e.events));
+      const targets = endpoints.filter((e) => isActiveAt(e, eventMs) && (e.tenantId === null || e.tenantId === tenantId) && isDeliverable(kind, payload.type, e.events));
       if (targets.length === 0) continue;
       const body = await this.body(workspaceId, kind, raw, payload);
       if (body === null) continue;
@@ -208,7 +209,7 @@ class WebhookDispatcher {
       const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
       const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
       const targets = new Map<string, number>();
-      for (const e of chunk) for (const t of e.targets) targets.set(t.endpointId, (targets.get(t.endpointId) ?? 0) + 1);
+      for (const e of chunk) for (const t of e.targets) if (byId.get(t.endpointId)!.enabled) targets.set(t.endpointId, (targets.get(t.endpointId) ?? 0) + 1);
       for (const attempt of claimed) targets.set(attempt.endpointId, targets.get(attempt.endpointId)! - 1);
       for (const [endpointId, queued] of targets) {
         if (queued <= 0) continue;

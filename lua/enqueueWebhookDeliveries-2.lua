@@ -2,8 +2,10 @@
   Turns ledger events into webhook deliveries, once: stores each event's payload (SET NX, so a
   re-forwarded or redelivered ledger entry keeps the first bytes) and makes one delivery per
   (event, endpoint) whose id the caller derives from both, so a second call creates nothing.
-  An endpoint that no longer exists, is disabled, or became active after the event gets nothing
-  (spec 3.3). Up to the caller's free capacity per endpoint the first attempts are claimed at once
+  An endpoint that no longer exists, became active after the event, or was disabled before it gets
+  nothing (spec 3.3); one disabled after the event (`activeUntil`, set by the disable) gets its
+  delivery, which waits in its queue with its retries until it is enabled again (and re-queued).
+  Up to the caller's free capacity per enabled endpoint the first attempts are claimed at once
   (leased to the caller, as claimWebhookAttempts does); the others wait in the endpoint's queue.
   A new delivery's score in the endpoint's delivery indexes (all, and `pending`) is its createdAt
   (now) in ms × the score per ms, plus n for the n-th delivery the endpoint got in that millisecond
@@ -42,8 +44,8 @@ local endpoints = {}
 local function endpoint(id)
   local e = endpoints[id]
   if e == nil then
-    local h = rcall('HMGET', base .. ':whk:' .. id, 'enabled', 'activeSince')
-    e = { enabled = h[1] == '1', activeSince = tonumber(h[2] or '0') or 0 }
+    local h = rcall('HMGET', base .. ':whk:' .. id, 'enabled', 'activeSince', 'activeUntil')
+    e = { enabled = h[1] == '1', activeSince = tonumber(h[2] or '0') or 0, activeUntil = tonumber(h[3] or '0') or 0 }
     endpoints[id] = e
   end
   return e
@@ -75,7 +77,7 @@ for _ = 1, events do
     at = at + 2
     local e = endpoint(endpointId)
     local d = base .. ':whd:' .. deliveryId
-    if e.enabled and eventMs >= e.activeSince and rcall('EXISTS', d) == 0 then
+    if eventMs >= e.activeSince and (e.enabled or eventMs < e.activeUntil) and rcall('EXISTS', d) == 0 then
       if not stored then
         stored = true
         if not rcall('SET', payloadKey, body, 'NX', 'PX', retention) then
@@ -91,7 +93,7 @@ for _ = 1, events do
       local s = score(idx)
       rcall('ZADD', idx, s, deliveryId)
       rcall('ZADD', idx .. ':pending', s, deliveryId)
-      local free = capacity[endpointId] or 0
+      local free = e.enabled and capacity[endpointId] or 0
       if free > 0 then
         capacity[endpointId] = free - 1
         n = n + 1

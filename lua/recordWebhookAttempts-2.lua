@@ -89,7 +89,7 @@ for _ = 1, count do
         if not since then
           rcall('HSET', e, 'failingSince', nowMs)
         elseif nowMs - since >= disableAfter and rcall('HGET', e, 'enabled') == '1' then
-          rcall('HSET', e, 'enabled', '0', 'disabledAt', nowIso, 'updatedAt', nowIso)
+          rcall('HSET', e, 'enabled', '0', 'disabledAt', nowIso, 'activeUntil', ARGV[2], 'updatedAt', nowIso)
           rcall('INCR', base .. ':whks:v')
           -- the audit event is appended by the caller; until it is, the endpoint waits here (a crash in
           -- between leaves it for the housekeeping sweep)

@@ -2,8 +2,9 @@
   Applies a PATCH to a webhook endpoint, deciding the side effects from the stored values:
   - a changed `url`, `events` or `tenantId` moves `activeSince` to now (spec 3.3: an edit never
     delivers events from before it);
-  - `enabled` from 0 to 1 (re-enable) clears the failure streak (`failingSince`) and `disabledAt`
-    and moves `activeSince` to now; from 1 to 0 sets `disabledAt`.
+  - `enabled` from 0 to 1 (re-enable) clears the failure streak (`failingSince`), `disabledAt` and
+    `activeUntil`, and moves `activeSince` to now; from 1 to 0 sets `disabledAt` and `activeUntil`
+    (ms: events from before it, read by a dispatcher only later, still get their deliveries).
 
   KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
   KEYS[2] the endpoints' version counter   ({w:<ws>}:whks:v)
@@ -30,9 +31,9 @@ for i = 0, n - 1 do
     if field == 'enabled' and value == '1' then
       reenabled = 1
       moveActive = true
-      rcall('HSET', KEYS[1], 'failingSince', '', 'disabledAt', '')
+      rcall('HSET', KEYS[1], 'failingSince', '', 'disabledAt', '', 'activeUntil', '')
     elseif field == 'enabled' then
-      rcall('HSET', KEYS[1], 'disabledAt', ARGV[2])
+      rcall('HSET', KEYS[1], 'disabledAt', ARGV[2], 'activeUntil', ARGV[1])
     end
   end
 end

@@ -32,6 +32,8 @@ export type WebhookEndpoint = {
   failingSinceMs: number | null;
   /** events from before this time are never delivered to it (set on create, edit of url/events/tenant, re-enable) */
   activeSinceMs: number;
+  /** when it was disabled (by PATCH or the failure streak); null while enabled. Events from before it still get deliveries, which wait */
+  activeUntilMs: number | null;
 };
 
 /** What the API shows of an endpoint: never a secret (create and rotate add it, once). */
@@ -72,7 +74,17 @@ export function toEndpoint(h: Record<string, string>): WebhookEndpoint | null {
     disabledAt: h.disabledAt || null,
     failingSinceMs: numberOrNull(h.failingSince),
     activeSinceMs: Number(h.activeSince ?? 0),
+    activeUntilMs: numberOrNull(h.activeUntil),
   };
+}
+
+/**
+ * Whether an event at `eventMs` is one the endpoint gets (spec 3.3): not from before its creation,
+ * last edit or re-enable, nor from after its disable. lua/enqueueWebhookDeliveries decides the same
+ * from the stored record.
+ */
+export function isActiveAt(e: WebhookEndpoint, eventMs: number): boolean {
+  return eventMs >= e.activeSinceMs && (e.enabled || eventMs < (e.activeUntilMs ?? 0));
 }
 
 /** A record from an HGETALL reply of a script (a flat list). */

@@ -86,4 +86,42 @@ kill('a dispatcher killed with SIGKILL mid-delivery: another sends every deliver
   assert.ok(second.child.exitCode === null, second.output());
 });
 
+kill('an event from while the endpoint was enabled, read by a dispatcher only after a disable, gets a delivery that waits and is sent on re-enable; one from while disabled never is', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-late');
+  const r = (ctx.receiver = await startReceiver());
+  const created = await api.post('/v1/workspaces/whk-late/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['late.*'] });
+  assert.is(created.status, 201, created.text);
+  r.secrets.push(created.body.data.secret);
+  const endpoint = `/v1/workspaces/whk-late/webhooks/${created.body.data.id}`;
+  const ledger = ctx.service.keys.ledger(ws.workspace.id);
+  const inLedger = (type: string) => waitFor(`${type} in the ledger`, async () =>
+    (await ctx.service.redis.xrange(ledger, '-', '+')).some(([, f]) => f.join(' ').includes(`"type":"${type}"`)), 10_000, 50);
+
+  // no dispatcher yet: the events wait in the ledger
+  const before = await api.post('/v1/events', ws.keys.tenant, { externalId: 'late-1', name: 'late.before' });
+  await inLedger('late.before');
+  assert.is((await api.patch(endpoint, ws.keys.workspace, { enabled: false })).status, 200);
+  const during = await api.post('/v1/events', ws.keys.tenant, { externalId: 'late-1', name: 'late.during' });
+  await inLedger('late.during');
+
+  const d = startDispatcher(ctx);
+  await running(ctx, d);
+  const waiting = await waitFor('a delivery of late.before', async () => {
+    const list = await api.get(`${endpoint}/deliveries`, ws.keys.workspace);
+    return list.body.data.items.length > 0 ? list.body.data : null;
+  }, 15_000, 100);
+  assert.equal(waiting.items.map((x: any) => [x.eventType, x.status]), [['late.before', 'pending']], 'one delivery, waiting');
+  await new Promise((res) => setTimeout(res, 1_000));
+  assert.is(r.requests.length, 0, 'nothing is sent to a disabled endpoint');
+
+  assert.is((await api.patch(endpoint, ws.keys.workspace, { enabled: true })).status, 200);
+  const wheOf = (res: { body: any }) => 'whe_' + (res.body.data.items[0].id as string).slice('evt_'.length);
+  await waitFor('late.before sent after the re-enable', async () => r.withId(wheOf(before)).length === 1, 10_000, 50);
+  await new Promise((res) => setTimeout(res, 1_000));
+  assert.equal(r.requests.map((q) => q.body.type), ['late.before'], 'late.during, from while it was disabled, is never sent');
+  assert.equal(r.requests[0]!.failures, [], 'verified');
+  assert.is((await api.get(`/v1/workspaces/whk-late/webhooks/events/${wheOf(during)}`, ws.keys.workspace)).status, 404);
+});
+
 kill.run();
