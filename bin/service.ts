@@ -1,5 +1,6 @@
-import { createServer, ServerResponse, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
 import { createLogger, type Logger } from '../lib/log.js';
@@ -143,6 +144,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
         return (super.writeHead as (code: number, ...r: unknown[]) => this)(statusCode, ...rest);
       }
     }
+    const handle = app.callback();
     const server: Server = await new Promise<Server>((done, fail) => {
       // A request must arrive whole within HTTP_REQUEST_TIMEOUT_MS (Node's default is 300 s, checked
       // every 30 s): a stalled sender or a Content-Length longer than its body is answered 400 by
@@ -152,7 +154,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
         headersTimeout: config.requestTimeoutMs,
         connectionsCheckingInterval: Math.min(1000, config.requestTimeoutMs),
         ServerResponse: Response,
-      }, app.callback());
+      }, handle);
       s.listen(config.port, () => {
         s.off('error', fail);
         done(s);
@@ -169,6 +171,18 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     });
     server.keepAliveTimeout = 65_000;
     server.on('clientError', answerUnparsedRequest);
+    // Node answers these itself, outside the envelope, unless told otherwise: an `Expect` other than
+    // 100-continue (a bare 417; HTTP lets a server ignore it, so the request is answered as usual)
+    // and CONNECT (the socket closed unanswered; the app answers 405 or 404, then the connection closes).
+    server.on('checkExpectation', handle);
+    server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+      const res = new Response(req);
+      res.shouldKeepAlive = false;
+      res.assignSocket(socket as Socket);
+      res.on('finish', () => socket.end());
+      socket.on('error', () => socket.destroy());
+      void handle(req, res);
+    });
     const { port } = server.address() as AddressInfo;
     url = `http://127.0.0.1:${port}`;
     log.info('web listening', { port });

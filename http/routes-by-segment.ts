@@ -54,7 +54,7 @@ export class RoutesBySegment {
       return [segment, { router, composed, dispatch: router.routes() }] as const;
     }));
     return (ctx, next) => {
-      const path = ctx.path;
+      const path = ctx.path ?? ''; // null for a CONNECT's authority form (`host:port`)
       const chain = chains.get(path.split('/')[2] ?? '');
       if (!chain) return next();
       const matched = chain.router.match(path, ctx.method);

@@ -27,7 +27,7 @@ export function envelopeErrors(log: Logger) {
     ctx.set('Request-Id', ctx.state.requestId);
     try {
       await next();
-      if (ctx.body === undefined && ctx.status === 404) throw new ApiError(404, 'not_found', `No route for ${ctx.method} ${ctx.path}`);
+      if (ctx.body === undefined && ctx.status === 404) throw new ApiError(404, 'not_found', `No route for ${ctx.method} ${ctx.path ?? ctx.url}`);
     } catch (err) {
       const known = toApiError(err);
       if (known) return respondError(ctx, known);

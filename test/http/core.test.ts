@@ -117,18 +117,20 @@ core('a number beyond a double (1e999, read as Infinity and stored as null) is 4
   assert.is(fine.status, 202, 'the largest double, and an underflow to 0, are numbers');
 });
 
-core('a request Node cannot parse (headers over 16 KB, a malformed request line) is 400 bad_request in the envelope, with its Request-Id', async ({ service, keys }) => {
-  const ask = (head: string) => new Promise<{ status: number; headers: Record<string, string>; body: string }>((resolve, reject) => {
-    const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => socket.write(head));
-    let text = '';
-    socket.on('data', (chunk) => (text += chunk));
-    socket.on('error', reject);
-    socket.on('end', () => {
-      const [top = '', body = ''] = text.split('\r\n\r\n');
-      const [statusLine = '', ...lines] = top.split('\r\n');
-      resolve({ status: Number(statusLine.split(' ')[1]), headers: Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()])), body });
-    });
+/** Writes `head` on a new connection and reads what comes back until the server closes it. */
+const ask = (service: TestService, head: string) => new Promise<{ status: number; headers: Record<string, string>; body: string }>((resolve, reject) => {
+  const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => socket.write(head));
+  let text = '';
+  socket.on('data', (chunk) => (text += chunk));
+  socket.on('error', reject);
+  socket.on('end', () => {
+    const [top = '', body = ''] = text.split('\r\n\r\n');
+    const [statusLine = '', ...lines] = top.split('\r\n');
+    resolve({ status: Number(statusLine.split(' ')[1]), headers: Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()])), body });
   });
+});
+
+core('a request Node cannot parse (headers over 16 KB, a malformed request line) is 400 bad_request in the envelope, with its Request-Id', async ({ service, keys }) => {
   const cases: [string, string][] = [
     [`GET /v1/events?name=${'x'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\n\r\n`, 'headers'],
     [`GET /v1/events HTTP/1.1\r\nHost: x\r\nService-Tenant: ${'x'.repeat(20_000)}\r\n\r\n`, 'headers'],
@@ -136,7 +138,7 @@ core('a request Node cannot parse (headers over 16 KB, a malformed request line)
     ['NOT A REQUEST\r\n\r\n', 'request'],
   ];
   for (const [head, param] of cases) {
-    const res = await ask(head);
+    const res = await ask(service, head);
     assert.is(res.status, 400, head.slice(0, 40));
     assert.is(res.headers['content-type'], 'application/json; charset=utf-8');
     const body = JSON.parse(res.body);
@@ -145,6 +147,23 @@ core('a request Node cannot parse (headers over 16 KB, a malformed request line)
     assert.match(body.metadata.requestId, /^req_/);
     assert.is(res.headers['request-id'], body.metadata.requestId);
     assert.ok(Number.isFinite(Date.parse(body.metadata.timestamp)));
+  }
+});
+
+core('requests Node would answer itself are answered in the envelope: an Expect other than 100-continue is ignored, CONNECT is 405 or 404', async ({ service, keys }) => {
+  const expect = await ask(service, `GET /v1/events HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nAuthorization: Bearer ${keys.tenant}\r\nConnection: close\r\n\r\n`);
+  assert.is(expect.status, 200, 'answered as without the header (Node alone answers a bare 417)');
+  assert.is(JSON.parse(expect.body).success, true);
+  const cases: [string, number, string][] = [
+    ['CONNECT /v1/health HTTP/1.1\r\nHost: x\r\n\r\n', 405, 'method_not_allowed'],
+    [`CONNECT 127.0.0.1:${new URL(service.url).port} HTTP/1.1\r\nHost: x\r\n\r\n`, 404, 'not_found'],
+  ];
+  for (const [head, status, code] of cases) {
+    const res = await ask(service, head); // Node alone closes the connection without a byte
+    assert.is(res.status, status, head.split('\r\n')[0]);
+    const body = JSON.parse(res.body);
+    assert.equal([body.success, body.data, body.error.code], [false, null, code]);
+    assert.is(res.headers['request-id'], body.metadata.requestId);
   }
 });
 
