@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
 import { Counters } from '../lib/event-counters.js';
 import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
-import { derivedId, newId } from '../lib/ids.js';
+import { derivedIdAlong, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
 import { writeScope } from '../streams/audit-outbox.js';
 import { DefinitionsCache, needsOf, versionNumber, workflowExpressions, type Definitions, type KeptCondition, type VersionDef } from '../streams/automation-definitions.js';
@@ -320,7 +320,7 @@ export class Automation {
         }
         // the id's time is when the trigger arrived (not its own timestamp, which an offline batch
         // may set days back), so runs list newest started first; the same entry always makes the same id
-        const run = newRun(derivedId('run', event.receivedMs, `${wf.id}|${event.id}`), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
+        const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
         if (runs.some((existing) => existing.id === run.id)) continue;
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });

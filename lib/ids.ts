@@ -140,8 +140,26 @@ export function idTimeMs(kind: IdKind, value: unknown): number | null {
  * again instead of creating twice (deliveries of a message). Sorts by `atMs` like other ids.
  */
 export function derivedId(kind: IdKind, atMs: number, seed: string): string {
+  return ID_PREFIX[kind] + encodeTime(atMs) + digestChars(seed, RANDOM_CHARS);
+}
+
+/**
+ * An id of `kind` derived from `seed` and the id `along` of another kind (same inputs, same id),
+ * at `atMs`, whose ids of one seed sort as their `along`s do within a millisecond: the random head
+ * is derived from the seed and `along`'s head, and `along`'s tail (which counts up within a
+ * millisecond of one process) is kept. For records made one per (seed, along) that lists show
+ * newest first by id, such as a workflow's runs, one per trigger event: the runs of one batch of
+ * events list in the events' order. `along` not an id of `alongKind`: as `derivedId`.
+ */
+export function derivedIdAlong(kind: IdKind, atMs: number, alongKind: IdKind, along: string, seed: string): string {
+  if (!isId(alongKind, along)) return derivedId(kind, atMs, `${seed}|${along}`);
+  const cut = along.length - TAIL_CHARS;
+  return ID_PREFIX[kind] + encodeTime(atMs) + digestChars(`${seed}|${along.slice(0, cut)}`, RANDOM_CHARS - TAIL_CHARS) + along.slice(cut);
+}
+
+function digestChars(seed: string, count: number): string {
   const digest = createHash('sha256').update(seed).digest();
   let out = '';
-  for (let i = 0; i < RANDOM_CHARS; i++) out += ALPHABET[digest[i]! & 31];
-  return ID_PREFIX[kind] + encodeTime(atMs) + out;
+  for (let i = 0; i < count; i++) out += ALPHABET[digest[i]! & 31];
+  return out;
 }

@@ -355,4 +355,20 @@ wf('runs list newest started first, a trigger back-dated by an offline batch inc
   assert.equal(page.items.map((r: any) => r.externalId), ['ord-2', 'ord-1'], 'the later start first, whatever the trigger\'s timestamp');
 });
 
+wf('the runs of one batch of triggers (one millisecond) list in the events\' order, newest first, as GET /v1/events does', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/workflows', key, { slug: 'tie-order', trigger: { event: 'tie.go' }, steps: [{ type: 'sleep', duration: '1h' }] })).status, 201);
+  const ids = Array.from({ length: 8 }, (_, i) => `tie-${i}`);
+  const posted = await api.post('/v1/events', key, { events: ids.map((externalId) => ({ externalId, name: 'tie.go' })) });
+  assert.is(posted.status, 202);
+  const newestFirst = [...ids].reverse();
+  const page = await waitFor('eight runs', async () => { const p = await runsOf(ctx, 'tie-order'); return p.items.length === 8 ? p : null; }, 10_000);
+  assert.equal(page.items.map((r: any) => r.externalId), newestFirst);
+  const events = await waitFor('the events listed', async () => {
+    const items = (await api.get('/v1/events?name=tie.go', key)).body.data.items as any[];
+    return items.length === 8 ? items : null;
+  }, 10_000);
+  assert.equal(events.map((e: any) => e.externalId), newestFirst);
+});
+
 wf.run();
