@@ -23,13 +23,19 @@ export async function run(roles?: Role[]): Promise<void> {
     process.stderr.write(`herald: ${err instanceof ConfigError ? err.message : `cannot start: ${(err as Error).message}`}\n`);
     process.exit(1);
   }
+  // Every signal is handled, not only the first: Ctrl-C in a terminal reaches `npm start` and this
+  // process together, and npm forwards its own copy, so a second SIGINT arrives at once; left to
+  // Node's default it would end the process mid-stop, cutting the requests in flight.
+  let stopping = false;
   const shutdown = async (signal: string) => {
+    if (stopping) return void log.info('already stopping', { signal });
+    stopping = true;
     log.info('stopping', { signal });
     const force = setTimeout(() => process.exit(1), 15_000);
     force.unref();
     await service.stop();
     process.exit(0);
   };
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
-  process.once('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
 }

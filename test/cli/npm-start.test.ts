@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
-import { startTestService } from '../helpers/service.js';
+import { bootstrapWorkspace, startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -66,6 +67,45 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     assert.not.ok(await answers(port), 'nothing answers on the port once npm is gone');
   });
 }
+
+start('Ctrl-C in a terminal (SIGINT to npm and the service together, then npm\'s forwarded copy) stops gracefully: a request in flight is answered', async () => {
+  const keysOf = await startTestService('npm-group');
+  const boot = await bootstrapWorkspace(keysOf, 'npm-group');
+  await keysOf.stop();
+  const port = await freePort();
+  const npm = spawn('npm', ['start'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: String(port), REDIS_URL: keysOf.env.REDIS_URL!, REDIS_KEY_PREFIX: keysOf.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: keysOf.env.HERALD_PARTITIONS!, HERALD_ROLES: 'web', LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true, // a process group of its own, as a terminal's foreground job
+  });
+  let output = '';
+  npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
+  npm.stderr!.on('data', (d) => (output = (output + d).slice(-10_000)));
+  const exited = new Promise<void>((done) => npm.once('exit', () => done()));
+  try {
+    await waitFor('the service to answer', () => answers(port), 120_000, 200).catch((err: Error) => {
+      throw new Error(`${err.message}\n${output}`);
+    });
+    const body = JSON.stringify({ externalId: 'ctrl-c', name: 'in.flight' });
+    const socket = connect(port, '127.0.0.1');
+    let answer = '';
+    socket.on('data', (d) => (answer += d));
+    const closed = new Promise<void>((done) => socket.once('close', () => done()));
+    socket.write(`POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${boot.keys.tenant}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(-npm.pid!, 'SIGINT'); // what the terminal does on Ctrl-C
+    await new Promise((r) => setTimeout(r, 500));
+    socket.write(body);
+    await closed;
+    assert.match(answer, /^HTTP\/1\.1 202 /, `the request in flight is answered: ${JSON.stringify(answer.slice(0, 80))}\n${output.slice(-2_000)}`);
+    await exited;
+    assert.match(output, /"msg":"stopping"/);
+  } finally {
+    try { process.kill(-npm.pid!, 'SIGKILL'); } catch { /* gone */ }
+  }
+  assert.not.ok(await answers(port), 'nothing answers on the port once npm is gone');
+});
 
 start('a port already in use is one line on stderr and exit 1, with nothing left running', async () => {
   const { createServer } = await import('node:net');
