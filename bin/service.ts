@@ -84,10 +84,13 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   const resolved: ResolvedRedis = await resolveRedis(config);
   const webOnly = roles.length === 1 && roles[0] === 'web';
   const redis = connectRedis(resolved.target, commandsOf(roles));
-  const seen: { error?: Error } = {};
+  // Until Redis first answers, its connection errors are debug lines: a Redis that never answers is
+  // told once, by the one line the start's failure prints (README), not by a warning per retry.
+  const seen: { error?: Error; ready?: boolean } = {};
   redis.on('error', (err: Error) => {
     seen.error = err;
-    log.warn('redis connection error', { err: err.message });
+    if (seen.ready) log.warn('redis connection error', { err: err.message });
+    else log.debug('redis connection error while starting', { err: err.message });
   });
   const keys = createKeys(config.keyPrefix);
   try {
@@ -103,6 +106,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     await resolved.stop();
     throw err;
   }
+  seen.ready = true;
   log.info('redis ready', { redis: describeTarget(resolved.target), embedded: resolved.embedded });
   const stops: Stop[] = [];
   let url: string | null = null;

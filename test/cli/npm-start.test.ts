@@ -137,6 +137,15 @@ start('a REDIS_URL naming a database the server does not have is one line on std
   }
 });
 
+start('a REDIS_URL nothing answers on is one line on stderr and exit 1 for every role, at the default log level (no warning per retry)', async () => {
+  const port = await freePort();
+  for (const role of ['web', 'worker']) {
+    const { code, stderr } = await roleRun(role, { REDIS_URL: `redis://127.0.0.1:${port}`, REDIS_KEY_PREFIX: uniquePrefix('unreachable'), LOG_LEVEL: 'info' });
+    assert.is(code, 1, `${role}: ${stderr}`);
+    assert.is(stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`, role);
+  }
+});
+
 start('a process whose HERALD_PARTITIONS differs from the deployment\'s stops with one line and exit 1', async () => {
   // Another partition count hashes subscribers into other partitions: the same externalId got a
   // second stream (a second $subscriber.created, sequences from 1 again, dedupe ids accepted twice).
