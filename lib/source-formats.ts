@@ -165,8 +165,9 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   const at = now();
   const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);
   let timestampMs = at;
-  if (timestampPath) {
-    const found = valueAt(payload, timestampPath);
+  const found = timestampPath ? valueAt(payload, timestampPath) : undefined;
+  // absent (or null) in this delivery: the time of receipt, as an event posted without a timestamp
+  if (timestampPath && found !== undefined && found !== null) {
     const ms = timestampMsOf(found);
     if (ms === null) return { kind: 'rejected', code: 'validation', param: 'timestamp', message: `the value at ${timestampPath} is not an ISO 8601 date-time nor unix seconds or milliseconds` };
     if (ms < at - TIMESTAMP_MAX_AGE_MS || ms > at + TIMESTAMP_MAX_AHEAD_MS) {

@@ -231,9 +231,15 @@ inbound('mapping: paths with array indexes, integer ids, a mapped dedupe key, ti
     assertError(res, 400, 'invalid_timestamp', what);
     assert.is(res.body.error.param, 'timestamp', what);
   }
+  const received = Date.now();
+  for (const [payload, what] of [[{ kind: 'k', seq: 5, items: [{ owner: 'y' }], attrs: {} }, 'no timestamp'], [{ kind: 'k', seq: 6, at: null, items: [{ owner: 'y' }], attrs: {} }, 'a null timestamp']] as [unknown, string][]) {
+    const event = assertAccepted(await send(payload), what);
+    assert.ok(Math.abs(Date.parse(event.timestamp) - received) < 5_000, `${what}: the time of receipt, as an event posted without one`);
+  }
+  assertValidation(await send({ kind: 'k', seq: 7, at: 'yesterday', items: [{ owner: 'y' }], attrs: {} }), 'timestamp', 'a timestamp that is there but unreadable');
   const state = await read(ctx, s.id);
-  assert.equal(state.counts, { accepted: 6, duplicate: 2, ignored: 10, rejected: 6 });
-  assert.is(state.lastError.code, 'invalid_timestamp');
+  assert.equal(state.counts, { accepted: 8, duplicate: 2, ignored: 10, rejected: 7 });
+  assert.is(state.lastError.code, 'validation');
 });
 
 inbound('a mapped name that is not a string is no usable name: ignored, nothing stored', async (ctx) => {
