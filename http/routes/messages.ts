@@ -68,6 +68,13 @@ function idempotencyKeyOf(ctx: Context): string | null {
 export function registerMessages(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
 
+  /** A topic or segment target the tenant does not have (an externalId or `where` needs nothing). */
+  const targetProblems = async (tenantId: string, to: Target): Promise<ErrorDetail[]> => {
+    if ('topic' in to && !(await findTopic(redis, keys, tenantId, to.topic))) return [{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }];
+    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantId), to.segment))) return [{ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` }];
+    return [];
+  };
+
   /**
    * @openapi
    * /v1/messages:
@@ -119,8 +126,14 @@ export function registerMessages(router: Router, deps: AppDeps): void {
   router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
     const idempotencyKey = idempotencyKeyOf(ctx);
     const raw: unknown = ctx.request.body;
+    const tenantId = tenantOf(ctx).id;
     const schemaProblems = bodyProblems('MessageCreate', raw);
-    if (schemaProblems.length) throwProblems([...schemaProblems, ...(isObject(raw) ? contentProblems(raw, false) : [])]);
+    if (schemaProblems.length) {
+      const problems = [...schemaProblems, ...(isObject(raw) ? contentProblems(raw, false) : [])];
+      // a well-formed `to` is checked against the tenant too, so the one answer names it as well
+      const toOk = isObject(raw) && raw.to !== undefined && !problems.some((d) => d.param === 'to' || d.param.startsWith('to.'));
+      throwProblems(toOk ? [...problems, ...(await targetProblems(tenantId, targetOf(raw.to as CreateBody['to'])))] : problems);
+    }
     const body = raw as CreateBody;
     // a replay answers the original before anything else is checked: its topic or segment may be gone since
     const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, body);
@@ -128,11 +141,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
       ctx.set('Idempotent-Replayed', 'true');
       return respond(ctx, 202, original);
     }
-    const problems = contentProblems(body as unknown as Record<string, unknown>, true);
     const to = targetOf(body.to);
-    if ('topic' in to && !(await findTopic(redis, keys, tenantOf(ctx).id, to.topic))) problems.push({ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` });
-    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantOf(ctx).id), to.segment))) problems.push({ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` });
-    throwProblems(problems);
+    throwProblems([...contentProblems(body as unknown as Record<string, unknown>, true), ...(await targetProblems(tenantId, to))]);
     let sendAtMs: number | null = null;
     if (body.sendAt) {
       sendAtMs = Date.parse(body.sendAt);

@@ -319,6 +319,9 @@ m('one 400 names every failing field: an invalid to.where beside a schema proble
     [{ to: { where: badWhere }, title: 't', body: 'b', sendAt: new Date(Date.now() + 40 * 86_400_000).toISOString() }, ['to.where.all[1].eq', 'sendAt']],
     [{ to: { segment: 'no-such-segment' }, title: 't', body: 'b', data: { aps: {} } }, ['data', 'to.segment']],
     [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, ['data', 'to.topic']],
+    // a field the schema refuses beside a topic or segment the tenant does not have: both named
+    [{ to: { topic: 'no-such-topic' }, title: 't' }, ['body', 'to.topic']],
+    [{ to: { segment: 'no-such-segment' }, title: 't', body: 'b', badge: -1 }, ['badge', 'to.segment']],
   ];
   for (const [body, params] of cases) {
     const res = await ctx.api.post('/v1/messages', ctx.key, body);
