@@ -78,14 +78,27 @@ function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Recor
 
 /** 400 unless the handle fits the channel: a push subscription has a `token`, an email one an `address`. */
 /**
- * A registration as the client sent it, its `channel` filled in when left out: `push` for a body
- * with a `token` and no `address`, `email` for one with an `address` and no `token` (spec 4.4 requires
- * only `externalId`); otherwise it stays out and checkRegistration refuses it.
+ * A registration as the client sent it, read: its `channel` filled in when left out (`push` for a
+ * body with a `token` and no `address`, `email` for one with an `address` and no `token`: spec 4.4
+ * requires only `externalId`; otherwise it stays out and checkRegistration refuses it), and an APNs
+ * token in one form (`apnsTokenForm`), so the same device is one subscription however it was written.
  */
-export function withChannel(input: RegistrationBody): RegisterInput {
-  if (input.channel) return input as RegisterInput;
-  const channel = input.token !== undefined && input.address === undefined ? 'push' : input.address !== undefined && input.token === undefined ? 'email' : undefined;
-  return { ...input, channel } as RegisterInput;
+export function readRegistration(input: RegistrationBody): RegisterInput {
+  const channel = input.channel
+    ?? (input.token !== undefined && input.address === undefined ? 'push' : input.address !== undefined && input.token === undefined ? 'email' : undefined);
+  const token = channel === 'push' && input.token !== undefined && input.platform !== 'android' ? apnsTokenForm(input.token) : input.token;
+  return { ...input, channel, ...(token === undefined ? {} : { token }) } as RegisterInput;
+}
+
+/**
+ * An APNs device token (hex) in the one form Herald keeps: lowercase, without the spaces and angle
+ * brackets of `NSData`'s description (`<a1b2c3d4 …>`), which some apps send. APNs reads the hex
+ * either way, so `A1B2…` and `a1b2…` are one device. A token that is not hex once those are gone
+ * (or would be shorter than 8) is kept as sent.
+ */
+export function apnsTokenForm(token: string): string {
+  const hex = token.replace(/[\s<>]/g, '');
+  return hex.length >= 8 && /^[0-9a-fA-F]+$/.test(hex) ? hex.toLowerCase() : token;
 }
 
 /** A registration as a client may send it: `channel` optional (withChannel fills it in). */

@@ -7,7 +7,7 @@ import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
-import { checkRegistration, ownerOf, withChannel, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput, type RegistrationBody } from '../../streams/subscriptions.js';
+import { checkRegistration, ownerOf, readRegistration, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput, type RegistrationBody } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, widgetKnown, type WidgetInput } from '../../streams/widgets.js';
 import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
@@ -120,7 +120,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
     const { externalId, identityHash, anonymousId, anonymousIdentityHash, ...given } = checkBody<Identified & Merging & RegistrationBody>('SubscriptionRegister', ctx.request.body);
-    const input = withChannel(given);
+    const input = readRegistration(given);
     checkRegistration(input);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);

@@ -230,6 +230,23 @@ c('channel may be left out: a token registers a push subscription, an address an
   assert.is(email.body.data.address, 'no-channel@example.com');
 });
 
+c('an APNs token in upper case or in NSData\'s <… …> form is the same device: one subscription, kept in lowercase hex; an android token is kept as sent', async ({ api, pk, key }) => {
+  const hex = 'ab12cd34'.repeat(8);
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'token-case', token: hex.toUpperCase(), platform: 'ios' });
+  assert.is(first.status, 201, first.text);
+  assert.is(first.body.data.token, hex);
+  const spaced = `<${hex.match(/.{8}/g)!.join(' ').toUpperCase()}>`;
+  for (const sent of [hex, spaced]) {
+    const again = await api.post('/v1/client/subscriptions', pk, { externalId: 'token-case', token: sent, platform: 'ios' });
+    assert.equal([again.status, again.body.data.id, again.body.data.token], [200, first.body.data.id, hex], sent);
+  }
+  const fcm = 'dGVzdA:APA91bH-Xy_ZMixedCase';
+  const android = await api.post('/v1/client/subscriptions', pk, { externalId: 'token-case', token: fcm, platform: 'android' });
+  assert.is(android.body.data.token, fcm);
+  const listed = await api.get('/v1/subscribers/token-case/subscriptions', key);
+  assert.equal(listed.body.data.items.map((x: any) => x.token).sort(), [hex, fcm].sort(), 'two devices, not four');
+});
+
 c('every bound of 4.4 is a validation error naming the field', async ({ api, pk }) => {
   const base = { externalId: 'bounds', channel: 'push', platform: 'ios' };
   const cases: [unknown, string][] = [
