@@ -9,6 +9,7 @@ import { callScript } from './lua-scripts.js';
 import { drafted, draftedAudit, type AuditTrail } from './subscriber-audit.js';
 import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
+import { apnsTokenForm } from '../lib/apns-token.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
 const DEVICE_FIELDS = ['appVersion', 'appBuild', 'sdkVersion', 'osVersion', 'model', 'locale', 'installedAt'] as const;
@@ -90,16 +91,6 @@ export function readRegistration(input: RegistrationBody): RegisterInput {
   return { ...input, channel, ...(token === undefined ? {} : { token }) } as RegisterInput;
 }
 
-/**
- * An APNs device token (hex) in the one form Herald keeps: lowercase, without the spaces and angle
- * brackets of `NSData`'s description (`<a1b2c3d4 …>`), which some apps send. APNs reads the hex
- * either way, so `A1B2…` and `a1b2…` are one device. A token that is not hex once those are gone
- * (or would be shorter than 8) is kept as sent.
- */
-export function apnsTokenForm(token: string): string {
-  const hex = token.replace(/[\s<>]/g, '');
-  return hex.length >= 8 && /^[0-9a-fA-F]+$/.test(hex) ? hex.toLowerCase() : token;
-}
 
 /** A registration as a client may send it: `channel` optional (withChannel fills it in). */
 export type RegistrationBody = Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] };

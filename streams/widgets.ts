@@ -7,6 +7,7 @@ import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 import { partitionOf } from '../lib/partition.js';
+import { apnsTokenForm } from '../lib/apns-token.js';
 import type { TenantScope } from './subscriber-writes.js';
 
 export const MAX_WIDGETS_PER_SUBSCRIBER = 50;
@@ -44,7 +45,7 @@ export async function registerWidget(redis: Redis, keys: Keys, scope: Pick<Tenan
   const configuration = canonicalJson(input.configuration ?? {});
   if (Buffer.byteLength(configuration) > MAX_WIDGET_CONFIGURATION_BYTES) throw validationError([{ param: 'configuration', message: `must be at most ${MAX_WIDGET_CONFIGURATION_BYTES} bytes serialized` }]);
   const reply = await callScript<string[]>(redis, 'registerWidget', [keys.subscriberWidgets(tenantId, externalId)], [
-    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken ?? '', configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER, subscriberId,
+    keys.tenantBase(tenantId), newId('widget'), externalId, input.kind, input.family ?? '', input.pushToken === undefined ? '' : apnsTokenForm(input.pushToken), configuration, isoNow(), MAX_WIDGETS_PER_SUBSCRIBER, subscriberId,
   ]);
   if (reply[0] === 'full') throw widgetLimit('remove one first');
   const holder = await redis.hget(keys.subscribers(partitionOf(tenantId, externalId, scope.partitions)), `${tenantId}|${externalId}`);

@@ -212,7 +212,7 @@ export const WidgetRegister: Schema = {
     identityHash: { type: 'string', minLength: 1, maxLength: 128 },
     kind: { type: 'string', minLength: 1, maxLength: 128, description: 'The widget kind as the app declares it, e.g. com.example.OrderStatusWidget.' },
     family: { type: 'string', minLength: 1, maxLength: 64, description: 'e.g. systemSmall, accessoryCircular.' },
-    pushToken: { type: 'string', minLength: 8, maxLength: 1024, description: 'A widget or Live Activity push token, when the app has one.' },
+    pushToken: { type: 'string', minLength: 8, maxLength: 1024, description: 'A widget or Live Activity push token, when the app has one; a hex one is kept in lowercase, without spaces or angle brackets.' },
     configuration: { type: 'object', description: 'The widget configuration, at most 4 KB serialized.' },
   },
 };

@@ -492,6 +492,12 @@ c('widget registration is idempotent: the same pushToken updates in place, the s
   const parallel = await Promise.all(Array.from({ length: 20 }, () => api.post('/v1/client/widgets', pk, { externalId: 'wdup-3', kind: 'k', pushToken: 'ptok-parallel' })));
   assert.is(parallel.filter((r) => r.status === 201).length, 1);
   assert.is(new Set(parallel.map((r) => r.body.data.id)).size, 1);
+  // a hex (APNs) push token in upper case is the same token, kept in lowercase
+  const hex = 'cd34ab12'.repeat(8);
+  const lower = await api.post('/v1/client/widgets', pk, { externalId: 'wdup-4', kind: 'k', pushToken: hex.toUpperCase() });
+  assert.equal([lower.status, lower.body.data.pushToken], [201, hex]);
+  const upper = await api.post('/v1/client/widgets', pk, { externalId: 'wdup-4', kind: 'k', pushToken: hex });
+  assert.equal([upper.status, upper.body.data.id], [200, lower.body.data.id]);
 });
 
 c('a subscriber holds at most 50 widgets: the 51st is 409 conflict and stores nothing', async ({ api, pk }) => {
