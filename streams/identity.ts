@@ -288,9 +288,11 @@ export async function tenantIdentity(redis: Redis, keys: Keys, tenant: Tenant): 
  */
 export async function rotateIdentitySecret(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, by: Writer): Promise<string> {
   const secret = randomBytes(32).toString('hex');
-  const intent = auditIntent(keys.workspaceOutbox(tenant.workspaceId), 'tenant.rotateIdentitySecret', tenantScope(workspace, tenant, by), tenant);
+  // the event's object is the tenant as tenant.created and tenant.updated describe it
+  const described = { ...tenant, identityVerificationRequired: (await redis.hget(keys.tenant(tenant.workspaceId, tenant.id), 'identityRequired')) === '1' };
+  const intent = auditIntent(keys.workspaceOutbox(tenant.workspaceId), 'tenant.rotateIdentitySecret', tenantScope(workspace, tenant, by), described);
   await writeTenantSetting(redis, keys, tenant, 'identitySecret', secret, intent);
-  await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.rotateIdentitySecret'](tenant));
+  await settleAudit(redis, keys, intent, TENANT_AUDITS['tenant.rotateIdentitySecret'](described));
   return secret;
 }
 
@@ -332,7 +334,7 @@ export const TENANT_AUDITS = {
   // a new tenant never requires identity verification; `tenant.updated` reports when that changes
   'tenant.create': (tenant: Tenant, reply: [number, string]): AuditDraft[] =>
     (reply[0] === 1 ? [tenantAudit('tenant.created', tenant, { object: { ...tenant, identityVerificationRequired: false } })] : []),
-  'tenant.rotateIdentitySecret': (tenant: Tenant): AuditDraft[] => [tenantAudit('tenant.identity_secret_rotated', tenant)],
+  'tenant.rotateIdentitySecret': (tenant: Tenant & { identityVerificationRequired: boolean }): AuditDraft[] => [tenantAudit('tenant.identity_secret_rotated', tenant)],
   'tenant.setIdentityRequired': ({ tenant, required }: { tenant: Tenant; required: boolean }): AuditDraft[] => [
     tenantAudit('tenant.updated', tenant, {
       object: { ...tenant, identityVerificationRequired: required },

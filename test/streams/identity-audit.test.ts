@@ -4,7 +4,7 @@ import * as assert from 'uvu/assert';
 import { isoNow, now } from '../../lib/clock.js';
 import { newId } from '../../lib/ids.js';
 import { auditIntent, recordIntent } from '../../streams/audit-outbox.js';
-import { createTenant, findTenant, setIdentityRequired, TENANT_AUDITS, type Tenant, type Workspace } from '../../streams/identity.js';
+import { createTenant, findTenant, rotateIdentitySecret, setIdentityRequired, TENANT_AUDITS, type Tenant, type Workspace } from '../../streams/identity.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { assertSweptOnce, auditEntries, killWhen, oneEntryEach, outboxesEmptied, roleEnv, startSweeper } from '../helpers/audit.js';
 import { startScriptProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
@@ -58,12 +58,23 @@ died('tenant.created of a writer that died reaches the ledger once, as the tenan
 died('tenant.identity_secret_rotated of a writer that died reaches the ledger once, without the secret', async (ctx) => {
   const { tenant } = await createTenant(ctx.service.redis, ctx.service.keys, ctx.workspace, 'rotated', BY_TEST);
   const secret = 'f'.repeat(64);
-  const intent = await writeSettingAndDie(ctx, tenant, 'identitySecret', secret, 'tenant.rotateIdentitySecret', tenant);
-  const [entry] = await assertSweptOnce(ctx.service, intent, TENANT_AUDITS['tenant.rotateIdentitySecret'](tenant));
+  const described = { ...tenant, identityVerificationRequired: false };
+  const intent = await writeSettingAndDie(ctx, tenant, 'identitySecret', secret, 'tenant.rotateIdentitySecret', described);
+  const [entry] = await assertSweptOnce(ctx.service, intent, TENANT_AUDITS['tenant.rotateIdentitySecret'](described));
   assert.is(entry.type, 'tenant.identity_secret_rotated');
   assert.equal(entry.target, { type: 'tenant', id: tenant.id });
-  assert.equal(entry.data.object, tenant);
+  assert.equal(entry.data.object, described, 'the tenant as tenant.created and tenant.updated describe it');
   assert.not.ok(JSON.stringify(entry).includes(secret), 'the secret is not in the entry');
+});
+
+died('a live rotation describes the tenant as tenant.created and tenant.updated do: identityVerificationRequired included', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const { tenant } = await createTenant(redis, keys, ctx.workspace, 'rotated-live', BY_TEST);
+  await setIdentityRequired(redis, keys, ctx.workspace, tenant, true, BY_TEST);
+  await rotateIdentitySecret(redis, keys, ctx.workspace, tenant, BY_TEST);
+  const entries = (await auditEntries(ctx.service, ctx.workspace.id)).filter((e) => e.target?.id === tenant.id);
+  assert.equal(entries.map((e) => e.type), ['tenant.created', 'tenant.updated', 'tenant.identity_secret_rotated']);
+  assert.equal(entries.map((e) => e.data.object.identityVerificationRequired), [false, true, true]);
 });
 
 died('tenant.updated of a writer that died reaches the ledger once, shaped as the live writer shapes it', async (ctx) => {
