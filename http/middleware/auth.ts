@@ -139,6 +139,12 @@ export function writerOf(ctx: Context) {
   const auth = ctx.state.auth as AuthState | undefined;
   return {
     actor: { type: 'api_key' as const, id: auth?.principal?.key.id ?? null },
-    request: { id: ctx.state.requestId as string, ip: ctx.ip || null, userAgent: ctx.get('User-Agent') || null },
+    request: { id: ctx.state.requestId as string, ip: plainIp(ctx.ip), userAgent: ctx.get('User-Agent') || null },
   };
+}
+
+/** An IPv4 address as IPv4 (`127.0.0.1`, not the `::ffff:127.0.0.1` a dual-stack socket reports); null when none. */
+function plainIp(ip: string): string | null {
+  if (!ip) return null;
+  return ip.startsWith('::ffff:') && ip.includes('.') ? ip.slice('::ffff:'.length) : ip;
 }
