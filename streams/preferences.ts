@@ -4,7 +4,7 @@ import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
 import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
-import { sameJson } from './ledger.js';
+import { diff, sameJson } from './ledger.js';
 import type { AuditTrail, WriteReply } from './subscriber-audit.js';
 import { changeSubscriber, readSubscriber, type TenantScope } from './subscriber-writes.js';
 import { auditedSegments, toSubscriber } from './subscribers.js';
@@ -93,6 +93,20 @@ export const PREFERENCE_AUDITS = {
     const target = { type: 'subscriber', id: subscriber.id };
     if (input.created) return [{ type: 'subscriber.created', target, object: subscriber }];
     const { preferences, previous } = input;
-    return [{ type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences }, previousAttributes: { preferences: previous } }];
+    const changed = preferencesDiff(previous, preferences);
+    return [{ type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences: changed.changes }, previousAttributes: { preferences: changed.previousAttributes } }];
   },
 };
+
+/**
+ * What a preference write changed, as `properties` changes are told: only the channels and the
+ * categories that changed (a category's flags whole; null for one added or removed), before and after.
+ */
+function preferencesDiff(before: Preferences, after: Preferences): { changes: Partial<Preferences>; previousAttributes: Partial<Preferences> } {
+  const channels = diff(before.channels, after.channels);
+  const categories = diff(before.categories, after.categories);
+  return {
+    changes: { ...(channels && { channels: channels.changes }), ...(categories && { categories: categories.changes }) } as Partial<Preferences>,
+    previousAttributes: { ...(channels && { channels: channels.previousAttributes }), ...(categories && { categories: categories.previousAttributes }) } as Partial<Preferences>,
+  };
+}

@@ -2,6 +2,8 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
 import { encodeCursor } from '../../http/list.js';
+import { auditEntries } from '../helpers/audit.js';
+import { waitFor } from '../helpers/wait.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 
@@ -221,7 +223,7 @@ subs('delete writes $subscription.removed for each subscription and $subscriber.
   assert.ok(ledger.includes('subscriber.created') && ledger.includes('subscriber.updated') && ledger.includes('subscriber.deleted'));
 });
 
-subs('preferences default to on, change per channel and category, and write $preferences.updated only on a real change', async ({ api, key, service, tenantId }) => {
+subs('preferences default to on, change per channel and category, and write $preferences.updated only on a real change', async ({ api, key, service, tenantId, workspaceId }) => {
   await api.post('/v1/subscribers', key, { externalId: 'prefs' });
   const initial = await api.get('/v1/subscribers/prefs/preferences', key);
   assert.equal(initial.body.data, { channels: { push: true, email: true }, categories: {} });
@@ -236,6 +238,17 @@ subs('preferences default to on, change per channel and category, and write $pre
   const events = (await inboxEvents(service, tenantId, 'prefs')).filter((e) => e.name === '$preferences.updated');
   assert.is(events.length, 2);
   assert.equal(events[0]!.data.previous, { channels: { push: true, email: true }, categories: {} });
+  // the audit's subscriber.updated tells only what changed, as it does for properties
+  const prefsId = (await api.get('/v1/subscribers/prefs', key)).body.data.id;
+  const audits = await waitFor('two subscriber.updated in the ledger', async () => {
+    const found = (await auditEntries(service, workspaceId)).filter((e) => e.type === 'subscriber.updated' && e.target.id === prefsId);
+    return found.length >= 2 ? found : null;
+  }, 5_000);
+  assert.equal(audits.map((e) => [e.changes, e.previousAttributes]), [
+    [{ preferences: { channels: { email: false }, categories: { marketing: { push: false } } } }, { preferences: { channels: { email: true }, categories: { marketing: null } } }],
+    [{ preferences: { categories: { marketing: null } } }, { preferences: { categories: { marketing: { push: false } } } }],
+  ]);
+  assert.equal(audits[1]!.data.object.preferences, { channels: { push: true, email: false }, categories: {} }, 'the object is the whole record after the change');
   assert.is((await api.get('/v1/subscribers/nobody/preferences', key)).status, 404);
   assert.is((await api.patch('/v1/subscribers/prefs/preferences', key, { channels: { sms: true } })).body.error.code, 'validation');
 });
