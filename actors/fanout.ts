@@ -146,8 +146,8 @@ async function settle(ctx: FanoutContext, tenantId: string, outcomes: Outcome[])
 }
 
 /**
- * Creates a chunk's deliveries (each once), writes `$send` on each subscriber's stream once per
- * message, and sends the pending ones. A chunk is one page of a message's longer audience, or
+ * Writes `$send` on each subscriber's stream once per message, creates a chunk's deliveries (each
+ * once), and sends the pending ones. A chunk is one page of a message's longer audience, or
  * (`whole`) a batch of one-subscriber messages, each item its message's whole audience: their
  * fan-outs are then marked done with the deliveries' creation (no `finishFanout` call after). One
  * script call creates the deliveries of every item, one ingest writes every `$send`, and the
@@ -162,14 +162,17 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     args.push(message.id, plans[i]!.planned.length);
     for (const d of plans[i]!.planned) args.push(d.id, d.status, JSON.stringify(d.fields));
   });
-  const states = await callScript<[string, string][][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, items[0]!.message.id)], args);
-  // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a duplicate
+  // `$send` once per subscriber and message: the caller id makes a resumed chunk's second write a
+  // duplicate. Written before the deliveries: creating a `whole` chunk's deliveries marks its
+  // messages' fan-outs done (a message whose deliveries are all skipped completes there), and a
+  // dispatcher killed after that would leave no resumable trace of the `$send` still to write.
   const sends = items.flatMap(({ message }, i) => plans[i]!.existing.map((externalId) => ({
     externalId, name: '$send', source: 'system' as const, timestampMs: now(),
     data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
     callerId: `$send:${message.id}`, provider: null, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
   })));
   if (sends.length) await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
+  const states = await callScript<[string, string][][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, items[0]!.message.id)], args);
   // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and
   // collapse id, so the device shows it once: the message id is the default collapse id.
   const toSend = items.flatMap(({ message }, i) => {

@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { CHUNKS_IN_FLIGHT } from '../../actors/fanout.js';
@@ -6,6 +7,7 @@ import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { inboxEvents } from '../helpers/inbox.js';
 import { waitFor } from '../helpers/wait.js';
 
 type Ctx = { service: TestService; peer: ApnsPeer; env: Record<string, string>; dispatchers: RoleProcess[] };
@@ -188,6 +190,38 @@ kill('a dispatcher killed mid-batch of one-subscriber messages: the next one sen
   assert.is(heldPushes.length, 2);
   assert.is(new Set(heldPushes.map((r) => r.apnsId)).size, 1, 'under the same apns-id');
   assert.is(received.filter((r) => r.token === tokenOf(3)).length, 2, 'the subscriber named twice got both messages');
+});
+
+kill('a dispatcher stopped between a message\'s $send and its deliveries leaves the next one both to write: a message whose deliveries are all skipped still gets its $send, once', async (ctx) => {
+  // The first dispatcher cannot write `$send`: its INBOX_MAX_BACKLOG is below the backlog of the
+  // subscriber's partition (no worker runs here), so ingest refuses it, as it would refuse any
+  // write of a dispatcher killed at that point. Deliveries were made first, and a one-subscriber
+  // message with no device completed there: the next dispatcher had nothing left to resume.
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const externalId = 'no-device-send';
+  for (let i = 0; i < 2; i++) {
+    const res = await api.post('/v1/events', boot.keys.tenant, { events: Array.from({ length: 100 }, () => ({ externalId, name: 'fill.up' })) });
+    assert.is(res.status, 202, res.text);
+  }
+  const sent = await api.post('/v1/messages', boot.keys.tenant, { to: externalId, title: 'Hi', body: 'no device' });
+  assert.is(sent.status, 202, sent.text);
+  const messageId = sent.body.data.id as string;
+  const sends = async () => (await inboxEvents(ctx.service, boot.tenant.id, externalId)).filter((e) => e.name === '$send');
+  const first = startRoleProcess('dispatcher', { ...dispatcherEnv(ctx), INBOX_MAX_BACKLOG: '100' });
+  ctx.dispatchers.push(first);
+  await waitFor('the first dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${first.child.pid}`)) === 1, 20_000, 50);
+  await new Promise((r) => setTimeout(r, 2_000)); // it reads the message and is refused
+  first.child.kill('SIGKILL');
+  await first.exited;
+  assert.equal(await sends(), [], 'no $send yet');
+  ctx.dispatchers.push(startRoleProcess('dispatcher', dispatcherEnv(ctx)));
+  const m = await completed(api, boot.keys.tenant, messageId);
+  assert.equal(m.counts, { total: 1, pending: 0, sent: 0, failed: 0, skipped: 1, canceled: 0 });
+  const written = await waitFor('the $send', async () => { const found = await sends(); return found.length ? found : null; }, 10_000, 50);
+  await new Promise((r) => setTimeout(r, 500));
+  assert.is((await sends()).length, 1, 'once');
+  assert.is(written[0]!.data.messageId, messageId);
 });
 
 kill.run();
