@@ -41,23 +41,29 @@ async function answers(port: number): Promise<boolean> {
   }
 }
 
+/**
+ * `npm start` of the web role on a free PORT with `env`, once it answers (the first start may build
+ * dist/ with tsc): the npm process, its port, its output so far and its exit. `detached` gives it a
+ * process group of its own, as a terminal's foreground job.
+ */
+async function npmStart(env: Record<string, string>, detached = false) {
+  const port = await freePort();
+  const npm = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: String(port), HERALD_ROLES: 'web', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
+  let output = '';
+  npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
+  npm.stderr!.on('data', (d) => (output = (output + d).slice(-10_000)));
+  const exited = new Promise<void>((done) => npm.once('exit', () => done()));
+  await waitFor('the service to answer', () => answers(port), 120_000, 200).catch((err: Error) => {
+    npm.kill('SIGKILL');
+    throw new Error(`${err.message}\n${output}`);
+  });
+  return { npm, port, exited, output: () => output };
+}
+
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   start(`${signal} to npm stops the service it started`, async () => {
-    const port = await freePort();
-    const npm = spawn('npm', ['start'], {
-      cwd: ROOT,
-      env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('npm-start'), HERALD_ROLES: 'web', LOG_LEVEL: 'warn' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
-    npm.stderr!.on('data', (d) => (output = (output + d).slice(-10_000)));
-    const exited = new Promise<void>((done) => npm.once('exit', () => done()));
+    const { npm, port, exited } = await npmStart({ REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('npm-start'), LOG_LEVEL: 'warn' });
     try {
-      // the first start may build dist/ with tsc
-      await waitFor('the service to answer', () => answers(port), 120_000, 200).catch((err: Error) => {
-        throw new Error(`${err.message}\n${output}`);
-      });
       npm.kill(signal);
       await waitFor('the service to stop', async () => !(await answers(port)), 15_000, 100);
       await exited;
@@ -72,21 +78,9 @@ start('Ctrl-C in a terminal (SIGINT to npm and the service together, then npm\'s
   const keysOf = await startTestService('npm-group');
   const boot = await bootstrapWorkspace(keysOf, 'npm-group');
   await keysOf.stop();
-  const port = await freePort();
-  const npm = spawn('npm', ['start'], {
-    cwd: ROOT,
-    env: { ...process.env, PORT: String(port), REDIS_URL: keysOf.env.REDIS_URL!, REDIS_KEY_PREFIX: keysOf.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: keysOf.env.HERALD_PARTITIONS!, HERALD_ROLES: 'web', LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    detached: true, // a process group of its own, as a terminal's foreground job
-  });
-  let output = '';
-  npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
-  npm.stderr!.on('data', (d) => (output = (output + d).slice(-10_000)));
-  const exited = new Promise<void>((done) => npm.once('exit', () => done()));
+  const env = { REDIS_URL: keysOf.env.REDIS_URL!, REDIS_KEY_PREFIX: keysOf.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: keysOf.env.HERALD_PARTITIONS!, LOG_LEVEL: 'info' };
+  const { npm, port, exited, output } = await npmStart(env, true);
   try {
-    await waitFor('the service to answer', () => answers(port), 120_000, 200).catch((err: Error) => {
-      throw new Error(`${err.message}\n${output}`);
-    });
     const body = JSON.stringify({ externalId: 'ctrl-c', name: 'in.flight' });
     const socket = connect(port, '127.0.0.1');
     let answer = '';
@@ -98,9 +92,9 @@ start('Ctrl-C in a terminal (SIGINT to npm and the service together, then npm\'s
     await new Promise((r) => setTimeout(r, 500));
     socket.write(body);
     await closed;
-    assert.match(answer, /^HTTP\/1\.1 202 /, `the request in flight is answered: ${JSON.stringify(answer.slice(0, 80))}\n${output.slice(-2_000)}`);
+    assert.match(answer, /^HTTP\/1\.1 202 /, `the request in flight is answered: ${JSON.stringify(answer.slice(0, 80))}\n${output().slice(-2_000)}`);
     await exited;
-    assert.match(output, /"msg":"stopping"/);
+    assert.match(output(), /"msg":"stopping"/);
   } finally {
     try { process.kill(-npm.pid!, 'SIGKILL'); } catch { /* gone */ }
   }
