@@ -212,7 +212,8 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *       `enabled`, with the rules of creation. A changed `url`, `events` or `tenant` takes effect for events
    *       from now on. `enabled: true` on a disabled endpoint clears its failure streak, re-queues its pending
    *       and failed deliveries at once, and delivers events from now on (never those of the disabled time);
-   *       `enabled: false` stops new deliveries and holds its queued attempts.
+   *       `enabled: false` stops new deliveries and holds its queued attempts; an event from before it that the
+   *       dispatcher reads only afterwards still gets its delivery, held with them until the re-enable.
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
