@@ -8,24 +8,38 @@ import type { RedisTarget } from './redis.js';
 export const INSTALL_HINT =
   'redis-server is not installed and nothing answers on 127.0.0.1:6379: install Redis 7 (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis) or set REDIS_URL';
 
-/** Resolves when something at `target` answers PING with PONG within `timeoutMs`. */
-export function answersPing(target: { host: string; port: number } | { path: string }, timeoutMs = 500): Promise<boolean> {
+/** Sends one inline command to the server at `target` and resolves its first reply line, or null (no answer within `timeoutMs`). */
+function inlineCommand(target: { host: string; port: number } | { path: string }, line: string, timeoutMs = 500): Promise<string | null> {
   return new Promise((done) => {
     const socket = 'path' in target ? createConnection(target.path) : createConnection(target.port, target.host);
     let reply = '';
-    const finish = (ok: boolean) => {
+    const finish = (answer: string | null) => {
       socket.destroy();
       clearTimeout(timer);
-      done(ok);
+      done(answer);
     };
-    const timer = setTimeout(() => finish(false), timeoutMs);
-    socket.on('connect', () => socket.write('PING\r\n'));
+    const timer = setTimeout(() => finish(null), timeoutMs);
+    socket.on('connect', () => socket.write(`${line}\r\n`));
     socket.on('data', (chunk) => {
       reply += chunk.toString();
-      if (reply.includes('\r\n')) finish(reply.startsWith('+PONG'));
+      // a bulk reply ($<length>) is read whole; a status, error or integer is one line
+      const bulk = /^\$(\d+)\r\n/.exec(reply);
+      if (bulk ? reply.length >= bulk[0].length + Number(bulk[1]) : reply.includes('\r\n')) finish(reply);
     });
-    socket.on('error', () => finish(false));
+    socket.on('error', () => finish(null));
   });
+}
+
+/** Resolves when something at `target` answers PING with PONG within `timeoutMs`. */
+export async function answersPing(target: { host: string; port: number } | { path: string }, timeoutMs = 500): Promise<boolean> {
+  return (await inlineCommand(target, 'PING', timeoutMs))?.startsWith('+PONG') ?? false;
+}
+
+/** Connections to the server on `path` other than the one asking; null when it does not answer. */
+async function otherClients(path: string): Promise<number | null> {
+  const info = await inlineCommand({ path }, 'INFO clients');
+  const match = info && /connected_clients:(\d+)/.exec(info);
+  return match ? Number(match[1]) - 1 : null;
 }
 
 export type ResolvedRedis = { target: RedisTarget; embedded: boolean; stop: () => Promise<void> };
@@ -50,6 +64,18 @@ function ownerOf(file: string): number | null {
   }
 }
 
+/** `: <the last line of redis-server's log>` (its reason for exiting, such as a socket path too long), or ''. */
+function lastLogLine(file: string): string {
+  try {
+    const line = readFileSync(file, 'utf8').trim().split('\n').at(-1) ?? '';
+    // `<pid>:M <date> # <message>`: the message
+    const message = line.replace(/^\d+:[A-Z] .*? [#*.-] /, '').trim();
+    return message ? `: ${message} (${file})` : '';
+  } catch {
+    return '';
+  }
+}
+
 /** Asks the server on `path` to shut down (it flushes its append-only file first) and waits until it is gone. */
 async function shutdownServer(path: string, limitMs = 5_000): Promise<void> {
   await new Promise<void>((done) => {
@@ -65,13 +91,13 @@ async function shutdownServer(path: string, limitMs = 5_000): Promise<void> {
   for (const deadline = Date.now() + limitMs; Date.now() < deadline && (await answersPing({ path }, 200)); ) await new Promise((r) => setTimeout(r, 50));
 }
 
-function waitForSocket(path: string, child: ChildProcess, limitMs: number): Promise<void> {
+function waitForSocket(path: string, child: ChildProcess, limitMs: number, logFile: string): Promise<void> {
   const deadline = Date.now() + limitMs;
   return new Promise((done, fail) => {
     let exited = false;
     child.once('exit', (code) => {
       exited = true;
-      fail(new Error(`redis-server exited with code ${code} before it was ready`));
+      fail(new Error(`redis-server exited with code ${code} before it was ready${lastLogLine(logFile)}`));
     });
     const poll = async () => {
       if (exited) return;
@@ -98,34 +124,39 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   }
   const dir = resolve(config.dataDir, 'redis');
   const socket = join(dir, 'redis.sock');
-  // The process that starts the server owns it (its pid in `owner.pid`) and stops it. A server whose
-  // owner is gone (SIGKILLed) is taken over by the next process that finds it, so it still stops
-  // with a service; while its owner runs, other processes (the CLI) only use it.
+  // A unix socket path longer than the system's limit (107 bytes on Linux, 103 on macOS) makes
+  // redis-server exit at start: said here, with the setting that decides it.
+  if (Buffer.byteLength(socket) > MAX_SOCKET_PATH_BYTES) {
+    throw new ConfigError(`the embedded Redis socket ${socket} is ${Buffer.byteLength(socket)} bytes, over the ${MAX_SOCKET_PATH_BYTES} a unix socket path may have: set HERALD_DATA_DIR to a shorter folder, or set REDIS_URL`);
+  }
+  // The process that starts the server owns it (its pid in `owner.pid`). A server whose owner is
+  // gone (SIGKILLed) is taken over by the next process that finds it; while its owner runs, other
+  // processes (the CLI, a second `npm start`) only use it. The last one out stops it: a process
+  // that owns it (or finds its owner gone) stops it only when no other process is connected.
   const ownerFile = join(dir, 'owner.pid');
   if (await answersPing({ path: socket })) {
     const owner = ownerOf(ownerFile);
-    if (owner !== null && alive(owner)) return { target: { path: socket }, embedded: true, stop: none };
-    writeFileSync(ownerFile, `${process.pid}\n`);
-    let stopped = false;
-    const stop = async () => {
-      if (stopped) return;
-      stopped = true;
-      await shutdownServer(socket);
-    };
-    return { target: { path: socket }, embedded: true, stop };
+    const takeOver = owner === null || !alive(owner);
+    if (takeOver) {
+      writeFileSync(ownerFile, `${process.pid}\n`);
+      // taken over: this process's setting holds from now on, as if it had started the server
+      await inlineCommand({ path: socket }, `CONFIG SET appendfsync ${config.embeddedAppendFsync}`);
+    }
+    return { target: { path: socket }, embedded: true, stop: lastOneOut(socket, ownerFile, takeOver, () => shutdownServer(socket)) };
   }
   if (spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).error) throw new ConfigError(INSTALL_HINT);
   mkdirSync(dir, { recursive: true });
+  const logFile = join(dir, 'redis.log');
   const child = spawn(
     'redis-server',
-    ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--appendonly', 'yes', '--appendfsync', config.embeddedAppendFsync, '--save', '', '--logfile', join(dir, 'redis.log')],
+    ['--port', '0', '--unixsocket', socket, '--unixsocketperm', '700', '--dir', dir, '--appendonly', 'yes', '--appendfsync', config.embeddedAppendFsync, '--save', '', '--logfile', logFile],
     // A process group of its own: Ctrl-C in a terminal signals the whole foreground group, and the
     // service, stopping gracefully, still needs Redis; `stop` below ends the server last.
     { stdio: 'ignore', detached: true },
   );
-  await waitForSocket(socket, child, 10_000);
+  await waitForSocket(socket, child, 10_000, logFile);
   writeFileSync(ownerFile, `${process.pid}\n`);
-  const stop = () =>
+  const stopChild = () =>
     new Promise<void>((done) => {
       if (child.exitCode !== null) return done();
       const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
@@ -135,5 +166,29 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
       });
       child.kill('SIGTERM'); // redis-server flushes the append-only file on SIGTERM
     });
-  return { target: { path: socket }, embedded: true, stop };
+  return { target: { path: socket }, embedded: true, stop: lastOneOut(socket, ownerFile, true, stopChild, () => child.unref()) };
+}
+
+/** Longest unix socket path, in bytes, that every system Herald runs on accepts (macOS: 104 with the final NUL). */
+const MAX_SOCKET_PATH_BYTES = 103;
+
+/**
+ * The `stop` of a resolve that uses the embedded server: for one that found it owned (`owns`
+ * false), nothing while its owner lives; otherwise `shutdown`, unless other processes are still
+ * connected (a stopping process has closed its own connections; a closing one is given up to
+ * 500 ms), in which case the server is left to them (`leave`) and the last of them stops it.
+ */
+function lastOneOut(socket: string, ownerFile: string, owns: boolean, shutdown: () => Promise<void>, leave: () => void = () => undefined): () => Promise<void> {
+  let stopped = false;
+  return async () => {
+    if (stopped) return;
+    stopped = true;
+    const owner = ownerOf(ownerFile);
+    if (!owns && owner !== null && alive(owner)) return;
+    for (const deadline = Date.now() + 500; ; await new Promise((r) => setTimeout(r, 50))) {
+      const others = await otherClients(socket);
+      if (others === null || others === 0) return shutdown();
+      if (Date.now() > deadline) return leave();
+    }
+  };
 }

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { suite } from 'uvu';
@@ -189,22 +189,32 @@ embedded('a Ctrl-C to the process group of the service does not reach the embedd
   }
 });
 
-embedded('a server left running by a SIGKILLed process is reused by the next one, which then stops it (README: stopped with the service)', async (ctx) => {
-  const dataDir = temp(ctx, 'orphan');
-  const local = await nobody();
+/**
+ * Another process that resolves the embedded server under `dataDir` (starting it, or taking it
+ * over) and prints its target; on SIGTERM it runs its `stop` and exits, as a stopping service does.
+ */
+async function startOwnerProcess(dataDir: string, local: { host: string; port: number }, env: Record<string, string> = {}) {
   const script = `
     import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
     import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
     const resolved = await resolveRedis(loadConfig(), ${JSON.stringify(local)});
+    process.on('SIGTERM', async () => { await resolved.stop(); process.exit(0); });
     process.stdout.write(JSON.stringify(resolved.target) + '\\n');
     setInterval(() => {}, 1000);`;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, ...env, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   const deadline = Date.now() + 30_000;
   while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
   const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
+  return { child, exited, target };
+}
+
+embedded('a server left running by a SIGKILLed process is reused by the next one, which then stops it (README: stopped with the service)', async (ctx) => {
+  const dataDir = temp(ctx, 'orphan');
+  const local = await nobody();
+  const { child, exited, target } = await startOwnerProcess(dataDir, local);
   child.kill('SIGKILL');
   await exited;
   assert.ok(await answersPing(target), 'the server outlives the process killed with SIGKILL (nothing is lost)');
@@ -216,6 +226,58 @@ embedded('a server left running by a SIGKILLed process is reused by the next one
   assert.ok(await answersPing(target), 'a process using it while its owner runs (the CLI) leaves it running');
   await next.stop();
   assert.not.ok(await answersPing(target), 'the process that took it over stops it');
+});
+
+embedded('the last one out stops it: an owner stopping while another process still uses the server leaves it to that process, which stops it', async (ctx) => {
+  const dataDir = temp(ctx, 'last-out');
+  const local = await nobody();
+  const owner = await startOwnerProcess(dataDir, local);
+  const user = await resolveEmbedded(ctx, dataDir, local); // a second `npm start` on the same project
+  const connection = connectRedis(user.target);
+  try {
+    assert.is(await connection.ping(), 'PONG');
+    owner.child.kill('SIGTERM');
+    await owner.exited;
+    assert.ok(await answersPing(owner.target), 'still up for the process using it (it was shut down under it)');
+    assert.is(await connection.ping(), 'PONG');
+  } finally {
+    connection.disconnect();
+  }
+  await user.stop();
+  assert.not.ok(await answersPing(owner.target), 'the last process to stop stops it');
+});
+
+embedded('a process taking over a server left running applies its own EMBEDDED_REDIS_APPENDFSYNC', async (ctx) => {
+  const dataDir = temp(ctx, 'fsync');
+  const local = await nobody();
+  const first = await startOwnerProcess(dataDir, local);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  const next = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir, EMBEDDED_REDIS_APPENDFSYNC: 'always' }, {}), local);
+  ctx.started.push(next);
+  const connection = connectRedis(next.target);
+  try {
+    assert.equal(await connection.config('GET', 'appendfsync'), ['appendfsync', 'always'], 'was everysec, as the killed process started it');
+  } finally {
+    connection.disconnect();
+  }
+  await next.stop();
+});
+
+embedded('a redis-server that exits at start is reported with the reason from its log', async (ctx) => {
+  const dataDir = temp(ctx, 'broken');
+  mkdirSync(join(dataDir, 'redis'), { recursive: true });
+  writeFileSync(join(dataDir, 'redis', 'appendonlydir'), 'a file where redis-server keeps a folder');
+  const err = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir }, {}), await nobody()).catch((e: unknown) => e);
+  assert.match(String((err as Error).message), /^redis-server exited with code 1 before it was ready: .*append.* \(.*redis\.log\)$/i);
+});
+
+embedded('a data folder whose socket path is too long for a unix socket is a ConfigError naming HERALD_DATA_DIR, before redis-server is started', async (ctx) => {
+  const dataDir = join(temp(ctx, 'long'), 'x'.repeat(100));
+  const err = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir }, {}), await nobody()).catch((e: unknown) => e);
+  assert.ok(err instanceof ConfigError, String(err));
+  assert.match((err as Error).message, /HERALD_DATA_DIR/);
+  assert.match((err as Error).message, /over the 103/);
 });
 
 embedded('without redis-server on PATH it rejects with a ConfigError whose message is the install hint', async (ctx) => {
