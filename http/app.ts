@@ -1,5 +1,6 @@
 import Koa from 'koa';
 import type { AppDeps } from './deps.js';
+import { crossOrigin } from './middleware/cross-origin.js';
 import { envelopeErrors } from './middleware/errors.js';
 import { redisGate } from './middleware/redis-gate.js';
 import { RoutesBySegment } from './routes-by-segment.js';
@@ -39,6 +40,7 @@ export function createApp(deps: AppDeps): Koa {
   registerWebhooks(router, deps);
   registerMessages(router, deps);
 
+  app.use(crossOrigin());
   app.use(envelopeErrors(deps.log));
   app.use(redisGate(deps.redis));
   app.use(router.middleware());

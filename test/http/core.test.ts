@@ -210,6 +210,27 @@ core('a JSON body that is not an object (null, 42, []) is 400 validation naming 
   }
 });
 
+core('browsers on other origins may call (CORS): a preflight is answered with the methods and headers, every answer to a request with an Origin allows any origin, errors too', async ({ service, keys }) => {
+  const origin = 'https://app.example.com';
+  const preflight = await fetch(`${service.url}/v1/client/events`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' } });
+  assert.is(preflight.status, 200);
+  assert.is(preflight.headers.get('access-control-allow-origin'), '*');
+  assert.match(preflight.headers.get('access-control-allow-methods') ?? '', /\bPOST\b/);
+  assert.match(preflight.headers.get('access-control-allow-headers') ?? '', /Authorization/);
+  assert.match(preflight.headers.get('access-control-allow-headers') ?? '', /Content-Type/);
+  assert.is(((await preflight.json()) as any).success, true, 'in the envelope');
+
+  const tracked = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { origin, authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json' }, body: JSON.stringify({ externalId: 'cors-1', name: 'page.viewed' }) });
+  assert.is(tracked.status, 202);
+  assert.is(tracked.headers.get('access-control-allow-origin'), '*');
+  assert.match(tracked.headers.get('access-control-expose-headers') ?? '', /Request-Id/);
+  const refused = await fetch(`${service.url}/v1/events`, { headers: { origin } });
+  assert.is(refused.status, 401);
+  assert.is(refused.headers.get('access-control-allow-origin'), '*', 'the page can read the error envelope');
+  const server = await fetch(`${service.url}/v1/health`);
+  assert.is(server.headers.get('access-control-allow-origin'), null, 'nothing added without an Origin');
+});
+
 core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding is 400 bad_request', async ({ service, keys }) => {
   const post = (body: Uint8Array, encoding: string) => fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json', 'content-encoding': encoding }, body });
   const event = Buffer.from(JSON.stringify({ externalId: 'gz-1', name: 'gz.sent' }));
