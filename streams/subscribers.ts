@@ -5,7 +5,7 @@ import { partitionOf } from '../lib/partition.js';
 import { recordOf } from '../lib/field-list.js';
 import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
-import { sameJson } from './ledger.js';
+import { diff, sameJson } from './ledger.js';
 import { draftedAudit, drafted, type AuditTrail, type WriteAudit, type WriteReply } from './subscriber-audit.js';
 import { cleanupOp, finishCleanup, type SubscriberCleanup } from './subscriber-cleanup.js';
 import { heldBy, publicOf, toSubscription, type Subscription } from './subscriptions.js';
@@ -101,25 +101,6 @@ function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Sub
 }
 
 /**
- * The keys of `properties` that differ between `before` and `after`: their new values in `changes`
- * and their old ones in `previous` (null for a key that is absent on that side; a stored property
- * is never null, since null removes it).
- */
-function propertyDiff(before: Record<string, unknown>, after: Record<string, unknown>): { changes: Record<string, unknown>; previous: Record<string, unknown> } {
-  const changes: Record<string, unknown> = {};
-  const previous: Record<string, unknown> = {};
-  for (const k of new Set([...Object.keys(before), ...Object.keys(after)])) {
-    // own keys only: a property may be called `toString` or `constructor`
-    const was = Object.hasOwn(before, k) ? before[k] : null;
-    const is = Object.hasOwn(after, k) ? after[k] : null;
-    if (sameJson(was, is)) continue;
-    changes[k] = is;
-    previous[k] = was;
-  }
-  return { changes, previous };
-}
-
-/**
  * Record operations and the `$subscriber.updated` event for an attribute change (none when nothing
  * changes). `properties` of the event carry only the changed keys. Throws 400 `validation` on
  * `<base>properties` when the merged `properties` would go over 8 KB and grow: computed from the
@@ -139,9 +120,10 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
   for (const field of ATTRIBUTE_FIELDS) {
     if (sameJson(before[field], next[field])) continue;
     if (field === 'properties') {
-      const diff = propertyDiff(before.properties, next.properties);
-      changes.properties = diff.changes;
-      previous.properties = diff.previous;
+      // only the keys that differ (null for a key absent on that side): ledger's one key-by-key diff
+      const changed = diff(before.properties, next.properties);
+      changes.properties = changed?.changes ?? {};
+      previous.properties = changed?.previousAttributes ?? {};
     } else {
       changes[field] = next[field];
       previous[field] = before[field];

@@ -92,7 +92,7 @@ export function readRegistration(input: RegistrationBody): RegisterInput {
 }
 
 
-/** A registration as a client may send it: `channel` optional (withChannel fills it in). */
+/** A registration as a client may send it: `channel` optional (readRegistration fills it in). */
 export type RegistrationBody = Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] };
 
 export function checkRegistration(input: RegisterInput): void {
