@@ -27,6 +27,7 @@ function inlineCommand(target: { host: string; port: number } | { path: string }
       if (bulk ? reply.length >= bulk[0].length + Number(bulk[1]) : reply.includes('\r\n')) finish(reply);
     });
     socket.on('error', () => finish(null));
+    socket.on('close', () => finish(null)); // closed without a (whole) reply: SHUTDOWN's answer
   });
 }
 
@@ -78,16 +79,7 @@ function lastLogLine(file: string): string {
 
 /** Asks the server on `path` to shut down (it flushes its append-only file first) and waits until it is gone. */
 async function shutdownServer(path: string, limitMs = 5_000): Promise<void> {
-  await new Promise<void>((done) => {
-    const socket = createConnection(path);
-    const timer = setTimeout(() => socket.destroy(), 1_000);
-    socket.on('connect', () => socket.write('SHUTDOWN\r\n'));
-    socket.on('close', () => {
-      clearTimeout(timer);
-      done();
-    });
-    socket.on('error', () => undefined);
-  });
+  await inlineCommand({ path }, 'SHUTDOWN', 1_000);
   for (const deadline = Date.now() + limitMs; Date.now() < deadline && (await answersPing({ path }, 200)); ) await new Promise((r) => setTimeout(r, 50));
 }
 
