@@ -3,17 +3,14 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createKeys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
-import { generateProviderKey } from '../test/helpers/apns-peer.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { h2Load } from './lib/apns-h2-client.js';
-import { startApnsPeerProcess } from './lib/apns-peer-process.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { formatSummary, summarize } from './lib/cpuprofile.js';
 import { commandStats, commandStatsDelta, HeraldState, waitUntil } from './lib/herald-state.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
-import { BUNDLE_ID, createPushTenant, getData, joinTopic, makeTopic, postData, putApnsCredentials, registerDevices, subscriberId } from './lib/push-fixture.js';
-import { startRedis } from './lib/redis.js';
+import { BUNDLE_ID, createPushTenant, getData, joinTopic, makeTopic, postData, putApnsCredentials, registerDevices, startPeerWithProvider, subscriberId } from './lib/push-fixture.js';
+import { startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { RssSampler, startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
@@ -84,20 +81,12 @@ export async function run(args: string[]): Promise<BenchResult> {
     stops.length = 0;
   };
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(async () => void (await client.quit().catch(() => client.disconnect())));
+    const { server: redis, client } = await startRedisWithClient(stops);
     const keys = createKeys(prefix);
     const state = new HeraldState(client, keys, partitions);
 
     // The APNs peer, in its own process, with the provider key Herald will be given.
-    const provider = generateProviderKey();
-    const peer = await startApnsPeerProcess({
-      keyId: provider.keyId, teamId: provider.teamId, topic: BUNDLE_ID,
-      publicKeyPem: provider.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
-    });
-    stops.push(peer.stop);
+    const { provider, peer } = await startPeerWithProvider(stops);
 
     // The audience, straight through the library (timed apart: not part of the figures).
     say(`fanout: ${fmt(members)} subscribers with one iOS device each in topic "${TOPIC}"; setting up through the library (${setupConcurrency} at a time)…`);

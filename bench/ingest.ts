@@ -4,7 +4,6 @@ import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { bodyLoad, type BodyLoadResult } from './lib/body-load.js';
 import { eventBodies } from './lib/event-bodies.js';
@@ -12,12 +11,11 @@ import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, waitUntil
 import { httpLoad, mergeLoads, type LoadResult } from './lib/http-load.js';
 import { postAll } from './lib/post-all.js';
 import { startKoaHello } from './lib/koa-hello.js';
-import { redisBenchmark, startRedis } from './lib/redis.js';
+import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
-import { startService } from './lib/service.js';
-import { startWorker } from './lib/worker.js';
+import { startEventRoles } from './lib/service.js';
 
 export const description = 'accepted events/s of POST /v1/events (batches) with web + worker running vs redis-benchmark XADD; single-event req/s vs a Koa hello-world';
 
@@ -121,10 +119,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const stops: Array<() => Promise<void>> = [];
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(() => client.quit().then(() => undefined));
+    const { server: redis, client } = await startRedisWithClient(stops);
 
     // The Redis baseline: raw XADD, pipelined 32 deep, on the same private Redis.
     const xadd = await redisBenchmark({ port: redis.port, requests: xaddRequests, command: ['XADD', 'bench:xadd', '*', 'f', 'v'] });
@@ -145,18 +140,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
       const local: Array<() => Promise<void>> = [];
       try {
-        let url: string;
-        if (mode === 'separate') {
-          const web = await startService({ redisUrl: redis.url, keyPrefix: prefix, env });
-          local.push(web.stop);
-          const worker = await startWorker({ redisUrl: redis.url, keyPrefix: prefix, env });
-          local.push(worker.stop);
-          url = web.url;
-        } else {
-          const both = await startService({ redisUrl: redis.url, keyPrefix: prefix, script: 'bin/start.ts', roles: ['web', 'worker'], env });
-          local.push(both.stop);
-          url = both.url;
-        }
+        const url = await startEventRoles(mode, { redisUrl: redis.url, keyPrefix: prefix, env }, local);
         const target = `${url}/v1/events`;
         const headers = { authorization: `Bearer ${apiKey}` };
         await probe(target, headers, batchSet.bodies[batchSet.bodies.length - 1]!, batch);

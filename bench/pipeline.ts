@@ -5,7 +5,6 @@ import type { Redis } from 'ioredis';
 import { partitionOf } from '../lib/partition.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { eventBodies } from './lib/event-bodies.js';
@@ -13,10 +12,9 @@ import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, waitUntil
 import { postAll } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
-import { redisBenchmark, startRedis } from './lib/redis.js';
+import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
-import { startService } from './lib/service.js';
-import { startWorker } from './lib/worker.js';
+import { startEventRoles } from './lib/service.js';
 
 export const description = 'worker events/s and read-model lag p50/p99 under a fixed ingest rate; Redis memory per stored event';
 
@@ -175,10 +173,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const stops: Array<() => Promise<void>> = [];
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(() => client.quit().then(() => undefined));
+    const { server: redis, client } = await startRedisWithClient(stops);
     const state = new HeraldState(client, keys, partitions);
 
     const xadd = await redisBenchmark({ port: redis.port, requests: xaddRequests, command: ['XADD', 'bench:xadd', '*', 'f', 'v'] });
@@ -187,18 +182,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     const { workspace, tenant } = await ensureWorkspace(client, keys, SLUG, BY_BENCH);
     const apiKey = (await createApiKey(client, keys, { workspace, tenant, kind: 'tenant', scopes: ['*'], expiresAt: null, name: 'bench' }, BY_BENCH)).key;
     const env: Record<string, string> = { HERALD_PARTITIONS: String(partitions), ...(profDir ? cpuProfEnv(profDir) : {}) };
-    let url: string;
-    if (mode === 'separate') {
-      const web = await startService({ redisUrl: redis.url, keyPrefix: prefix, env });
-      stops.push(web.stop);
-      const worker = await startWorker({ redisUrl: redis.url, keyPrefix: prefix, env });
-      stops.push(worker.stop);
-      url = web.url;
-    } else {
-      const both = await startService({ redisUrl: redis.url, keyPrefix: prefix, script: 'bin/start.ts', roles: ['web', 'worker'], env });
-      stops.push(both.stop);
-      url = both.url;
-    }
+    const url = await startEventRoles(mode, { redisUrl: redis.url, keyPrefix: prefix, env }, stops);
     const target = `${url}/v1/events`;
     const headers = { authorization: `Bearer ${apiKey}` };
 

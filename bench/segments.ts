@@ -4,7 +4,6 @@ import { parseArgs } from 'node:util';
 import { partitionOf } from '../lib/partition.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
 import { createTopic } from '../streams/topics.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { api, automationBodies, createAudience, SEGMENTS, type AudienceStats } from './lib/automation-fixture.js';
@@ -12,7 +11,7 @@ import { cpuProfEnv } from './lib/cpu-prof.js';
 import { externalIdOf } from './lib/event-bodies.js';
 import { HeraldState, waitUntil } from './lib/herald-state.js';
 import { postAll } from './lib/post-all.js';
-import { startRedis } from './lib/redis.js';
+import { startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
@@ -70,10 +69,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     worker = null;
   };
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(() => client.quit().then(() => undefined));
+    const { server: redis, client } = await startRedisWithClient(stops);
     const state = new HeraldState(client, keys, partitions);
     const env: Record<string, string> = { HERALD_PARTITIONS: String(partitions), ...(profDir ? cpuProfEnv(profDir) : {}) };
 

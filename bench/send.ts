@@ -3,10 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createKeys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
-import { generateProviderKey } from '../test/helpers/apns-peer.js';
 import { numberOption, UsageError } from './lib/args.js';
-import { startApnsPeerProcess } from './lib/apns-peer-process.js';
 import { bodyLoad, type BodyLoadResult } from './lib/body-load.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { formatSummary, summarize } from './lib/cpuprofile.js';
@@ -14,9 +11,9 @@ import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, slowlogLi
 import { mergeLoads } from './lib/http-load.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
-import { BUNDLE_ID, createPushTenant, getData, postData, putApnsCredentials, registerDevices, subscriberId } from './lib/push-fixture.js';
+import { BUNDLE_ID, createPushTenant, getData, postData, putApnsCredentials, registerDevices, startPeerWithProvider, subscriberId } from './lib/push-fixture.js';
 import { rateLoad, type RateLoadResult } from './lib/rate-load.js';
-import { startRedis } from './lib/redis.js';
+import { startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
@@ -89,19 +86,12 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const stops: Array<() => Promise<void>> = [];
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(async () => void (await client.quit().catch(() => client.disconnect())));
+    const { server: redis, client } = await startRedisWithClient(stops);
     const keys = createKeys(prefix);
     const state = new HeraldState(client, keys, partitions);
 
-    const provider = generateProviderKey();
-    const peer = await startApnsPeerProcess({
-      keyId: provider.keyId, teamId: provider.teamId, topic: BUNDLE_ID,
-      publicKeyPem: provider.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
-    });
-    stops.push(peer.stop);
+    // The APNs peer, in its own process, with the provider key Herald will be given.
+    const { provider, peer } = await startPeerWithProvider(stops);
 
     say(`send: ${fmt(subscribers)} subscribers with one iOS device each; setting up through the library…`);
     const tenant = await createPushTenant(client, keys, SLUG, partitions);

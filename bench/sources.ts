@@ -6,7 +6,6 @@ import autocannon from 'autocannon';
 import { webhookHeaders } from '../lib/webhook-signing.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
 import { numberOption } from './lib/args.js';
 import { bodyLoad, type BodyLoadResult } from './lib/body-load.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
@@ -16,7 +15,7 @@ import { httpLoad, mergeLoads, type LoadResult } from './lib/http-load.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { postAll } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
-import { startRedis } from './lib/redis.js';
+import { startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
@@ -196,10 +195,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const stops: Array<() => Promise<void>> = [];
   try {
-    const redisServer = await startRedis();
-    stops.push(redisServer.stop);
-    const redis = connectRedis({ url: redisServer.url });
-    stops.push(() => redis.quit().then(() => undefined));
+    const { server: redisServer, client: redis } = await startRedisWithClient(stops);
     const keyPrefix = 'bench-sources:';
     const keys = createKeys(keyPrefix);
     const { workspace, tenant } = await ensureWorkspace(redis, keys, SLUG, BY_BENCH);

@@ -10,13 +10,12 @@ import { newId } from '../lib/ids.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
 import { LEDGER_FIELDS } from '../streams/ledger.js';
-import { connectRedis } from '../streams/redis.js';
 import { numberOption } from './lib/args.js';
 import { spawnNode, stopChild } from './lib/child.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
-import { startRedis } from './lib/redis.js';
+import { startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startService } from './lib/service.js';
 
@@ -120,10 +119,7 @@ export async function run(args: string[]): Promise<BenchResult> {
   const stops: Array<() => Promise<void>> = [];
 
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const db = connectRedis({ url: redis.url });
-    stops.push(() => db.quit().then(() => undefined));
+    const { server: redis, client: db } = await startRedisWithClient(stops);
     const receiver = await startReceiver();
     stops.push(receiver.close);
 

@@ -4,7 +4,6 @@ import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
-import { connectRedis } from '../streams/redis.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { api, automationBodies, createAudience, percentile } from './lib/automation-fixture.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
@@ -12,7 +11,7 @@ import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, slowlogLi
 import { postAll, type PostAllResult } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
-import { redisBenchmark, startRedis } from './lib/redis.js';
+import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
 import { ratioOf, round, type BenchResult } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
@@ -133,10 +132,7 @@ export async function run(args: string[]): Promise<BenchResult> {
   const say = (line = '') => process.stdout.write(line + '\n');
   const stops: Array<() => Promise<void>> = [];
   try {
-    const redis = await startRedis();
-    stops.push(redis.stop);
-    const client = connectRedis({ url: redis.url });
-    stops.push(() => client.quit().then(() => undefined));
+    const { server: redis, client } = await startRedisWithClient(stops);
     const state = new HeraldState(client, keys, partitions);
     const env: Record<string, string> = { HERALD_PARTITIONS: String(partitions), ...(profDir ? cpuProfEnv(profDir) : {}) };
 

@@ -5,8 +5,9 @@ import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { registerSubscription } from '../../streams/subscriptions.js';
 import { addTopicMembers, type TopicRef } from '../../streams/topic-members.js';
 import { createTopic } from '../../streams/topics.js';
-import type { ProviderKey } from '../../test/helpers/apns-peer.js';
+import { generateProviderKey, type ProviderKey } from '../../test/helpers/apns-peer.js';
 import { deviceToken } from './apns-h2-client.js';
+import { startApnsPeerProcess, type PeerProcess } from './apns-peer-process.js';
 
 /**
  * The push audience of the messages benches, written straight through the product's library
@@ -25,6 +26,20 @@ export async function createPushTenant(redis: Redis, keys: Keys, slug: string, p
   const { workspace, tenant } = await ensureWorkspace(redis, keys, slug, BY_BENCH);
   const tenantKey = (await createApiKey(redis, keys, { workspace, tenant, kind: 'tenant', scopes: ['*'], expiresAt: null, name: 'bench' }, BY_BENCH)).key;
   return { workspace, tenant, tenantKey, scope: { workspaceId: workspace.id, tenantId: tenant.id, partitions } };
+}
+
+/**
+ * A new provider key and the local APNs peer, in its own process, checking tokens signed with it
+ * for `BUNDLE_ID`; the peer's stop is pushed on `stops`.
+ */
+export async function startPeerWithProvider(stops: Array<() => Promise<void>>): Promise<{ provider: ProviderKey; peer: PeerProcess }> {
+  const provider = generateProviderKey();
+  const peer = await startApnsPeerProcess({
+    keyId: provider.keyId, teamId: provider.teamId, topic: BUNDLE_ID,
+    publicKeyPem: provider.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
+  });
+  stops.push(peer.stop);
+  return { provider, peer };
 }
 
 /** Runs `work(i)` for i in [from, to), `concurrency` at a time; `onProgress` every `every` items. */

@@ -2,7 +2,9 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Redis } from 'ioredis';
 import { answersPing } from '../../streams/embedded-redis.js';
+import { connectRedis } from '../../streams/redis.js';
 import { spawnChild, stopChild } from './child.js';
 import { freePort } from './port.js';
 
@@ -85,4 +87,16 @@ export function redisBenchmark(options: RedisBenchmarkOptions): Promise<RedisBen
       fail(new Error(`redis-benchmark ${args.join(' ')} failed (${code ?? signal}): ${out.trim().slice(-500)}`));
     });
   });
+}
+
+/**
+ * A private `redis-server` (as `startRedis`) and one ioredis client to it, both pushed on `stops`
+ * (the client first to go), for the benches that write their fixtures through the library.
+ */
+export async function startRedisWithClient(stops: Array<() => Promise<void>>): Promise<{ server: PrivateRedis; client: Redis }> {
+  const server = await startRedis();
+  stops.push(server.stop);
+  const client = connectRedis({ url: server.url });
+  stops.push(async () => void (await client.quit().catch(() => client.disconnect())));
+  return { server, client };
 }

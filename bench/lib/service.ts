@@ -1,4 +1,5 @@
 import { spawnNode, stopChild, waitForHttp } from './child.js';
+import { startWorker } from './worker.js';
 import { freePort } from './port.js';
 
 export type ServiceOptions = {
@@ -35,4 +36,26 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
     throw err;
   }
   return { url, stop: () => stopChild(child.process) };
+}
+
+/**
+ * The web and worker roles against `redisUrl`: `separate`, each its own process as the Procfile
+ * runs them; `combined`, both in one process (`bin/start.ts`). Their stops are pushed on `stops`;
+ * resolves with the web role's URL.
+ */
+export async function startEventRoles(
+  mode: 'separate' | 'combined',
+  options: { redisUrl: string; keyPrefix: string; env: Record<string, string> },
+  stops: Array<() => Promise<void>>,
+): Promise<string> {
+  if (mode === 'combined') {
+    const both = await startService({ ...options, script: 'bin/start.ts', roles: ['web', 'worker'] });
+    stops.push(both.stop);
+    return both.url;
+  }
+  const web = await startService(options);
+  stops.push(web.stop);
+  const worker = await startWorker(options);
+  stops.push(worker.stop);
+  return web.url;
 }
