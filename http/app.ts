@@ -40,8 +40,8 @@ export function createApp(deps: AppDeps): Koa {
   registerWebhooks(router, deps);
   registerMessages(router, deps);
 
-  app.use(crossOrigin());
   app.use(envelopeErrors(deps.log));
+  app.use(crossOrigin());
   app.use(redisGate(deps.redis));
   app.use(router.middleware());
   return app;

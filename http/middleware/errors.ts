@@ -5,6 +5,7 @@ import { newRequestId } from '../../lib/ids.js';
 import type { Logger } from '../../lib/log.js';
 import { errorEnvelope, respondError } from '../envelope.js';
 import { isRedisUnavailable } from '../../streams/redis.js';
+import { CROSS_ORIGIN_HEADERS } from './cross-origin.js';
 
 /** Turns what routing throws (http-errors shaped) into the service's errors; body errors are mapped where bodies are read (json-body.ts). */
 function toApiError(err: unknown): ApiError | null {
@@ -56,5 +57,6 @@ export function answerUnparsedRequest(err: NodeJS.ErrnoException, socket: Duplex
       : ['request', 'The request is not well-formed HTTP'];
   const requestId = newRequestId();
   const body = JSON.stringify(errorEnvelope(new ApiError(400, 'bad_request', message, { param }), requestId));
-  socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`);
+  const cors = Object.entries(CROSS_ORIGIN_HEADERS).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\n${cors}Connection: close\r\n\r\n${body}`);
 }

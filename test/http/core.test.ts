@@ -146,6 +146,7 @@ core('a request Node cannot parse (headers over 16 KB, a malformed request line)
     assert.equal(body.error.details.map((d: any) => d.param), [param]);
     assert.match(body.metadata.requestId, /^req_/);
     assert.is(res.headers['request-id'], body.metadata.requestId);
+    assert.is(res.headers['access-control-allow-origin'], '*', 'a page on another origin reads it too');
     assert.ok(Number.isFinite(Date.parse(body.metadata.timestamp)));
   }
 });
@@ -210,15 +211,17 @@ core('a JSON body that is not an object (null, 42, []) is 400 validation naming 
   }
 });
 
-core('browsers on other origins may call (CORS): a preflight is answered with the methods and headers, every answer to a request with an Origin allows any origin, errors too', async ({ service, keys }) => {
+core('browsers on other origins may call (CORS): a preflight is answered with the methods and headers, every answer allows any origin, errors too', async ({ service, keys }) => {
   const origin = 'https://app.example.com';
   const preflight = await fetch(`${service.url}/v1/client/events`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type' } });
   assert.is(preflight.status, 200);
   assert.is(preflight.headers.get('access-control-allow-origin'), '*');
   assert.match(preflight.headers.get('access-control-allow-methods') ?? '', /\bPOST\b/);
-  assert.match(preflight.headers.get('access-control-allow-headers') ?? '', /Authorization/);
-  assert.match(preflight.headers.get('access-control-allow-headers') ?? '', /Content-Type/);
-  assert.is(((await preflight.json()) as any).success, true, 'in the envelope');
+  assert.is(preflight.headers.get('access-control-allow-headers'), 'authorization,content-type', 'the headers asked for');
+  assert.is(preflight.headers.get('access-control-max-age'), '600');
+  const body = (await preflight.json()) as any;
+  assert.is(body.success, true, 'in the envelope');
+  assert.is(preflight.headers.get('request-id'), body.metadata.requestId);
 
   const tracked = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { origin, authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json' }, body: JSON.stringify({ externalId: 'cors-1', name: 'page.viewed' }) });
   assert.is(tracked.status, 202);
@@ -227,8 +230,40 @@ core('browsers on other origins may call (CORS): a preflight is answered with th
   const refused = await fetch(`${service.url}/v1/events`, { headers: { origin } });
   assert.is(refused.status, 401);
   assert.is(refused.headers.get('access-control-allow-origin'), '*', 'the page can read the error envelope');
-  const server = await fetch(`${service.url}/v1/health`);
-  assert.is(server.headers.get('access-control-allow-origin'), null, 'nothing added without an Origin');
+  assert.match(refused.headers.get('access-control-expose-headers') ?? '', /WWW-Authenticate/);
+  // the same headers without an Origin: an answer a shared cache keeps serves a page as well
+  const server = await fetch(`${service.url}/v1/openapi.json`);
+  assert.is(server.headers.get('access-control-allow-origin'), '*');
+  assert.is(server.headers.get('vary'), null);
+});
+
+core('a preflight never fails in the browser: an unknown path, a method the path does not take, any header names, each told by the actual request the page can read', async ({ service, keys }) => {
+  const origin = 'https://app.example.com';
+  const preflight = (path: string, method: string, headers?: string) => fetch(`${service.url}${path}`, {
+    method: 'OPTIONS',
+    headers: { origin, 'access-control-request-method': method, ...(headers ? { 'access-control-request-headers': headers } : {}) },
+  });
+  for (const [path, method] of [['/v1/nope', 'GET'], ['/v1/client/widget', 'POST'], ['/v1/client/preferences', 'PUT'], ['/v1/health', 'PATCH']] as const) {
+    const res = await preflight(path, method, 'authorization');
+    assert.is(res.status, 200, `${method} ${path}`);
+    assert.ok((res.headers.get('access-control-allow-methods') ?? '').split(', ').includes(method), `${method} ${path} allowed`);
+  }
+  const actualUnknown = await fetch(`${service.url}/v1/nope`, { headers: { origin, authorization: `Bearer ${keys.client}` } });
+  assert.is(actualUnknown.status, 404);
+  assert.is(actualUnknown.headers.get('access-control-allow-origin'), '*');
+  const actualMethod = await fetch(`${service.url}/v1/health`, { method: 'PATCH', headers: { origin } });
+  assert.is(actualMethod.status, 405);
+  assert.is(actualMethod.headers.get('access-control-allow-origin'), '*');
+  assert.match(actualMethod.headers.get('access-control-expose-headers') ?? '', /\bAllow\b/);
+
+  const traced = await preflight('/v1/client/events', 'POST', 'content-type, x-requested-with, traceparent, baggage');
+  assert.is(traced.headers.get('access-control-allow-headers'), 'content-type, x-requested-with, traceparent, baggage');
+  assert.is(traced.headers.get('vary'), 'Access-Control-Request-Headers');
+  const none = await preflight('/v1/client/events', 'POST');
+  assert.match(none.headers.get('access-control-allow-headers') ?? '', /Authorization/, 'the usual list when none is asked for');
+  const odd = await preflight('/v1/client/events', 'POST', 'content-type, bad header;');
+  assert.is(odd.status, 200);
+  assert.match(odd.headers.get('access-control-allow-headers') ?? '', /^Authorization, /, 'a list that is not header names is not echoed');
 });
 
 core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding is 400 bad_request', async ({ service, keys }) => {

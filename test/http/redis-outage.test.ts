@@ -84,6 +84,10 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
     assert.is(reply.body.error.code, 'unavailable', what);
     assert.ok(reply.ms < 3_000, `${what} answered in ${reply.ms} ms`);
   }
+  // a page's preflight is answered all the same, so the page reads the 503 and retries (a refused preflight is a network error)
+  const preflight = await fetch(`${ctx.service.url}/v1/client/events`, { method: 'OPTIONS', headers: { origin: 'https://app.example.com', 'access-control-request-method': 'POST' } });
+  assert.is(preflight.status, 200);
+  assert.is(preflight.headers.get('access-control-allow-origin'), '*');
   const health = await within(5_000, 'GET /v1/health', () => api.get('/v1/health'));
   // an error in the envelope like any other 503 (spec 2.1: success false, data null)
   assert.is(health.status, 503);
