@@ -6,6 +6,7 @@ import { isoNow, now } from '../lib/clock.js';
 import { checkWebhookUrl, guardedLookup, type AllowList } from '../lib/ssrf-guard.js';
 import { VERSION } from '../lib/version.js';
 import { RESPONSE_EXCERPT_BYTES } from '../lib/webhook-policy.js';
+import { utf8Prefix } from '../lib/code-points.js';
 import { webhookLookup } from '../lib/webhook-resolver.js';
 import { webhookHeaders } from '../lib/webhook-signing.js';
 import type { AttemptRecord } from '../streams/webhook-deliveries.js';
@@ -65,7 +66,7 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
     let timer: NodeJS.Timeout | undefined;
     const chunks: Buffer[] = [];
     let size = 0;
-    const excerpt = () => (statusCode === null ? null : Buffer.concat(chunks).subarray(0, RESPONSE_EXCERPT_BYTES).toString('utf8'));
+    const excerpt = () => (statusCode === null ? null : utf8Prefix(Buffer.concat(chunks), RESPONSE_EXCERPT_BYTES));
     const finish = (error: string | null) => {
       if (settled) return;
       settled = true;

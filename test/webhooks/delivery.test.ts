@@ -261,14 +261,17 @@ delivery('a receiver that never answers times out; one that closes the socket is
   const hang = await receiver(ctx, () => ({ hang: true }));
   const drop = await receiver(ctx, () => ({ destroy: true }));
   const big = await receiver(ctx, () => ({ status: 200, body: 'x'.repeat(10_000) }));
+  const euro = await receiver(ctx, () => ({ status: 200, body: 'ab' + '€'.repeat(3000) }));
   const eh = await endpoint(ctx, ws, hang, { events: ['broken.*'] });
   const ed = await endpoint(ctx, ws, drop, { events: ['broken.*'] });
   const eb = await endpoint(ctx, ws, big, { events: ['broken.*'] });
+  const ee = await endpoint(ctx, ws, euro, { events: ['broken.*'] });
   const tracked = await track(ctx, ws.keys.tenant, 'broken.one');
   const id = wheOf(tracked.id);
   const hung = await waitDelivery(ctx, ws, eh.id, id, (x) => x.attempts.length >= 1, 'the timed-out attempt');
   const dropped = await waitDelivery(ctx, ws, ed.id, id, (x) => x.attempts.length >= 1, 'the dropped attempt');
   const long = await waitDelivery(ctx, ws, eb.id, id, (x) => x.status === 'success', 'the long answer');
+  const multi = await waitDelivery(ctx, ws, ee.id, id, (x) => x.status === 'success', 'the long multi-byte answer');
   for (const e of [eh, ed]) await ctx.api.patch(`/v1/workspaces/${ws.workspace.slug}/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
   const t = hung.attempts[0];
   assert.equal([t.statusCode, t.success, t.response], [null, false, null]);
@@ -280,6 +283,8 @@ delivery('a receiver that never answers times out; one that closes the socket is
   assert.match(n.error, /socket hang up|ECONNRESET/);
   assert.is(long.attempts[0].response.length, 4096);
   assert.is(long.attempts[0].response, 'x'.repeat(4096));
+  // 4 KB cut back to the last whole character (4,094 bytes), not a U+FFFD the receiver never sent
+  assert.is(multi.attempts[0].response, 'ab' + '€'.repeat(1364));
   assertVerified(big);
 });
 
