@@ -5,7 +5,7 @@ import { derivedId } from '../lib/ids.js';
 import { createAllowList } from '../lib/ssrf-guard.js';
 import { isDeliverable } from '../lib/webhook-events.js';
 import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
-import { signingSecrets, type RetiredSecret } from '../lib/webhook-signing.js';
+import { signingSecrets } from '../lib/webhook-signing.js';
 import { IdentityRefs, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
@@ -39,8 +39,6 @@ const ANNOUNCE_GRACE_MS = 60_000;
 /** Ledger entries this much older (by their stream id, Redis's clock) than every endpoint's activeSince are skipped unread. */
 const CLOCK_SKEW_MS = 5 * 60_000;
 
-/** What an attempt is sent with: the endpoint's URL and secrets as the claim saw them. */
-type Target = { url: string; secret: string; retiredSecrets: readonly RetiredSecret[] };
 
 const idMs = (streamId: string) => Number(streamId.slice(0, streamId.indexOf('-')));
 
@@ -70,6 +68,8 @@ class WebhookDispatcher {
   private workspaces: string[] = [];
   private readonly workspaceOfLedger = new Map<string, string>();
   private readonly endpointCache = new Map<string, { version: string | null; endpoints: WebhookEndpoint[] }>();
+  /** per workspace, the check of its endpoints running for attempts about to start, and the one queued behind it (`currentEndpoints`) */
+  private readonly endpointChecks = new Map<string, { running: Promise<WebhookEndpoint[]> | null; queued: Promise<WebhookEndpoint[]> | null }>();
   private readonly lanes = new Map<string, { workspaceId: string; lanes: EndpointLanes }>();
   private readonly backlog = new Map<string, number>();
   /** when each workspace next needs a claim (ms); absent or 0: at the next round */
@@ -217,12 +217,39 @@ class WebhookDispatcher {
         this.claimAt.set(workspaceId, 0);
       }
       for (const attempt of claimed) {
-        const e = byId.get(attempt.endpointId)!;
         const body = stored.get(attempt.eventId) ?? bodies.get(attempt.eventId)!;
-        this.enqueueSend(workspaceId, attempt.endpointId, e, { ...attempt, body });
+        this.enqueueSend(workspaceId, attempt.endpointId, { ...attempt, body });
       }
     }
     if (events.length) this.refill();
+  }
+
+  /**
+   * The workspace's endpoints as they are now, for an attempt about to start (it may have waited in
+   * its endpoint's lanes since its claim, up to a timeout): read by a check begun after this call
+   * (`endpointsOf`, one GET of the version counter unless something changed). Checks are shared: while
+   * one runs, the attempts asking meanwhile share the next, so a workspace costs at most one check
+   * per round trip however many attempts start.
+   */
+  private currentEndpoints(workspaceId: string): Promise<WebhookEndpoint[]> {
+    let checks = this.endpointChecks.get(workspaceId);
+    if (!checks) this.endpointChecks.set(workspaceId, (checks = { running: null, queued: null }));
+    const c = checks;
+    const run = (): Promise<WebhookEndpoint[]> => {
+      const check = this.endpointsOf(workspaceId);
+      c.running = check;
+      const done = () => {
+        if (c.running === check) c.running = null;
+      };
+      check.then(done, done);
+      return check;
+    };
+    if (!c.running) return run();
+    c.queued ??= c.running.then(() => undefined, () => undefined).then(() => {
+      c.queued = null;
+      return run();
+    });
+    return c.queued;
   }
 
   // --- 2. attempts: claim, send, record ---
@@ -244,10 +271,16 @@ class WebhookDispatcher {
     return out;
   }
 
-  private enqueueSend(workspaceId: string, endpointId: string, target: Target, attempt: ClaimedAttempt & { body: string }): void {
+  private enqueueSend(workspaceId: string, endpointId: string, attempt: ClaimedAttempt & { body: string }): void {
     const lanes = this.lanesOf(workspaceId, endpointId);
     lanes.push({
       run: async () => {
+        if (this.stopping) return;
+        // The endpoint as it is now, not as it was at the claim: one disabled or deleted meanwhile
+        // gets nothing more (the attempt is left to its lease: it expires back into the endpoint's
+        // queue, where it waits for a re-enable, or goes with the endpoint); a new URL or secret is used.
+        const target = (await this.currentEndpoints(workspaceId)).find((e) => e.id === endpointId);
+        if (!target?.enabled) return;
         // An attempt starts only with more than a timeout of lease left, so the lease outlives it.
         if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return;
         // the one place secrets are chosen: first sends, retries and replays all pass here
@@ -294,7 +327,7 @@ class WebhookDispatcher {
         for (const claimed of endpoints) {
           this.backlog.set(claimed.endpointId, claimed.dueLeft);
           if (claimed.dueLeft > 0) waiting = true;
-          for (const attempt of claimed.attempts) this.enqueueSend(ws, claimed.endpointId, claimed, attempt);
+          for (const attempt of claimed.attempts) this.enqueueSend(ws, claimed.endpointId, attempt);
         }
         this.claimAt.set(ws, waiting ? 0 : Math.min(nextDueMs ?? Infinity, atMs + IDLE_CLAIM_MS));
       });

@@ -19,8 +19,8 @@
   Returns { next, endpoints }: next is the earliest time (ms) something of the workspace becomes due
   (a queued attempt of an enabled endpoint, or a lease expiry), -1 when nothing is waiting;
   endpoints holds one item per endpoint with attempts claimed or still due:
-    { endpoint id, url, secret, retiredSecrets, previousSecret, rotatedAt, due left, attempts }
-    (the three middle ones as stored: lib/webhook-signing.ts retiredSecretsOf reads them)
+    { endpoint id, due left, attempts }
+    (not its URL or secrets: the dispatcher reads the endpoint as it is when each attempt starts)
     where attempts holds { member, token, delivery id, event id, attempt number (0 for a replay), payload }
 ]]
 local rcall = redis.call
@@ -43,8 +43,7 @@ local out, n, nextAt = {}, 0, -1
 for _, endpointId in ipairs(rcall('ZRANGE', KEYS[1], 0, -1)) do
   local free = capacity[endpointId] or default
   local e = base .. ':whk:' .. endpointId
-  local h = rcall('HMGET', e, 'enabled', 'url', 'secret', 'retiredSecrets', 'previousSecret', 'rotatedAt')
-  if h[1] == '1' then
+  if rcall('HGET', e, 'enabled') == '1' then
     local due = e .. ':due'
     local attempts = {}
     if free > 0 then
@@ -65,7 +64,7 @@ for _, endpointId in ipairs(rcall('ZRANGE', KEYS[1], 0, -1)) do
     end
     local left = rcall('ZCOUNT', due, '-inf', nowMs)
     if #attempts > 0 or left > 0 then
-      out[#out + 1] = { endpointId, h[2], h[3], h[4] or '', h[5] or '', h[6] or '', left, attempts }
+      out[#out + 1] = { endpointId, left, attempts }
     end
     local first = rcall('ZRANGE', due, 0, 0, 'WITHSCORES')[2]
     if first and (nextAt < 0 or tonumber(first) < nextAt) then nextAt = tonumber(first) end

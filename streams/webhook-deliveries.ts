@@ -2,7 +2,6 @@ import type { ChainableCommander, Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { idTimeMs, isId } from '../lib/ids.js';
 import { MAX_ATTEMPTS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
-import { retiredSecretsOf, type RetiredSecret } from '../lib/webhook-signing.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { SCORE_PER_MS, scoreAt } from './scored-index.js';
@@ -242,19 +241,15 @@ export async function enqueueDeliveries(
   };
 }
 
-/** What a claim returns per endpoint: where to send, with which secrets, and the attempts. */
+/** What a claim returns per endpoint: its attempts (where and how they are sent is read when each starts). */
 export type ClaimedEndpoint = {
   endpointId: string;
-  url: string;
-  secret: string;
-  /** secrets retired by rotations (newest first), signing too until their expiry */
-  retiredSecrets: RetiredSecret[];
   /** due attempts left in its queue after this claim */
   dueLeft: number;
   attempts: (ClaimedAttempt & { body: string })[];
 };
 
-type ClaimReply = [number, [string, string, string, string, string, string, number, [string, string, string, string, number, string][]][]];
+type ClaimReply = [number, [string, number, [string, string, string, string, number, string][]][]];
 
 /** Adds a claim of a workspace's due attempts (lua/claimWebhookAttempts) to `pipeline`. */
 export function claimAttempts(pipeline: ChainableCommander, keys: Keys, workspaceId: string, capacity: Map<string, number>, defaultCapacity: number, lease: LeaseOptions): ChainableCommander {
@@ -269,9 +264,8 @@ export function claimAttempts(pipeline: ChainableCommander, keys: Keys, workspac
  */
 export function parseClaim(reply: unknown, lease: LeaseOptions): { nextDueMs: number | null; endpoints: ClaimedEndpoint[] } {
   const [next, endpoints] = reply as ClaimReply;
-  return { nextDueMs: Number(next) < 0 ? null : Number(next), endpoints: endpoints.map(([endpointId, url, secret, retiredSecrets, previousSecret, rotatedAt, dueLeft, attempts]) => ({
-    endpointId, url, secret,
-    retiredSecrets: retiredSecretsOf({ retiredSecrets, previousSecret, rotatedAt }),
+  return { nextDueMs: Number(next) < 0 ? null : Number(next), endpoints: endpoints.map(([endpointId, dueLeft, attempts]) => ({
+    endpointId,
     dueLeft: Number(dueLeft),
     attempts: attempts.map(([member, token, deliveryId, eventId, attempt, body]) => ({ member, token, deliveryId, eventId, attempt: Number(attempt), body, leaseUntil: lease.atMs + lease.leaseMs })),
   })) };
