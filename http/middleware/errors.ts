@@ -19,7 +19,8 @@ function toApiError(err: unknown): ApiError | null {
 
 /**
  * The outermost middleware: assigns the request id (also the `Request-Id` header), answers
- * unknown routes with 404 `not_found`, and turns every thrown error into the envelope.
+ * unknown routes with 404 `not_found`, and turns every thrown error into the envelope. An answer
+ * given before the request's body arrived whole closes the connection.
  * Unexpected errors answer 500 `internal` with a generic message; the real one is logged.
  */
 export function envelopeErrors(log: Logger) {
@@ -37,6 +38,11 @@ export function envelopeErrors(log: Logger) {
       respondError(ctx, status === 503
         ? new ApiError(503, 'unavailable', 'The service is temporarily unavailable; retry later')
         : new ApiError(500, 'internal', 'Internal error; quote the request id when reporting it'));
+    } finally {
+      // Answered before the request's body arrived whole (a body over the limit found while it streams
+      // in, a refusal before it was read): the connection closes after this answer. Kept open, the rest
+      // of that body, which nothing reads any more, would stall the connection's next request.
+      if (!ctx.req.complete) ctx.set('Connection', 'close');
     }
   };
 }

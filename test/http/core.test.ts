@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import { randomBytes } from 'node:crypto';
 import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { client } from '../helpers/api.js';
@@ -128,6 +129,40 @@ const ask = (service: TestService, head: string) => new Promise<{ status: number
     const [statusLine = '', ...lines] = top.split('\r\n');
     resolve({ status: Number(statusLine.split(' ')[1]), headers: Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()])), body });
   });
+});
+
+core('a body found over the limit while it streams in (chunked, compressed) is 413 and closes the connection: the rest of it is never read as the next request', async ({ service, keys }) => {
+  const port = Number(new URL(service.url).port);
+  const head = (extra: string) => `POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\nContent-Type: application/json\r\n${extra}\r\n`;
+  const chunk = `{"externalId":"big-1","name":"app.opened","data":{"pad":"${'x'.repeat(3000)}`;
+  const compressed = gzipSync(Buffer.from(JSON.stringify({ externalId: 'big-1', name: 'app.opened', data: { pad: randomBytes(300_000).toString('base64') } })));
+  const cases: [string, Buffer][] = [
+    ['chunked, more to come', Buffer.from(`${head('Transfer-Encoding: chunked\r\n')}${chunk.length.toString(16)}\r\n${chunk}\r\n`)],
+    ['gzip, more to come', Buffer.concat([Buffer.from(head(`Content-Encoding: gzip\r\nContent-Length: ${compressed.length}\r\n`)), compressed.subarray(0, 100_000)])],
+  ];
+  for (const [what, bytes] of cases) {
+    const answer = await new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () => socket.write(bytes));
+      const limit = setTimeout(() => {
+        socket.destroy();
+        reject(new Error(`${what}: the connection was not closed within 5 s`));
+      }, 5_000);
+      let text = '';
+      socket.on('data', (data) => (text += data));
+      socket.on('error', () => undefined);
+      socket.on('close', () => {
+        clearTimeout(limit);
+        resolve(text);
+      });
+    });
+    assert.match(answer, /^HTTP\/1\.1 413 /, what);
+    assert.match(answer, /\r\nConnection: close\r\n/i, what);
+    assert.match(answer, /"code":"payload_too_large"/, what);
+  }
+  // a body read whole keeps its connection (keep-alive) as before
+  const fine = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json' }, body: JSON.stringify({ externalId: 'big-1', name: 'app.opened' }) });
+  assert.is(fine.status, 202);
+  assert.is(fine.headers.get('connection'), 'keep-alive');
 });
 
 core('a request Node cannot parse (headers over 16 KB, a malformed request line) is 400 bad_request in the envelope, with its Request-Id', async ({ service, keys }) => {
