@@ -214,7 +214,7 @@ export class Automation {
         const refs = await this.refs.scope(workspaceId, tenantId);
         if (!refs) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
-          to: { externalId: x }, content, sendAtMs: null,
+          to: { externalId: x }, content, sendAt: null,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
         }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, WORKFLOW_SENDER), this.log);
         return message.id;

@@ -1,47 +1,72 @@
-import { now } from '../lib/clock.js';
-import { moveMessage } from '../streams/messages.js';
+import { messageTimerPartition, releaseDueMessages } from '../streams/messages.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
-const DUE_EVERY_MS = 250;
-const PER_TENANT = 100;
-const TENANTS_PER_TICK = 10_000;
+/** Scheduled messages released from one partition at once (a round); a tick runs rounds while one comes back full. */
+const RELEASE_BATCH = 500;
+const ROUNDS_PER_TICK = 20;
+/** How often the repair pass walks the tenants' due sets (and once at start). */
+const REPAIR_EVERY_MS = 10 * 60_000;
+const TENANTS_PER_READ = 500;
+const DUE_PER_READ = 1_000;
 
 /**
- * Releases scheduled messages (`sendAt`) when due, in the scheduler role. A message record lives in
- * its tenant's slot, so its due time is kept in the tenant's `msg-due` set (written atomically with
- * the message by lua/createMessage) rather than in a partition's timers. Every tick one scheduler
- * process (a short lock) moves each due message from `scheduled` to `queued` (lua/moveMessage, a
- * compare-and-set, which also queues it for fan-out and drops it from the due set): a message
- * released twice by a process killed mid-tick is queued once.
+ * Releases the scheduled messages (`sendAt`) of the partitions this scheduler holds, due at `atMs`
+ * (called by the timer scheduler's tick, under its partition leases). A message's release time is
+ * a member of a partition's `messageTimers` set (streams/messages.ts createMessage), so the work
+ * per tick is one read per partition whatever the number of tenants, and a burst due at once is
+ * released RELEASE_BATCH per partition and round.
+ */
+export async function releaseScheduledMessages(ctx: RoleContext, partitions: readonly number[], atMs: number, stopped: () => boolean): Promise<void> {
+  let pending = [...partitions];
+  for (let round = 0; round < ROUNDS_PER_TICK && pending.length && !stopped(); round++) {
+    const taken = await Promise.all(pending.map((p) => releaseDueMessages(ctx.redis, ctx.keys, p, atMs, RELEASE_BATCH)));
+    pending = pending.filter((_, i) => taken[i]! >= RELEASE_BATCH);
+  }
+}
+
+/**
+ * The repair pass of the scheduler role: every scheduled message is also in its tenant's due set
+ * (`{t:<id>}:msg-due`, written atomically with the message by lua/createMessage, left by
+ * lua/moveMessage). One process (a lock) walks every tenant that ever sent (`messageTenants`), a
+ * chunk at a time, and puts each due-set member into its partition's `messageTimers` set unless it
+ * is there (ZADD NX). It finds what no partition set holds: messages scheduled by an earlier
+ * version (which kept only the tenant sets and read at most 10,000 tenants per tick) or by a web
+ * process of that version during an upgrade. At start, then every REPAIR_EVERY_MS; its cost is one
+ * read per tenant and per scheduled message, not per tick.
  */
 export async function startScheduledMessages(ctx: RoleContext): Promise<Stop> {
-  const { redis, keys, log } = ctx;
-  const lockKey = keys.lock('scheduled-messages');
+  const { redis, keys, config, log } = ctx;
+  const lockKey = keys.lock('scheduled-messages-repair');
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> = Promise.resolve();
-  const release = async () => {
-    if ((await redis.set(lockKey, String(process.pid), 'PX', DUE_EVERY_MS * 4, 'NX')) !== 'OK') return;
-    try {
-      const tenants = await redis.zrange(keys.messageTenants, 0, TENANTS_PER_TICK - 1);
-      const at = now();
-      const pipeline = redis.pipeline();
-      for (const member of tenants) pipeline.zrangebyscore(keys.messageDue(member.split('|')[0]!), '-inf', at, 'LIMIT', 0, PER_TENANT);
-      const replies = (await pipeline.exec()) ?? [];
-      for (let i = 0; i < tenants.length && !stopped; i++) {
-        const tenantId = tenants[i]!.split('|')[0]!;
-        for (const id of (replies[i]?.[1] as string[] | undefined) ?? []) await moveMessage(redis, keys, tenantId, id, ['scheduled'], 'queued');
+  const repair = async () => {
+    if ((await redis.set(lockKey, String(process.pid), 'PX', REPAIR_EVERY_MS, 'NX')) !== 'OK') return;
+    let restored = 0;
+    for (let from = 0; !stopped; from += TENANTS_PER_READ) {
+      const tenants = (await redis.zrange(keys.messageTenants, from, from + TENANTS_PER_READ - 1)).map((member) => member.split('|')[0]!);
+      for (const tenantId of tenants) {
+        for (let at = 0; !stopped; at += DUE_PER_READ) {
+          const flat = await redis.zrange(keys.messageDue(tenantId), at, at + DUE_PER_READ - 1, 'WITHSCORES');
+          const pipeline = redis.pipeline();
+          for (let i = 0; i < flat.length; i += 2) {
+            const id = flat[i]!;
+            pipeline.zadd(keys.messageTimers(messageTimerPartition(tenantId, id, config.partitions)), 'NX', flat[i + 1]!, `${tenantId}|${id}`);
+          }
+          for (const [err, added] of (await pipeline.exec()) ?? []) if (!err) restored += Number(added);
+          if (flat.length < 2 * DUE_PER_READ) break;
+        }
       }
-    } finally {
-      await redis.del(lockKey);
+      if (tenants.length < TENANTS_PER_READ) break;
     }
+    if (restored > 0) log.info('scheduled messages restored to their partitions\' release sets', { restored });
   };
   const tick = () => {
     if (stopped) return;
-    running = release()
-      .catch((err) => log.warn('releasing scheduled messages failed', { err: (err as Error).message }))
+    running = repair()
+      .catch((err) => log.warn('the scheduled messages repair pass failed', { err: (err as Error).message }))
       .finally(() => {
-        if (!stopped) timer = setTimeout(tick, DUE_EVERY_MS);
+        if (!stopped) timer = setTimeout(tick, REPAIR_EVERY_MS);
       });
   };
   tick();

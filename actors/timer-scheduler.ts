@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { now } from '../lib/clock.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { PartitionLeases } from '../streams/partition-leases.js';
+import { releaseScheduledMessages } from './scheduled-messages.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
 /** How often the scheduler looks for due timers: the bound on firing lag (plus the worker's own). */
@@ -13,7 +14,8 @@ const ROUNDS_PER_TICK = 20;
 /**
  * The scheduler role: partitions are leased (group `scheduler`, one holder each) and every tick the
  * holder fires each owned partition's due timers (lua/fireTimers: removed from `{pN}:timers` and
- * appended to the timer inbox `{pN}:tin` atomically, so each fires once). A timer costs a sorted-set member until it
+ * appended to the timer inbox `{pN}:tin` atomically, so each fires once), then releases its due
+ * scheduled messages (actors/scheduled-messages.ts). A timer costs a sorted-set member until it
  * is due and nothing else: there is one loop per process, not one per timer.
  */
 export async function startTimerScheduler(ctx: RoleContext): Promise<Stop> {
@@ -34,6 +36,7 @@ export async function startTimerScheduler(ctx: RoleContext): Promise<Stop> {
       const replies = (await pipeline.exec()) ?? [];
       pending = pending.filter((_, i) => Number(replies[i]?.[1] ?? 0) >= FIRE_BATCH);
     }
+    await releaseScheduledMessages(ctx, leases.owned(), now(), () => stopped);
   };
   const tick = () => {
     if (stopped) return;

@@ -154,6 +154,8 @@ export function createKeys(prefix: string) {
     /** zset timer member → due ms: the partition's timers, fired by the scheduler role
      *  (member `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>`) */
     timers: (n: number) => `${p(n)}:timers`,
+    /** scheduled messages' release times spread over the partitions (member `<tenantId>|<messageId>`, score sendAt ms; streams/messages.ts) */
+    messageTimers: (n: number) => `${p(n)}:msg-timers`,
     /** zset of tenant ids with data in this partition (retention sweeps walk it) */
     partitionTenants: (n: number) => `${p(n)}:tenants`,
     /** zset of live members of a leasing group (`worker`, `scheduler`), score = last heartbeat ms */

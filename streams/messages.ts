@@ -4,6 +4,7 @@ import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
+import { partitionOf } from '../lib/partition.js';
 import type { Logger } from '../lib/log.js';
 import { auditIntent, settleAudit, settleAuditLater, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
 import type { Keys, MessageLane } from './keys.js';
@@ -117,16 +118,17 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * fixed in the intent either way.
  */
 export async function createMessage(
-  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAtMs: number | null; run?: RunRef },
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
 ): Promise<{ message: Message; replayed: boolean }> {
   const id = newId('message');
   const at = isoNow();
-  const status: MessageStatus = input.sendAtMs ? 'scheduled' : 'queued';
+  const sendAtMs = input.sendAt?.atMs ?? null;
+  const status: MessageStatus = sendAtMs ? 'scheduled' : 'queued';
   const lane = laneOf(input.to);
   const fields: Record<string, string> = {
     id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
-    sendAt: input.sendAtMs ? isoNow(input.sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
+    sendAt: sendAtMs ? isoNow(sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   // a new message is what is written here (no second read); a replay answers the stored original
   const message = toMessage(fields);
@@ -134,6 +136,9 @@ export async function createMessage(
   const hash = idempotency.key ? requestHash(idempotency.request) : '';
   const intent = auditIntent(keys.tenantOutbox(ref.tenantId), 'message.create', audit, message);
   await registerSender(redis, keys, ref);
+  // its release time before the message: a process dying in between leaves a member whose message
+  // does not exist (or, under a replayed Idempotency-Key, is another), which the scheduler drops
+  if (input.sendAt) await redis.zadd(keys.messageTimers(messageTimerPartition(ref.tenantId, id, input.sendAt.partitions)), input.sendAt.atMs, `${ref.tenantId}|${id}`);
   const flat = Object.entries(fields).flat();
   const reply = await callScript<CreateReply>(
     redis, 'createMessage',
@@ -141,7 +146,7 @@ export async function createMessage(
       keys.idempotency(ref.tenantId), keys.message(ref.tenantId, id), keys.messageIndex(ref.tenantId), keys.messagesByStatus(ref.tenantId, status),
       keys.messageQueue(ref.tenantId, lane), keys.messageDue(ref.tenantId), keys.tenantOutbox(ref.tenantId),
     ],
-    [idempotency.key ?? '', hash, id, input.sendAtMs ?? '', intent.token, intent.json, flat.length / 2, ...flat],
+    [idempotency.key ?? '', hash, id, sendAtMs ?? '', intent.token, intent.json, flat.length / 2, ...flat],
   );
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
@@ -150,6 +155,36 @@ export async function createMessage(
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
   });
   return { message, replayed: false };
+}
+
+/** A scheduled send: when, and the deployment's partition count (its release time is kept in a partition's set). */
+export type ScheduledSend = { atMs: number; partitions: number };
+
+/**
+ * The partition whose `messageTimers` set holds a scheduled message's release time: spread by
+ * message id, so the scheduler role's partition leases share the work, and no tenant count bounds it.
+ */
+export function messageTimerPartition(tenantId: string, messageId: string, partitions: number): number {
+  return partitionOf(tenantId, messageId, partitions);
+}
+
+/**
+ * Releases a partition's scheduled messages due at `atMs` (at most `limit`): each is moved from
+ * `scheduled` to `queued` (lua/moveMessage, a compare-and-set that also queues it for fan-out),
+ * then its member leaves the set. A process dying in between moves nothing twice: the next round
+ * finds the message queued already. A member whose message was canceled, or never written, is
+ * dropped. Resolves with the number of members taken.
+ */
+export async function releaseDueMessages(redis: Redis, keys: Keys, partition: number, atMs: number, limit: number): Promise<number> {
+  const set = keys.messageTimers(partition);
+  const due = await redis.zrangebyscore(set, '-inf', atMs, 'LIMIT', 0, limit);
+  if (due.length === 0) return 0;
+  await Promise.all(due.map((member) => {
+    const bar = member.indexOf('|');
+    return moveMessage(redis, keys, member.slice(0, bar), member.slice(bar + 1), ['scheduled'], 'queued');
+  }));
+  await redis.zrem(set, ...due);
+  return due.length;
 }
 
 /** When this process last registered each tenant as a sender (`messageTenants`); re-registered every minute. */

@@ -152,7 +152,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const auth = ctx.state.auth as AuthState;
     // audits message.created when the message is new; a replay is answered, not audited again
     const { message, replayed } = await createMessage(
-      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAtMs }, { key: idempotencyKey, request: body }, auditScopeOf(ctx), deps.log,
+      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAt: sendAtMs ? { atMs: sendAtMs, partitions: deps.config.partitions } : null }, { key: idempotencyKey, request: body }, auditScopeOf(ctx), deps.log,
     );
     if (replayed) ctx.set('Idempotent-Replayed', 'true');
     respond(ctx, 202, message);

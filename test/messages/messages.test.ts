@@ -6,6 +6,7 @@ import { inboxEvents, names } from '../helpers/inbox.js';
 import { apnsCredentials, BUNDLE_ID, pushSetup } from '../helpers/push-setup.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { messageTimerPartition } from '../../streams/messages.js';
 
 type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
 const m = suite<Ctx>('messages and APNs delivery');
@@ -241,6 +242,45 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
   assert.ok(Date.parse(all.startedAt) >= Date.parse(all.sendAt));
   assert.is((await ctx.api.post(`/v1/messages/${soon.body.data.id}/cancel`, ctx.key)).body.error.code, 'conflict');
   assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === cancelMe.body.data.id).length, 0);
+});
+
+m('scheduled messages are released whatever the number of tenants that ever sent: one after 10,000 others is on time, a burst of 300 due at once goes out together', async (ctx) => {
+  // 10,000 tenants registered before this one (an earlier version read only the first 10,000 per tick)
+  const { redis, keys } = ctx.service;
+  const others = Array.from({ length: 10_000 }, (_, i) => [0, `tnt_other${i}|ws_other`]).flat();
+  await redis.zadd(keys.messageTenants, ...(others as (string | number)[]));
+  try {
+    await device(ctx, 'crowd');
+    const at = new Date(Date.now() + 1500).toISOString();
+    const burst = await Promise.all(Array.from({ length: 300 }, (_, i) => ctx.api.post('/v1/messages', ctx.key, { to: 'crowd', title: `burst ${i}`, body: 'b', sendAt: at })));
+    assert.ok(burst.every((r) => r.status === 202 && r.body.data.status === 'scheduled'));
+    await waitFor('the burst released', async () => {
+      const scheduled = (await ctx.api.get('/v1/messages?status=scheduled&limit=1', ctx.key)).body.data.total;
+      return scheduled === 0 ? true : null;
+    }, 15_000, 100);
+    const last = await finished(ctx, burst.at(-1)!.body.data.id);
+    assert.is(last.counts.sent, 1);
+  } finally {
+    await redis.zrem(keys.messageTenants, ...others.filter((_, i) => i % 2 === 1) as string[]);
+  }
+});
+
+m('a scheduled message only in its tenant\'s due set (written by an earlier version) is found by the repair pass at a scheduler\'s start and sent', async (ctx) => {
+  await device(ctx, 'legacy');
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'legacy', title: 'from before', body: 'b', sendAt: new Date(Date.now() + 2000).toISOString() });
+  const id = res.body.data.id as string;
+  const { redis, keys, config } = ctx.service;
+  // what the earlier version wrote: the tenant's due set, no partition set
+  assert.is(await redis.zrem(keys.messageTimers(messageTimerPartition(ctx.tenantId, id, config.partitions)), `${ctx.tenantId}|${id}`), 1);
+  await redis.del(keys.lock('scheduled-messages-repair')); // the last pass (at this suite's start) holds it for ten minutes
+  const scheduler = await startTestService('messages-repair', { ...ctx.service.env }, ['scheduler']);
+  try {
+    const done = await finished(ctx, id);
+    assert.is(done.counts.sent, 1);
+    assert.ok(Date.parse(done.startedAt) >= Date.parse(done.sendAt));
+  } finally {
+    await scheduler.stop();
+  }
 });
 
 m('canceling a message again (or many times at once) answers it canceled and audits message.canceled once', async (ctx) => {

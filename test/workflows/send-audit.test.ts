@@ -59,7 +59,7 @@ sends('the message a run sends reaches the ledger once as message.created (syste
 
   // the step retried after a crash (same key): the same message, no second intent or entry
   const retried = await createMessage(service.redis, service.keys, { workspaceId: boot.workspace.id, tenantId: boot.tenant.id }, {
-    to: { externalId: 'greeted' }, content: { title: 'Hello', body: 'From a workflow' }, sendAtMs: null, run: message.run,
+    to: { externalId: 'greeted' }, content: { title: 'Hello', body: 'From a workflow' }, sendAt: null, run: message.run,
   }, { key: runStepIdempotencyKey(run.id, 'steps[0]'), request: { run: run.id, step: 'steps[0]' } }, writeScope(
     { workspace: event.workspace, tenant: event.tenant }, { actor: { type: 'system', id: null }, request: null },
   ), { warn: (msg) => assert.unreachable(msg) });
