@@ -263,6 +263,22 @@ export class Automation {
         continue;
       }
       const { event } = item;
+      // A run's timer due before this event arrived fires first (with the state from before it), as
+      // it would have had the scheduler and this worker kept up: a wait's timeout or a sleep's end
+      // comes before a reply or a cancel received after it, whichever process was down or behind.
+      // (The reverse, a timer fired while events received before it still wait, is actors/timer-order.ts.)
+      // The timer's own entry, when it comes, is one the run no longer waits for.
+      for (const run of runs) {
+        if (!run.timer || run.wakeAt === null || run.wakeAt > event.receivedMs) continue;
+        const version = versionOf.get(run.versionId);
+        if (!version) continue;
+        const member = run.timer;
+        currentEvent = undefined;
+        if (await onTimer(run, version.definition, host, member)) {
+          host.disarmTimer(member);
+          changed.add(run);
+        }
+      }
       lastSeq = Math.max(lastSeq, item.q);
       reevaluate = true;
       currentEvent = event;

@@ -222,4 +222,37 @@ order('runs waking from the timer inbox while their worker is SIGKILLed twice wa
   assert.is(messages.total - before, RUNS, 'one message per run');
 });
 
+order('an event received after a timer fell due comes after it, though no scheduler fired it: a late reply does not win the wait, a late cancel does not stop the sleep', async (ctx) => {
+  const { service, boot } = ctx;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'late-reply', trigger: { event: 'ask.sent' },
+    steps: [{ type: 'wait', event: 'ask.reply', timeout: '1s', onEvent: [{ type: 'exit' }], onTimeout: [{ type: 'sleep', duration: '1h' }] }],
+  });
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'late-cancel', trigger: { event: 'rest.started' }, cancelOn: { event: 'rest.cancel' },
+    steps: [{ type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '1h' }],
+  });
+  // a worker and no scheduler (down): the timers stay unfired
+  ctx.roles.push(startRoleProcess('worker', env));
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'asker', name: 'ask.sent', data: {} }, { externalId: 'rester', name: 'rest.started', data: {} }] });
+  const runOf = async (slug: string) => (await api.get(`/v1/workflows/${slug}/runs?limit=10`, boot.keys.tenant)).body.data.items[0];
+  await waitFor('both runs to wait or sleep', async () => (await runOf('late-reply'))?.status === 'waiting' && (await runOf('late-cancel'))?.status === 'sleeping', 20_000, 100);
+  await new Promise((r) => setTimeout(r, 1_500));
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'asker', name: 'ask.reply', data: {} }, { externalId: 'rester', name: 'rest.cancel', data: {} }] });
+  await waitFor('both runs past their first step', async () => (await runOf('late-reply')).history.length >= 3 && (await runOf('late-cancel')).history.length >= 3, 20_000, 100);
+  const reply = await runOf('late-reply');
+  assert.equal(reply.history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sleeping'], 'timed out before the reply arrived');
+  assert.is(reply.status, 'sleeping');
+  const rest = await runOf('late-cancel');
+  assert.equal(rest.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sleeping'], 'woke before the cancel arrived');
+  assert.is(rest.status, 'canceled', 'then the cancel, in its turn');
+  // the timers, fired later, are ones the runs no longer wait for
+  ctx.roles.push(startRoleProcess('scheduler', env));
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.equal((await runOf('late-reply')).history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sleeping']);
+  assert.equal((await runOf('late-cancel')).history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sleeping']);
+});
+
 order.run();
