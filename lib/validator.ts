@@ -1,4 +1,4 @@
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { Ajv, type ErrorObject, type SchemaValidateFunction, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import { validationError, type ErrorDetail } from './errors.js';
 import { allSchemas, type Schema } from './schemas/index.js';
@@ -17,8 +17,26 @@ export function createAjv(schemas: Record<string, Schema>, options: { coerceType
   // cannot (`+00` offsets, leap second `23:59:60`), whose NaN would be stored and break every read.
   const dateTime = ajv.formats['date-time'] as { validate: (s: string) => boolean; compare: (a: string, b: string) => number | undefined };
   ajv.addFormat('date-time', { type: 'string', validate: (s: string) => dateTime.validate(s) && Number.isFinite(Date.parse(s)), compare: dateTime.compare });
+  // `x-timeZone`: a time zone this runtime knows (IANA), checked with the rest of the body so a bad
+  // one is listed beside the body's other failing fields (an extension keyword other validators skip)
+  const timeZone: SchemaValidateFunction = (on: boolean, value: string) => {
+    if (!on || isTimeZone(value)) return true;
+    timeZone.errors = [{ keyword: 'x-timeZone', message: 'is not an IANA time zone', params: {} }];
+    return false;
+  };
+  ajv.addKeyword({ keyword: 'x-timeZone', type: 'string', schemaType: 'boolean', validate: timeZone, errors: true });
   ajv.addSchema({ $id: ROOT, components: { schemas } });
   return ajv;
+}
+
+/** Whether `value` names a time zone this runtime knows (IANA). */
+function isTimeZone(value: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: value });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 const bodies = createAjv(allSchemas());

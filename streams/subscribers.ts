@@ -71,18 +71,9 @@ export const propertiesBytes = (properties: Record<string, unknown>): number => 
 
 const tooLarge = (base: string) => ({ param: `${base}properties`, message: `must be at most ${MAX_PROPERTIES_BYTES} bytes serialized, merged with the stored properties` });
 
-/** Checks what a schema cannot: a real IANA time zone and the size of `properties` in the request. */
+/** Checks what a schema cannot: the size of `properties` in the request (a time zone is checked by the schema, `x-timeZone`). */
 export function checkAttributes(attributes: Attributes, base = ''): void {
-  const details = [];
-  if (attributes.timezone) {
-    try {
-      new Intl.DateTimeFormat('en', { timeZone: attributes.timezone });
-    } catch {
-      details.push({ param: `${base}timezone`, message: 'is not an IANA time zone' });
-    }
-  }
-  if (attributes.properties && propertiesBytes(attributes.properties) > MAX_PROPERTIES_BYTES) details.push(tooLarge(base));
-  if (details.length) throw validationError(details);
+  if (attributes.properties && propertiesBytes(attributes.properties) > MAX_PROPERTIES_BYTES) throw validationError([tooLarge(base)]);
 }
 
 /** The attribute values after applying `input` (properties merge key by key; null removes). */

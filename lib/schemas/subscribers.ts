@@ -7,7 +7,7 @@ const attributes: Record<string, Schema> = {
   email: nullableString(254, { format: 'email' }),
   phone: nullableString(16, { pattern: '^\\+[1-9][0-9]{1,14}$', description: 'E.164, e.g. +14155550100.' }),
   locale: nullableString(35, { pattern: '^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$', description: 'BCP 47, e.g. en-US.' }),
-  timezone: nullableString(64, { description: 'IANA time zone, e.g. Europe/Paris.' }),
+  timezone: nullableString(64, { 'x-timeZone': true, description: 'IANA time zone, e.g. Europe/Paris.' }),
   properties: {
     type: 'object', nullable: true,
     description: 'Custom properties, merged key by key into the stored ones (a null value removes a key); at most 8 KB serialized, the merged result too.',

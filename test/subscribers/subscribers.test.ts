@@ -111,6 +111,10 @@ subs('bad attributes are validation errors naming the field, and unknown fields 
     assert.ok(res.body.error.details.some((d: any) => d.param === param), `${param}: ${JSON.stringify(res.body.error.details)}`);
   }
   assert.is((await api.patch('/v1/subscribers/v', key, {})).body.error.code, 'validation');
+  // every failing field at once (spec 2.1), the time zone among them
+  const all = await api.post('/v1/subscribers', key, { externalId: 'v', phone: '12345', locale: 'not a locale!!', timezone: 'Mars/Olympus' });
+  assert.equal(all.body.error.details.map((d: any) => d.param).sort(), ['locale', 'phone', 'timezone']);
+  assert.equal(all.body.error.details.find((d: any) => d.param === 'timezone').message, 'is not an IANA time zone');
 });
 
 subs('an externalId with /, %, spaces and non-ASCII round-trips through paths', async ({ api, key }) => {
