@@ -42,9 +42,10 @@ export class ApiError extends Error {
     this.name = 'ApiError';
     this.status = status;
     this.code = code;
-    this.param = options.param ?? null;
-    // spec Part 7: for the three 400 request codes `details` lists each failing field, always
-    this.details = options.details ?? (LISTS_FIELDS.has(code) ? [{ param: this.param ?? 'request', message }] : null);
+    // spec Part 7: for the three 400 request codes `details` lists each failing field, always (the
+    // whole request, `request`, when no one field is at fault); `param` names the first of them
+    this.details = options.details ?? (LISTS_FIELDS.has(code) ? [{ param: options.param ?? 'request', message }] : null);
+    this.param = options.param ?? this.details?.[0]?.param ?? null;
   }
 }
 

@@ -351,6 +351,8 @@ segments('a tenant holds at most 100 segments and 100 workflows: the next one is
   const over = await api.post('/v1/segments', keys.tenant, { slug: 'seg-100', where: PRO });
   assert.is(over.status, 400);
   assert.is(over.body.error.code, 'bad_request');
+  assert.is(over.body.error.param, 'request', 'param names the first of the details (the whole request)');
+  assert.equal(over.body.error.details.map((d: any) => d.param), ['request']);
   assert.is(await count('/v1/segments'), 100, 'nothing written');
   const steps = [{ type: 'exit' }];
   for (let i = 0; i < 100; i++) assert.is((await api.post('/v1/workflows', keys.tenant, { slug: `wf-${i}`, trigger: { event: 'go' }, steps })).status, 201);
