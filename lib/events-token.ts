@@ -13,10 +13,14 @@ export function looksLikeToken(credential: string): boolean {
   return credential.startsWith('eyJ') && credential.split('.').length === 3;
 }
 
-/** A short-lived HS256 JWT that reads one tenant's event catalog, volume, recent events and timelines. */
-export async function signEventsToken(secret: Uint8Array, claims: EventsTokenClaims): Promise<{ token: string; expiresAt: string }> {
+/**
+ * A short-lived HS256 JWT that reads one tenant's event catalog, volume, recent events and
+ * timelines: an hour, or less when the minting key expires sooner (`keyExpiresAtMs`), so its `exp`
+ * and `expiresAt` say when it stops being honoured.
+ */
+export async function signEventsToken(secret: Uint8Array, claims: EventsTokenClaims, keyExpiresAtMs: number | null = null): Promise<{ token: string; expiresAt: string }> {
   const iat = Math.floor(now() / 1000);
-  const exp = iat + EVENTS_TOKEN_TTL_SECONDS;
+  const exp = Math.min(iat + EVENTS_TOKEN_TTL_SECONDS, keyExpiresAtMs === null ? Infinity : Math.floor(keyExpiresAtMs / 1000));
   const token = await new SignJWT({ wid: claims.workspaceId, key: claims.keyId, scope: 'events:read' })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
     .setIssuer(ISSUER).setAudience(AUDIENCE).setSubject(claims.tenantId).setIssuedAt(iat).setExpirationTime(exp)

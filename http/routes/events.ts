@@ -169,7 +169,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     description: Scope `events:read`, API keys only. The `token` (a JWT, valid one hour) reads the catalog,
    *       volume, recent-events and timeline endpoints of this tenant only (the tenant is fixed in the token)
    *       and cannot track events. An invalid or expired token is 401 `invalid_session`, and so is one whose key has
-   *       since been revoked or has expired (a token lives no longer than the key that minted it).
+   *       since been revoked or has expired (a token lives no longer than the key that minted it, and its `expiresAt`
+   *       is the key's expiry when that comes within the hour).
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     responses:
@@ -180,7 +181,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/events/token', authorize(deps, 'tenant', 'events:read'), async (ctx) => {
     const auth = ctx.state.auth as AuthState;
-    const { token, expiresAt } = await signEventsToken(deps.tokenSecret, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id, keyId: auth.principal!.key.id });
+    const key = auth.principal!.key;
+    const { token, expiresAt } = await signEventsToken(deps.tokenSecret, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id, keyId: key.id }, key.expiresAt ? Date.parse(key.expiresAt) : null);
     respond(ctx, 200, { token, url: `${ctx.origin}/v1/events`, expiresAt });
   });
 

@@ -184,6 +184,14 @@ auth('an events token lives no longer than its key: revoking the key, or its exp
   isOk(await api.get('/v1/events/names', second));
   await service.redis.hset(service.keys.apiKey(expiring.record.id), 'expiresAt', new Date(Date.now() - 1_000).toISOString());
   isError(await api.get('/v1/events/names', second), 401, 'invalid_session');
+  // a key expiring within the hour: the token says so (expiresAt and exp), not an hour it will not get
+  const keyExpiry = new Date(Date.now() + 600_000);
+  keyExpiry.setMilliseconds(0);
+  const shortKey = await makeKey(service, 'acme', 'tenant', ['events:read'], { expiresAt: keyExpiry.toISOString() });
+  const short = (await api.get('/v1/events/token', shortKey.key)).body.data;
+  assert.is(short.expiresAt, keyExpiry.toISOString());
+  assert.is(decodeJwt(short.token).exp, keyExpiry.getTime() / 1000);
+  isOk(await api.get('/v1/events/names', short.token));
   // a token naming no key (or one of another workspace) is refused alike
   const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
   const iat = Math.floor(Date.now() / 1000);
