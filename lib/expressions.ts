@@ -62,7 +62,8 @@ export const MAX_ERRORS = 20;
 
 export const BUILTIN_ATTRIBUTES = ['externalId', 'email', 'phone', 'locale', 'timezone', 'verified', 'createdAt'] as const;
 export const NAME_PATTERN = '^[A-Za-z_$][A-Za-z0-9_$-]*(\\.[A-Za-z_$][A-Za-z0-9_$-]*)*$';
-export const EXPRESSION_EVENT_PATTERN = '^[a-z0-9$][a-z0-9_.$-]{0,99}$';
+/** A caller's event name (as ingest takes it), or one with a leading `$` (then one of the reserved names, checked apart). */
+export const EXPRESSION_EVENT_PATTERN = '^\\$?[a-z0-9][a-z0-9_.-]{0,99}$';
 
 const NAME = new RegExp(NAME_PATTERN);
 const EVENT = new RegExp(EXPRESSION_EVENT_PATTERN);

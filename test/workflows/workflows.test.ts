@@ -95,6 +95,10 @@ workflows('problems in a definition are validation details with exact paths, all
     [{ trigger: { event: 'a', where: { all: [{ attribute: 'plan', eq: 'pro' }, { attribute: 'seats', eq: { many: true } }] } }, steps: WELCOME }, 'trigger.where.all[1].eq'],
     [{ trigger: { event: 'Not A Name' }, steps: WELCOME }, 'trigger.event'],
     [{ trigger: { event: '$not.reserved' }, steps: WELCOME }, 'trigger.event'],
+    // names ingest refuses (a `$` not in front): no event could ever start the run
+    [{ trigger: { event: 'order$paid' }, steps: WELCOME }, 'trigger.event'],
+    [{ trigger: { event: 'a' }, steps: [{ type: 'wait', event: 'order.$x', timeout: '1h' }] }, 'steps[0].event'],
+    [{ trigger: { event: 'a', where: { event: 'x$y' } }, steps: WELCOME }, 'trigger.where.event'],
     [{ trigger: { event: '$subscriber.deleted' }, steps: WELCOME }, 'trigger.event'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'sleep', duration: '91d' }] }] }, 'steps[0].then[0].duration'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'sleep', duration: '0s' }] }, 'steps[0].duration'],
