@@ -6,11 +6,22 @@ import type { KeyKind } from './key-kinds.js';
  */
 export const SESSION_ONLY_SCOPES = ['keys:*', 'invites:*', 'members:write', 'workspace:delete', 'tenants:secrets', 'account:*'] as const;
 
-/** Resources a key's scopes may name. */
-export const SCOPE_RESOURCES = [
-  'events', 'subscribers', 'subscriptions', 'topics', 'preferences', 'segments', 'workflows',
-  'messages', 'deliveries', 'sources', 'apps', 'webhooks', 'tenants', 'widgets',
+/**
+ * Every `resource:action` a route requires (besides `client` and the session-only `keys:write`):
+ * the scopes a key may hold, one by one or as `resource:*`. A scope no route requires would be
+ * refused by every route, so it is not granted (`deliveries:read`: deliveries are read with
+ * `messages:read`). test/http/auth.test.ts reads the routes to keep this list true.
+ */
+export const ROUTE_SCOPES = [
+  'apps:read', 'apps:write', 'events:read', 'events:write', 'messages:read', 'messages:send',
+  'preferences:read', 'preferences:write', 'segments:read', 'segments:write', 'sources:read', 'sources:write',
+  'subscribers:read', 'subscribers:write', 'subscriptions:read', 'subscriptions:write', 'topics:read', 'topics:write',
+  'webhooks:read', 'webhooks:write', 'workflows:read', 'workflows:write',
 ] as const;
+
+/** Resources a key's scopes may name: those of ROUTE_SCOPES. */
+export const SCOPE_RESOURCES: readonly string[] = [...new Set(ROUTE_SCOPES.map((scope) => scope.split(':')[0]!))];
+const GRANTABLE: ReadonlySet<string> = new Set(ROUTE_SCOPES);
 
 /**
  * Resources whose every route is a workspace route (`authorize(deps, 'workspace', …)` in
@@ -35,8 +46,12 @@ export function scopeProblem(scope: string): string | null {
   if (!SCOPE_SHAPE.test(scope)) return `"${scope}" is not a scope (resource:action, resource:*, * or client)`;
   if (isSessionOnly(scope)) return `"${scope}" is session-only and can never be granted to a key`;
   if (scope === '*' || scope === 'client') return null;
-  const resource = scope.split(':')[0] ?? '';
-  if (!(SCOPE_RESOURCES as readonly string[]).includes(resource)) return `"${scope}" names an unknown resource "${resource}"`;
+  const [resource = '', action = ''] = scope.split(':');
+  if (!SCOPE_RESOURCES.includes(resource)) return `"${scope}" names an unknown resource "${resource}" (the resources: ${SCOPE_RESOURCES.join(', ')})`;
+  if (action !== '*' && !GRANTABLE.has(scope)) {
+    const actions = ROUTE_SCOPES.filter((s) => s.startsWith(`${resource}:`)).map((s) => s.split(':')[1]);
+    return `"${scope}" is no route's scope: ${resource} takes ${actions.join(', ')} (or *)`;
+  }
   return null;
 }
 

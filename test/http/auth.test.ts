@@ -5,7 +5,7 @@ import { SignJWT, decodeJwt } from 'jose';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { KEY_KINDS } from '../../lib/key-kinds.js';
-import { hasScope, isSessionOnly, SCOPE_RESOURCES, scopeProblem, scopeProblemForKind, SESSION_ONLY_SCOPES, WORKSPACE_ONLY_RESOURCES } from '../../lib/scopes.js';
+import { hasScope, isSessionOnly, ROUTE_SCOPES, SCOPE_RESOURCES, scopeProblem, scopeProblemForKind, SESSION_ONLY_SCOPES, WORKSPACE_ONLY_RESOURCES } from '../../lib/scopes.js';
 import { signEventsToken } from '../../lib/events-token.js';
 import { createTenant, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
 import { eventsTokenSecret } from '../../streams/secrets.js';
@@ -542,6 +542,18 @@ auth('the kind rules match the routes: client routes need client, and the worksp
   }
   const workspaceOnly = [...planes].filter(([, p]) => p.size === 1 && p.has('workspace')).map(([r]) => r).sort();
   assert.equal(workspaceOnly, [...WORKSPACE_ONLY_RESOURCES].sort());
+  // the grantable scopes are exactly those some route requires
+  const required = [...new Set(found.map((r) => r.scope).filter((s) => s !== 'client' && !isSessionOnly(s)))].sort();
+  assert.equal(required, [...ROUTE_SCOPES].sort());
+});
+
+auth('a scope no route requires cannot be granted: deliveries:read, widgets:read, messages:write are refused, naming what the resource takes', () => {
+  assert.match(scopeProblem('deliveries:read') ?? '', /unknown resource "deliveries"/);
+  assert.match(scopeProblem('widgets:read') ?? '', /unknown resource "widgets"/);
+  assert.match(scopeProblem('tenants:read') ?? '', /unknown resource "tenants"/);
+  assert.is(scopeProblem('messages:write'), '"messages:write" is no route\'s scope: messages takes read, send (or *)');
+  assert.match(scopeProblem('events:send') ?? '', /events takes read, write/);
+  for (const scope of ['messages:send', 'messages:*', 'events:read', 'webhooks:write', '*', 'client']) assert.is(scopeProblem(scope), null, scope);
 });
 
 // KeyCache.lookup reads the key, then its workspace and tenant, then caches: a revocation announced in
