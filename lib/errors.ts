@@ -22,6 +22,7 @@ export type ErrorCode =
   | 'conflict'
   | 'payload_too_large'
   | 'rate_limited'
+  | 'lock_timeout'
   | 'internal'
   | 'unavailable';
 
@@ -29,6 +30,16 @@ export type ErrorDetail = { param: string; message: string };
 
 /** The codes whose `details` always list the failing fields (spec Part 7); the others carry details only when they have some. */
 const LISTS_FIELDS = new Set<ErrorCode>(['validation', 'bad_request', 'parse']);
+
+/**
+ * 429 `lock_timeout`: a write that kept losing to concurrent writes of the same record (its
+ * compare-and-set retried a bounded number of times). Retry it, as every 429 (spec Part 7); the
+ * name is Stripe's for the same case. Not 409 `conflict`, which says what state refused the write
+ * and must not be retried as it stands.
+ */
+export function lockTimeout(what: string): ApiError {
+  return new ApiError(429, 'lock_timeout', `${what} is changing too fast; retry`);
+}
 
 /** The one error type of the service: a status, a stable code, a human message. */
 export class ApiError extends Error {

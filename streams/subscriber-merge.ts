@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { ApiError } from '../lib/errors.js';
+import { ApiError, lockTimeout } from '../lib/errors.js';
 import type { Keys } from './keys.js';
 import type { AuditTrail } from './subscriber-audit.js';
 import { readSubscriber, type TenantScope } from './subscriber-writes.js';
@@ -82,7 +82,7 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
     if (deleted) return;
     subscriptions = await listSubscriptions(redis, keys, scope, anonymousId);
   }
-  throw new ApiError(409, 'conflict', 'The anonymous subscriber is changing too fast; retry');
+  throw lockTimeout('The anonymous subscriber');
 }
 
 /** Rounds of a merge before it gives up (409) on an anonymous subscriber that keeps gaining devices. */

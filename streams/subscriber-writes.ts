@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError } from '../lib/errors.js';
+import { ApiError, lockTimeout } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
@@ -160,5 +160,5 @@ export async function changeSubscriber<T, X = undefined>(
       if (!(err instanceof VersionConflict) && !(err instanceof GuardFailed)) throw err;
     }
   }
-  throw new ApiError(409, 'conflict', 'The subscriber is changing too fast; retry');
+  throw lockTimeout('The subscriber');
 }

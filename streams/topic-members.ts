@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError, notFound } from '../lib/errors.js';
+import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
@@ -90,7 +90,7 @@ async function repair(redis: Redis, keys: Keys, scope: TenantScope, topicId: str
     const [still] = await memberships(redis, keys, scope, topicId, [externalId]);
     if (still === member) return;
   }
-  throw new ApiError(409, 'conflict', 'The membership of a subscriber is changing too fast; retry');
+  throw lockTimeout('The membership of a subscriber');
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, MAX_WORKFLOWS, WATCHED_VERSIONS, watchedNames } from './automation-definitions.js';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError, notFound } from '../lib/errors.js';
+import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
 import type { WorkflowDefinition } from '../lib/workflow-definition.js';
@@ -184,7 +184,7 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     if (drafts.length) await settleAudit(redis, keys, intent, drafts);
     return toWorkflow(recordOf(reply[2]!), input.to ?? input.from);
   }
-  throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
+  throw lockTimeout('The workflow');
 }
 
 /**
@@ -219,7 +219,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
       [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, intent.token, intent.json, ...names],
     );
   }
-  if (reply[0] === -1) throw new ApiError(409, 'conflict', 'The workflow is changing too fast; retry');
+  if (reply[0] === -1) throw lockTimeout('The workflow');
   if (reply[0] !== 1) throw notFound('Workflow');
   // the script answered the record and its current version as they were: every version record goes
   const cleanup = redis.pipeline();

@@ -145,7 +145,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientSetSubscriptionEnabled
    *     summary: Enable or disable this device
    *     description: Client key only (scope `client`). Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
-   *       409 `conflict` when the subscriber is changing too fast (retry), as on every subscriber write.
+   *       429 `lock_timeout` when the subscriber is changing too fast (retry), as on every subscriber write.
    *       The subscription id (returned at registration) is the device's handle on its subscription.
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
