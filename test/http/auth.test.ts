@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { connect } from 'node:net';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SignJWT, decodeJwt } from 'jose';
@@ -63,6 +64,24 @@ auth('a request without an Authorization header is 401 missing_authorization', a
   isError(await api.post('/v1/events', undefined, EVENT), 401, 'missing_authorization');
   isError(await api.post('/v1/client/events', undefined, CLIENT_EVENTS), 401, 'missing_authorization');
   isError(await api.del('/v1/workspaces/acme/keys/key_x'), 401, 'missing_authorization');
+});
+
+auth('two Authorization lines are 400 bad_request (param Authorization), whichever keys they hold: Node would keep the first, a proxy may read the last', async ({ service, acme, globex }) => {
+  const { port } = new URL(service.url);
+  const ask = (lines: string[]) => new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(port), '127.0.0.1', () => socket.write(`GET /v1/whoami HTTP/1.1\r\nHost: x\r\n${lines.map((l) => `${l}\r\n`).join('')}Connection: close\r\n\r\n`));
+    let text = '';
+    socket.on('data', (d) => (text += d));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(text));
+  });
+  for (const lines of [[`Authorization: Bearer ${acme.keys.tenant}`, `Authorization: Bearer ${globex.keys.tenant}`], [`Authorization: Bearer ${acme.keys.tenant}`, `authorization: Bearer ${acme.keys.tenant}`]]) {
+    const answer = await ask(lines);
+    assert.match(answer, /^HTTP\/1\.1 400 /);
+    assert.match(answer, /"code":"bad_request"/);
+    assert.match(answer, /"param":"Authorization"/);
+  }
+  assert.match(await ask([`Authorization: Bearer ${acme.keys.tenant}`]), /^HTTP\/1\.1 200 /, 'one line is fine');
 });
 
 auth('the health endpoint answers without a credential', async ({ api }) => {
