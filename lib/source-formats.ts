@@ -124,10 +124,15 @@ const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;
 /** Longest dedupe key stored as it is (after `=`); a longer one is stored as its SHA-256 (after `#`). */
 const MAX_DEDUPE_KEY_LENGTH = 256;
 
+const sha256Hex = (value: string | Buffer) => createHash('sha256').update(value).digest('hex');
+
+/** A dedupe key as stored: `=` and the key, or `#` and the SHA-256 of one too long to keep (two keys that differ anywhere stay apart). */
+const dedupeKey = (key: string | null): string | null => (key === null ? null : key.length > MAX_DEDUPE_KEY_LENGTH ? `#${sha256Hex(key)}` : `=${key}`);
+
 /**
  * What a delivery turns into: one event to store, a reason to ignore it, or a rule it breaks. An
  * event's `dedupeId` is its dedupe key as stored, `=<key>` or `#<SHA-256 hex of a key over 256
- * characters>`, or null for none.
+ * characters, or of a GitHub delivery's body>`, or null for none.
  */
 export type Reading =
   | { kind: 'event'; externalId: string; name: string; dedupeId: string | null; timestampMs: number; data: string }
@@ -136,9 +141,10 @@ export type Reading =
 
 /**
  * Reads a verified delivery's payload into an event, by the source's mapping and its format's
- * defaults (docs/sources.md, Mapping), checking the event rules of spec 4.3 and Part 8.
+ * defaults (docs/sources.md, Mapping), checking the event rules of spec 4.3 and Part 8. `body` is
+ * the delivery's exact bytes (a GitHub delivery's dedupe key is their SHA-256).
  */
-export function readDelivery(source: { format: SourceFormat; mapping: Mapping; namePrefix: string }, payload: Record<string, unknown>, headers: Headers): Reading {
+export function readDelivery(source: { format: SourceFormat; mapping: Mapping; namePrefix: string }, payload: Record<string, unknown>, headers: Headers, body: Buffer): Reading {
   const { format, mapping } = source;
   const externalId = scalar(valueAt(payload, mapping.externalId!));
   if (externalId === null || codePoints(externalId) > 256) return { kind: 'ignored', reason: 'no_external_id' };
@@ -154,13 +160,11 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   const name = eventNameOf(source.namePrefix, rawName);
   if (!EVENT_NAME.test(name)) return { kind: 'rejected', code: 'validation', param: 'name', message: `"${name.slice(0, 120)}" is not an event name: it must match [a-z0-9][a-z0-9_.-]{0,99}` };
 
-  let dedupeId: string | null;
-  if (mapping.id) dedupeId = scalar(valueAt(payload, mapping.id));
-  else if (format === 'standard-webhooks') dedupeId = header(headers, 'webhook-id');
-  else if (format === 'github') dedupeId = header(headers, 'x-github-delivery');
-  else dedupeId = scalar(payload.id);
-  // `=` and the key, or `#` and the SHA-256 of one too long to keep: two keys that differ anywhere stay apart
-  if (dedupeId !== null) dedupeId = dedupeId.length > MAX_DEDUPE_KEY_LENGTH ? `#${createHash('sha256').update(dedupeId).digest('hex')}` : `=${dedupeId}`;
+  // GitHub signs the body alone: X-GitHub-Delivery (and X-GitHub-Event, the name) can be changed by
+  // whoever saw one delivery, so its key is what the signature covers, the body's SHA-256
+  const dedupeId = mapping.id ? dedupeKey(scalar(valueAt(payload, mapping.id)))
+    : format === 'github' ? `#${sha256Hex(body)}`
+      : dedupeKey(format === 'standard-webhooks' ? header(headers, 'webhook-id') : scalar(payload.id));
 
   const at = now();
   const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);

@@ -241,7 +241,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
     const problem = parsedJsonProblem(payload);
     if (problem) return refuse(source, validationError([problem]), true);
     if (!source.enabled) return ignore(ctx, source, 'disabled');
-    const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers);
+    const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers, body);
     if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);
     if (reading.kind === 'rejected') {
       return refuse(source, validationError([{ param: reading.param, message: reading.message }], reading.code), true);

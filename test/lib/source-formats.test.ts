@@ -1,9 +1,13 @@
+import { createHash } from 'node:crypto';
 import { createHmac } from 'node:crypto';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { setClockOffset } from '../../lib/clock.js';
 import { eventNameOf, readDelivery, secretProblem, valueAt, verifyDelivery, type Mapping } from '../../lib/source-formats.js';
 import { signPayload } from '../../lib/webhook-signing.js';
+
+/** readDelivery of a payload sent as its JSON text. */
+const readOf = (source: Parameters<typeof readDelivery>[0], payload: Record<string, unknown>, headers: Parameters<typeof readDelivery>[2]) => readDelivery(source, payload, headers, Buffer.from(JSON.stringify(payload)));
 
 const formats = suite('source formats (pure)');
 formats.after.each(() => setClockOffset(0));
@@ -48,7 +52,7 @@ formats('stripe: any v1 of the header verifies, within 5 minutes of its t', () =
 
 formats('dedupe keys: a long one by its digest, never equal to a short one, whatever the short one holds', () => {
   const source = { format: 'standard-webhooks' as const, mapping: mapping({ externalId: 'u', id: 'i' }), namePrefix: '' };
-  const key = (i: string) => { const r = readDelivery(source, { type: 'x', u: 'u1', i }, {}); return r.kind === 'event' ? r.dedupeId : null; };
+  const key = (i: string) => { const r = readOf(source, { type: 'x', u: 'u1', i }, {}); return r.kind === 'event' ? r.dedupeId : null; };
   const long = key('q'.repeat(300));
   assert.match(long!, /^#[0-9a-f]{64}$/);
   assert.is.not(key('q'.repeat(299) + 'r'), long, 'keys differing after 256 characters stay apart');
@@ -83,30 +87,32 @@ formats('github: sha256= of the body; no header is missing_authorization', () =>
 formats('readDelivery: defaults by format, ignored and rejected readings', () => {
   const stripe = { format: 'stripe' as const, mapping: mapping({ externalId: 'data.object.metadata.userId', data: 'data.object' }), namePrefix: 'stripe.' };
   const created = Math.floor(Date.now() / 1000) - 60;
-  const reading = readDelivery(stripe, { id: 'evt_9', type: 'invoice.paid', created, data: { object: { metadata: { userId: 42 }, amount: 5 } } }, {});
+  const reading = readOf(stripe, { id: 'evt_9', type: 'invoice.paid', created, data: { object: { metadata: { userId: 42 }, amount: 5 } } }, {});
   assert.equal(reading, { kind: 'event', externalId: '42', name: 'stripe.invoice.paid', dedupeId: '=evt_9', timestampMs: created * 1000, data: '{"metadata":{"userId":42},"amount":5}' });
-  assert.equal(readDelivery(stripe, { type: 'x', created, data: {} }, {}), { kind: 'ignored', reason: 'no_external_id' });
+  assert.equal(readOf(stripe, { type: 'x', created, data: {} }, {}), { kind: 'ignored', reason: 'no_external_id' });
   // 256 characters are counted as a body's externalId is (an emoji is one), not as UTF-16 units
-  const byId = (id: string) => readDelivery(stripe, { type: 'x', created, data: { object: { metadata: { userId: id } } } }, {});
+  const byId = (id: string) => readOf(stripe, { type: 'x', created, data: { object: { metadata: { userId: id } } } }, {});
   assert.is(byId('😀'.repeat(256)).kind, 'event');
   assert.equal(byId('😀'.repeat(257)), { kind: 'ignored', reason: 'no_external_id' });
-  const old = readDelivery(stripe, { type: 'x', created: created - 8 * 86400, data: { object: { metadata: { userId: 'u' } } } }, {});
+  const old = readOf(stripe, { type: 'x', created: created - 8 * 86400, data: { object: { metadata: { userId: 'u' } } } }, {});
   assert.is(old.kind === 'rejected' && old.code, 'invalid_timestamp');
-  const notObject = readDelivery({ ...stripe, mapping: mapping({ externalId: 'u', data: 'u' }) }, { u: 'x', type: 'y', created }, {});
+  const notObject = readOf({ ...stripe, mapping: mapping({ externalId: 'u', data: 'u' }) }, { u: 'x', type: 'y', created }, {});
   assert.is(notObject.kind === 'rejected' && notObject.param, 'data');
 
   const github = { format: 'github' as const, mapping: mapping({ externalId: 'sender.login' }), namePrefix: 'github.' };
-  const gh = readDelivery(github, { action: 'opened', sender: { login: 'octocat' } }, { 'x-github-event': 'pull_request', 'x-github-delivery': 'd-1' });
-  assert.ok(gh.kind === 'event' && gh.name === 'github.pull_request.opened' && gh.dedupeId === '=d-1');
-  assert.equal(readDelivery(github, { sender: { login: 'octocat' } }, {}), { kind: 'ignored', reason: 'no_name' });
+  const gh = readOf(github, { action: 'opened', sender: { login: 'octocat' } }, { 'x-github-event': 'pull_request', 'x-github-delivery': 'd-1' });
+  assert.ok(gh.kind === 'event' && gh.name === 'github.pull_request.opened');
+  // the body's SHA-256, not the unsigned X-GitHub-Delivery
+  assert.is(gh.kind === 'event' && gh.dedupeId, `#${createHash('sha256').update(JSON.stringify({ action: 'opened', sender: { login: 'octocat' } })).digest('hex')}`);
+  assert.equal(readOf(github, { sender: { login: 'octocat' } }, {}), { kind: 'ignored', reason: 'no_name' });
 
   const sw = { format: 'standard-webhooks' as const, mapping: mapping({ externalId: 'data.id', timestamp: 'data.at' }), namePrefix: '' };
   const iso = new Date(Date.now() - 1000).toISOString();
-  const r = readDelivery(sw, { type: 'user.created', data: { id: 'u1', at: iso } }, { 'webhook-id': 'msg_1' });
+  const r = readOf(sw, { type: 'user.created', data: { id: 'u1', at: iso } }, { 'webhook-id': 'msg_1' });
   assert.ok(r.kind === 'event' && r.name === 'user.created' && r.dedupeId === '=msg_1' && r.timestampMs === Date.parse(iso));
-  const long = readDelivery(sw, { type: 'a'.repeat(120), data: { id: 'u1', at: iso } }, {});
+  const long = readOf(sw, { type: 'a'.repeat(120), data: { id: 'u1', at: iso } }, {});
   assert.is(long.kind === 'rejected' && long.param, 'name');
-  const big = readDelivery(sw, { type: 'x', data: { id: 'u1', at: iso }, pad: 'p'.repeat(9000) }, {});
+  const big = readOf(sw, { type: 'x', data: { id: 'u1', at: iso }, pad: 'p'.repeat(9000) }, {});
   assert.is(big.kind === 'rejected' && big.code, 'event_data_too_large');
 });
 
