@@ -6,6 +6,8 @@ const RELEASE_BATCH = 500;
 const ROUNDS_PER_TICK = 20;
 /** How often the repair pass walks the tenants' due sets (and once at start). */
 const REPAIR_EVERY_MS = 10 * 60_000;
+/** How long a pass holds its lock at most (one whose process died is taken over after it). */
+const RUN_LOCK_MS = 5 * 60_000;
 const TENANTS_PER_READ = 500;
 const DUE_PER_READ = 1_000;
 
@@ -31,17 +33,35 @@ export async function releaseScheduledMessages(ctx: RoleContext, partitions: rea
  * chunk at a time, and puts each due-set member into its partition's `messageTimers` set unless it
  * is there (ZADD NX). It finds what no partition set holds: messages scheduled by an earlier
  * version (which kept only the tenant sets and read at most 10,000 tenants per tick) or by a web
- * process of that version during an upgrade. At start, then every REPAIR_EVERY_MS; its cost is one
- * read per tenant and per scheduled message, not per tick.
+ * process of that version during an upgrade. At every scheduler's start, then every REPAIR_EVERY_MS
+ * (skipped while another process's pass is younger); its cost is one read per tenant and per
+ * scheduled message, not per tick.
  */
 export async function startScheduledMessages(ctx: RoleContext): Promise<Stop> {
   const { redis, keys, config, log } = ctx;
-  const lockKey = keys.lock('scheduled-messages-repair');
+  // one pass at a time (held while it runs, no longer than RUN_LOCK_MS if its process dies), and a
+  // periodic pass only when no pass ran in the last REPAIR_EVERY_MS; a scheduler starting runs one
+  // whatever the last one (it may be the first of a new version, with web processes of the old one)
+  const runLock = keys.lock('scheduled-messages-repair');
+  const lastPass = keys.lock('scheduled-messages-repaired');
+  const owner = `${process.pid}:${Math.random().toString(36).slice(2)}`;
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> = Promise.resolve();
+  let first = true;
   const repair = async () => {
-    if ((await redis.set(lockKey, String(process.pid), 'PX', REPAIR_EVERY_MS, 'NX')) !== 'OK') return;
+    const atStart = first;
+    first = false;
+    if (!atStart && (await redis.exists(lastPass))) return;
+    if ((await redis.set(runLock, owner, 'PX', RUN_LOCK_MS, 'NX')) !== 'OK') return;
+    try {
+      await repairPass();
+      if (!stopped) await redis.set(lastPass, owner, 'PX', REPAIR_EVERY_MS);
+    } finally {
+      if ((await redis.get(runLock)) === owner) await redis.del(runLock);
+    }
+  };
+  const repairPass = async () => {
     let restored = 0;
     for (let from = 0; !stopped; from += TENANTS_PER_READ) {
       const tenants = (await redis.zrange(keys.messageTenants, from, from + TENANTS_PER_READ - 1)).map((member) => member.split('|')[0]!);
