@@ -74,6 +74,11 @@ export class StreamConsumer {
   private running: Promise<void> | null = null;
   private readonly adopted = new Set<string>();
   private readonly lastTrim = new Map<string, number>();
+  /**
+   * Streams with entries this consumer acked since their last trim: only they are trimmed, so a
+   * consumer over many streams (every tenant's message queue) costs nothing per idle stream.
+   */
+  private readonly untrimmed = new Set<string>();
   private lastClaim = 0;
 
   constructor(private readonly o: ConsumerOptions) {}
@@ -120,13 +125,18 @@ export class StreamConsumer {
   private async process(stream: string, entries: StreamEntry[]): Promise<void> {
     await this.o.handle(stream, entries);
     await this.o.redis.xack(stream, this.o.group, ...entries.map((e) => e.id));
+    this.untrimmed.add(stream);
   }
 
-  /** Trims entries the group has acked (below the oldest pending one, else up to the last delivered). */
+  /**
+   * Trims entries the group has acked (below the oldest pending one, else up to the last delivered),
+   * at most every `trimEveryMs` per stream; a stream stays `untrimmed` until it is.
+   */
   private async trim(stream: string): Promise<void> {
     const at = now();
     if (at - (this.lastTrim.get(stream) ?? 0) < (this.o.trimEveryMs ?? 5_000)) return;
     this.lastTrim.set(stream, at);
+    this.untrimmed.delete(stream);
     const [pending, groups] = await Promise.all([
       this.o.redis.xpending(stream, this.o.group) as Promise<[number, string | null, string | null, unknown]>,
       this.o.redis.xinfo('GROUPS', stream) as Promise<unknown[][]>,
@@ -144,6 +154,7 @@ export class StreamConsumer {
         const streams = source.streams();
         const current = new Set(streams);
         for (const s of this.adopted) if (!current.has(s)) this.adopted.delete(s);
+        for (const s of this.untrimmed) if (!current.has(s)) this.untrimmed.delete(s);
         for (const s of streams) {
           if (this.adopted.has(s)) continue;
           await this.ensureGroup(s);
@@ -169,7 +180,7 @@ export class StreamConsumer {
         const settled = await Promise.allSettled((reply ?? []).map(([stream, raw]) => this.process(stream, toEntries(raw))));
         const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
         if (failed) throw failed.reason; // after every batch finished: none runs on into the next read
-        await Promise.all(streams.map((s) => this.trim(s)));
+        await Promise.all([...this.untrimmed].map((s) => this.trim(s)));
         backoff = 100;
         const read = (reply ?? []).reduce((sum, [, raw]) => sum + raw.length, 0);
         const pause = (this.o.lingerMs ?? 0) - (performance.now() - readAt);

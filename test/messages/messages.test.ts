@@ -385,4 +385,27 @@ m('an empty or blank Idempotency-Key is 400 validation naming the header, as one
   assert.is(ok.status, 202, '255 characters are fine');
 });
 
+m('an idle dispatcher costs nothing per tenant queue: with 300 more tenants that once sent, none of their queues is inspected or trimmed; a queue read from is trimmed once acked', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const xpending = async () => Number(/cmdstat_xpending:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+  const others = Array.from({ length: 300 }, (_, i) => `tnt_idle${i}|${ctx.workspaceId}`);
+  await redis.zadd(keys.messageTenants, ...others.flatMap((m) => [0, m]));
+  try {
+    // the dispatcher adopts them (its tenant list is refreshed every 2 s), then idles over them
+    await waitFor('the idle queues adopted', async () => (await redis.exists(keys.messageQueue('tnt_idle299', 'one'))) === 1, 10_000, 100);
+    const before = await xpending();
+    await new Promise((r) => setTimeout(r, 6_000));
+    const inspected = (await xpending()) - before;
+    assert.ok(inspected < 20, `${inspected} XPENDING in 6 s over 600 idle queues (each was inspected every 5 s)`);
+    // a message: the queue it was read from is trimmed (inspected, then XTRIM MINID ~) within the trim period
+    await device(ctx, 'trimmed');
+    const sent = await xpending();
+    const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'trimmed', title: 'once', body: 'b' });
+    await finished(ctx, res.body.data.id);
+    await waitFor('the queue read from to be trimmed', async () => (await xpending()) > sent, 15_000, 200);
+  } finally {
+    await redis.zrem(keys.messageTenants, ...others);
+  }
+});
+
 m.run();
