@@ -45,7 +45,11 @@ const older = (a: LogPosition, b: LogPosition) => a.ms < b.ms || (a.ms === b.ms 
 export async function tenantEventsPage(
   redis: Redis, keys: Keys, partitions: number, tenantId: string, limit: number, after: LogPosition | null, filter: LogFilter,
 ): Promise<{ items: StoredEvent[]; next: LogPosition | null }> {
-  const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && (!filter.provider || e.provider === filter.provider);
+  // `after` is on receivedAt: log ids never go below their stream's last id, so one written by another
+  // web process a few ms later in the same partition can carry a later millisecond than its receivedAt
+  const afterMs = filter.afterMs;
+  const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && (!filter.provider || e.provider === filter.provider)
+    && (afterMs === undefined || Date.parse(e.receivedAt) > afterMs);
   // a time before 1970 (a negative millisecond, which is no stream id) keeps every event
   const minId = filter.afterMs !== undefined && filter.afterMs >= 0 ? `${filter.afterMs + 1}-0` : '-';
   const found: { pos: LogPosition; event: StoredEvent }[] = [];

@@ -1,4 +1,8 @@
+import { EXPRESSION_EVENT_PATTERN } from '../expressions.js';
 import { LIST_QUERY_PROPERTIES, externalIdField as externalId, type Schema } from './common.js';
+
+/** A `name` filter of the read routes: an event name as ingest takes it (`$` only in front), else 400. */
+const eventNameFilter: Schema = { type: 'string', minLength: 1, maxLength: 101, pattern: EXPRESSION_EVENT_PATTERN };
 
 const name: Schema = {
   type: 'string',
@@ -84,7 +88,7 @@ export const EventsListQuery: Schema = {
   additionalProperties: false,
   properties: {
     ...LIST_QUERY_PROPERTIES,
-    name: { type: 'string', minLength: 1, maxLength: 101 },
+    name: eventNameFilter,
     source: { type: 'string', enum: ['server', 'ios', 'android', 'web', 'system', 'webhook'] },
     provider: { type: 'string', minLength: 1, maxLength: 64 },
     after: { type: 'string', format: 'date-time', description: 'Only events received after this time.' },
@@ -98,7 +102,7 @@ export const VolumeQuery: Schema = {
   additionalProperties: false,
   properties: {
     range: { type: 'string', enum: ['24h', '7d', '30d'], default: '24h' },
-    name: { type: 'string', minLength: 1, maxLength: 101 },
+    name: eventNameFilter,
   },
 };
 

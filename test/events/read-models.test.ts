@@ -84,6 +84,26 @@ reads('the tenant log filters by name, source and receivedAt', async ({ api, key
   assert.is(badSource.body.error.details[0].param, 'source');
 });
 
+reads('after= is on receivedAt, also for an entry logged under a later millisecond (another web process\'s write reached the partition first); a name filter that is no event name is 400', async ({ api, key, service, tenantId }) => {
+  const { redis, keys, config } = service;
+  // what lua/applyEvents writes when a later-stamped write of another web process came first: log id ms > receivedAt
+  const p = partitionOf(tenantId, 'late-logged', config.partitions);
+  const top = (await redis.xrevrange(keys.tenantLog(p, tenantId), '+', '-', 'COUNT', 1))[0]?.[0];
+  const receivedMs = top ? Number(top.split('-')[0]) + 1 : Date.now() - 60_000;
+  await redis.xadd(keys.tenantLog(p, tenantId), `${receivedMs + 40}-0`, 'id', 'evt_01m8zzzzzzzzzzzzzzzzzzzzzz', 'q', '1', 'x', 'late-logged', 'u', 'sub_x', 'n', 'late.logged', 'o', 'server',
+    'ts', String(receivedMs), 'r', String(receivedMs), 'd', '{}', 'ru', '', 'm', '', 'st', '', 'pv', '');
+  const at = (ms: number) => new Date(ms).toISOString();
+  const names = async (after: number) => (await api.get(`/v1/events?name=late.logged&after=${at(after)}`, key)).body.data.items.map((e: any) => e.name);
+  assert.equal(await names(receivedMs - 1), ['late.logged'], 'received after');
+  assert.equal(await names(receivedMs), [], 'received at the time given: not after it, whatever its log id');
+  assert.equal(await names(receivedMs + 20), [], 'received before');
+  for (const path of ['/v1/events/volume?range=7d&name=*', '/v1/events?name=*', '/v1/events?name=Order.Completed']) {
+    const res = await api.get(path, key);
+    assert.equal([res.status, res.body.error?.code, res.body.error?.param], [400, 'validation', 'name'], path);
+  }
+  assert.is((await api.get('/v1/events/volume?range=7d&name=$app.opened', key)).status, 200, 'reserved names are names');
+});
+
 reads('GET /v1/events answers a time before 1970 and a forged cursor beyond any stream id without a 500', async ({ api, key }) => {
   const all = (await api.get('/v1/events?limit=100', key)).body.data.items;
   for (const after of ['1969-12-31T00:00:00Z', '0000-01-01T00:00:00Z']) {
