@@ -42,6 +42,8 @@ export type ConsumerOptions = {
 };
 
 const CLAIM_PAGE = 500;
+/** Longest a stop waits to leave its streams' groups (`stop`). */
+const LEAVE_WAIT_MS = 1_000;
 /**
  * Entries one read takes across all its streams. A read's batches are handled together and held
  * until the slowest is done, so 500 from each of 64 partitions (32,000 entries) kept hundreds of MB
@@ -95,10 +97,31 @@ export class StreamConsumer {
     return this.adopted.has(stream);
   }
 
+  /**
+   * Stops reading, then leaves the group of each stream it read where it holds no pending entry
+   * (`XGROUP DELCONSUMER`), so consumer names do not pile up with every process start (each start is
+   * a new name). One holding entries it never acked stays, for another process to claim them. At
+   * most LEAVE_WAIT_MS: a stop never waits long on a Redis that does not answer.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     this.o.blocking.disconnect();
     await this.running?.catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.leaveGroups().catch(() => undefined),
+      new Promise<void>((done) => (timer = setTimeout(done, LEAVE_WAIT_MS))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  private async leaveGroups(): Promise<void> {
+    const streams = [...this.adopted];
+    if (streams.length === 0) return;
+    const { redis, group, consumer } = this.o;
+    const pending = await redis.pipeline(streams.map((s) => ['xpending', s, group, '-', '+', '1', consumer])).exec();
+    const idle = streams.filter((_, i) => !pending?.[i]?.[0] && (pending?.[i]?.[1] as unknown[] | undefined)?.length === 0);
+    if (idle.length) await redis.pipeline(idle.map((s) => ['xgroup', 'DELCONSUMER', s, group, consumer])).exec();
   }
 
   private async ensureGroup(stream: string): Promise<void> {

@@ -1,0 +1,55 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createLogger } from '../../lib/log.js';
+import { connectRedis } from '../../streams/redis.js';
+import { StreamConsumer, type StreamEntry } from '../../streams/stream-consumer.js';
+import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
+
+/**
+ * A stopping consumer leaves the groups of the streams it read (XGROUP DELCONSUMER) where it holds
+ * nothing pending: every process start is a new consumer name, and until probe O of session 39 they
+ * piled up (1,815 on the partition streams after ~90 worker starts). Where entries it never acked
+ * are pending it stays, so another process still claims them.
+ */
+test('a stopped consumer leaves the groups of the streams it read, except where it holds pending entries', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const prefix = uniquePrefix('consumer-leave');
+  const [done, held] = [`${prefix}done`, `${prefix}held`];
+  const group = 'leavers';
+  const consumer = `test:${process.pid}`;
+  try {
+    await redis.xadd(done, '*', 'n', '1');
+    await redis.xadd(held, '*', 'n', '2');
+    const handled: StreamEntry[] = [];
+    let refused = 0;
+    const c = new StreamConsumer({
+      redis, blocking, group, consumer, log: createLogger('error'), blockMs: 100,
+      source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [done, held] },
+      // the entry of `held` fails its handler: delivered to this consumer and never acked
+      handle: async (stream, entries) => {
+        if (stream === held) {
+          refused++;
+          throw new Error('not now');
+        }
+        handled.push(...entries);
+      },
+    });
+    c.start();
+    await waitFor('both streams read', async () => handled.length === 1 && refused >= 1, 5_000, 20);
+    await new Promise((r) => setTimeout(r, 500)); // past the retry pause: the streams are adopted again
+    await c.stop();
+    const names = async (stream: string) => ((await redis.xinfo('CONSUMERS', stream, group)) as unknown[][]).map((row) => row[1]);
+    assert.equal(await names(done), [], 'nothing pending: it left');
+    assert.equal(await names(held), [consumer], 'an entry pending: it stays for a claim');
+    assert.is(Number((await redis.xpending(held, group))[0]), 1);
+  } finally {
+    await redis.del(done, held);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
+test.run();
