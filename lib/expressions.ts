@@ -307,12 +307,14 @@ function walk(root: unknown, path: string): unknown {
 
 /**
  * The value an attribute name reads: a built-in field (`email`, `createdAt`, ...), `properties.<path>`,
- * or any other name as `properties.<name>` (so `plan` is `properties.plan`). Undefined when missing.
+ * or any other name as `properties.<name>` (so `plan` is `properties.plan`, and a bare `properties`
+ * is `properties.properties`). Undefined when missing.
  */
 export function attributeValue(subscriber: Subject['subscriber'], name: string): unknown {
   const dot = name.indexOf('.');
   const head = dot < 0 ? name : name.slice(0, dot);
-  if (head === 'properties') return dot < 0 ? subscriber.properties : walk(subscriber.properties, name.slice(dot + 1));
+  // `properties.<path>` reads into properties; a bare `properties` is a property like any other name
+  if (head === 'properties' && dot >= 0) return walk(subscriber.properties, name.slice(dot + 1));
   if (BUILTINS.has(head)) return walk(subscriber, name);
   return walk(subscriber.properties, name);
 }

@@ -87,7 +87,11 @@ names('any other name reads properties, properties.<path> reads them explicitly'
   assert.is(attributeValue(s, 'plan'), 'pro');
   assert.is(attributeValue(s, 'properties.plan'), 'pro');
   assert.is(attributeValue(s, 'properties.email'), 'work@example.com');
-  assert.equal(attributeValue(s, 'properties'), s.properties);
+  // a bare `properties` is a property like any other name (docs/expressions.md): properties.properties
+  assert.is(attributeValue(s, 'properties'), undefined);
+  assert.is(attributeValue({ ...s, properties: { properties: 'x' } }, 'properties'), 'x');
+  assert.ok(is(attr('properties', { eq: 'x' }), subject({ subscriber: { ...s, properties: { properties: 'x' } } })));
+  assert.not.ok(is(attr('properties', { exists: true })), 'no property named properties: missing');
 });
 
 names('dotted paths walk nested objects, and stop at missing parts, scalars and arrays', () => {
