@@ -356,6 +356,8 @@ export class Automation {
       if (before !== run.status) {
         if (before && (before as string) !== 'new') ops.push(['zrem', keys.workflowRuns(p, tenantId, run.workflowId, before), run.id, '-']);
         ops.push(['zadd', keys.workflowRuns(p, tenantId, run.workflowId, run.status), 0, run.id]);
+        // an ended run is kept for the retention, then expired by the sweep (lua/expireRuns)
+        if (!ACTIVE_STATUSES.includes(run.status)) ops.push(['zadd', keys.runsEnded(p), nowMs, `${tenantId}|${run.id}`]);
       }
     }
     ops.push(...armed);

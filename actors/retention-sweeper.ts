@@ -1,6 +1,7 @@
 import { now } from '../lib/clock.js';
 import { callScript } from '../streams/lua-scripts.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
+import { expireMessages } from './message-retention.js';
 import { ACTOR_GROUP } from './subscriber-actor.js';
 
 const SWEEP_EVERY_MS = 60_000;
@@ -26,6 +27,9 @@ const DELETED_PER_CALL = 1_000;
 const DELETED_ROUNDS = 10;
 /** A deleted subscriber whose state cannot go yet is looked at again this much later. */
 const DELETED_RETRY_MS = 3_600_000;
+/** Ended workflow runs expired per script call, and calls per partition per sweep (a backlog goes over the next sweeps). */
+const RUNS_PER_CALL = 1_000;
+const RUN_ROUNDS = 20;
 /** How far web and Redis clocks may differ (a deletion's ms against inbox entry ids). */
 const CLOCK_MARGIN_MS = 600_000;
 
@@ -34,15 +38,18 @@ const CLOCK_MARGIN_MS = 600_000;
  * tenant logs to the retention window (and forgets a tenant that wrote nothing here within it: its
  * empty log and sample lists, not its catalog), forgets dedupe keys older than it, and forgets the sequences
  * and automation state of subscribers deleted longer than it ago once their events are through
- * (lua/forgetDeletedSubscribers). Timelines, volume buckets and HyperLogLogs expire by themselves
- * (PEXPIREAT set when written).
+ * (lua/forgetDeletedSubscribers), expires the workflow runs that ended before it (lua/expireRuns)
+ * and the messages that ended before it with their
+ * deliveries (actors/message-retention.ts). Timelines, volume buckets and HyperLogLogs expire by
+ * themselves (PEXPIREAT set when written).
  */
-export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number; deletedForgotten: number; idleTenantsForgotten: number }> {
+export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved: number; deletedForgotten: number; idleTenantsForgotten: number; messagesExpired: number; deliveriesDeleted: number; runsExpired: number }> {
   const { redis, keys, config } = ctx;
   const cutoff = now() - config.retentionMs;
   let dedupeRemoved = 0;
   let deletedForgotten = 0;
   let idleTenantsForgotten = 0;
+  let runsExpired = 0;
   for (let p = 0; p < config.partitions; p++) {
     idleTenantsForgotten += await trimTenantLogs(ctx, p, cutoff);
     for (let round = 0; round < DEDUPE_ROUNDS; round++) {
@@ -52,6 +59,11 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
         dedupeRemoved += old.length;
       }
       if (old.length < DEDUPE_PER_SWEEP) break;
+    }
+    for (let round = 0; round < RUN_ROUNDS; round++) {
+      const expired = await callScript<number>(redis, 'expireRuns', [keys.runsEnded(p)], [keys.partitionBase(p), cutoff, RUNS_PER_CALL]);
+      runsExpired += expired;
+      if (expired < RUNS_PER_CALL) break;
     }
     for (let round = 0; round < DELETED_ROUNDS; round++) {
       const [forgotten, unlisted, postponed] = await callScript<[number, number, number]>(
@@ -63,7 +75,8 @@ export async function sweepRetention(ctx: RoleContext): Promise<{ dedupeRemoved:
       if (forgotten + unlisted + postponed < DELETED_PER_CALL) break;
     }
   }
-  return { dedupeRemoved, deletedForgotten, idleTenantsForgotten };
+  const { messagesExpired, deliveriesDeleted } = await expireMessages(redis, keys, cutoff);
+  return { dedupeRemoved, deletedForgotten, idleTenantsForgotten, messagesExpired, deliveriesDeleted, runsExpired };
 }
 
 /**

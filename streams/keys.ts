@@ -151,6 +151,8 @@ export function createKeys(prefix: string) {
     run: (n: number, tenantId: string, runId: string) => `${p(n)}:run:${tenantId}:${runId}`,
     /** zset (score 0) of a workflow's run ids in this partition; with `status`, those in that status */
     workflowRuns: (n: number, tenantId: string, workflowId: string, status?: string) => `${p(n)}:wfr:${tenantId}:${workflowId}${status ? `:${status}` : ''}`,
+    /** zset `<tenantId>|<runId>` → the ms the run ended (completed, canceled, failed): what the retention sweep expires (lua/expireRuns) */
+    runsEnded: (n: number) => `${p(n)}:runs-ended`,
     /** zset timer member → due ms: the partition's timers, fired by the scheduler role
      *  (member `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>`) */
     timers: (n: number) => `${p(n)}:timers`,
@@ -198,6 +200,8 @@ export function createKeys(prefix: string) {
      * (lua/moveMessage builds both names from the tenant base)
      */
     messageQueue: (tenantId: string, lane: MessageLane) => `${t(tenantId)}:msgq${lane === 'audience' ? ':audience' : ''}`,
+    /** zset message id → the ms it ended (completed, canceled, failed; lua/includes/setMessageStatus): what the retention sweep expires (lua/expireMessages) */
+    messagesEnded: (tenantId: string) => `${t(tenantId)}:msg-ended`,
     /** zset message id → sendAt ms of scheduled messages */
     messageDue: (tenantId: string) => `${t(tenantId)}:msg-due`,
     /** hash: one delivery of a message to one subscription */

@@ -128,7 +128,9 @@ export async function createMessage(
   const lane = laneOf(input.to);
   const fields: Record<string, string> = {
     id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
-    sendAt: sendAtMs ? isoNow(sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}), 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
+    sendAt: sendAtMs ? isoNow(sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}),
+    // a caller's Idempotency-Key keeps the message past the retention (keys never expire; lua/expireMessages)
+    idem: idempotency.key !== null && !input.run ? '1' : '0', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };
   // a new message is what is written here (no second read); a replay answers the stored original
   const message = toMessage(fields);

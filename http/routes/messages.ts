@@ -112,7 +112,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: listMessages
    *     summary: List messages
-   *     description: Scope `messages:read`. Newest first, `total` under the same filter.
+   *     description: Scope `messages:read`. Newest first, `total` under the same filter. A message is kept for `EVENT_RETENTION_DAYS`
+   *       (default 30) after it ended (`completed`, `canceled`, `failed`), then expires with its deliveries; one sent with an
+   *       `Idempotency-Key` stays (its replay answers it), without its deliveries (docs/messages.md, Retention).
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
@@ -171,7 +173,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: getMessage
    *     summary: One message, with its counts by delivery status
-   *     description: Scope `messages:read`.
+   *     description: Scope `messages:read`. 404 once expired, `EVENT_RETENTION_DAYS` after it ended, unless it was sent with an `Idempotency-Key`.
    *     tags: [Messages]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
    *     responses:
@@ -193,7 +195,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: listMessageDeliveries
    *     summary: A message's deliveries
-   *     description: Scope `messages:read`. Newest first, `total` under the same filter.
+   *     description: Scope `messages:read`. Newest first, `total` under the same filter. Deliveries expire `EVENT_RETENTION_DAYS` after their
+   *       message ended; a message kept for its `Idempotency-Key` then lists none (its `counts` stay).
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
@@ -208,7 +211,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *   get:
    *     operationId: getDelivery
    *     summary: One delivery with the provider's last answer
-   *     description: Scope `messages:read`.
+   *     description: Scope `messages:read`. 404 once expired (`EVENT_RETENTION_DAYS` after its message ended).
    *     tags: [Messages]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }, { name: id, in: path, required: true, schema: { type: string } }]
    *     responses:

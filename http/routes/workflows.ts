@@ -242,7 +242,8 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       Scope `workflows:read`. Runs of every version of the workflow, newest first, keyset pagination,
    *       with `total` under the same filter. `status` keeps the runs in one status (`running`, `sleeping`,
    *       `waiting`, `completed`, `canceled`, `failed`); the workers maintain runs, so a run appears moments after
-   *       its trigger event.
+   *       its trigger event. An ended run is kept for `EVENT_RETENTION_DAYS` (default 30) after it ended, then expires
+   *       (404, no longer listed or counted); an active run never does (docs/automation.md).
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'

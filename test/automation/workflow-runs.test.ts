@@ -9,6 +9,8 @@ import { waitFor } from '../helpers/wait.js';
 import { actorsCaughtUp } from '../helpers/inbox.js';
 import { partitionOf } from '../../lib/partition.js';
 import { findRun } from '../../streams/workflow-runs.js';
+import { sweepRetention } from '../../actors/retention-sweeper.js';
+import { setClockOffset } from '../../lib/clock.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; peer: ApnsPeer };
 const wf = suite<Ctx>('workflow runs');
@@ -369,6 +371,37 @@ wf('the runs of one batch of triggers (one millisecond) list in the events\' ord
     return items.length === 8 ? items : null;
   }, 10_000);
   assert.equal(events.map((e: any) => e.externalId), newestFirst);
+});
+
+wf('a run that ended before the retention goes from the runs list, with its message; one still sleeping stays', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/workflows', key, { slug: 'ret-done', trigger: { event: 'ret.done' }, steps: [{ type: 'send', message: { title: 'Now', body: 'done' } }] })).status, 201);
+  assert.is((await api.post('/v1/workflows', key, { slug: 'ret-asleep', trigger: { event: 'ret.asleep' }, steps: [{ type: 'sleep', duration: '60d' }, { type: 'send', message: { title: 'Later', body: 'x' } }] })).status, 201);
+  await api.post('/v1/events', key, { events: [{ externalId: 'ret-1', name: 'ret.done' }, { externalId: 'ret-1', name: 'ret.asleep' }] });
+  const done = await waitFor('the run to complete', () => runOf(ctx, 'ret-done', 'ret-1', 'completed'), 10_000);
+  const asleep = await waitFor('the other to sleep', () => runOf(ctx, 'ret-asleep', 'ret-1', 'sleeping'), 10_000);
+  const messageId = await waitFor('its message to complete', async () => {
+    const items = (await api.get('/v1/messages?status=completed&limit=100', key)).body.data.items as any[];
+    return items.find((m) => m.run?.runId === done.id)?.id ?? null;
+  }, 10_000);
+  const sweep = () => sweepRetention({ config: ctx.service.config, redis: ctx.service.redis, keys: ctx.service.keys, log: console as any, target: { url: '' } });
+  try {
+    setClockOffset(29 * 86_400_000);
+    assert.is((await sweep()).runsExpired, 0);
+    setClockOffset(31 * 86_400_000);
+    assert.ok((await sweep()).runsExpired >= 1);
+  } finally {
+    setClockOffset(0);
+  }
+  assert.is((await api.get(`/v1/workflows/ret-done/runs/${done.id}`, key)).status, 404);
+  const page = await runsOf(ctx, 'ret-done');
+  assert.is(page.total, 0);
+  assert.is((await runsOf(ctx, 'ret-done', '&status=completed')).total, 0);
+  assert.is((await api.get(`/v1/messages/${messageId}`, key)).status, 404, 'the run step\'s message went too');
+  assert.is((await api.get(`/v1/workflows/ret-asleep/runs/${asleep.id}`, key)).status, 200, 'a sleeping run stays');
+  const p = partitionOf(ctx.tenantId, 'ret-1', ctx.service.config.partitions);
+  assert.is(await ctx.service.redis.exists(ctx.service.keys.run(p, ctx.tenantId, done.id)), 0);
+  assert.is(await ctx.service.redis.zcard(ctx.service.keys.runsEnded(p)), 0);
 });
 
 wf.run();
