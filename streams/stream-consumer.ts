@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
 import { recordOf } from '../lib/field-list.js';
+import { callScript } from './lua-scripts.js';
 
 export type StreamEntry = { id: string; fields: Record<string, string> };
 export type StreamHandler = (stream: string, entries: StreamEntry[]) => Promise<void>;
@@ -39,6 +40,8 @@ export type ConsumerOptions = {
    * more entries. Adds at most this much latency; a backlog (full reads) is read without pause.
    */
   lingerMs?: number;
+  /** how long a consumer of the group must have read nothing, with nothing pending, to be forgotten as dead (default DEAD_CONSUMER_IDLE_MS) */
+  deadConsumerIdleMs?: number;
 };
 
 const CLAIM_PAGE = 500;
@@ -53,6 +56,14 @@ const LEAVE_WAIT_MS = 1_000;
  */
 export const READ_BUDGET = 2_048;
 const MIN_PER_STREAM = 16;
+/**
+ * How often a consumer forgets the dead consumers of the groups it reads, and how long one must have
+ * read nothing (with nothing pending) to count as dead (lua/forgetIdleConsumers). Live consumers
+ * read at least every `blockMs`.
+ */
+const FORGET_CONSUMERS_EVERY_MS = 3_600_000;
+const DEAD_CONSUMER_IDLE_MS = 3_600_000;
+const FORGET_CONSUMERS_PER_CALL = 1_000;
 const IDLE_SLEEP_MS = 200;
 
 function toEntries(raw: [string, string[]][]): StreamEntry[] {
@@ -82,6 +93,8 @@ export class StreamConsumer {
    */
   private readonly untrimmed = new Set<string>();
   private lastClaim = 0;
+  /** When this consumer last forgot the dead consumers of its streams (0: at its first read). */
+  private lastForget = 0;
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -122,6 +135,19 @@ export class StreamConsumer {
     const pending = await redis.pipeline(streams.map((s) => ['xpending', s, group, '-', '+', '1', consumer])).exec();
     const idle = streams.filter((_, i) => !pending?.[i]?.[0] && (pending?.[i]?.[1] as unknown[] | undefined)?.length === 0);
     if (idle.length) await redis.pipeline(idle.map((s) => ['xgroup', 'DELCONSUMER', s, group, consumer])).exec();
+  }
+
+  /**
+   * Deletes the consumer names that processes killed without a clean stop left in the groups of
+   * `streams` (nothing pending, nothing read for DEAD_CONSUMER_IDLE_MS), checked and deleted
+   * atomically per stream. At start and hourly after, so names do not pile up with every SIGKILL.
+   */
+  private async forgetDeadConsumers(streams: string[]): Promise<number> {
+    let forgotten = 0;
+    for (const stream of streams) {
+      forgotten += await callScript<number>(this.o.redis, 'forgetIdleConsumers', [stream], [this.o.group, this.o.deadConsumerIdleMs ?? DEAD_CONSUMER_IDLE_MS, this.o.consumer, FORGET_CONSUMERS_PER_CALL]);
+    }
+    return forgotten;
   }
 
   private async ensureGroup(stream: string): Promise<void> {
@@ -187,6 +213,10 @@ export class StreamConsumer {
         if (source.mode === 'shared' && now() - this.lastClaim > source.claimIdleMs / 2) {
           this.lastClaim = now();
           for (const s of streams) await this.claim(s, source.claimIdleMs);
+        }
+        if (now() - this.lastForget >= FORGET_CONSUMERS_EVERY_MS) {
+          this.lastForget = now();
+          await this.forgetDeadConsumers(streams);
         }
         if (streams.length === 0) {
           await new Promise((r) => setTimeout(r, IDLE_SLEEP_MS));

@@ -52,4 +52,45 @@ test('a stopped consumer leaves the groups of the streams it read, except where 
   }
 });
 
+/**
+ * A process killed with SIGKILL never leaves its groups: its consumer name stayed for good (probe O
+ * counted 1,815 on the partition streams after ~90 worker starts, cleanly stopped ones included).
+ * Each consumer forgets, at its first read and hourly after, the names of its groups that hold
+ * nothing pending and read nothing for an hour (here 200 ms); one holding entries stays for a claim.
+ */
+test('a consumer forgets the names dead processes left in its groups, not one holding pending entries', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-forget')}s`;
+  const group = 'forgetters';
+  try {
+    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM');
+    await redis.xadd(stream, '*', 'n', '1');
+    await redis.xadd(stream, '*', 'n', '2');
+    // two processes that died: one had acked what it read, the other had not
+    const [[, [[acked]]]] = (await redis.xreadgroup('GROUP', group, 'dead-acked', 'COUNT', 1, 'STREAMS', stream, '>')) as any;
+    await redis.xack(stream, group, acked);
+    await redis.xreadgroup('GROUP', group, 'dead-holding', 'COUNT', 1, 'STREAMS', stream, '>');
+    await new Promise((r) => setTimeout(r, 300));
+    const handled: StreamEntry[] = [];
+    const c = new StreamConsumer({
+      redis, blocking, group, consumer: 'alive', log: createLogger('error'), blockMs: 100, deadConsumerIdleMs: 200,
+      source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [stream] },
+      handle: async (_, entries) => void handled.push(...entries),
+    });
+    c.start();
+    await redis.xadd(stream, '*', 'n', '3');
+    await waitFor('the new entry handled', async () => handled.length === 1, 5_000, 20);
+    const names = ((await redis.xinfo('CONSUMERS', stream, group)) as unknown[][]).map((row) => row[1]).sort();
+    assert.equal(names, ['alive', 'dead-holding']);
+    assert.is(Number((await redis.xpending(stream, group))[0]), 1, 'the dead process\'s entry is still pending, for a claim');
+    await c.stop();
+  } finally {
+    await redis.del(stream);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
