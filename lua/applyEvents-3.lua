@@ -290,6 +290,8 @@ for _, key in ipairs(sampleOrder) do
   -- newest first: LPUSH puts the last argument at the head
   rcall('LPUSH', key, unpack(ids))
   rcall('LTRIM', key, 0, SAMPLES - 1)
+  -- once the retention has passed since its last write, every entry it names is trimmed from the log
+  rcall('PEXPIREAT', key, keep)
 end
 local fields = {}
 for _, field in ipairs(appliedOrder) do

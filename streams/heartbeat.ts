@@ -7,10 +7,21 @@ import type { Keys } from './keys.js';
 export const HEARTBEAT_EVERY_MS = 5_000;
 export const HEARTBEAT_LIVE_MS = 15_000;
 
-/** Announces the roles of this process every few seconds; returns a stop function that removes them. */
+/** Beats between two sweeps of the entries killed processes left (about a minute). */
+const SWEEP_EVERY_BEATS = 12;
+
+/**
+ * Announces the roles of this process every few seconds; returns a stop function that removes them.
+ * About once a minute it also removes the stale entries of processes that died without a stop
+ * (`liveRoles`), so they do not pile up where nothing reads the health route.
+ */
 export function startHeartbeat(redis: Redis, keys: Keys, roles: Role[]): () => Promise<void> {
   const fields = roles.map((role) => `${role}:${hostname()}:${process.pid}`);
-  const beat = () => redis.hset(keys.processes, Object.fromEntries(fields.map((f) => [f, String(now())]))).catch(() => undefined);
+  let beats = 0;
+  const beat = async () => {
+    await redis.hset(keys.processes, Object.fromEntries(fields.map((f) => [f, String(now())]))).catch(() => undefined);
+    if (beats++ % SWEEP_EVERY_BEATS === 0) await liveRoles(redis, keys).catch(() => undefined);
+  };
   void beat();
   const timer = setInterval(beat, HEARTBEAT_EVERY_MS);
   timer.unref();

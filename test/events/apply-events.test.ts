@@ -83,6 +83,10 @@ apply('a batch of several subscribers and names: every read model counts each ev
   const samples = await redis.lrange(keys.samples(0, T, 'open'), 0, -1);
   assert.is(samples.length, 4);
   assert.equal(samples, [...samples].sort().reverse(), 'samples newest first');
+  // an active tenant's samples of a name it stopped sending went nowhere (probe Z: one list per name
+  // and partition for good); they expire a retention after the last write, when every id they hold is trimmed
+  const ttl = await redis.pttl(keys.samples(0, T, 'open'));
+  assert.ok(ttl > RETENTION - 60_000 && ttl <= RETENTION, `the samples expire a retention after their last write (pttl ${ttl})`);
 });
 
 apply('redelivered entries change nothing; a later bucket write keeps the bucket\'s expiry', async (ctx) => {
