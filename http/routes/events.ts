@@ -126,10 +126,14 @@ export function registerEvents(router: Router, deps: AppDeps): void {
       if (!match || !Number.isSafeInteger(Number(match[1])) || !Number.isSafeInteger(Number(match[2]))) throw badCursor();
       position = { last7d: Number(match[1]), allTime: Number(match[2]), name: match[3]! };
     }
-    const all = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id);
-    const rest = position ? all.filter((entry) => catalogOrder(position!, entry) < 0) : all;
-    const items = rest.slice(0, limit);
-    const hasMore = rest.length > limit;
+    let hasMore = false;
+    const items = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id, {
+      pick: (sorted) => {
+        const rest = position ? sorted.filter((entry) => catalogOrder(position!, entry) < 0) : sorted;
+        hasMore = rest.length > limit;
+        return rest.slice(0, limit);
+      },
+    });
     const last = items[items.length - 1];
     respond(ctx, 200, { items, hasMore, nextCursor: hasMore && last ? encodeCursor(`${last.counts.last7d}/${last.counts.allTime}/${last.name}`) : null });
   });
@@ -207,7 +211,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events/names/:name', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const name = ctx.params.name!;
-    const [entry] = await readCatalog(redis, keys, config.partitions, tenantId, name);
+    const [entry] = await readCatalog(redis, keys, config.partitions, tenantId, { only: name });
     if (!entry) throw notFound('Event name');
     const [series, samples] = await Promise.all([readVolume(redis, keys, config.partitions, tenantId, '30d', name), readSamples(redis, keys, config.partitions, tenantId, name)]);
     respond(ctx, 200, { entry, series: { range: '30d', unit: series.unit, name, buckets: series.buckets }, samples });

@@ -138,6 +138,8 @@ reads('the catalog counts every window, orders by 7-day volume and counts distin
   assert.is(paged.body.data.hasMore, true);
   const rest = await api.get(`/v1/events/names?limit=2&cursor=${paged.body.data.nextCursor}`, key);
   assert.equal(rest.body.data.items.map((e: any) => e.name), ['order.refunded', 'app.opened.custom']);
+  // a later page's entries get every count too (the 24-hour and 30-day ones are read for the page only)
+  assert.equal(rest.body.data.items[0], refunded);
 });
 
 reads('one catalog entry has its series and its 20 newest samples', async ({ api, key }) => {
