@@ -1,14 +1,12 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { client } from '../helpers/api.js';
-import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
-import { apnsCredentials, BUNDLE_ID, pushSetup } from '../helpers/push-setup.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
+import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { messageTimerPartition } from '../../streams/messages.js';
 
-type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
+type Ctx = Awaited<ReturnType<typeof startPushService>>;
 const m = suite<Ctx>('messages and APNs delivery');
 
 const hex = (n: number, width = 64) => n.toString(16).padStart(width, '0');
@@ -16,17 +14,7 @@ let tokenCounter = 1000;
 const nextToken = () => hex(tokenCounter++);
 
 m.before(async (ctx) => { try {
-  const { peer, key, env } = await pushSetup();
-  ctx.peer = peer;
-  ctx.service = await startTestService('messages', { ...env, FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher', 'scheduler']);
-  ctx.api = client(ctx.service.url);
-  const boot = await bootstrapWorkspace(ctx.service, 'messages');
-  ctx.key = boot.keys.tenant;
-  ctx.pk = boot.keys.client;
-  ctx.tenantId = boot.tenant.id;
-  ctx.workspaceId = boot.workspace.id;
-  const res = await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(key) });
-  assert.ok(res.status === 200 || res.status === 201, JSON.stringify(res.body));
+  Object.assign(ctx, await startPushService('messages', { FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher', 'scheduler']));
   } catch (err) {
     console.error('setup failed', err); // uvu reports a failing hook without its error
     throw err;

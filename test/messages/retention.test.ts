@@ -6,13 +6,10 @@ import { writeScope } from '../../streams/audit-outbox.js';
 import { setClockOffset } from '../../lib/clock.js';
 import { createMessage, moveMessage, runStepIdempotencyKey } from '../../streams/messages.js';
 import { callScript } from '../../streams/lua-scripts.js';
-import { client } from '../helpers/api.js';
-import type { ApnsPeer } from '../helpers/apns-peer.js';
-import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { startPushService } from '../helpers/push-setup.js';
 import { waitFor } from '../helpers/wait.js';
 
-type Ctx = { service: TestService; peer: ApnsPeer; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
+type Ctx = Awaited<ReturnType<typeof startPushService>>;
 const r = suite<Ctx>('message retention');
 const DAY = 86_400_000;
 
@@ -20,17 +17,7 @@ let tokenCounter = 9_000;
 const nextToken = () => (tokenCounter++).toString(16).padStart(64, '0');
 
 r.before(async (ctx) => { try {
-  const { peer, key, env } = await pushSetup();
-  ctx.peer = peer;
-  ctx.service = await startTestService('message-retention', env, ['web', 'dispatcher', 'scheduler']);
-  ctx.api = client(ctx.service.url);
-  const boot = await bootstrapWorkspace(ctx.service, 'message-retention');
-  ctx.key = boot.keys.tenant;
-  ctx.pk = boot.keys.client;
-  ctx.tenantId = boot.tenant.id;
-  ctx.workspaceId = boot.workspace.id;
-  const res = await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(key) });
-  assert.ok(res.status === 200 || res.status === 201, JSON.stringify(res.body));
+  Object.assign(ctx, await startPushService('message-retention', {}, ['web', 'dispatcher', 'scheduler']));
   } catch (err) {
     console.error('setup failed', err);
     throw err;
