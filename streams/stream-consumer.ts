@@ -64,6 +64,8 @@ const MIN_PER_STREAM = 16;
 const FORGET_CONSUMERS_EVERY_MS = 3_600_000;
 const DEAD_CONSUMER_IDLE_MS = 3_600_000;
 const FORGET_CONSUMERS_PER_CALL = 1_000;
+/** Streams a periodic pass (claims, forgetting dead consumers) covers per pipelined round trip. */
+const STREAMS_PER_PIPELINE = 500;
 const IDLE_SLEEP_MS = 200;
 
 function toEntries(raw: [string, string[]][]): StreamEntry[] {
@@ -144,10 +146,32 @@ export class StreamConsumer {
    */
   private async forgetDeadConsumers(streams: string[]): Promise<number> {
     let forgotten = 0;
-    for (const stream of streams) {
-      forgotten += await callScript<number>(this.o.redis, 'forgetIdleConsumers', [stream], [this.o.group, this.o.deadConsumerIdleMs ?? DEAD_CONSUMER_IDLE_MS, this.o.consumer, FORGET_CONSUMERS_PER_CALL]);
+    for (let i = 0; i < streams.length; i += STREAMS_PER_PIPELINE) {
+      const pipeline = this.o.redis.pipeline();
+      for (const stream of streams.slice(i, i + STREAMS_PER_PIPELINE)) {
+        callScript(pipeline, 'forgetIdleConsumers', [stream], [this.o.group, this.o.deadConsumerIdleMs ?? DEAD_CONSUMER_IDLE_MS, this.o.consumer, FORGET_CONSUMERS_PER_CALL]);
+      }
+      for (const [err, n] of (await pipeline.exec()) ?? []) if (!err) forgotten += Number(n);
     }
     return forgotten;
+  }
+
+  /**
+   * Claims the entries of `streams` pending for at least `minIdleMs` (shared mode's periodic pass).
+   * One pipelined XPENDING summary per STREAMS_PER_PIPELINE streams finds those with anything
+   * pending, so a consumer over thousands of mostly idle streams (every tenant's message queue)
+   * pays a few round trips, not one XAUTOCLAIM per stream.
+   */
+  private async claimIdle(streams: string[], minIdleMs: number): Promise<void> {
+    for (let i = 0; i < streams.length; i += STREAMS_PER_PIPELINE) {
+      const chunk = streams.slice(i, i + STREAMS_PER_PIPELINE);
+      const replies = (await this.o.redis.pipeline(chunk.map((s) => ['xpending', s, this.o.group])).exec()) ?? [];
+      for (let k = 0; k < chunk.length; k++) {
+        const [err, summary] = replies[k] ?? [];
+        // an error (a group not there any more) is left to the read, which recreates it
+        if (!err && Number((summary as [number] | undefined)?.[0] ?? 0) > 0) await this.claim(chunk[k]!, minIdleMs);
+      }
+    }
   }
 
   private async ensureGroup(stream: string): Promise<void> {
@@ -212,7 +236,7 @@ export class StreamConsumer {
         }
         if (source.mode === 'shared' && now() - this.lastClaim > source.claimIdleMs / 2) {
           this.lastClaim = now();
-          for (const s of streams) await this.claim(s, source.claimIdleMs);
+          await this.claimIdle(streams, source.claimIdleMs);
         }
         if (now() - this.lastForget >= FORGET_CONSUMERS_EVERY_MS) {
           this.lastForget = now();
