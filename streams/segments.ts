@@ -8,7 +8,7 @@ import { isSlug } from '../lib/slugs.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { auditIntent, settleAudit, writeScope, type AuditDraft } from './audit-outbox.js';
-import { diff, sameJson, type Ref } from './ledger.js';
+import { diff, type Ref } from './ledger.js';
 import { callScript } from './lua-scripts.js';
 import { recordOf } from '../lib/field-list.js';
 import { loadSubscribers, type Subscriber } from './subscribers.js';
@@ -163,8 +163,8 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
   const fields: [string, string][] = [];
   if (patch.name !== undefined) fields.push(['name', patch.name ?? '']);
   if (patch.description !== undefined) fields.push(['description', patch.description ?? '']);
-  // the same rule spelled with other key order is no change
-  if (patch.where !== undefined && !sameJson(patch.where, current.where)) fields.push(['where', JSON.stringify(patch.where)]);
+  // compared in the script (the same rule spelled with other key order is no change there)
+  if (patch.where !== undefined) fields.push(['where', JSON.stringify(patch.where)]);
   args.push(String(fields.length), ...fields.flat());
   const reply = await callScript<UpdateReply>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId), intent.key], args);
   if (reply[0] !== 1) throw notFound('Segment');

@@ -362,4 +362,28 @@ segments('a tenant holds at most 100 segments and 100 workflows: the next one is
   assert.is(await count('/v1/workflows'), 100);
 });
 
+/**
+ * Probe R: concurrent PATCHes alternating two rules each set a rule and a name; the writer compared
+ * its rule with a read taken before the script, so one that matched that stale read was dropped
+ * (answered 200 with its name but another's rule). Each answer must carry its own request's rule
+ * and name, and the final record the rule that goes with its final name.
+ */
+segments('concurrent updates each write their own rule: the answer and the final record pair each name with its rule', async (ctx) => {
+  const { api, key } = ctx;
+  const A = { attribute: 'plan', eq: 'a' };
+  const B = { attribute: 'plan', eq: 'b' };
+  assert.is((await api.post('/v1/segments', key, { slug: 'racing-rules', where: A })).status, 201);
+  for (let round = 0; round < 5; round++) {
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => api.patch('/v1/segments/racing-rules', key, { name: `n${round}-${i}`, where: i % 2 ? A : B })));
+    for (const [i, res] of answers.entries()) {
+      assert.is(res.status, 200);
+      assert.is(res.body.data.name, `n${round}-${i}`);
+      assert.equal(res.body.data.where, i % 2 ? A : B, `round ${round}, request ${i}: its own rule`);
+    }
+    const final = (await api.get('/v1/segments/racing-rules', key)).body.data;
+    const writer = Number(final.name.split('-')[1]);
+    assert.equal(final.where, writer % 2 ? A : B, `round ${round}: the rule of the request whose name is final`);
+  }
+});
+
 segments.run();
