@@ -174,12 +174,16 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  * `subscription.updated` naming the owner change (`externalId`) and any other public field the
  * registration changed (see `writeRegistration`); the removal of the previous copy audits nothing.
  */
-export async function registerSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput, options: { enabled?: boolean; audit?: AuditTrail } = {}): Promise<Registered> {
+export async function registerSubscription(
+  redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
+  options: { enabled?: boolean; audit?: AuditTrail; /** tests: runs between the claim and the write */ afterClaim?: () => Promise<void> } = {},
+): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
   const tokens = tokenKeys(keys, scope.tenantId);
   const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
   const stamp = Number(claimNumber);
+  await options.afterClaim?.();
   const enabled = options.enabled ?? true;
   const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined };
   let outcome: { created: boolean; record: Record<string, string>; before: Record<string, string> };
@@ -189,7 +193,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
       if (fresh) {
-        await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
+        await confirmToken(redis, keys, scope, field, externalId, id, stamp);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
       }
     }
@@ -206,7 +210,7 @@ export async function registerSubscription(redis: Redis, keys: Keys, scope: Tena
     await detach(redis, keys, scope, previous, id, 'moved', stamp);
     await redis.hdel(keys.tokenMoves(scope.tenantId), field);
   }
-  await dropIfMovedMeanwhile(redis, keys, scope, externalId, id, stamp);
+  await confirmToken(redis, keys, scope, field, externalId, id, stamp);
   // the record as written (no second read)
   const subscription = toSubscription(externalId, outcome.record);
   return { subscription, created: outcome.created, ...(outcome.created ? { changes: {}, previousAttributes: {} } : diffOf(toSubscription(externalId, outcome.before), subscription)) };
@@ -311,16 +315,23 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
 }
 
 /**
- * Another subscriber may have claimed the token between this call's claim and its write (two app
- * users registering one device at once): its move then found no record here to remove, and this
- * write left a copy the token's owner index no longer points at. The writer removes its own copy
- * (`$subscription.removed`, reason `moved`), so the device stays with one subscriber. A crash
- * between the write and this check can leave such a copy; the fan-out never sends to a
+ * After the write, the token must still name this record (lua/confirmToken):
+ * - another subscriber may have claimed it between this call's claim and its write (two app users
+ *   registering one device at once): its move then found no record here to remove, and this write
+ *   left a copy the token no longer names. The writer removes its own copy (`$subscription.removed`,
+ *   reason `moved`), so the device stays with one subscriber;
+ * - a removal of the subscription may have forgotten the token meanwhile (it removed the record
+ *   another registration of this subscriber had written after this call's claim, and that one's
+ *   claim was the latest): this record, written after the removal, is given the token back, or
+ *   the next registration of the device would make a second subscription (probe R: 2 of 250 rounds
+ *   of removals racing re-registrations). Should a removal take this record away right after, the
+ *   token entry is left naming nothing, which the next registration of the device fills again.
+ * A crash between the write and this check can leave such a copy; the fan-out never sends to a
  * subscription whose owner is another subscriber (actors/fanout.ts).
  */
-async function dropIfMovedMeanwhile(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, stamp: number): Promise<void> {
-  const owner = await redis.hget(keys.subscriptionOwners(scope.tenantId), id);
-  if (owner !== null && owner !== externalId) await detach(redis, keys, scope, externalId, id, 'moved', stamp);
+async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number): Promise<void> {
+  const held = await callScript<string>(redis, 'confirmToken', tokenKeys(keys, scope.tenantId), [field, id, externalId, stamp]);
+  if (held === 'lost') await detach(redis, keys, scope, externalId, id, 'moved', stamp);
 }
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);

@@ -1,5 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { listSubscriptions, registerSubscription, removeSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -150,6 +151,39 @@ races('deleting a subscriber while its device registers again leaves the device 
     await api.post('/v1/client/subscriptions', pk, { externalId: other, channel: 'push', token, platform: 'ios' });
     assert.equal([await held(externalId), await held(other)], [0, 1], `round ${round}: the device has one holder`);
   }
+});
+
+/**
+ * Probe R (2 of 250 rounds of removals racing re-registrations of one device by its user): a
+ * registration that claimed the token, then wrote after a removal had taken away the record a later
+ * registration wrote, and had forgotten the token (that registration's claim was the latest), left
+ * a record the token index did not name; the device's next registration by another user made a
+ * second subscription. The late writer now finds the token forgotten and gives it back to its record.
+ */
+races('a registration writing after a removal forgot the token gives it back: the device keeps one subscription', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const device = { channel: 'push' as const, token: 'ab'.repeat(32), platform: 'ios' as const };
+  const first = await registerSubscription(service.redis, service.keys, scope, 'late-u', device);
+  // a registration held between its claim and its write
+  let claimed!: () => void;
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const hasClaimed = new Promise<void>((r) => (claimed = r));
+  const late = registerSubscription(service.redis, service.keys, scope, 'late-u', device, { afterClaim: async () => { claimed(); await held; } });
+  await hasClaimed;
+  // meanwhile another registration of the same user claims and writes, and a removal takes that record and the token
+  await registerSubscription(service.redis, service.keys, scope, 'late-u', device);
+  await removeSubscription(service.redis, service.keys, scope, 'late-u', first.subscription.id);
+  assert.is(await service.redis.hget(service.keys.tokens(tenantId), `push:${device.token}`), null, 'the removal forgot the token');
+  release();
+  const written = await late;
+  assert.is(written.subscription.id, first.subscription.id);
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'late-u')).map((s) => s.id), [first.subscription.id]);
+  assert.is(await service.redis.hget(service.keys.tokens(tenantId), `push:${device.token}`), `${first.subscription.id}|late-u`, 'the token names the record written last');
+  // so another user registering the device moves it (same id): still one subscription for it
+  const moved = await registerSubscription(service.redis, service.keys, scope, 'late-v', device);
+  assert.is(moved.subscription.id, first.subscription.id);
+  assert.equal(await listSubscriptions(service.redis, service.keys, scope, 'late-u'), []);
 });
 
 races.run();
