@@ -277,10 +277,14 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
       const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt! } : {}) };
       const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
+      // this subscriber still names a record another one took over (whose move has not removed this
+      // reference yet, and now will not: this claim is later): its stream says the device went
+      // before it says it came back, so `registered` never follows `registered`
+      const lost = member && current.id ? [{ name: '$subscription.removed', data: { subscription: publicOf(toSubscription(externalId, current)), reason: 'moved' } }] : [];
       return {
         create: true,
         audit,
-        events: [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
+        events: [...lost, { name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }],
         // a record of another holder is replaced whole (no field of theirs, such as invalidatedAt, stays)
         ops: [...(current.id ? [['del', recordKey] as RecordOp] : []), ...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', keys.subscriberSubscriptions(p, scope.tenantId, externalId), id]],
         guards,

@@ -1,5 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { partitionOf } from '../../lib/partition.js';
 import { listSubscriptions, registerSubscription, removeSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
@@ -184,6 +185,36 @@ races('a registration writing after a removal forgot the token gives it back: th
   const moved = await registerSubscription(service.redis, service.keys, scope, 'late-v', device);
   assert.is(moved.subscription.id, first.subscription.id);
   assert.equal(await listSubscriptions(service.redis, service.keys, scope, 'late-u'), []);
+});
+
+/**
+ * Probe R (2 of 60 rounds of 4 users × 20 registrations of one device): two subscribers of one
+ * partition share the record's key; when one took the record over and the other took it back before
+ * the first one's move removed the other's reference, the other's stream read `registered` twice in
+ * a row. Taking back a record another holds while still naming it now writes `removed` (moved) first.
+ */
+races('taking back a device another subscriber of the partition took over writes removed before registered', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const u = 'back-u';
+  const v = Array.from({ length: 10_000 }, (_, i) => `back-v${i}`).find((x) => partitionOf(tenantId, x, scope.partitions) === partitionOf(tenantId, u, scope.partitions))!;
+  const p = partitionOf(tenantId, u, scope.partitions);
+  const device = { channel: 'push' as const, token: 'cd'.repeat(32), platform: 'ios' as const };
+  const { subscription } = await registerSubscription(service.redis, service.keys, scope, u, device);
+  const id = subscription.id;
+  // v's move, stopped after it wrote its copy (the one key both subscribers' sets name) and before
+  // it removed u's reference: the token names v, the move is not settled
+  const k = service.keys;
+  const claim = await service.redis.hincrby(k.subscriptionClaims(tenantId), id, 1);
+  await service.redis.multi()
+    .hset(k.tokens(tenantId), `push:${device.token}`, `${id}|${v}`).hset(k.subscriptionOwners(tenantId), id, v).hset(k.tokenMoves(tenantId), `push:${device.token}`, u)
+    .hset(k.subscription(p, tenantId, id), 'holder', v, 'claim', String(claim)).sadd(k.subscriberSubscriptions(p, tenantId, v), id).exec();
+  // u takes it back
+  const back = await registerSubscription(service.redis, service.keys, scope, u, device);
+  assert.is(back.subscription.id, id);
+  const seen = (await inboxEvents(service, tenantId, u)).map((e) => `${e.name}${e.data?.reason ? `(${e.data.reason})` : ''}`).filter((n) => n.startsWith('$subscription.'));
+  assert.equal(seen, ['$subscription.registered', '$subscription.removed(moved)', '$subscription.registered']);
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, u)).map((s) => s.id), [id]);
+  assert.equal(await listSubscriptions(service.redis, service.keys, scope, v), []);
 });
 
 races.run();
