@@ -1,6 +1,8 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
+import { changeSubscriber } from '../../streams/subscriber-writes.js';
 import { listSubscriptions, registerSubscription, removeSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
@@ -215,6 +217,30 @@ races('taking back a device another subscriber of the partition took over writes
   assert.equal(seen, ['$subscription.registered', '$subscription.removed(moved)', '$subscription.registered']);
   assert.equal((await listSubscriptions(service.redis, service.keys, scope, u)).map((s) => s.id), [id]);
   assert.equal(await listSubscriptions(service.redis, service.keys, scope, v), []);
+});
+
+/**
+ * A subscriber whose version moves under every attempt of a compare-and-set write: after its bounded
+ * retries the write gives up with 429 `lock_timeout` ("changing too fast", retryable: spec Part 7),
+ * not 409, and writes nothing. Here each attempt's own read bumps the version after the snapshot.
+ */
+races('a subscriber write that loses every compare-and-set gives up with 429 lock_timeout and writes nothing', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const x = 'always-moving';
+  const p = partitionOf(tenantId, x, scope.partitions);
+  await changeSubscriber(service.redis, service.keys, scope, x, () => ({ create: true, events: [], ops: [['hset', service.keys.subscriber(p, tenantId, x), 'marker', 'first']], result: null }));
+  const before = (await inboxEvents(service, tenantId, x)).length;
+  let attempts = 0;
+  const err = await changeSubscriber(service.redis, service.keys, scope, x,
+    () => ({ create: false, events: [{ name: '$subscriber.updated', data: {} }], ops: [['hset', service.keys.subscriber(p, tenantId, x), 'marker', 'never']], result: null }),
+    async () => { attempts++; await service.redis.hincrby(service.keys.subscriber(p, tenantId, x), 'v', 1); },
+  ).then(() => null, (e: unknown) => e);
+  assert.instance(err, ApiError);
+  assert.is((err as ApiError).status, 429);
+  assert.is((err as ApiError).code, 'lock_timeout');
+  assert.ok(attempts > 1, `retried (${attempts} attempts)`);
+  assert.is(await service.redis.hget(service.keys.subscriber(p, tenantId, x), 'marker'), 'first', 'nothing written');
+  assert.is((await inboxEvents(service, tenantId, x)).length, before);
 });
 
 races.run();
