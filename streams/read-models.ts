@@ -195,15 +195,15 @@ export async function readCatalog(
     }
     return e;
   };
-  /** Adds the counts of `buckets` in partition `p` to the entries of `names`. */
-  const addCounts = async (p: number, names: string[], buckets: Bucket[]) => {
+  /** Adds the counts of `buckets` in partition `p` to the entries of `names` (found by `of`). */
+  const addCounts = async (p: number, names: string[], buckets: Bucket[], of: (name: string) => CatalogEntry) => {
     const pipeline = redis.pipeline();
     for (const { unit, start } of buckets) pipeline.hmget(keys.volume(p, tenantId, unit, start), ...names);
     const replies = (await pipeline.exec()) ?? [];
     buckets.forEach(({ windows }, b) => {
       (replies[b]![1] as (string | null)[]).forEach((v, k) => {
         if (v === null) return;
-        const counts = entry(names[k]!).counts;
+        const counts = of(names[k]!).counts;
         for (const w of windows) counts[w] += Number(v);
       });
     });
@@ -231,23 +231,28 @@ export async function readCatalog(
       if (where) where.push(p);
       else seenIn.set(name, [p]);
     }
-    await addCounts(p, list, weekBuckets);
+    await addCounts(p, list, weekBuckets, entry);
   }));
   const picked = pick([...entries.values()]
     .map(({ first, last, ...e }) => ({ ...e, sources: e.sources.sort(), providers: e.providers.sort(), firstAt: isoNow(first), lastAt: isoNow(last) }))
     .sort((a, b) => catalogOrder({ name: a.name, last7d: a.counts.last7d, allTime: a.counts.allTime }, b)));
   // the picked entries' other counts, per partition they were seen in; a subscriber lives in one
   // partition, so the partitions' distinct counts add up
+  const pickedByName = new Map(picked.map((e) => [e.name, e]));
   const byPartition = new Map<number, string[]>();
   for (const e of picked) {
-    entries.set(e.name, e as CatalogEntry & { first: number; last: number }); // the copy returned gets the counts
-    for (const p of seenIn.get(e.name) ?? []) byPartition.set(p, [...(byPartition.get(p) ?? []), e.name]);
+    for (const p of seenIn.get(e.name) ?? []) {
+      const names = byPartition.get(p);
+      if (names) names.push(e.name);
+      else byPartition.set(p, [e.name]);
+    }
   }
+  const returned = (name: string) => pickedByName.get(name)!;
   await Promise.all([...byPartition].map(async ([p, names]) => {
     const uniques = redis.pipeline();
     for (const name of names) uniques.pfcount(...weekUniques.map((d) => keys.uniques(p, tenantId, 'd', d, name)));
-    const [, replies] = await Promise.all([addCounts(p, names, otherBuckets), uniques.exec()]);
-    names.forEach((name, i) => (entry(name).subscribers7d += Number(replies?.[i]?.[1] ?? 0)));
+    const [, replies] = await Promise.all([addCounts(p, names, otherBuckets, returned), uniques.exec()]);
+    names.forEach((name, i) => (returned(name).subscribers7d += Number(replies?.[i]?.[1] ?? 0)));
   }));
   return picked;
 }
