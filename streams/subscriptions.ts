@@ -134,10 +134,20 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
  * record written by a later claim of the token stays). A reference to a record another subscriber
  * of the partition holds now is dropped without touching the record (guarded: the holder is checked
- * again in the write). With `audit`, a removal records `subscription.deleted`.
+ * again in the write), with reason `moved`, and answers null: the subscription is not this
+ * subscriber's any more (its GET is 404 too).
+ * With `audit` (a removal someone asked for), a removal records `subscription.deleted`, unless the
+ * device was taken over by another app user already: the token index names another subscriber as
+ * the subscription's owner and that subscriber's copy is written (both read with the record). Its
+ * registration audited the move (`subscription.updated`, the new `externalId`); this copy is a
+ * leftover of that move, removed with reason `moved` and not audited, so the ledger's last word on
+ * the subscription is not a deletion while it lives on. A move claimed but not written yet is
+ * audited as a deletion: the mover's write then finds no copy to take over and records
+ * `subscription.created`.
  */
 async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail): Promise<{ subscription: Subscription; claim: number } | null> {
-  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Held>(redis, keys, scope, externalId, (snapshot, { record: h, member }) => {
+  type Read = Held & { ownerWrote: boolean };
+  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, ownerWrote }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -145,13 +155,19 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     // a reference to no record at all is invisible (lists skip it): dropped silently
     if (!h.id) return { create: false, events: [], ops: [['srem', set, id]], guards: [['absent', recordKey]], result: null };
     const subscription = toSubscription(externalId, h);
-    const event = { name: '$subscription.removed', data: { subscription: publicOf(subscription), reason } };
+    const removed = (why: string) => ({ name: '$subscription.removed', data: { subscription: publicOf(subscription), reason: why } });
+    if (!heldBy(h, externalId)) return { create: false, events: [removed('moved')], ops: [['srem', set, id]], guards, result: null };
     const claim = Number(h.claim ?? 0);
-    const removal = audit && draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    if (!heldBy(h, externalId)) return { create: false, events: [event], ops: [['srem', set, id]], guards, audit: removal, result: { subscription, claim } };
     if (claim > upTo) return { skip: null };
-    return { create: false, events: [event], ops: [['del', recordKey], ['srem', set, id]], guards, audit: removal, result: { subscription, claim } };
-  }, readHeld(redis, keys, scope, externalId, id));
+    const movedAway = ownerWrote;
+    const removal = audit && !movedAway && draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
+    return { create: false, events: [removed(movedAway ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: removal || null, result: { subscription, claim } };
+  }, async (p) => {
+    const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
+    if (owner === null || owner === externalId) return { ...held, ownerWrote: false };
+    const theirs = keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id);
+    return { ...held, ownerWrote: (await redis.hget(theirs, 'holder')) === owner };
+  });
 }
 
 /** The tenant keys of token ownership, in the order lua/claimToken, releaseToken and unclaimToken take them. */

@@ -220,6 +220,72 @@ races('taking back a device another subscriber of the partition took over writes
 });
 
 /**
+ * Probe R (5 of 20 rounds of a device moving to another user while its first user removed it): the
+ * removal recorded `subscription.deleted` after the move had been audited, so the ledger's last word
+ * on a subscription that lives on with the new user was a deletion. A removal of what is a leftover of
+ * a move (the token's owner is another subscriber whose copy is written) is not audited, and its
+ * event says `moved`; a reference to a record the other subscriber of the partition holds is 404.
+ */
+async function unsettledMove(service: TestService, tenantId: string, u: string, v: string, id: string, token: string): Promise<void> {
+  const k = service.keys;
+  const partitions = service.config.partitions;
+  const claim = await service.redis.hincrby(k.subscriptionClaims(tenantId), id, 1);
+  const at = new Date().toISOString();
+  const pv = partitionOf(tenantId, v, partitions);
+  // v's move, stopped after it wrote its copy and before it removed u's: the token names v, the move is not settled
+  await service.redis.multi()
+    .hset(k.tokens(tenantId), `push:${token}`, `${id}|${v}`).hset(k.subscriptionOwners(tenantId), id, v).hset(k.tokenMoves(tenantId), `push:${token}`, u)
+    .hset(k.subscription(pv, tenantId, id), { id, channel: 'push', token, address: '', platform: 'ios', environment: 'production', authorizationStatus: '', device: '{}', enabled: '1', createdAt: at, updatedAt: at, claim: String(claim), holder: v })
+    .sadd(k.subscriberSubscriptions(pv, tenantId, v), id).exec();
+}
+
+const streamOf = async (service: TestService, tenantId: string, externalId: string) =>
+  (await inboxEvents(service, tenantId, externalId)).map((e) => `${e.name}${e.data?.reason ? `(${e.data.reason})` : ''}`).filter((n) => n.startsWith('$subscription.'));
+
+races('removing what a move left behind is not audited as a deletion while the subscription lives on with its new user', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const u = 'left-u';
+  const pu = partitionOf(tenantId, u, scope.partitions);
+  const others = Array.from({ length: 10_000 }, (_, i) => `left-v${i}`);
+  for (const [v, token] of [[others.find((x) => partitionOf(tenantId, x, scope.partitions) !== pu)!, 'e1'.repeat(32)], [others.find((x) => partitionOf(tenantId, x, scope.partitions) === pu)!, 'e2'.repeat(32)]] as const) {
+    const same = partitionOf(tenantId, v, scope.partitions) === pu;
+    const reg = await api.post('/v1/client/subscriptions', pk, { externalId: u, channel: 'push', token, platform: 'ios' });
+    assert.is(reg.status, 201);
+    const id = reg.body.data.id as string;
+    await unsettledMove(service, tenantId, u, v, id, token);
+    const removal = await api.del(`/v1/subscribers/${u}/subscriptions/${id}`, key);
+    // another subscriber of the partition holds the one record both sets name: not u's any more (as its GET says)
+    assert.is(removal.status, same ? 404 : 200, `${same ? 'same' : 'other'} partition`);
+    assert.equal((await streamOf(service, tenantId, u)).slice(-2), ['$subscription.registered', '$subscription.removed(moved)']);
+    assert.equal(await ledger(service, workspaceId, 'subscription.deleted', id), [], 'no deletion audited');
+    assert.equal((await listSubscriptions(service.redis, service.keys, scope, v)).map((s) => s.id), [id], 'v keeps the device');
+    assert.equal(await listSubscriptions(service.redis, service.keys, scope, u), []);
+  }
+});
+
+races('a removal racing a move claimed but not written yet is a deletion; the move then creates the subscription anew', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const token = 'e3'.repeat(32);
+  const reg = await api.post('/v1/client/subscriptions', pk, { externalId: 'race-u', channel: 'push', token, platform: 'ios' });
+  const id = reg.body.data.id as string;
+  let claimed!: () => void;
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const hasClaimed = new Promise<void>((r) => (claimed = r));
+  const move = registerSubscription(service.redis, service.keys, scope, 'race-v', { channel: 'push', token, platform: 'ios' }, { afterClaim: async () => { claimed(); await held; } });
+  await hasClaimed;
+  const removal = await api.del(`/v1/subscribers/race-u/subscriptions/${id}`, key);
+  assert.is(removal.status, 200);
+  assert.equal((await streamOf(service, tenantId, 'race-u')).slice(-1), ['$subscription.removed(removed)']);
+  assert.is((await ledger(service, workspaceId, 'subscription.deleted', id)).length, 1);
+  release();
+  const moved = await move;
+  assert.is(moved.subscription.id, id);
+  assert.is(moved.created, true);
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'race-v')).map((s) => s.id), [id]);
+});
+
+/**
  * A subscriber whose version moves under every attempt of a compare-and-set write: after its bounded
  * retries the write gives up with 429 `lock_timeout` ("changing too fast", retryable: spec Part 7),
  * not 409, and writes nothing. Here each attempt's own read bumps the version after the snapshot.
