@@ -144,10 +144,15 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * the subscription is not a deletion while it lives on. A move claimed but not written yet is
  * audited as a deletion: the mover's write then finds no copy to take over and records
  * `subscription.created`.
+ * With `lost` (a registration whose copy lost the token to another app user's claim, confirmToken),
+ * the copy's removal records the owner change to the subscriber the token names, when that one's
+ * copy is written: this registration's write audited its own copy (created or taken over), and
+ * after it the ledger must say where the subscription went. When the owner has not written yet, its
+ * write audits the change itself.
  */
-async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail): Promise<{ subscription: Subscription; claim: number } | null> {
-  type Read = Held & { ownerWrote: boolean };
-  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, ownerWrote }) => {
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail, lost = false): Promise<{ subscription: Subscription; claim: number } | null> {
+  type Read = Held & { owner: string | null; theirs: Record<string, string> };
+  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -159,14 +164,17 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     if (!heldBy(h, externalId)) return { create: false, events: [removed('moved')], ops: [['srem', set, id]], guards, result: null };
     const claim = Number(h.claim ?? 0);
     if (claim > upTo) return { skip: null };
-    const movedAway = ownerWrote;
-    const removal = audit && !movedAway && draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    return { create: false, events: [removed(movedAway ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: removal || null, result: { subscription, claim } };
+    // the subscriber the token names holds its own copy already: this one is what its move left behind
+    const movedAway = owner !== null && owner !== externalId && heldBy(theirs, owner);
+    const entry = !audit ? null
+      : lost ? (movedAway ? movedAudit(audit, externalId, h, owner!, theirs) : null)
+        : movedAway ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
+    return { create: false, events: [removed(movedAway ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
   }, async (p) => {
     const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
-    if (owner === null || owner === externalId) return { ...held, ownerWrote: false };
-    const theirs = keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id);
-    return { ...held, ownerWrote: (await redis.hget(theirs, 'holder')) === owner };
+    if (owner === null || owner === externalId) return { ...held, owner, theirs: {} };
+    const theirs = await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
+    return { ...held, owner, theirs };
   });
 }
 
@@ -209,7 +217,7 @@ export async function registerSubscription(
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
       if (fresh) {
-        await confirmToken(redis, keys, scope, field, externalId, id, stamp);
+        await confirmToken(redis, keys, scope, field, externalId, id, stamp, options.audit);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
       }
     }
@@ -226,7 +234,7 @@ export async function registerSubscription(
     await detach(redis, keys, scope, previous, id, 'moved', stamp);
     await redis.hdel(keys.tokenMoves(scope.tenantId), field);
   }
-  await confirmToken(redis, keys, scope, field, externalId, id, stamp);
+  await confirmToken(redis, keys, scope, field, externalId, id, stamp, options.audit);
   // the record as written (no second read)
   const subscription = toSubscription(externalId, outcome.record);
   return { subscription, created: outcome.created, ...(outcome.created ? { changes: {}, previousAttributes: {} } : diffOf(toSubscription(externalId, outcome.before), subscription)) };
@@ -349,9 +357,9 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
  * A crash between the write and this check can leave such a copy; the fan-out never sends to a
  * subscription whose owner is another subscriber (actors/fanout.ts).
  */
-async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number): Promise<void> {
+async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number, audit?: AuditTrail): Promise<void> {
   const held = await callScript<string>(redis, 'confirmToken', tokenKeys(keys, scope.tenantId), [field, id, externalId, stamp]);
-  if (held === 'lost') await detach(redis, keys, scope, externalId, id, 'moved', stamp);
+  if (held === 'lost') await detach(redis, keys, scope, externalId, id, 'moved', stamp, audit, true);
 }
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);

@@ -6,7 +6,10 @@ import { changeSubscriber } from '../../streams/subscriber-writes.js';
 import { listSubscriptions, registerSubscription, removeSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { AuditTrail } from '../../streams/subscriber-audit.js';
+import { auditsSettled } from '../../streams/audit-outbox.js';
+import { createLogger } from '../../lib/log.js';
 
 // Concurrent identical requests, as retrying clients send them: the audit ledger records what the
 // stream records (one entry per real change), whatever the interleaving.
@@ -283,6 +286,40 @@ races('a removal racing a move claimed but not written yet is a deletion; the mo
   assert.is(moved.subscription.id, id);
   assert.is(moved.created, true);
   assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'race-v')).map((s) => s.id), [id]);
+});
+
+/**
+ * Probe R (18 of 30 rounds of users registering one device at once): a registration whose claim
+ * lost to another user's claim before its write audited its own copy (created, or taken over), and
+ * its check after the write removed that copy without a word, so the ledger's newest entry for the
+ * subscription named the user who no longer held it. The removal of the lost copy now records the
+ * owner change to the subscriber the token names.
+ */
+races('a registration whose claim was lost before its write leaves the ledger naming the subscriber that holds the device', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
+  const trail = () => new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+  const device = { channel: 'push' as const, token: 'e4'.repeat(32), platform: 'ios' as const };
+  let claimed!: () => void;
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const hasClaimed = new Promise<void>((r) => (claimed = r));
+  // lost-a claims the new token, then waits; lost-b takes the token over and registers it whole
+  const first = registerSubscription(service.redis, service.keys, scope, 'lost-a', device, { audit: trail(), afterClaim: async () => { claimed(); await held; } });
+  await hasClaimed;
+  const second = await registerSubscription(service.redis, service.keys, scope, 'lost-b', device, { audit: trail() });
+  release();
+  await first;
+  await auditsSettled(2_000);
+  const id = second.subscription.id;
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'lost-b')).map((s) => s.id), [id]);
+  assert.equal(await listSubscriptions(service.redis, service.keys, scope, 'lost-a'), []);
+  const entries = (await ledger(service, workspaceId, 'subscription.created', id)).concat(await ledger(service, workspaceId, 'subscription.updated', id));
+  const all = (await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!) as Entry).filter((e) => e.target?.id === id);
+  assert.ok(entries.length >= 2, 'both writes audited');
+  const last = all[all.length - 1]!;
+  assert.is(last.data.object.externalId, 'lost-b', `the newest entry (${last.type}) names the holder`);
+  assert.equal([last.type, last.changes?.externalId, last.previousAttributes?.externalId], ['subscription.updated', 'lost-b', 'lost-a']);
 });
 
 /**
