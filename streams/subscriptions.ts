@@ -164,10 +164,12 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     if (!heldBy(h, externalId)) return { create: false, events: [removed('moved')], ops: [['srem', set, id]], guards, result: null };
     const claim = Number(h.claim ?? 0);
     if (claim > upTo) return { skip: null };
-    // the subscriber the token names holds its own copy already: this one is what its move left behind
-    const movedAway = owner !== null && owner !== externalId && heldBy(theirs, owner);
+    // the token names another subscriber: this copy is what that one's move leaves behind, and its
+    // write audits (or audited) the owner change
+    const movedAway = owner !== null && owner !== externalId;
+    const ownerWrote = movedAway && heldBy(theirs, owner);
     const entry = !audit ? null
-      : lost ? (movedAway ? movedAudit(audit, externalId, h, owner!, theirs) : null)
+      : lost ? (ownerWrote && theirs.movedFrom !== `${externalId}#${claim}` ? movedAudit(audit, externalId, h, owner!, theirs) : null)
         : movedAway ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
     return { create: false, events: [removed(movedAway ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
   }, async (p) => {
@@ -299,8 +301,15 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,
       // device) where the registration leaves it out: a sandbox token stays a sandbox token
       const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
-      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt! } : {}) };
-      const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
+      // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
+      // after its write knows this write audited the move (confirmToken)
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${make.from}#${prior.claim ?? 0}` } : {}) };
+      // a copy taken from another subscriber is the owner change; so is a move whose previous copy is
+      // gone or not written yet (the subscription was created by an earlier claim, which audits its
+      // own copy); only a first copy is subscription.created
+      const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record)
+        : make.from !== undefined ? ownerChangeAudit(make.audit, make.from, toSubscription(externalId, record))
+          : createdAudit(make.audit, toSubscription(externalId, record)));
       // this subscriber still names a record another one took over (whose move has not removed this
       // reference yet, and now will not: this claim is later): its stream says the device went
       // before it says it came back, so `registered` never follows `registered`
@@ -345,9 +354,13 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
 /**
  * After the write, the token must still name this record (lua/confirmToken):
  * - another subscriber may have claimed it between this call's claim and its write (two app users
- *   registering one device at once): its move then found no record here to remove, and this write
- *   left a copy the token no longer names. The writer removes its own copy (`$subscription.removed`,
- *   reason `moved`), so the device stays with one subscriber;
+ *   registering one device at once). While that move is unsettled from this subscriber and its
+ *   write has not happened, this copy is left to it: the mover takes it over (auditing the owner
+ *   change) and removes it after its write, and a mover refused with 409 gives the token back to
+ *   this copy. Otherwise (the mover wrote already, and its removal found no copy here, or the token
+ *   went on elsewhere) the writer removes its own copy (`$subscription.removed`, reason `moved`), so
+ *   the device stays with one subscriber, and, with `audit`, records the owner change when the
+ *   holder's copy did not come from this one (`detach`);
  * - a removal of the subscription may have forgotten the token meanwhile (it removed the record
  *   another registration of this subscriber had written after this call's claim, and that one's
  *   claim was the latest): this record, written after the removal, is given the token back, or
@@ -359,7 +372,24 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
  */
 async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number, audit?: AuditTrail): Promise<void> {
   const held = await callScript<string>(redis, 'confirmToken', tokenKeys(keys, scope.tenantId), [field, id, externalId, stamp]);
-  if (held === 'lost') await detach(redis, keys, scope, externalId, id, 'moved', stamp, audit, true);
+  if (held !== 'lost') return;
+  if (await leftToMover(redis, keys, scope, field, externalId, id)) return;
+  await detach(redis, keys, scope, externalId, id, 'moved', stamp, audit, true);
+}
+
+/**
+ * True when the token of subscription `id` has moved from `externalId` to a subscriber that has not
+ * written its copy yet, and that move is still to remove `externalId`'s copy (the unsettled move
+ * names it): the mover's write will take the copy over, and its removal follow.
+ */
+async function leftToMover(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string): Promise<boolean> {
+  const [named, movingFrom] = await Promise.all([redis.hget(keys.tokens(scope.tenantId), field), redis.hget(keys.tokenMoves(scope.tenantId), field)]);
+  if (named === null || movingFrom !== externalId) return false;
+  const bar = named.indexOf('|');
+  const owner = named.slice(bar + 1);
+  if (named.slice(0, bar) !== id || owner === externalId) return false;
+  const theirs = await redis.hget(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id), 'holder');
+  return theirs !== owner;
 }
 
 const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
@@ -505,6 +535,10 @@ function updatedAudit(trail: AuditTrail, externalId: string, before: Record<stri
   if (Object.keys(changes).length === 0) return null;
   return draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
 }
+
+/** `subscription.updated` of a move whose previous copy this write did not find: the owner change alone. */
+const ownerChangeAudit = (trail: AuditTrail, from: string, subscription: Subscription) =>
+  draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { externalId: subscription.externalId }, previousAttributes: { externalId: from } }]);
 
 /**
  * `subscription.updated` of a write taking subscription `id` over from `from`'s copy (`before`): the

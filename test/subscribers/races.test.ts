@@ -3,7 +3,8 @@ import * as assert from 'uvu/assert';
 import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
 import { changeSubscriber } from '../../streams/subscriber-writes.js';
-import { listSubscriptions, registerSubscription, removeSubscription } from '../../streams/subscriptions.js';
+import { listSubscriptions, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, registerSubscription, removeSubscription, type RegisterInput } from '../../streams/subscriptions.js';
+import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -266,26 +267,26 @@ races('removing what a move left behind is not audited as a deletion while the s
   }
 });
 
-races('a removal racing a move claimed but not written yet is a deletion; the move then creates the subscription anew', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+races('a removal racing a move claimed but not written yet is not a deletion: the move audits the owner change', async ({ api, key, pk, service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
+  const trail = new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
   const token = 'e3'.repeat(32);
   const reg = await api.post('/v1/client/subscriptions', pk, { externalId: 'race-u', channel: 'push', token, platform: 'ios' });
   const id = reg.body.data.id as string;
-  let claimed!: () => void;
-  let release!: () => void;
-  const held = new Promise<void>((r) => (release = r));
-  const hasClaimed = new Promise<void>((r) => (claimed = r));
-  const move = registerSubscription(service.redis, service.keys, scope, 'race-v', { channel: 'push', token, platform: 'ios' }, { afterClaim: async () => { claimed(); await held; } });
-  await hasClaimed;
+  const move = heldRegistration(service, scope, 'race-v', { channel: 'push', token, platform: 'ios' }, trail);
+  await move.claimed;
   const removal = await api.del(`/v1/subscribers/race-u/subscriptions/${id}`, key);
   assert.is(removal.status, 200);
-  assert.equal((await streamOf(service, tenantId, 'race-u')).slice(-1), ['$subscription.removed(removed)']);
-  assert.is((await ledger(service, workspaceId, 'subscription.deleted', id)).length, 1);
-  release();
-  const moved = await move;
+  assert.equal((await streamOf(service, tenantId, 'race-u')).slice(-1), ['$subscription.removed(moved)']);
+  move.go();
+  const moved = await move.done;
+  await auditsSettled(2_000);
   assert.is(moved.subscription.id, id);
   assert.is(moved.created, true);
   assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'race-v')).map((s) => s.id), [id]);
+  const all = (await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!) as Entry).filter((e) => e.target?.id === id);
+  assert.equal(all.map((e) => [e.type, e.data.object.externalId, e.changes?.externalId, e.previousAttributes?.externalId]), [['subscription.created', 'race-u', undefined, undefined], ['subscription.updated', 'race-v', 'race-v', 'race-u']]);
 });
 
 /**
@@ -320,6 +321,62 @@ races('a registration whose claim was lost before its write leaves the ledger na
   const last = all[all.length - 1]!;
   assert.is(last.data.object.externalId, 'lost-b', `the newest entry (${last.type}) names the holder`);
   assert.equal([last.type, last.changes?.externalId, last.previousAttributes?.externalId], ['subscription.updated', 'lost-b', 'lost-a']);
+});
+
+/** A registration of `externalId` held between its claim and its write: `claimed` resolves once it claimed, `go()` lets it write. */
+function heldRegistration(service: TestService, scope: TenantScope, externalId: string, device: RegisterInput, audit?: AuditTrail) {
+  let claimed!: () => void;
+  let go!: () => void;
+  const held = new Promise<void>((r) => (go = r));
+  const hasClaimed = new Promise<void>((r) => (claimed = r));
+  const done = registerSubscription(service.redis, service.keys, scope, externalId, device, { audit, afterClaim: async () => { claimed(); await held; } });
+  return { claimed: hasClaimed, go, done };
+}
+
+/**
+ * Two app users registering one device at once, the second claiming before either wrote: the first
+ * one's copy, written after the second's claim, is left for the second's move to take over (one
+ * subscription.created, then the owner change), instead of being removed by its own check (then the
+ * second found no copy and audited a second subscription.created: every round of probe R's repeat).
+ */
+races('a copy written after another user claimed the device is left to that user\'s move: one created, then the owner change', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
+  const trail = () => new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+  const device = { channel: 'push' as const, token: 'e5'.repeat(32), platform: 'ios' as const };
+  const a = heldRegistration(service, scope, 'leave-a', device, trail());
+  await a.claimed;
+  const b = heldRegistration(service, scope, 'leave-b', device, trail());
+  await b.claimed;
+  a.go();
+  const first = await a.done;
+  b.go();
+  const second = await b.done;
+  await auditsSettled(2_000);
+  const id = first.subscription.id;
+  assert.is(second.subscription.id, id);
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'leave-b')).map((s) => s.id), [id]);
+  assert.equal(await listSubscriptions(service.redis, service.keys, scope, 'leave-a'), []);
+  const all = (await service.redis.xrange(service.keys.ledger(workspaceId), '-', '+')).map(([, f]) => JSON.parse(f[3]!) as Entry).filter((e) => e.target?.id === id);
+  assert.equal(all.map((e) => [e.type, e.data.object.externalId, e.previousAttributes?.externalId]), [['subscription.created', 'leave-a', undefined], ['subscription.updated', 'leave-b', 'leave-a']]);
+  assert.equal((await streamOf(service, tenantId, 'leave-a')), ['$subscription.registered', '$subscription.removed(moved)']);
+});
+
+races('a copy left to a mover that is then refused (its subscriber is full) stays the device\'s subscription', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  for (let i = 0; i < MAX_SUBSCRIPTIONS_PER_SUBSCRIBER; i++) await registerSubscription(service.redis, service.keys, scope, 'full-b', { channel: 'push', token: `f${String(i).padStart(2, '0')}`.padEnd(64, '0'), platform: 'ios' });
+  const device = { channel: 'push' as const, token: 'e6'.repeat(32), platform: 'ios' as const };
+  const a = heldRegistration(service, scope, 'full-a', device);
+  await a.claimed;
+  const b = heldRegistration(service, scope, 'full-b', device);
+  await b.claimed;
+  a.go();
+  const first = await a.done;
+  b.go();
+  const refused = await b.done.then(() => null, (e: unknown) => e);
+  assert.is((refused as ApiError).status, 409);
+  assert.equal((await listSubscriptions(service.redis, service.keys, scope, 'full-a')).map((s) => s.id), [first.subscription.id]);
+  assert.is(await service.redis.hget(service.keys.tokens(tenantId), `push:${device.token}`), `${first.subscription.id}|full-a`, 'the token names the copy that stayed');
 });
 
 /**
