@@ -31,7 +31,7 @@ export function buildOpenApi(): Record<string, unknown> {
         version: '1.0.0',
         description: 'Self-hosted notification orchestration for mobile apps. Every response uses the envelope of `ErrorEnvelope` / `<Name>Response`. '
           + 'Query parameters: an operation that takes query parameters refuses any it does not list (400 `validation` naming it, so a misspelt filter never '
-          + 'silently widens a list); an operation that takes none ignores a query string.',
+          + 'silently widens a list), and each at most once (a parameter given twice is 400 `validation` naming it); an operation that takes none ignores a query string.',
       },
       servers: [{ url: '/' }],
       security: [{ bearer: [] }],
@@ -51,7 +51,7 @@ export function buildOpenApi(): Record<string, unknown> {
         parameters: {
           // the bounds the list validators check (lib/schemas/common.ts), so the document and the service agree
           limit: { name: 'limit', in: 'query', required: false, schema: { ...LIST_QUERY_PROPERTIES.limit } },
-          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor; a cursor this service did not issue is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
+          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor, as it was given. A cursor is a position in the list, not a credential: a malformed one, or one that names no position of this list, is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
           workspaceSlug: { name: 'workspaceSlug', in: 'path', required: true, schema: { type: 'string' } },
           // spec 2.3 rule 3 (and 4.5: "Slug rules of 2.3"); a malformed slug names nothing, so it is 404 like an unknown one
           topicSlug: slugParameter('topicSlug', 'topic'),
@@ -63,12 +63,14 @@ export function buildOpenApi(): Record<string, unknown> {
       },
     },
   }) as Record<string, unknown>;
+  fillQueryParameters(doc.paths as Paths);
   listErrorAnswers(doc.paths as Paths);
   declareRequestId(doc);
   return asOpenApi30(doc) as Record<string, unknown>;
 }
 
-type Operation = { security?: unknown[]; requestBody?: unknown; parameters?: { in?: string }[]; responses?: Record<string, unknown> };
+type Parameter = { name?: string; in?: string; description?: string; $ref?: string };
+type Operation = { security?: unknown[]; requestBody?: unknown; parameters?: Parameter[]; responses?: Record<string, unknown>; 'x-query'?: string };
 type Paths = Record<string, Record<string, Operation | unknown>>;
 const METHODS = new Set(['get', 'put', 'post', 'patch', 'delete', 'head', 'options']);
 const ERROR = { $ref: '#/components/responses/Error' };
@@ -81,7 +83,7 @@ const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
  * Lists on every credentialed operation the error statuses it can answer (spec 4: "the errors of
  * Part 7 for 401, 403 and 404 apply to every credentialed endpoint", so those three everywhere, 404
  * included where the path names no resource; 400 where it takes a body or query; 413
- * `payload_too_large` where a body is read), so a client reading the document sees each status
+ * `payload_too_large` where a body is read; 503 `unavailable` everywhere: Redis unreachable), so a client reading the document sees each status
  * it may get, not only `default`. Statuses an `@openapi` block already lists are left as written.
  */
 function listErrorAnswers(paths: Paths): void {
@@ -95,8 +97,49 @@ function listErrorAnswers(paths: Paths): void {
       const statuses = ['401', '403', '404'];
       if (op.requestBody || params.some((p) => p.in === 'query' || p.in === 'path' || '$ref' in p)) statuses.unshift('400');
       if (BODY_METHODS.has(method)) statuses.push('413');
+      // Redis unreachable (http/middleware/redis-gate.ts), on every route that reads it
+      statuses.push('503');
       op.responses ??= {};
       for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : ERROR;
+    }
+  }
+}
+
+/** The list parameters every paginated list shares, as components (`limit`, `cursor`). */
+const LIST_PARAMETERS = new Set(['limit', 'cursor']);
+
+/**
+ * The query parameters of an operation are those of the schema its route validates the query with
+ * (`x-query: <schema>` on the operation, a schema of lib/schemas given to `checkQuery` or
+ * `pageRequest`), so the document lists exactly the parameters, bounds and patterns the service
+ * checks: the schema is written once (issue 3). A parameter an `@openapi` block lists by name (on
+ * the operation or its path) gives only its description; `limit` and `cursor` are the shared
+ * components. A test keeps each route's `x-query` equal to the schema its handler reads.
+ */
+function fillQueryParameters(paths: Paths): void {
+  const schemas = allSchemas() as Record<string, { properties?: Record<string, Record<string, unknown>>; required?: string[] }>;
+  for (const item of Object.values(paths)) {
+    const shared = (item.parameters ?? []) as Parameter[];
+    const sharedQuery = shared.filter((p) => p.in === 'query');
+    if (sharedQuery.length) item.parameters = shared.filter((p) => p.in !== 'query');
+    for (const [method, value] of Object.entries(item)) {
+      if (!METHODS.has(method)) continue;
+      const op = value as Operation;
+      const name = op['x-query'];
+      if (name === undefined) continue;
+      const schema = schemas[name];
+      if (!schema?.properties) throw new Error(`x-query ${name} of ${method}: no such query schema in lib/schemas`);
+      const own = op.parameters ?? [];
+      const listed = [...sharedQuery, ...own.filter((p) => p.in === 'query')];
+      const required = new Set(schema.required ?? []);
+      const query = Object.entries(schema.properties).map(([prop, propSchema]): Parameter | Record<string, unknown> => {
+        if (LIST_PARAMETERS.has(prop)) return { $ref: `#/components/parameters/${prop}` };
+        const { description, ...bare } = propSchema;
+        const text = listed.find((p) => p.name === prop)?.description ?? description;
+        return { name: prop, in: 'query', required: required.has(prop), ...(text ? { description: text } : {}), schema: bare };
+      });
+      const rest = own.filter((p) => p.in !== 'query' && !(p.$ref && LIST_PARAMETERS.has(p.$ref.slice(p.$ref.lastIndexOf('/') + 1))));
+      op.parameters = [...rest, ...(query as Parameter[])];
     }
   }
 }

@@ -159,14 +159,19 @@ function integersOf(name: string): Set<string> {
 
 /**
  * Validates (and coerces) query parameters against schema `name`. An integer parameter is written
- * in decimal digits (`limit=10`, not `1e1`, `0x0a` or `10.0`).
+ * in decimal digits (`limit=10`, not `1e1`, `0x0a` or `10.0`). Every parameter is given at most
+ * once: `?limit=500&limit=1` is 400 naming `limit`, not the last value read and the others unchecked.
  */
 export function checkQuery<T>(name: string, value: Record<string, unknown>): T {
   const copy: Record<string, unknown> = {};
   const details: ErrorDetail[] = [];
   const integers = integersOf(name);
   for (const [k, v] of Object.entries(value)) {
-    copy[k] = Array.isArray(v) ? v[v.length - 1] : v;
+    if (Array.isArray(v)) {
+      details.push({ param: k, message: 'must be given once' });
+      continue;
+    }
+    copy[k] = v;
     if (integers.has(k) && typeof copy[k] === 'string' && !/^-?\d+$/.test(copy[k] as string)) details.push({ param: k, message: 'must be an integer, in decimal digits' });
   }
   const fn = compiled(queries, name, 'query');

@@ -139,10 +139,11 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/subscriptions/{id}:
    *   parameters:
    *     - { name: id, in: path, required: true, schema: { type: string } }
-   *     - { name: externalId, in: query, required: false, description: "When given, must be the subscription's subscriber", schema: { type: string, minLength: 1, maxLength: 256 } }
-   *     - { name: identityHash, in: query, required: false, description: Required when the tenant requires identity verification, schema: { type: string, minLength: 1, maxLength: 128 } }
+   *     - { name: externalId, in: query, description: "When given, must be the subscription's subscriber" }
+   *     - { name: identityHash, in: query, description: Required when the tenant requires identity verification }
    *   patch:
    *     operationId: clientSetSubscriptionEnabled
+   *     x-query: ClientOwnerQuery
    *     summary: Enable or disable this device
    *     description: Client key only (scope `client`). Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
    *       429 `lock_timeout` when the subscriber is changing too fast (retry), as on every subscriber write.
@@ -155,6 +156,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: clientRemoveSubscription
+   *     x-query: ClientOwnerQuery
    *     summary: Remove this device
    *     description: Client key only (scope `client`). Writes `$subscription.removed`.
    *     tags: [Client]
@@ -182,12 +184,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/preferences:
    *   get:
    *     operationId: clientGetPreferences
+   *     x-query: ClientSubscriberQuery
    *     summary: The app user's own preferences
    *     description: Client key only (scope `client`). 404 `not_found` for an externalId that is no subscriber (PATCH creates it).
    *     tags: [Client]
-   *     parameters:
-   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
    *       '404': { $ref: '#/components/responses/Error' }
@@ -240,14 +240,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: clientListWidgets
+   *     x-query: ClientWidgetsQuery
    *     summary: The app user's own widgets
    *     description: Client key only (scope `client`). Newest first, paginated (`limit`, `cursor`), with `total`.
    *     tags: [Client]
-   *     parameters:
-   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200': { description: The widgets, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -272,6 +268,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/widgets/{id}:
    *   delete:
    *     operationId: clientDeleteWidget
+   *     x-query: ClientSubscriberQuery
    *     summary: Delete a widget
    *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when this
    *       subscriber deleted it before (deleting twice is fine; remembered for the event retention, `EVENT_RETENTION_DAYS`).
@@ -280,8 +277,6 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     tags: [Client]
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
-   *       - { name: externalId, in: query, required: true, schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - { name: identityHash, in: query, required: false, schema: { type: string, minLength: 1, maxLength: 128 } }
    *     responses:
    *       '200': { description: The deleted widget or null, content: { application/json: { schema: { $ref: '#/components/schemas/NullableWidgetResponse' } } } }
    *       '400': { $ref: '#/components/responses/Error' }

@@ -61,6 +61,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listEvents
+   *     x-query: EventsListQuery
    *     summary: The tenant's newest events
    *     description: Scope `events:read` (or an events token). Newest first, keyset pagination, no `total`.
    *       Reads trail writes by a few seconds. With a filter a page scans a bounded number of events and
@@ -68,12 +69,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     tags: [Events]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
-   *       - { name: name, in: query, schema: { type: string, minLength: 1, maxLength: 101 } }
-   *       - { name: source, in: query, schema: { type: string, enum: [server, ios, android, web, system, webhook] } }
-   *       - { name: provider, in: query, description: 'Only events a source turned from this provider''s webhooks (source `webhook`, such as `stripe`; exact match; docs/sources.md).', schema: { type: string, minLength: 1, maxLength: 64 } }
-   *       - { name: after, in: query, description: Only events received after this time, schema: { type: string, format: date-time } }
+   *       - { name: provider, in: query, description: 'Only events a source turned from this provider''s webhooks (source `webhook`, such as `stripe`; exact match; docs/sources.md).' }
+   *       - { name: after, in: query, description: Only events received after this time }
    *     responses:
    *       '200':
    *         description: A page of events
@@ -102,14 +99,13 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    * /v1/events/names:
    *   get:
    *     operationId: listEventNames
+   *     x-query: CatalogQuery
    *     summary: The event catalog
    *     description: Scope `events:read` (or an events token). One entry per event name the tenant has seen,
    *       ordered by 7-day volume (then all-time volume, then name).
    *     tags: [Events]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: Catalog entries
@@ -143,6 +139,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    * /v1/events/volume:
    *   get:
    *     operationId: getEventVolume
+   *     x-query: VolumeQuery
    *     summary: Event volume
    *     description: Scope `events:read` (or an events token). `24h` gives hourly buckets, `7d` and `30d` daily
    *       (UTC) buckets, from the one holding the range's start to the one holding now + 1 hour, each with a count and a distinct-subscriber count. Empty buckets are
@@ -150,8 +147,6 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     tags: [Events]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: range, in: query, schema: { type: string, enum: ['24h', '7d', '30d'], default: '24h' } }
-   *       - { name: name, in: query, schema: { type: string, minLength: 1, maxLength: 101 } }
    *     responses:
    *       '200':
    *         description: Volume buckets, oldest first
@@ -222,6 +217,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    * /v1/subscribers/{externalId}/timeline:
    *   get:
    *     operationId: getSubscriberTimeline
+   *     x-query: CatalogQuery
    *     summary: One subscriber's events
    *     description: Scope `events:read` (or an events token). Newest first, every event kind (identifies,
    *       registrations, mutes, preference changes, workflow steps, tracked events), keyset pagination by
@@ -230,8 +226,6 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of the timeline

@@ -111,6 +111,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listMessages
+   *     x-query: MessagesQuery
    *     summary: List messages
    *     description: Scope `messages:read`. Newest first, `total` under the same filter. A message is kept for `EVENT_RETENTION_DAYS`
    *       (default 30) after it ended (`completed`, `canceled`, `failed`), then expires with its deliveries; one sent with an
@@ -118,9 +119,6 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
-   *       - { name: status, in: query, schema: { type: string, enum: [scheduled, queued, sending, completed, canceled, failed] } }
    *     responses:
    *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/MessageListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -194,6 +192,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    * /v1/messages/{id}/deliveries:
    *   get:
    *     operationId: listMessageDeliveries
+   *     x-query: DeliveriesQuery
    *     summary: A message's deliveries
    *     description: Scope `messages:read`. Newest first, `total` under the same filter. Deliveries expire `EVENT_RETENTION_DAYS` after their
    *       message ended; a message kept for its `Idempotency-Key` then lists none (its `counts` stay).
@@ -201,9 +200,6 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: id, in: path, required: true, schema: { type: string } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
-   *       - { name: status, in: query, schema: { type: string, enum: [pending, sent, failed, skipped, canceled] } }
    *     responses:
    *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/DeliveryListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }

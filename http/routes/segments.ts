@@ -56,13 +56,12 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listSegments
+   *     x-query: ListQuery
    *     summary: List segments
    *     description: Scope `segments:read`. The tenant's segments, newest first, keyset pagination, with `total`.
    *     tags: [Segments]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of segments
@@ -156,6 +155,7 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    * /v1/segments/{segmentSlug}/members:
    *   get:
    *     operationId: listSegmentMembers
+   *     x-query: ListQuery
    *     summary: A segment's members
    *     description: |
    *       Scope `segments:read`. The subscribers in the segment now, newest subscriber first (by when the
@@ -165,8 +165,6 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/segmentSlug'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of members

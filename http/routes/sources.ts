@@ -79,13 +79,12 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listSources
+   *     x-query: ListQuery
    *     summary: List sources
    *     description: Scope `sources:read`. The tenant's sources, newest first, with `total`; never a secret.
    *     tags: [Sources]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of sources

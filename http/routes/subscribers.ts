@@ -50,14 +50,13 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listSubscribers
+   *     x-query: SubscribersQuery
    *     summary: List subscribers
    *     description: Scope `subscribers:read`. Newest first, with `total` under the same filter.
    *     tags: [Subscribers]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
-   *       - { name: email, in: query, description: Exact email (case-insensitive), schema: { type: string, minLength: 1, maxLength: 254 } }
+   *       - { name: email, in: query, description: Exact email (case-insensitive) }
    *     responses:
    *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
@@ -135,14 +134,13 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    * /v1/subscribers/{externalId}/subscriptions:
    *   get:
    *     operationId: listSubscriberSubscriptions
+   *     x-query: ListQuery
    *     summary: A subscriber's devices and addresses
    *     description: Scope `subscriptions:read`. A subscriber holds at most 50; newest first, paginated, with `total`.
    *     tags: [Subscriptions]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200': { description: The subscriptions, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }

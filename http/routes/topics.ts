@@ -51,13 +51,12 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listTopics
+   *     x-query: ListQuery
    *     summary: List topics
    *     description: Scope `topics:read`. The tenant's topics, newest first, keyset pagination, with `total`.
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of topics
@@ -170,14 +169,13 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listTopicSubscribers
+   *     x-query: ListQuery
    *     summary: A topic's members
    *     description: Scope `topics:read`. Newest joined first, keyset pagination, with `total` (the member count).
    *     tags: [Topics]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/topicSlug'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of members

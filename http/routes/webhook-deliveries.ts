@@ -21,6 +21,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    * /v1/workspaces/{workspaceSlug}/webhooks/{id}/deliveries:
    *   get:
    *     operationId: listWebhookDeliveries
+   *     x-query: WebhookDeliveriesQuery
    *     summary: An endpoint's deliveries
    *     description: Scope `webhooks:read`. One delivery per event sent to the endpoint, newest first by `createdAt`
    *       (when the delivery was made; deliveries made in the same millisecond, the later made first), with `total`;
@@ -29,9 +30,6 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
    *       - { name: id, in: path, required: true, schema: { type: string } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
-   *       - { name: status, in: query, required: false, schema: { type: string, enum: [pending, success, failed, exhausted] } }
    *     responses:
    *       '200':
    *         description: A page of deliveries

@@ -157,13 +157,12 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listWebhookEndpoints
+   *     x-query: ListQuery
    *     summary: List webhook endpoints
    *     description: Scope `webhooks:read`. Newest first, with `total`. Secrets are never shown.
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of endpoints

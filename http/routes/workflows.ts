@@ -71,6 +71,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listWorkflows
+   *     x-query: ListQuery
    *     summary: List workflows
    *     description: |
    *       Scope `workflows:read`. The tenant's workflows with their current definitions, newest first, keyset
@@ -78,8 +79,6 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     tags: [Workflows]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of workflows
@@ -180,6 +179,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    * /v1/workflows/{workflowSlug}/versions:
    *   get:
    *     operationId: listWorkflowVersions
+   *     x-query: ListQuery
    *     summary: A workflow's versions
    *     description: |
    *       Scope `workflows:read`. Every version of the definition, newest first, keyset pagination, with
@@ -188,8 +188,6 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/workflowSlug'
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of versions
@@ -237,6 +235,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    * /v1/workflows/{workflowSlug}/runs:
    *   get:
    *     operationId: listWorkflowRuns
+   *     x-query: WorkflowRunsQuery
    *     summary: A workflow's runs
    *     description: |
    *       Scope `workflows:read`. Runs of every version of the workflow, newest first, keyset pagination,
@@ -248,9 +247,6 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - $ref: '#/components/parameters/workflowSlug'
-   *       - { name: status, in: query, required: false, schema: { $ref: '#/components/schemas/WorkflowRunStatus' } }
-   *       - $ref: '#/components/parameters/limit'
-   *       - $ref: '#/components/parameters/cursor'
    *     responses:
    *       '200':
    *         description: A page of runs

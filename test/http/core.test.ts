@@ -2,6 +2,8 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { client } from '../helpers/api.js';
@@ -422,6 +424,73 @@ core('the bounds the document declares on string query parameters (cursor too) a
   }
   assert.ok(probed >= 10, `${probed} probes`);
   assert.ok(cursors >= 8, `${cursors} cursor probes`);
+});
+
+/**
+ * The query schema each route's handler reads (`checkQuery('<schema>')`, `pageRequest(ctx,
+ * '<schema>')`, `pageRequest(ctx)` for ListQuery, or a helper of the file that does), read from the
+ * source: `METHOD /path` → schema.
+ */
+function handlerQueries(): Map<string, string> {
+  const dir = join(import.meta.dirname, '..', '..', 'http', 'routes');
+  const found = new Map<string, string>();
+  const schemaIn = (text: string, helpers: Map<string, string>): string | undefined => {
+    const direct = /checkQuery(?:<[^(]*>)?\('(\w+)'|pageRequest(?:<[^(]*>)?\(ctx(?:, '(\w+)')?\)/.exec(text);
+    if (direct) return direct[1] ?? direct[2] ?? 'ListQuery';
+    for (const [helper, schema] of helpers) if (new RegExp(`\\b${helper}\\(ctx`).test(text)) return schema;
+    return undefined;
+  };
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts'))) {
+    const source = readFileSync(join(dir, file), 'utf8');
+    const helpers = new Map<string, string>();
+    for (const m of source.matchAll(/async function (\w+)\(ctx: Context[^]*?\n  }\n/g)) {
+      const schema = schemaIn(m[0], new Map());
+      if (schema) helpers.set(m[1]!, schema);
+    }
+    const routes = [...source.matchAll(/router\.(get|post|put|patch|delete)\('([^']+)'/g)];
+    routes.forEach((m, i) => {
+      const body = source.slice(m.index!, i + 1 < routes.length ? routes[i + 1]!.index : source.length);
+      const schema = schemaIn(body.split('/**')[0]!, helpers);
+      if (schema) found.set(`${m[1]!.toUpperCase()} ${m[2]!.replace(/:(\w+)/g, '{$1}')}`, schema);
+    });
+  }
+  return found;
+}
+
+core('each operation lists the query parameters of the schema its route reads the query with, that schema\'s bounds and patterns included', async ({ service }) => {
+  const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
+  const read = handlerQueries();
+  assert.ok(read.size >= 20, `${read.size} routes read a query`);
+  const documented = new Map<string, string>();
+  for (const [template, item] of Object.entries<any>(doc.paths)) {
+    assert.not.ok((item.parameters ?? []).some((p: any) => p.in === 'query'), `${template}: query parameters are listed per operation`);
+    for (const [method, op] of Object.entries<any>(item)) {
+      if (!op?.responses) continue;
+      const key = `${method.toUpperCase()} ${template}`;
+      const query = (op.parameters ?? []).filter((p: any) => p.in === 'query' || /parameters\/(limit|cursor)$/.test(p.$ref ?? ''));
+      if (op['x-query'] === undefined) {
+        assert.equal(query, [], `${key} takes no query`);
+        continue;
+      }
+      documented.set(key, op['x-query']);
+      const schema = doc.components.schemas[op['x-query']];
+      assert.equal(query.map((p: any) => p.name ?? p.$ref.split('/').pop()), Object.keys(schema.properties), key);
+      for (const p of query.filter((q: any) => q.name)) {
+        const { description: _, ...bare } = schema.properties[p.name];
+        assert.equal(p.schema, bare, `${key} ${p.name}`);
+      }
+    }
+  }
+  assert.equal([...documented].sort(), [...read].sort(), 'x-query of each operation is the schema its handler reads');
+  assert.match(doc.paths['/v1/events'].get.parameters.find((p: any) => p.name === 'name').schema.pattern, /^\^/, 'the event name filter carries its pattern');
+});
+
+core('a query parameter given twice is 400 validation naming it, whichever copy is valid', async ({ api, keys }) => {
+  for (const qs of ['limit=500&limit=1', 'limit=1&limit=500', 'status=zzz&status=queued', 'status=queued&status=queued']) {
+    const res = await api.get(`/v1/messages?${qs}`, keys.tenant);
+    assert.equal([res.status, res.body.error?.code, res.body.error?.details], [400, 'validation', [{ param: qs.split('=')[0], message: 'must be given once' }]], qs);
+  }
+  assert.is((await api.get('/v1/messages?limit=1&status=queued', keys.tenant)).status, 200);
 });
 
 core.run();
