@@ -137,13 +137,11 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * again in the write), with reason `moved`, and answers null: the subscription is not this
  * subscriber's any more (its GET is 404 too).
  * With `audit` (a removal someone asked for), a removal records `subscription.deleted`, unless the
- * device was taken over by another app user already: the token index names another subscriber as
- * the subscription's owner and that subscriber's copy is written (both read with the record). Its
- * registration audited the move (`subscription.updated`, the new `externalId`); this copy is a
- * leftover of that move, removed with reason `moved` and not audited, so the ledger's last word on
- * the subscription is not a deletion while it lives on. A move claimed but not written yet is
- * audited as a deletion: the mover's write then finds no copy to take over and records
- * `subscription.created`.
+ * device was taken over by another app user: the token index names another subscriber as the
+ * subscription's owner (read with the record). That one's registration audits the move
+ * (`subscription.updated`, the new `externalId`) whether or not it finds this copy; this copy is a
+ * leftover of the move, removed with reason `moved` and not audited, so the ledger's last word on
+ * the subscription is not a deletion while it lives on.
  * With `lost` (a registration whose copy lost the token to another app user's claim, confirmToken),
  * the copy's removal records the owner change to the subscriber the token names, when that one's
  * copy is written: this registration's write audited its own copy (created or taken over), and
