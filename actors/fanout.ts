@@ -27,8 +27,12 @@ export type Pusher = {
 
 export type FanoutContext = {
   redis: Redis; keys: Keys; partitions: number; maxBacklog: number; pusher: Pusher; log: Logger; chunkSize: number;
-  /** called after every chunk: keeps the queue entry's claim fresh during a long fan-out */
-  touch?: () => Promise<unknown>;
+  /**
+   * Aborts when another dispatcher took the queue entry over (this one stalled past the claim's
+   * idle limit; the consumer runtime keeps the claim fresh otherwise): no push is sent and no
+   * cursor stored after that, so two dispatchers never walk one message side by side.
+   */
+  signal?: AbortSignal;
 };
 
 type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null };
@@ -179,6 +183,8 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
     return plans[i]!.planned.filter((d, j) => states[i]![j]![1] === 'pending' && d.subscription).map((d) => ({ d, message, content }));
   });
+  // taken over meanwhile: the deliveries are made, and their pushes are the new owner's to send
+  if (ctx.signal?.aborted) return;
   // Each push is recorded soon after APNs answers it (SETTLE_EVERY answers or SETTLE_WITHIN_MS,
   // whichever comes first), not when the chunk's last answer is in: a dispatcher killed mid-chunk
   // leaves pending, to be sent again, only the pushes in flight and the few answers not yet recorded.
@@ -271,7 +277,8 @@ async function walk(ctx: FanoutContext, scope: TenantScope, message: Message, re
     const err = await head.done;
     if (err !== undefined) failures.push(err);
     if (failures.length) return true;
-    await ctx.touch?.();
+    // taken over by another dispatcher: the walk and the cursor are its own now
+    if (ctx.signal?.aborted) return false;
     if (head.cursor !== null) await redis.hset(recordKey, 'cursor', head.cursor);
     return (await redis.hget(recordKey, 'status')) === 'sending';
   };

@@ -22,7 +22,8 @@ export const ONE_SUBSCRIBER_CHUNK = 64;
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
  * queues through the consumer group `fanout` (each message goes to one of them; one that dies
- * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`).
+ * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`; a live
+ * one keeps the claims of the batch it works fresh, however long the fan-out, streams/stream-consumer.ts).
  * The two lanes (streams/keys.ts `messageQueue`) have a consumer each, so a broadcast being walked
  * never holds up the one-user messages queued after it. Scheduled messages are released by the
  * scheduler role (actors/scheduled-messages.ts).
@@ -47,12 +48,12 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
 
   const consumers = lanes.map((lane) => {
     const inFlight = MESSAGES_IN_FLIGHT[lane];
-    const handle = async (stream: string, entries: StreamEntry[]) => {
+    const handle = async (stream: string, entries: StreamEntry[], signal: AbortSignal) => {
       const tenant = queues.get(lane)!.get(stream);
       if (!tenant) return;
       const scope = { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions };
-      const context = (touch?: () => Promise<unknown>) => ({
-        redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize, touch,
+      const context = () => ({
+        redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize, signal,
       });
       if (lane === 'one') {
         const chunks: string[][] = [];
@@ -63,18 +64,16 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
       // audiences are independent: up to `inFlight` fan out at once (each resumable on its own)
       let next = 0;
       const worker = async () => {
-        for (let entry = entries[next++]; entry; entry = entries[next++]) {
-          const id = entry.id;
-          await fanOut(context(() => redis.xclaim(stream, FANOUT_GROUP, owner, 0, id, 'JUSTID')), scope, [entry.fields.m!]);
-        }
+        for (let entry = entries[next++]; entry && !signal.aborted; entry = entries[next++]) await fanOut(context(), scope, [entry.fields.m!]);
       };
       await Promise.all(Array.from({ length: Math.min(inFlight, entries.length) }, worker));
     };
     const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
     blocking.on('error', () => undefined);
     const source = { mode: 'shared' as const, claimIdleMs: config.dispatcherClaimIdleMs, streams: () => [...queues.get(lane)!.keys()] };
-    // an audience batch is read no larger than it is worked: an entry waiting behind a long walk
-    // would outlive DISPATCHER_CLAIM_IDLE_MS unrefreshed and be claimed by another dispatcher
+    // an audience batch is read no larger than it is worked: an entry waiting behind a long walk is
+    // kept claimed (the consumer keeps a batch's claims fresh) but waits, where another dispatcher
+    // could have walked it
     const batchSize = inFlight;
     return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize });
   });

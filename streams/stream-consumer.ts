@@ -5,7 +5,13 @@ import { recordOf } from '../lib/field-list.js';
 import { callScript } from './lua-scripts.js';
 
 export type StreamEntry = { id: string; fields: Record<string, string> };
-export type StreamHandler = (stream: string, entries: StreamEntry[]) => Promise<void>;
+/**
+ * Works a batch of one stream. `signal` aborts when another process of a shared group took over
+ * some of the batch (this one stalled longer than `claimIdleMs`): the handler should stop at its
+ * next safe point; nothing of the batch is acked then, and what is still this process's is
+ * claimed again later (handlers are idempotent).
+ */
+export type StreamHandler = (stream: string, entries: StreamEntry[], signal: AbortSignal) => Promise<void>;
 
 /**
  * Which streams a consumer reads, and how it takes over entries others read but never acked:
@@ -45,6 +51,8 @@ export type ConsumerOptions = {
 };
 
 const CLAIM_PAGE = 500;
+/** Entries lua/ownedEntries checks per call (one XPENDING each). */
+const OWNED_PER_CALL = 500;
 /** Longest a stop waits to leave its streams' groups (`stop`). */
 const LEAVE_WAIT_MS = 1_000;
 /**
@@ -195,10 +203,51 @@ export class StreamConsumer {
     }
   }
 
+  /**
+   * Hands a batch to the handler, then acks it. In a shared group the batch's claims are kept
+   * fresh while the handler works (every third of `claimIdleMs`, lua/ownedEntries), so no other
+   * process takes over a batch that is merely long (a fan-out to a large topic, a slow push
+   * provider); should one take over some of it all the same (this process stalled), the handler's
+   * signal aborts and nothing of the batch is acked here, and otherwise only the entries still this
+   * consumer's are acked.
+   */
   private async process(stream: string, entries: StreamEntry[]): Promise<void> {
-    await this.o.handle(stream, entries);
-    await this.o.redis.xack(stream, this.o.group, ...entries.map((e) => e.id));
+    const ids = entries.map((e) => e.id);
+    const controller = new AbortController();
+    const { source } = this.o;
+    if (source.mode !== 'shared') {
+      await this.o.handle(stream, entries, controller.signal);
+      await this.o.redis.xack(stream, this.o.group, ...ids);
+      this.untrimmed.add(stream);
+      return;
+    }
+    let keeping: Promise<unknown> = Promise.resolve();
+    const keep = setInterval(() => {
+      keeping = this.owned(stream, ids, 'touch').then((lost) => {
+        if (lost > 0) controller.abort();
+      }, (err: unknown) => this.o.log.warn('could not keep the claims of a batch fresh', { group: this.o.group, err: String((err as Error)?.message ?? err) }));
+    }, Math.max(50, Math.floor(source.claimIdleMs / 3)));
+    try {
+      await this.o.handle(stream, entries, controller.signal);
+    } finally {
+      clearInterval(keep);
+      await keeping;
+    }
+    if (controller.signal.aborted) {
+      this.o.log.warn('another process took over part of a batch; leaving it to them', { group: this.o.group, stream, entries: ids.length });
+      return;
+    }
+    await this.owned(stream, ids, 'ack');
     this.untrimmed.add(stream);
+  }
+
+  /** Touches or acks the entries `ids` of `stream` this consumer still owns; the number it does not. */
+  private async owned(stream: string, ids: string[], mode: 'touch' | 'ack'): Promise<number> {
+    let lost = 0;
+    for (let i = 0; i < ids.length; i += OWNED_PER_CALL) {
+      lost += Number(await callScript(this.o.redis, 'ownedEntries', [stream], [this.o.group, this.o.consumer, mode, ...ids.slice(i, i + OWNED_PER_CALL)]));
+    }
+    return lost;
   }
 
   /**

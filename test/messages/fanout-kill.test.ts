@@ -192,6 +192,40 @@ kill('a dispatcher killed mid-batch of one-subscriber messages: the next one sen
   assert.is(received.filter((r) => r.token === tokenOf(3)).length, 2, 'the subscriber named twice got both messages');
 });
 
+/**
+ * Probe K2: with two dispatchers alive, a fan-out that took longer than DISPATCHER_CLAIM_IDLE_MS (a
+ * slow push provider) had its queue entry claimed by the other dispatcher, which walked the message
+ * again: 500 devices got 644 pushes, 150 one-subscriber messages 230. The dispatcher working a batch
+ * keeps its claims fresh (the consumer runtime), so the other never takes a live one's work.
+ */
+kill('two live dispatchers and fan-outs longer than the claim idle limit: every device gets each message once', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const ids = Array.from({ length: 100 }, (_, i) => `slow-${i}`);
+  const tokenOf = (i: number) => (0xa000 + i).toString(16).padStart(64, 'f');
+  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'slow-all' });
+  await api.post('/v1/topics/slow-all/subscribers', boot.keys.tenant, { externalIds: ids });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ delayMs: 1_200 }); // each chunk of 25 takes longer than the claim idle limit (1 s)
+  const env = dispatcherEnv(ctx);
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env), startRoleProcess('dispatcher', env));
+  const topic = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'slow-all' }, title: 'Slow', body: 'topic' })).body.data.id;
+  const ones: string[] = [];
+  for (const id of ids.slice(0, 10)) ones.push((await api.post('/v1/messages', boot.keys.tenant, { to: id, title: 'Slow', body: 'one' })).body.data.id);
+  for (const id of [topic, ...ones]) await completed(api, boot.keys.tenant, id);
+  await new Promise((r) => setTimeout(r, 1_500)); // a second walk would still be sending
+  const received = ctx.peer.requests.filter((r) => [topic, ...ones].includes((r.payload as any)?.herald?.messageId));
+  const perMessageToken = new Map<string, number>();
+  for (const r of received) {
+    const k = `${(r.payload as any).herald.messageId}|${r.token}`;
+    perMessageToken.set(k, (perMessageToken.get(k) ?? 0) + 1);
+  }
+  const twice = [...perMessageToken].filter(([, n]) => n > 1);
+  ctx.peer.reset();
+  assert.is(received.length, 110, `one push per device and message (${twice.length} sent more than once)`);
+});
+
 kill('a dispatcher stopped between a message\'s $send and its deliveries leaves the next one both to write: a message whose deliveries are all skipped still gets its $send, once', async (ctx) => {
   // The first dispatcher cannot write `$send`: its INBOX_MAX_BACKLOG is below the backlog of the
   // subscriber's partition (no worker runs here), so ingest refuses it, as it would refuse any

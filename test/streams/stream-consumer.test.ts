@@ -93,4 +93,80 @@ test('a consumer forgets the names dead processes left in its groups, not one ho
   }
 });
 
+
+/**
+ * Probe K2: two dispatchers alive, one fanning a message out for longer than the claim's idle limit
+ * (a slow push provider): the other claimed the queue entry and walked the message again, so 500
+ * devices got 644 pushes. A shared consumer keeps the claims of the batch it works fresh, so a live
+ * one's long batch is never taken over.
+ */
+test('a live consumer working a batch longer than the claim idle limit keeps it: the other consumer of the group never handles it', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blockings = [connectRedis({ url }, { maxRetriesPerRequest: null }), connectRedis({ url }, { maxRetriesPerRequest: null })];
+  const stream = `${uniquePrefix('consumer-keep')}s`;
+  const group = 'keepers';
+  const handled: string[] = [];
+  const consumers = blockings.map((blocking, i) => new StreamConsumer({
+    redis, blocking, group, consumer: `c${i}`, log: createLogger('error'), blockMs: 50,
+    source: { mode: 'shared', claimIdleMs: 300, streams: () => [stream] },
+    handle: async (_, entries) => {
+      handled.push(...entries.map((e) => `c${i}:${e.fields.n}`));
+      await new Promise((r) => setTimeout(r, 1_500)); // five times the idle limit
+    },
+  }));
+  try {
+    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM');
+    await redis.xadd(stream, '*', 'n', '1');
+    for (const c of consumers) c.start();
+    await waitFor('the entry handled and acked', async () => handled.length > 0 && Number((await redis.xpending(stream, group))[0]) === 0, 10_000, 50);
+    await new Promise((r) => setTimeout(r, 700)); // the other's claim passes run meanwhile
+    assert.is(handled.length, 1, `handled once: ${handled.join(', ')}`);
+  } finally {
+    await Promise.all(consumers.map((c) => c.stop()));
+    await redis.del(stream);
+    redis.disconnect();
+  }
+});
+
+/**
+ * A consumer that stalled past the idle limit (here: another consumer takes the entry over while the
+ * handler works) is told through the handler's signal, and acks nothing of the batch: XACK would
+ * take the entry out of the new owner's pending list.
+ */
+test('a batch another consumer took over aborts its handler and is not acked by the one that lost it', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-lost')}s`;
+  const group = 'losers';
+  let aborted = false;
+  let calls = 0;
+  const c = new StreamConsumer({
+    redis, blocking, group, consumer: 'slow', log: createLogger('error'), blockMs: 50,
+    source: { mode: 'shared', claimIdleMs: 300, streams: () => [stream] },
+    handle: async (_, entries, signal) => {
+      if (calls++ > 0) return; // claimed back later (the other never worked it): handled then
+      // the takeover: another process claims the entry as if this one had stalled
+      await redis.xclaim(stream, group, 'other', 0, entries[0]!.id, 'JUSTID');
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 25_000);
+        signal.addEventListener('abort', () => { aborted = true; clearTimeout(timer); resolve(); });
+      });
+    },
+  });
+  try {
+    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM');
+    await redis.xadd(stream, '*', 'n', '1');
+    c.start();
+    await waitFor('the handler aborted', async () => aborted, 5_000, 10);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.is(Number((await redis.xpending(stream, group))[0]), 1, 'not acked by the consumer that lost it');
+  } finally {
+    await c.stop();
+    await redis.del(stream);
+    redis.disconnect();
+  }
+});
+
 test.run();
