@@ -15,6 +15,8 @@ import { runDepth } from '../streams/workflow-runs.js';
 import { queueBackfills } from '../streams/segments.js';
 import { indexMember } from '../streams/subscriber-list.js';
 import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
+import { LeaseLost } from '../streams/apply-events.js';
+import { WORKER_LEASES } from '../streams/partition-leases.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
 
@@ -73,7 +75,8 @@ export class Automation {
   /** workspace and tenant slugs for the audit entries of sends (slugs never change: read once per process) */
   private readonly refs: IdentityRefs;
 
-  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger) {
+  /** `owner`: the worker's lease owner id; a commit of a partition it does not hold any more throws `LeaseLost`. */
+  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger, private readonly owner: string) {
     this.definitions = new DefinitionsCache(redis, keys);
     this.refs = new IdentityRefs(redis, keys);
   }
@@ -124,12 +127,13 @@ export class Automation {
   }
 
   /**
-   * Redis being unreachable fails the batch (it is read again and retried); any other error is a
+   * Redis being unreachable fails the batch (it is read again and retried), and so does a lost lease; any other error is a
    * fault that would fail every retry the same way and stall the partition, so it is logged and the
    * automation of those entries is skipped (the read models and webhooks still get them).
    */
   private skipUnlessUnavailable(err: unknown, where: Record<string, unknown>): void {
-    if (isRedisUnavailable(err)) throw err;
+    // a lost lease fails the batch too: the partition's new holder handles it
+    if (isRedisUnavailable(err) || err instanceof LeaseLost) throw err;
     this.log.error('automation step failed; entries skipped', { ...where, err: (err as Error)?.message ?? String(err) });
   }
 
@@ -460,7 +464,8 @@ export class Automation {
         c.ops.map(([op, key, a, b]) => [op, key === autoKey ? '' : key, String(a), String(b)]),
       ];
     }));
-    await callScript<number[]>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p)], [at, encoded]);
+    const reply = await callScript<number[] | number>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.lease(p, WORKER_LEASES)], [at, encoded, this.owner]);
+    if (reply === -1) throw new LeaseLost(p);
   }
 }
 

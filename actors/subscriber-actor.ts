@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { now } from '../lib/clock.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
-import { applyEvents } from '../streams/apply-events.js';
+import { applyEvents, LeaseLost } from '../streams/apply-events.js';
 import { READ_BUDGET, StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
-import { PartitionLeases } from '../streams/partition-leases.js';
+import { PartitionLeases, WORKER_LEASES } from '../streams/partition-leases.js';
 import { connectRedis } from '../streams/redis.js';
 import { forwardingWorkspaces, forwardToLedger } from '../streams/stream-ledger.js';
 import { Automation } from './automation.js';
@@ -43,7 +43,7 @@ export const READ_LOOPS = 2;
 export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   const { config, redis, keys, log } = ctx;
   const owner = `worker:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-  const leases = new PartitionLeases(redis, keys, { group: 'worker', owner, partitions: config.partitions, leaseMs: config.leaseMs, tickMs: Math.max(100, Math.floor(config.leaseMs / 5)), log });
+  const leases = new PartitionLeases(redis, keys, { group: WORKER_LEASES, owner, partitions: config.partitions, leaseMs: config.leaseMs, tickMs: Math.max(100, Math.floor(config.leaseMs / 5)), log });
   await leases.start();
 
   const partitionOfStream = new Map(Array.from({ length: config.partitions }, (_, p) => [keys.inbox(p), p]));
@@ -58,7 +58,7 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
     void tail.then(() => tails.get(p) === tail && tails.delete(p));
     return run;
   };
-  const automation = new Automation(redis, keys, log);
+  const automation = new Automation(redis, keys, log, owner);
   // The batches of one read are handed over in the same tick: they share one read of the
   // forwarding workspaces, made after their entries were read.
   let workspaces: Promise<Set<string>> | null = null;
@@ -79,12 +79,14 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
       forwarding.catch(() => undefined); // awaited below; a failure fails the batch there
       const events = entries.filter((entry) => entry.fields.k !== 'timer');
       if (events.length) {
-        await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id));
+        // fenced by the lease, and in stream order: nothing applied while an older entry is pending
+        await applyEvents(redis, keys, p, config.retentionMs, now(), events.map((e) => e.id), { owner, group: ACTOR_GROUP, firstId: entries[0]!.id });
       }
       await automation.handle(p, entries);
       if (events.length) await forwardToLedger(redis, keys, events, await forwarding);
     } catch (err) {
       failedEvents.add(p);
+      if (err instanceof LeaseLost) leases.lose(p);
       throw err;
     }
     failedEvents.delete(p);
@@ -95,7 +97,12 @@ export async function startSubscriberActors(ctx: RoleContext): Promise<Stop> {
   // follows the event inbox
   const handleTimers = (stream: string, entries: StreamEntry[]) => oneAtATime(partitionOfTimerStream.get(stream)!, async (p) => {
     const eventsOwed = failedEvents.has(p) || !consumers[p % READ_LOOPS]!.caughtUp(keys.inbox(p));
-    await automation.handle(p, await orderTimers(redis, keys, p, entries, eventsOwed));
+    try {
+      await automation.handle(p, await orderTimers(redis, keys, p, entries, eventsOwed));
+    } catch (err) {
+      if (err instanceof LeaseLost) leases.lose(p);
+      throw err;
+    }
   });
 
   // a dedicated connection for each blocking read: the event read loops' and the timer consumer's

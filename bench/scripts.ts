@@ -95,7 +95,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 async function applyAll(redis: Redis, keys: Keys, batch: number): Promise<number> {
   const ids = ((await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][]).map(([id]) => id);
   let applied = 0;
-  for (let i = 0; i < ids.length; i += batch) applied += await applyEvents(redis, keys, 0, RETENTION, now(), ids.slice(i, i + batch));
+  for (let i = 0; i < ids.length; i += batch) applied += await applyEvents(redis, keys, 0, RETENTION, now(), ids.slice(i, i + batch), null);
   await redis.xtrim(keys.inbox(0), 'MAXLEN', 0);
   return applied;
 }

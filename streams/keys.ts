@@ -104,7 +104,7 @@ export function createKeys(prefix: string) {
     /** string: id of the worker holding the partition's lease (with expiry) */
     lease: (n: number, group: string) => `${p(n)}:lease:${group}`,
     /**
-     * Read-model keys, written by lua/applyEvents-3.lua (which builds the same names from
+     * Read-model keys, written by lua/applyEvents-4.lua (which builds the same names from
      * `partitionBase`) and read by streams/read-models.ts.
      */
     partitionBase: (n: number) => p(n),

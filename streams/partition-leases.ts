@@ -18,6 +18,9 @@ export async function checkPartitionCount(redis: Redis, keys: Keys, partitions: 
   }
 }
 
+/** The leasing group of the worker role's partitions (its lease keys fence lua/applyEvents and lua/commitAutomation). */
+export const WORKER_LEASES = 'worker';
+
 export type LeaseOptions = {
   /** the leasing group: `worker` or `scheduler` */
   group: string;
@@ -51,6 +54,14 @@ export class PartitionLeases {
   /** Partitions this member holds now. */
   owned(): number[] {
     return [...this.held].sort((a, b) => a - b);
+  }
+
+  /**
+   * Forgets partition `p` at once, before the next tick would: a write fenced by the lease found
+   * another owner (this process stalled past the lease), so its reads of `p` must stop now.
+   */
+  lose(p: number): void {
+    if (this.held.delete(p)) this.options.log.warn('lease lost', { partition: p, group: this.options.group });
   }
 
   async start(): Promise<void> {

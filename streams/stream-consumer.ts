@@ -75,6 +75,8 @@ const FORGET_CONSUMERS_PER_CALL = 1_000;
 /** Streams a periodic pass (claims, forgetting dead consumers) covers per pipelined round trip. */
 const STREAMS_PER_PIPELINE = 500;
 const IDLE_SLEEP_MS = 200;
+/** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
+const STRAY_CHECK_MS = 5_000;
 
 function toEntries(raw: [string, string[]][]): StreamEntry[] {
   const out: StreamEntry[] = [];
@@ -105,6 +107,8 @@ export class StreamConsumer {
   private lastClaim = 0;
   /** When this consumer last forgot the dead consumers of its streams (0: at its first read). */
   private lastForget = 0;
+  /** When this consumer (exclusive mode) last looked for entries of its streams pending with others. */
+  private lastStrayCheck = 0;
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -179,6 +183,25 @@ export class StreamConsumer {
         // an error (a group not there any more) is left to the read, which recreates it
         if (!err && Number((summary as [number] | undefined)?.[0] ?? 0) > 0) await this.claim(chunk[k]!, minIdleMs);
       }
+    }
+  }
+
+  /**
+   * Exclusive mode: a stream of this consumer's with entries pending under another consumer (one
+   * that read them after it had lost the stream: a process that stalled past its lease and resumed;
+   * its fenced writes refused them) is adopted again, which claims and handles every pending entry
+   * first. Every STRAY_CHECK_MS, one pipelined `XPENDING` summary per stream.
+   */
+  private async readoptStrays(): Promise<void> {
+    const streams = [...this.adopted];
+    for (let i = 0; i < streams.length; i += STREAMS_PER_PIPELINE) {
+      const chunk = streams.slice(i, i + STREAMS_PER_PIPELINE);
+      const replies = (await this.o.redis.pipeline(chunk.map((s) => ['xpending', s, this.o.group])).exec()) ?? [];
+      chunk.forEach((stream, k) => {
+        const [err, summary] = replies[k] ?? [];
+        const holders = (summary as [number, string | null, string | null, [string, string][] | null] | undefined)?.[3] ?? [];
+        if (!err && holders.some(([name]) => name !== this.o.consumer)) this.adopted.delete(stream);
+      });
     }
   }
 
@@ -277,6 +300,10 @@ export class StreamConsumer {
         const current = new Set(streams);
         for (const s of this.adopted) if (!current.has(s)) this.adopted.delete(s);
         for (const s of this.untrimmed) if (!current.has(s)) this.untrimmed.delete(s);
+        if (source.mode === 'exclusive' && now() - this.lastStrayCheck >= STRAY_CHECK_MS) {
+          this.lastStrayCheck = now();
+          await this.readoptStrays();
+        }
         for (const s of streams) {
           if (this.adopted.has(s)) continue;
           await this.ensureGroup(s);

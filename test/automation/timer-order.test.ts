@@ -166,7 +166,7 @@ order('a cancel a killed worker applied to the read models but never handled goe
   const read = (await redis.xreadgroup('GROUP', ACTOR_GROUP, 'worker:dead', 'COUNT', 10_000, 'STREAMS', keys.inbox(p), '>')) as [string, [string, string[]][]][];
   const ids = read[0]![1].map(([id]) => id);
   assert.ok(ids.length >= fillers.length * 2 + 1, `${ids.length} entries read`); // each filler's $subscriber.created and long.nap
-  for (let i = 0; i < ids.length; i += 200) await applyEvents(redis, keys, p, service.config.retentionMs, Date.now(), ids.slice(i, i + 200));
+  for (let i = 0; i < ids.length; i += 200) await applyEvents(redis, keys, p, service.config.retentionMs, Date.now(), ids.slice(i, i + 200), null);
   const seq = await redis.hget(keys.sequences(p), `${boot.tenant.id}|cut-short`);
   assert.is(await redis.hget(keys.applied(p), `${boot.tenant.id}|cut-short`), seq, 'the cancel reads as applied');
 

@@ -9,7 +9,7 @@ import { connectRedis } from '../../streams/redis.js';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 
 /**
- * lua/applyEvents-3.lua called directly (one partition), on entries written by the ingest script:
+ * lua/applyEvents-4.lua called directly (one partition), on entries written by the ingest script:
  * what a batch leaves in every read model when its effects are gathered per key, and that a
  * redelivered or partly requested batch applies each event exactly once.
  */
@@ -36,7 +36,7 @@ async function inboxIds({ redis, keys }: Ctx): Promise<string[]> {
 }
 
 function applyIds({ redis, keys }: Ctx, ids: string[], retentionMs = RETENTION): Promise<number> {
-  return applyEvents(redis, keys, 0, retentionMs, now(), ids);
+  return applyEvents(redis, keys, 0, retentionMs, now(), ids, null);
 }
 
 apply('a batch of several subscribers and names: every read model counts each event once', async (ctx) => {

@@ -2,6 +2,8 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { partitionOf } from '../../lib/partition.js';
 import { readCatalog } from '../../streams/read-models.js';
+import { applyEvents, LeaseLost } from '../../streams/apply-events.js';
+import { ACTOR_GROUP } from '../../actors/subscriber-actor.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
@@ -114,6 +116,46 @@ workers('a dead worker\'s partitions move to a live one within seconds', async (
     return held.every(Boolean) && new Set(held).size === 1;
   }, 15_000, 100);
   assert.ok(Date.now() - started < 10_000, `moved in ${Date.now() - started} ms`);
+});
+
+/**
+ * Probe S2 (a worker stopped 2.5 s under load, then resumed: 8 of 22,500 events missing from the
+ * read models): a worker that stalled past its lease read entries of the partition its successor
+ * holds, so the holder applied later entries first and the earlier ones were then skipped as
+ * already applied. Here the stale reader is played by the test: it reads a batch of the holder's
+ * partition into its own name and never applies it (its fenced apply is refused), then a later batch
+ * arrives. The holder applies nothing past the stray entries: it claims them and applies in order.
+ */
+workers('entries a stale worker read after losing its lease are applied by the holder before later ones, and the stale worker applies nothing', async (ctx) => {
+  const { service } = ctx;
+  const { keys, tenant } = await bootstrapWorkspace(service, 'stale');
+  const api = client(service.url);
+  const x = 'stale-s';
+  const p = partitionOf(tenant.id, x, service.config.partitions);
+  const post = async (from: number, n: number) => {
+    const res = await api.post('/v1/events', keys.tenant, { events: Array.from({ length: n }, (_, i) => ({ externalId: x, name: 'step', data: { i: from + i } })) });
+    assert.is(res.status, 202);
+  };
+  const holder = startRoleProcess('worker', { ...workerEnv(service), PARTITION_LEASE_MS: '20000' });
+  ctx.workers.push(holder);
+  await post(0, 5);
+  await waitFor('the first batch applied', async () => Number(await service.redis.hget(service.keys.applied(p), `${tenant.id}|${x}`)) === 6, 20_000, 20);
+  // the holder stops reading (its blocking read times out after 1 s), keeping its lease
+  holder.child.kill('SIGSTOP');
+  await new Promise((r) => setTimeout(r, 1_300));
+  await post(5, 5);
+  const stale = (await service.redis.xreadgroup('GROUP', ACTOR_GROUP, 'worker:stale', 'COUNT', 100, 'STREAMS', service.keys.inbox(p), '>')) as [string, [string, string[]][]][];
+  const staleIds = stale[0]![1].map(([id]) => id);
+  assert.is(staleIds.length, 5, 'the stale reader took the second batch');
+  const refused = await applyEvents(service.redis, service.keys, p, service.config.retentionMs, Date.now(), staleIds, { owner: 'worker:stale', group: ACTOR_GROUP, firstId: staleIds[0]! }).then(() => null, (err: unknown) => err);
+  assert.instance(refused, LeaseLost, 'the stale worker\'s apply is refused: it does not hold the lease');
+  await post(10, 5);
+  holder.child.kill('SIGCONT');
+  await waitFor('every event applied', async () => Number(await service.redis.hget(service.keys.applied(p), `${tenant.id}|${x}`)) === 16, 20_000, 50);
+  await assertExactlyOnce(service, tenant.id, new Map([[x, 15]]));
+  const catalog = await readCatalog(service.redis, service.keys, service.config.partitions, tenant.id);
+  assert.is(catalog.find((e) => e.name === 'step')!.counts.allTime, 15);
+  assert.is(Number((await service.redis.xpending(service.keys.inbox(p), ACTOR_GROUP))[0]), 0, 'nothing left pending');
 });
 
 workers.run();

@@ -8,6 +8,7 @@
   KEYS[1] partition inbox ({pN}:in)
   KEYS[2] sequence hash   ({pN}:seq)
   KEYS[3] subscriber hash ({pN}:subs)
+  KEYS[4] partition lease ({pN}:lease:worker)
 
   ARGV[1] now (ms)
   ARGV[2] the subscribers' commits, one JSON array (one argument instead of four per operation:
@@ -20,13 +21,19 @@
       (hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
        | zadd key score member | zrem key member - | hincrby key field by | pexpireat key ms -)
 
+  ARGV[3] the committing worker's owner id: nothing is committed unless it holds the partition's
+          lease (a worker that stalled past its lease and resumed must not commit what it computed
+          from a state its successor moves on from; lua/applyEvents has the same fence)
+
   The automation state also keeps the subscriber's engine range (`ea`, `eb`, `er`, below).
 
-  Returns one 1 (applied) or 0 (version mismatch, skipped) per subscriber, in order.
+  Returns one 1 (applied) or 0 (version mismatch, skipped) per subscriber, in order; -1 (nothing
+  committed) when the caller does not hold the lease.
 ]=]
 -- @include "appendInboxEvent"
 -- @include "applyOp"
 local rcall = redis.call
+if rcall('GET', KEYS[4]) ~= ARGV[3] then return -1 end
 local nowMs = ARGV[1]
 local out = {}
 for s, c in ipairs(cjson.decode(ARGV[2])) do
