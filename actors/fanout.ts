@@ -21,8 +21,8 @@ import { indexedExternalId } from '../streams/subscriber-list.js';
 /** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
 type PushAnswer = { outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number };
 export type Pusher = {
-  /** results in the order of `jobs`; `onResult` hears each as soon as it is final */
-  sendAll(jobs: { tenantId: string; token: string; environment: 'production' | 'sandbox'; content: Message['content']; messageId: string; deliveryId: string }[], onResult?: (index: number, result: PushAnswer) => void): Promise<PushAnswer[]>;
+  /** results in the order of `jobs`; `onResult` hears each as soon as it is final; none (undefined) for a push not sent because `signal` aborted */
+  sendAll(jobs: { tenantId: string; token: string; environment: 'production' | 'sandbox'; content: Message['content']; messageId: string; deliveryId: string }[], onResult?: (index: number, result: PushAnswer) => void, signal?: AbortSignal): Promise<(PushAnswer | undefined)[]>;
 };
 
 export type FanoutContext = {
@@ -204,11 +204,11 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     outcomes.push(outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result));
     if (outcomes.length >= SETTLE_EVERY) flush();
     else timer ??= setTimeout(flush, SETTLE_WITHIN_MS);
-  });
+  }, ctx.signal);
   flush();
   await Promise.all(writes);
   if (failure) throw failure;
-  await Promise.all(toSend.map(({ d }, i) => (results[i]!.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
+  await Promise.all(toSend.map(({ d }, i) => (results[i]?.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
 }
 
 /** Answers recorded together at most: one settleDeliveries call per this many, or per SETTLE_WITHIN_MS. */

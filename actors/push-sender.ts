@@ -68,6 +68,9 @@ export type PushSenderOptions = {
   idleMs?: number;
 };
 
+/** What a push skipped after an abort "answers" inside the limiter job (never recorded). */
+const NOT_SENT: ApnsAnswer = Object.freeze({ httpStatus: null, apnsId: null, reason: 'not_sent', timestamp: null, at: 0 });
+
 /** Pushes of one tenant gathered for one limiter job. */
 type Coalesced = { tasks: (() => Promise<ApnsAnswer>)[]; resolve: (answers: ApnsAnswer[]) => void; reject: (err: unknown) => void };
 
@@ -113,7 +116,7 @@ export class PushSender {
 
   /** Sends one push, retrying what may succeed later; never sends after `close`. */
   async send(job: PushJob): Promise<PushResult> {
-    return (await this.sendAll([job]))[0]!;
+    return (await this.sendAll([job]))[0]!; // no signal: every push gets its result
   }
 
   /**
@@ -122,10 +125,12 @@ export class PushSender {
    * a timer hop and caps a limiter near 400 jobs/s), then the retryable ones wait their backoff
    * and go again, up to `APNS_MAX_ATTEMPTS`. Results are in the order of `jobs`; `onResult` hears
    * each one as soon as it is final (its push answered for good), before the others are, so a
-   * caller can record it at once.
+   * caller can record it at once. Once `signal` aborts (the fan-out was taken over by another
+   * dispatcher), no push not yet sent is sent: those waiting in the limiter or for a retry get no
+   * result (undefined), and their deliveries stay pending for the new owner.
    */
-  async sendAll(jobs: PushJob[], onResult?: (index: number, result: PushResult) => void): Promise<PushResult[]> {
-    const results: (PushResult | undefined)[] = new Array(jobs.length);
+  async sendAll(jobs: PushJob[], onResult?: (index: number, result: PushResult) => void, signal?: AbortSignal): Promise<(PushResult | undefined)[]> {
+    const results: (PushResult | undefined)[] = jobs.map(() => undefined);
     const finish = (i: number, result: PushResult) => {
       results[i] = result;
       onResult?.(i, result);
@@ -139,7 +144,7 @@ export class PushSender {
     });
     // a weighted job heavier than the limiter's reservoir would never start
     const batch = Math.max(1, Math.min(this.#config.apnsMaxConcurrentPerTenant, this.#config.apnsRatePerTenantPerSecond));
-    for (let attempt = 1; pending.length > 0; attempt++) {
+    for (let attempt = 1; pending.length > 0 && !signal?.aborted; attempt++) {
       const retry: number[] = [];
       const byTenant = new Map<string, number[]>();
       for (const i of pending) {
@@ -165,6 +170,7 @@ export class PushSender {
           try {
             // each answer is taken as it comes: a final one is told at once, not when the group is done
             await this.#schedule(tenantId, batch, sendable.map((i) => async () => {
+              if (signal?.aborted) return NOT_SENT;
               const connection = connections[group.indexOf(i)] as ApnsConnection;
               const answer = await this.#attempt(connection, requests[i]!, jobs[i]!.token);
               answers[i]!.push(answer);
@@ -192,7 +198,7 @@ export class PushSender {
         await this.#sleep(backoffMs(this.#config.apnsRetryBaseMs, attempt));
       }
     }
-    return results.map((r) => r!);
+    return results;
   }
 
   async #attempt(connection: ApnsConnection, request: ReturnType<typeof buildApnsRequest>, token: string): Promise<ApnsAnswer> {

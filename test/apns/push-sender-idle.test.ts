@@ -141,4 +141,26 @@ idle('new credentials while pushes wait in the limiter: the waiting pushes still
   assert.is(pushes.cached().providers, 1);
 });
 
+/**
+ * A fan-out taken over by another dispatcher (the consumer runtime aborts its signal) must not go
+ * on sending what waits in its limiter: the new owner sends those deliveries (probe S2: a dispatcher
+ * stopped past the claim limit, then resumed, sent 76 pushes the new owner sent too).
+ */
+idle('once the signal aborts, pushes still waiting in the limiter are not sent and get no result', async (ctx) => {
+  const tenant = await tenantWith(ctx, ctx.key);
+  // one push at a time, each answered after 150 ms: the others wait in the limiter
+  const pushes = sender(ctx, 60_000, { APNS_MAX_CONCURRENT_PER_TENANT: '1' });
+  ctx.peer.respondWith({ delayMs: 150 });
+  const controller = new AbortController();
+  const heard: number[] = [];
+  const sending = pushes.sendAll(Array.from({ length: 10 }, () => job(tenant)), (i) => heard.push(i), controller.signal);
+  await waitFor('the first push answered', async () => heard.length >= 1, 5_000, 5);
+  controller.abort();
+  const results = await sending;
+  const sent = results.filter((r) => r?.outcome === 'sent').length;
+  assert.ok(sent >= 1 && sent <= 2, `only what was under way when it aborted was sent (${sent})`);
+  assert.is(results.filter((r) => r === undefined).length, 10 - sent, 'the rest have no result');
+  assert.is(ctx.peer.requests.length, sent, 'and never reached APNs');
+});
+
 idle.run();
