@@ -311,10 +311,12 @@ export class Automation {
         deleted = false;
         state.exists = true;
       }
-      // active runs: cancelOn, or the event a wait is for
+      // active runs: cancelOn, or the event a wait is for; a run of a deleted workflow is canceled at
+      // its next step: an event one of its versions waited for or was canceled on (not any event)
       for (const run of runs) {
         const version = versionOf.get(run.versionId);
         if (!version) {
+          if (!ACTIVE_STATUSES.includes(run.status) || !(defs.goneNames.get(run.workflowId)?.has(event.name) || defs.goneNames.get('*')?.has(event.name))) continue;
           cancelRun(run, host, 'workflow_deleted');
           changed.add(run);
         } else if (await onEvent(run, version.definition, host, event, event.runId)) changed.add(run);

@@ -12,7 +12,7 @@
   KEYS[3] the workflow's record             (hash)
   KEYS[4] the workflow's versions           (zset version number -> version id)
   KEYS[5] the tenant's automation version   (string counter)
-  KEYS[6] deleted workflows' watched names  (zset event name -> deletion ms)
+  KEYS[6] deleted workflows' watched names  (zset `<workflow id>|<event name>` -> deletion ms)
   KEYS[7] the record of the version ARGV[2] (hash), read for the answer and the audit entry
   KEYS[8] the tenant's audit outbox         (hash, lua/includes/recordAudit)
 
@@ -22,7 +22,7 @@
   ARGV[4] how long names stay watched (ms): older ones are dropped
   ARGV[5] most names kept (the newest)
   ARGV[6] audit intent token, ARGV[7] audit intent (recorded when the workflow is deleted)
-  ARGV[8..] the `wait` and `cancelOn` event names of the workflow's versions
+  ARGV[8..] the `wait` and `cancelOn` event names of the workflow's versions, as `<workflow id>|<name>`
 
   Returns { 1, record, versionIds, version } when deleted (record and its current version's record
           as HGETALL's flat lists as they were),

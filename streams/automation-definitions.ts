@@ -37,6 +37,13 @@ export type Definitions = {
    */
   relevant: Set<string>;
   /**
+   * Deleted workflows' `wait` and `cancelOn` names, by workflow id: an event cancels a run of a
+   * deleted workflow (`workflow_deleted`) only when it is one of these of its workflow, the event
+   * one of its versions waits for or is canceled on (docs/workflows.md). Names a delete recorded
+   * before they were kept per workflow are under '*' (they cancel a run of any deleted workflow).
+   */
+  goneNames: Map<string, Set<string>>;
+  /**
    * Segments whose backfill is `pending`: queued again by the worker that loads the definitions
    * (ZADD of the same member is a no-op), so a process killed between a script that made a backfill
    * pending (create, a new `where`, a topic deleted) and its queueing leaves no segment un-backfilled.
@@ -55,7 +62,7 @@ export const WATCHED_VERSIONS = 100;
 
 /**
  * A deleted workflow's `wait` and `cancelOn` names (those of its newest WATCHED_VERSIONS versions)
- * stay watched this long after the delete (`keys.workflowGoneNames`), so the event an active run of
+ * stay watched this long after the delete (`keys.workflowGoneNames`, members `<workflow id>|<name>`), so the event an active run of
  * it waits for reaches the run and cancels it (`workflow_deleted`). By then every such run has met
  * its next step (a sleep or a wait's timeout lasts at most 90 days) and was canceled; a day more
  * covers a scheduler that was down. At most MAX_GONE_NAMES names are kept, the newest.
@@ -235,8 +242,16 @@ export class DefinitionsCache {
     const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, WATCHED_VERSIONS - 1)));
     const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
     for (const v of all) if (v) watchedNames(v.definition, relevant);
-    // deleted workflows' waits and cancelOn: the event reaches their runs, which it cancels
-    for (const name of goneNames) relevant.add(name);
-    return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant, pendingBackfills };
+    // deleted workflows' waits and cancelOn (members `<workflow id>|<name>`): the event reaches their runs, which it cancels
+    const goneByWorkflow = new Map<string, Set<string>>();
+    for (const member of goneNames) {
+      const bar = member.indexOf('|');
+      const [workflowId, name] = bar < 0 ? ['*', member] : [member.slice(0, bar), member.slice(bar + 1)];
+      relevant.add(name);
+      const names = goneByWorkflow.get(workflowId);
+      if (names) names.add(name);
+      else goneByWorkflow.set(workflowId, new Set([name]));
+    }
+    return { version, segments, workflows, ...needs, keptConditions: [...needs.kept.values()].map((k) => k.condition), relevant, goneNames: goneByWorkflow, pendingBackfills };
   }
 }

@@ -216,7 +216,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
         keys.workflowSlugs(tenantId), keys.workflowIndex(tenantId), keys.workflow(tenantId, id), keys.workflowVersions(tenantId, id), keys.automationVersion(tenantId),
         keys.workflowGoneNames(tenantId), keys.workflowVersion(tenantId, currentVersionId), intent.key,
       ],
-      [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, intent.token, intent.json, ...names],
+      [id, currentVersionId, now(), GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, intent.token, intent.json, ...[...names].map((name) => `${id}|${name}`)],
     );
   }
   if (reply[0] === -1) throw lockTimeout('The workflow');

@@ -291,6 +291,32 @@ wf('deleting a workflow cancels its sleeping and waiting runs at their next step
   for (const c of cases) assert.is(pushesTo(ctx, tokens.get(c.x)!).length, 0, `${c.x} got no push`);
 });
 
+/**
+ * Probe W2: any event some other definition acted on canceled a deleted workflow's run at once (a
+ * sleeping run 17 s before its timer, on another workflow's trigger). Only its next step does: its
+ * timer, or an event its workflow's versions waited for or were canceled on.
+ */
+wf('an unrelated event leaves a deleted workflow\'s run as it is; its cancelOn event cancels it', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  const gone = (await api.post('/v1/workflows', key, { slug: 'del-unrelated', trigger: { event: 'du.start' }, cancelOn: { event: 'du.stop' }, steps: [{ type: 'wait', event: 'du.go', timeout: '1h' }] })).body.data;
+  const other = (await api.post('/v1/workflows', key, { slug: 'del-other', trigger: { event: 'du.other' }, steps: [{ type: 'exit' }] })).body.data;
+  const x = 'del-unrelated-x';
+  await api.post('/v1/events', key, { externalId: x, name: 'du.start', data: {} });
+  const runId = (await waitFor('the run to wait', () => runOf(ctx, 'del-unrelated', x, 'waiting'), 10_000)).id;
+  assert.is((await api.del('/v1/workflows/del-unrelated', key)).status, 200);
+  await api.post('/v1/events', key, { externalId: x, name: 'du.other', data: {} });
+  await waitFor('the other workflow\'s run to complete (the event was handled)', () => runOf(ctx, 'del-other', x, 'completed'), 10_000);
+  const scope = { tenantId, partitions: service.config.partitions };
+  assert.is((await findRun(service.redis, service.keys, scope, gone.id, runId))!.status, 'waiting', 'an event its workflow never watched leaves it waiting');
+  await api.post('/v1/events', key, { externalId: x, name: 'du.stop', data: {} });
+  const run = await waitFor('the run canceled by its cancelOn event', async () => {
+    const r = await findRun(service.redis, service.keys, scope, gone.id, runId);
+    return r?.status === 'canceled' ? r : null;
+  }, 10_000);
+  assert.is(run.reason, 'workflow_deleted');
+  assert.ok(other.id);
+});
+
 /** Waits until `count()` reaches `expected`, then a while more, and answers what it is then (a loop would go past it). */
 async function settles(what: string, count: () => Promise<number>, expected: number): Promise<number> {
   await waitFor(what, async () => (await count()) >= expected, 20_000);
