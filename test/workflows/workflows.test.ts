@@ -310,7 +310,8 @@ workflows('a deleted workflow\'s versions leave a worker\'s cache at its next re
   for (const name of ['gone.awaited', 'gone.cancel', 'gone.awaited-v2']) assert.ok(after.relevant.has(name), `${name} stays watched`);
   assert.not.ok(after.relevant.has('gone.start'), 'the trigger is not watched: nothing starts');
   const gone = await redis.zrange(keys.workflowGoneNames(tenantId), 0, -1, 'WITHSCORES');
-  assert.equal(gone.filter((_, i) => i % 2 === 0).sort(), ['gone.awaited', 'gone.awaited-v2', 'gone.cancel'], 'names older than the longest step are dropped');
+  assert.equal(gone.filter((_, i) => i % 2 === 0).sort(), ['gone.awaited', 'gone.awaited-v2', 'gone.cancel'].map((name) => `${created.id}|${name}`), 'kept per workflow; names older than the longest step are dropped');
+  assert.equal([...after.goneNames.get(created.id)!].sort(), ['gone.awaited', 'gone.awaited-v2', 'gone.cancel'], 'read back per workflow');
   assert.ok(Math.abs(Number(gone[1]) - Date.now()) < 10_000, 'kept with the time of the delete');
   // a version record that outlived its workflow (a crash before the cleanup) reads as gone
   await redis.hset(keys.workflowVersion(tenantId, created.versionId), { id: created.versionId, workflowId: created.id, version: '1', definition: JSON.stringify({ trigger: { event: 'gone.start' }, steps }), createdAt: created.createdAt });
