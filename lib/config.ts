@@ -67,7 +67,11 @@ export type Config = {
   fanoutChunkSize: number;
   /** Subscribers per segment backfill chunk (progress and cursor are saved after each). `SEGMENT_BACKFILL_CHUNK`, default 500. */
   segmentBackfillChunk: number;
-  /** How long a message being fanned out may sit unacked before another dispatcher takes it over. `DISPATCHER_CLAIM_IDLE_MS`, default 60000. */
+  /**
+   * How long a message a dispatcher took stays its own unrefreshed: a live dispatcher keeps the
+   * claims of what it works fresh, so another takes a message over only after its dispatcher died
+   * or stalled this long. `DISPATCHER_CLAIM_IDLE_MS`, default 60000.
+   */
   dispatcherClaimIdleMs: number;
   /** How often a worker settles audit entries left in the outboxes by a process that died mid-write (and finishes the cleanups of subscriber deletes left likewise), and how old such an entry must be. `AUDIT_OUTBOX_SWEEP_MS`, default 10000. */
   auditOutboxSweepMs: number;

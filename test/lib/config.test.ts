@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { suite } from 'uvu';
@@ -42,6 +43,15 @@ config('REDIS_TLS_REJECT_UNAUTHORIZED is true unless set to false (or 0); anythi
   assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: '0' }, {}).redisTlsRejectUnauthorized, false);
   assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'true' }, {}).redisTlsRejectUnauthorized, true);
   assert.throws(() => loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'off' }, {}), /REDIS_TLS_REJECT_UNAUTHORIZED must be true or false/);
+});
+
+config('every setting lib/config.ts reads is in the README\'s configuration table', () => {
+  const source = readFileSync(join(PROJECT_ROOT, 'lib', 'config.ts'), 'utf8');
+  const read = new Set([...source.matchAll(/\be\.([A-Z][A-Z0-9_]+)|\(e, '([A-Z][A-Z0-9_]+)'/g)].map((m) => m[1] ?? m[2]!));
+  const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
+  const documented = new Set(readme.split('\n').filter((line) => line.startsWith('| `')).flatMap((line) => [...line.split('|')[1]!.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((m) => m[1]!)));
+  assert.ok(read.size >= 30, `${read.size} settings read`);
+  assert.equal([...read].filter((name) => !documented.has(name)).sort(), [], 'settings missing from the README table');
 });
 
 config.run();
