@@ -36,7 +36,14 @@ const AUDITS_GRACE_MS = 2_000;
  */
 const commandsOf = (roles: readonly Role[]) => ({
   enableAutoPipelining: roles.includes('dispatcher'),
-  ...(roles.length === 1 && roles[0] === 'web' ? { commandTimeout: WEB_COMMAND_TIMEOUT_MS } : {}),
+  // A command whose reply a dropped connection lost is not sent again after the reconnect (ioredis
+  // resends by default): a write without the caller's id (events without `id`, a message without
+  // Idempotency-Key) would be applied twice under one 202 (probe X2: 34 events answered `duplicate`
+  // on their first and only send, after Redis was killed mid-load). Such a command fails instead
+  // (ioredis 5 leaves it to `commandTimeout`, which rejects it), and the request answers 503: the
+  // client retries, exactly with ids (spec 4.3.5). The other roles' writes are idempotent (applied
+  // sequences, claim checks), so their resends stay.
+  ...(roles.length === 1 && roles[0] === 'web' ? { commandTimeout: WEB_COMMAND_TIMEOUT_MS, autoResendUnfulfilledCommands: false } : {}),
 });
 /**
  * Longest wait for one Redis reply on the web role's connection: a Redis that stalls with its

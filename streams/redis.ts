@@ -79,5 +79,5 @@ export function describeTarget(target: RedisTarget): string {
 
 /** True when `err` says Redis could not be reached (as opposed to a command or script error). */
 export function isRedisUnavailable(err: unknown): boolean {
-  return (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out/i.test(String((err as Error)?.message));
+  return (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out/i.test(String((err as Error)?.message));
 }

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { coalesceWrites, connectRedis } from '../../streams/redis.js';
+import { coalesceWrites, connectRedis, isRedisUnavailable } from '../../streams/redis.js';
 import { testRedisUrl } from '../helpers/redis.js';
 
 // coalesceWrites: the commands a connection issues in one event-loop turn leave in one socket write,
@@ -100,6 +100,17 @@ coalesce('after a reconnection the new socket coalesces too', async ({ url, pref
   } finally {
     redis.disconnect();
   }
+});
+
+/**
+ * Probe X2: a command whose connection closed before its reply (ioredis's AbortError) was answered
+ * 500 `internal`; like every other sign of Redis being unreachable it is 503 `unavailable`, which
+ * clients retry (spec Part 7).
+ */
+coalesce('a command aborted by its connection\'s close counts as Redis unavailable (503, retried), as a timeout does', () => {
+  assert.ok(isRedisUnavailable(new Error('Command aborted due to connection close')));
+  assert.ok(isRedisUnavailable(new Error('Command timed out')));
+  assert.not.ok(isRedisUnavailable(new Error('ERR wrong number of arguments')));
 });
 
 coalesce.run();
