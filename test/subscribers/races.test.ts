@@ -269,8 +269,7 @@ races('removing what a move left behind is not audited as a deletion while the s
 
 races('a removal racing a move claimed but not written yet is not a deletion: the move audits the owner change', async ({ api, key, pk, service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions };
-  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
-  const trail = new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+  const trail = await auditTrail(service, workspaceId, tenantId);
   const token = 'e3'.repeat(32);
   const reg = await api.post('/v1/client/subscriptions', pk, { externalId: 'race-u', channel: 'push', token, platform: 'ios' });
   const id = reg.body.data.id as string;
@@ -298,17 +297,16 @@ races('a removal racing a move claimed but not written yet is not a deletion: th
  */
 races('a registration whose claim was lost before its write leaves the ledger naming the subscriber that holds the device', async ({ service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions };
-  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
-  const trail = () => new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+  const trail = () => auditTrail(service, workspaceId, tenantId);
   const device = { channel: 'push' as const, token: 'e4'.repeat(32), platform: 'ios' as const };
   let claimed!: () => void;
   let release!: () => void;
   const held = new Promise<void>((r) => (release = r));
   const hasClaimed = new Promise<void>((r) => (claimed = r));
   // lost-a claims the new token, then waits; lost-b takes the token over and registers it whole
-  const first = registerSubscription(service.redis, service.keys, scope, 'lost-a', device, { audit: trail(), afterClaim: async () => { claimed(); await held; } });
+  const first = registerSubscription(service.redis, service.keys, scope, 'lost-a', device, { audit: await trail(), afterClaim: async () => { claimed(); await held; } });
   await hasClaimed;
-  const second = await registerSubscription(service.redis, service.keys, scope, 'lost-b', device, { audit: trail() });
+  const second = await registerSubscription(service.redis, service.keys, scope, 'lost-b', device, { audit: await trail() });
   release();
   await first;
   await auditsSettled(2_000);
@@ -322,6 +320,12 @@ races('a registration whose claim was lost before its write leaves the ledger na
   assert.is(last.data.object.externalId, 'lost-b', `the newest entry (${last.type}) names the holder`);
   assert.equal([last.type, last.changes?.externalId, last.previousAttributes?.externalId], ['subscription.updated', 'lost-b', 'lost-a']);
 });
+
+/** The audit trail of a request of the default tenant, for calling the stream functions directly. */
+async function auditTrail(service: TestService, workspaceId: string, tenantId: string): Promise<AuditTrail> {
+  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
+  return new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+}
 
 /** A registration of `externalId` held between its claim and its write: `claimed` resolves once it claimed, `go()` lets it write. */
 function heldRegistration(service: TestService, scope: TenantScope, externalId: string, device: RegisterInput, audit?: AuditTrail) {
@@ -341,12 +345,11 @@ function heldRegistration(service: TestService, scope: TenantScope, externalId: 
  */
 races('a copy written after another user claimed the device is left to that user\'s move: one created, then the owner change', async ({ service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions };
-  const workspace = await service.redis.hgetall(service.keys.workspace(workspaceId));
-  const trail = () => new AuditTrail(service.redis, service.keys, { workspace: { id: workspaceId, slug: workspace.slug! }, tenant: { id: tenantId, slug: 'default' }, ...BY_TEST }, createLogger('error'));
+  const trail = () => auditTrail(service, workspaceId, tenantId);
   const device = { channel: 'push' as const, token: 'e5'.repeat(32), platform: 'ios' as const };
-  const a = heldRegistration(service, scope, 'leave-a', device, trail());
+  const a = heldRegistration(service, scope, 'leave-a', device, await trail());
   await a.claimed;
-  const b = heldRegistration(service, scope, 'leave-b', device, trail());
+  const b = heldRegistration(service, scope, 'leave-b', device, await trail());
   await b.claimed;
   a.go();
   const first = await a.done;
