@@ -1,16 +1,22 @@
 import type { Context } from 'koa';
 import { isoNow } from '../lib/clock.js';
 import type { ApiError } from '../lib/errors.js';
+import { bindCursor, listTag } from './list.js';
 
 /** metadata of spec 2.1, with the request id the `Request-Id` header also carries. */
 function metadata(ctx: Context) {
   return { timestamp: isoNow(), requestId: ctx.state.requestId as string };
 }
 
-/** Answers `status` with `data` in the envelope of spec 2.1. The only way a handler answers. */
+/**
+ * Answers `status` with `data` in the envelope of spec 2.1. The only way a handler answers. A list's
+ * `nextCursor` leaves bound to the list that issued it (http/list.ts `bindCursor`).
+ */
 export function respond(ctx: Context, status: number, data: unknown): void {
   ctx.status = status;
-  ctx.body = { success: true, data, error: null, metadata: metadata(ctx) };
+  const next = (data as { nextCursor?: unknown } | null)?.nextCursor;
+  const body = typeof next === 'string' ? { ...(data as object), nextCursor: bindCursor(next, listTag(ctx)) } : data;
+  ctx.body = { success: true, data: body, error: null, metadata: metadata(ctx) };
 }
 
 /** The error envelope of `err` for the request `requestId`. */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../lib/errors.js';
@@ -14,14 +15,50 @@ export function encodeCursor(position: string): string {
   return Buffer.from(JSON.stringify({ v: 1, p: position })).toString('base64url');
 }
 
-export function decodeCursor(cursor: string): string {
+type CursorFields = { v?: number; p?: unknown; l?: unknown };
+
+function parseCursor(cursor: string): CursorFields | null {
   try {
-    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as { v?: number; p?: unknown };
-    if (parsed.v === 1 && typeof parsed.p === 'string') return parsed.p;
+    const parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as CursorFields;
+    return parsed !== null && typeof parsed === 'object' && parsed.v === 1 && typeof parsed.p === 'string' ? parsed : null;
   } catch {
-    // fall through
+    return null;
   }
-  throw badCursor();
+}
+
+/**
+ * The list a request reads: its path (decoded: a client may encode an externalId's characters
+ * either way) in the credential's workspace and tenant. A cursor carries its list's tag, so one list's
+ * cursor given to another (another tenant's events, another subscriber's timeline, another
+ * endpoint's deliveries) is refused instead of read as a position there. Filters are not part of
+ * it: a cursor is a position in the list's order, which filters do not change.
+ */
+export function listTag(ctx: Context): string {
+  let path = ctx.path;
+  try {
+    path = decodeURIComponent(path);
+  } catch {
+    // a malformed escape: the raw path, as the router matched it
+  }
+  const auth = ctx.state.auth as { workspace?: { id: string }; tenant?: { id: string } | null } | undefined;
+  return createHash('sha256').update(`${auth?.workspace?.id ?? ''}|${auth?.tenant?.id ?? ''}|${path}`).digest('base64url').slice(0, 12);
+}
+
+/** `cursor` (from `encodeCursor`) bound to the list `tag` names: what a list answer gives as `nextCursor`. */
+export function bindCursor(cursor: string, tag: string): string {
+  const fields = parseCursor(cursor);
+  if (!fields) throw new Error('bindCursor: not a cursor of encodeCursor');
+  return Buffer.from(JSON.stringify({ v: 1, p: fields.p, l: tag })).toString('base64url');
+}
+
+/**
+ * The position `cursor` holds, when it was issued by the list `tag` names; 400 otherwise. A cursor
+ * without a tag (issued before cursors carried one) is read as a position, as it was then.
+ */
+export function decodeCursor(cursor: string, tag: string): string {
+  const fields = parseCursor(cursor);
+  if (!fields || (fields.l !== undefined && fields.l !== tag)) throw badCursor();
+  return fields.p as string;
 }
 
 /** 400 `validation` on `cursor`: the one answer for a cursor this service did not issue. */
@@ -35,7 +72,7 @@ export function badCursor(): ApiError {
  */
 export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery'): PageRequest & { query: Q } {
   const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.query as Record<string, unknown>);
-  return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor) : null, query };
+  return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor, listTag(ctx)) : null, query };
 }
 
 /** A cursor position that is not an id of `kind` was issued by another list (or forged): 400. */

@@ -51,7 +51,7 @@ export function buildOpenApi(): Record<string, unknown> {
         parameters: {
           // the bounds the list validators check (lib/schemas/common.ts), so the document and the service agree
           limit: { name: 'limit', in: 'query', required: false, schema: { ...LIST_QUERY_PROPERTIES.limit } },
-          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor, as it was given. A cursor is a position in the list, not a credential: a malformed one, or one that names no position of this list, is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
+          cursor: { name: 'cursor', in: 'query', required: false, description: "The previous page's nextCursor, as it was given. A cursor belongs to the list that gave it (the same path, workspace and tenant; the filters may change between pages): a malformed one, or one another list gave, is 400 `validation`.", schema: { ...LIST_QUERY_PROPERTIES.cursor } },
           workspaceSlug: { name: 'workspaceSlug', in: 'path', required: true, schema: { type: 'string' } },
           // spec 2.3 rule 3 (and 4.5: "Slug rules of 2.3"); a malformed slug names nothing, so it is 404 like an unknown one
           topicSlug: slugParameter('topicSlug', 'topic'),

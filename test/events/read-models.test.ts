@@ -179,6 +179,24 @@ reads('a subscriber timeline lists every kind of event newest first and pages by
   assert.is((await api.get('/v1/subscribers/nobody/timeline', key)).status, 404);
 });
 
+reads('a cursor is bound to the list that gave it: another subscriber\'s timeline, another tenant\'s events refuse it (400 cursor)', async ({ api, key, service }) => {
+  const timeline = (await api.get('/v1/subscribers/buyer-0/timeline?limit=2', key)).body.data;
+  assert.ok(timeline.nextCursor);
+  assert.is((await api.get(`/v1/subscribers/buyer-0/timeline?limit=2&cursor=${timeline.nextCursor}`, key)).status, 200, 'its own list reads it');
+  const other = await api.get(`/v1/subscribers/buyer-1/timeline?limit=2&cursor=${timeline.nextCursor}`, key);
+  assert.equal([other.status, other.body.error?.code, other.body.error?.param], [400, 'validation', 'cursor']);
+
+  const events = (await api.get('/v1/events?limit=2', key)).body.data;
+  const { keys: otherTenant } = await bootstrapWorkspace(service, 'reads-other');
+  const foreign = await api.get(`/v1/events?limit=2&cursor=${events.nextCursor}`, otherTenant.tenant);
+  assert.equal([foreign.status, foreign.body.error?.code, foreign.body.error?.param], [400, 'validation', 'cursor']);
+  // a filter is not part of the list: the position reads on under another name filter
+  assert.is((await api.get(`/v1/events?limit=2&name=order.completed&cursor=${events.nextCursor}`, key)).status, 200);
+  // an encoded path names the same list as the plain one
+  const odd = (await api.get('/v1/subscribers/buyer%2D0/timeline?limit=2', key)).body.data;
+  assert.is((await api.get(`/v1/subscribers/buyer-0/timeline?limit=2&cursor=${odd.nextCursor}`, key)).status, 200);
+});
+
 reads('an externalId with slashes, percent signs, spaces and non-ASCII round-trips through the path', async ({ api, key }) => {
   const odd = 'a/b %c ü✓';
   await api.post('/v1/events', key, { externalId: odd, name: 'odd.id' });
