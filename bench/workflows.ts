@@ -106,6 +106,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       rate: { type: 'string' },
       'memory-runs': { type: 'string' },
       partitions: { type: 'string' },
+      workers: { type: 'string' },
       'xadd-requests': { type: 'string' },
       'setup-concurrency': { type: 'string' },
       timeout: { type: 'string' },
@@ -118,6 +119,7 @@ export async function run(args: string[]): Promise<BenchResult> {
   const rate = numberOption(values.rate, 'rate', 0, 0, 1_000_000);
   const memoryRuns = Math.round(numberOption(values['memory-runs'], 'memory-runs', 20_000, 0, 1_000_000));
   const partitions = Math.round(numberOption(values.partitions, 'partitions', 64, 1, 4096));
+  const workers = Math.round(numberOption(values.workers, 'workers', 1, 1, 8));
   const xaddRequests = Math.round(numberOption(values['xadd-requests'], 'xadd-requests', 500_000, 10_000, 10_000_000));
   const setupConcurrency = Math.round(numberOption(values['setup-concurrency'], 'setup-concurrency', 64, 1, 1024));
   const timeoutS = numberOption(values.timeout, 'timeout', 300, 10, 3600);
@@ -149,13 +151,13 @@ export async function run(args: string[]): Promise<BenchResult> {
 
     const web = await startService({ redisUrl: redis.url, keyPrefix: prefix, env });
     stops.push(web.stop);
-    const worker = await startWorker({ redisUrl: redis.url, keyPrefix: prefix, env });
-    stops.push(worker.stop);
+    // `--workers` worker processes share the partitions (the Procfile's worker type scaled out)
+    for (let i = 0; i < workers; i++) stops.push((await startWorker({ redisUrl: redis.url, keyPrefix: prefix, env })).stop);
     const scheduler = await startRole({ role: 'scheduler', redisUrl: redis.url, keyPrefix: prefix, env });
     stops.push(scheduler.stop);
     const dispatcher = await startRole({ role: 'dispatcher', redisUrl: redis.url, keyPrefix: prefix, env });
     stops.push(dispatcher.stop);
-    say(`workflows: bin/web.ts + bin/worker.ts + bin/scheduler.ts + bin/dispatcher.ts + private redis, ${partitions} partitions; `
+    say(`workflows: bin/web.ts + ${workers} × bin/worker.ts + bin/scheduler.ts + bin/dispatcher.ts + private redis, ${partitions} partitions; `
       + `two tenants of ${fmt(runs)} subscribers (attribute plan; no devices, so each send's delivery is skipped); load generator in this process (2 cores shared)`);
     say(`context: redis-benchmark -P 32 -n ${fmt(xaddRequests)} XADD: ${fmt(xadd.opsPerSec)} ops/s`);
 
@@ -401,6 +403,7 @@ export async function run(args: string[]): Promise<BenchResult> {
       rate: rate || 'burst',
       memory_runs: memoryRuns,
       partitions,
+      workers,
     };
   } finally {
     for (const stop of stops.reverse()) await stop().catch(() => {});
