@@ -8,6 +8,9 @@ const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormat
 
 const ROOT = 'herald';
 
+/** A local part of atoms (ASCII atext or any non-ASCII letter or digit) joined by single dots, then a domain of two or more labels. */
+const INTERNATIONAL_EMAIL = /^[\p{L}\p{N}\p{M}!#$%&'*+/=?^_`{|}~-]+(?:\.[\p{L}\p{N}\p{M}!#$%&'*+/=?^_`{|}~-]+)*@(?:[\p{L}\p{N}](?:[\p{L}\p{N}\p{M}-]{0,61}[\p{L}\p{N}\p{M}])?\.)+[\p{L}\p{M}]{2,63}$/u;
+
 /** One ajv instance holding every schema of `lib/schemas` under `herald#/components/schemas/<Name>`. */
 export function createAjv(schemas: Record<string, Schema>, options: { coerceTypes?: boolean } = {}): Ajv {
   // verbose: an error carries its schema, so a failed oneOf can say what its alternatives are (`x-errorMessage`)
@@ -17,6 +20,10 @@ export function createAjv(schemas: Record<string, Schema>, options: { coerceType
   // cannot (`+00` offsets, leap second `23:59:60`), whose NaN would be stored and break every read.
   const dateTime = ajv.formats['date-time'] as { validate: (s: string) => boolean; compare: (a: string, b: string) => number | undefined };
   ajv.addFormat('date-time', { type: 'string', validate: (s: string) => dateTime.validate(s) && Number.isFinite(Date.parse(s)), compare: dateTime.compare });
+  // An email address may be internationalized (RFC 6531: UTF-8 in the local part, a Unicode domain):
+  // what ajv-formats accepts, or the same shape with letters and digits of any script
+  const asciiEmail = ajv.formats.email as RegExp;
+  ajv.addFormat('email', { type: 'string', validate: (s: string) => asciiEmail.test(s) || (/[^\x00-\x7f]/.test(s) && INTERNATIONAL_EMAIL.test(s)) });
   // `x-timeZone`: a time zone this runtime knows (IANA), checked with the rest of the body so a bad
   // one is listed beside the body's other failing fields (an extension keyword other validators skip)
   const timeZone: SchemaValidateFunction = (on: boolean, value: string) => {

@@ -208,6 +208,17 @@ c('50 parallel identical enabled:false updates write exactly one $subscription.m
   assert.is(events.filter((n) => n === '$subscription.unmuted').length, 1);
 });
 
+c('an internationalized email address (RFC 6531) registers; one that is no address is 400 on address', async ({ api, pk }) => {
+  const idn = await api.post('/v1/client/subscriptions', pk, { externalId: 'idn-mail', channel: 'email', address: 'Ünï@exämple.com' });
+  assert.is(idn.status, 201, idn.text);
+  assert.is(idn.body.data.address, 'ünï@exämple.com');
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'idn-mail', channel: 'email', address: '用户@例子.广告' })).status, 201);
+  for (const address of ['ünï@exämple', 'ü ï@x.de', 'ü..ï@x.de', 'ünï@', 'plain-text']) {
+    const bad = await api.post('/v1/client/subscriptions', pk, { externalId: 'idn-mail', channel: 'email', address });
+    assert.equal([bad.status, bad.body.error?.details?.[0]?.param], [400, 'address'], address);
+  }
+});
+
 c('backend routes disable and remove a subscription; removal writes $subscription.removed', async ({ api, pk, service, boot }) => {
   const { body } = await api.post('/v1/client/subscriptions', pk, { externalId: 'backend', channel: 'email', address: 'Backend@Example.com' });
   assert.is(body.data.address, 'backend@example.com');
