@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { MessageLane } from '../streams/keys.js';
 import { connectRedis } from '../streams/redis.js';
+import { readRegistry } from '../streams/registry.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import { fanOut, type Pusher } from './fanout.js';
@@ -34,7 +35,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
   const pusher = makePusher(ctx);
   let tenants: { tenantId: string; workspaceId: string }[] = [];
   const refresh = async () => {
-    const members = await redis.zrange(keys.messageTenants, 0, -1);
+    const members = await readRegistry(redis, keys.messageTenants);
     tenants = members.map((m) => {
       const [tenantId, workspaceId] = m.split('|') as [string, string];
       return { tenantId, workspaceId };

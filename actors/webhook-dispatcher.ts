@@ -9,6 +9,7 @@ import { signingSecrets } from '../lib/webhook-signing.js';
 import { IdentityRefs, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
+import { readRegistry } from '../streams/registry.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
@@ -142,7 +143,7 @@ class WebhookDispatcher {
 
   private async refreshRegistry(): Promise<void> {
     const { redis, keys } = this.ctx;
-    this.workspaces = await redis.zrange(keys.webhookWorkspaces, 0, -1);
+    this.workspaces = await readRegistry(redis, keys.webhookWorkspaces);
     for (const ws of this.workspaces) this.workspaceOfLedger.set(keys.ledger(ws), ws);
   }
 
@@ -435,7 +436,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
   let trimmed = 0;
   // delivery indexes are scored by createdAt, as records expire: everything below this is past the retention
   const floor = `(${scoreAt(now() - config.retentionMs)}`;
-  const registered = new Set(await redis.zrange(keys.webhookWorkspaces, 0, -1));
+  const registered = new Set(await readRegistry(redis, keys.webhookWorkspaces));
   for (const ws of registered) {
     const endpoints = await redis.zrange(keys.webhookEndpoints(ws), 0, -1);
     if (endpoints.length === 0) {
