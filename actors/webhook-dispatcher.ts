@@ -420,20 +420,22 @@ class WebhookDispatcher {
 
 /**
  * The dispatchers' housekeeping, run by one of them a minute (and once at start): delivery indexes
- * lose ids past the retention (records and payloads expire by themselves), workspaces without
+ * lose ids past the retention (records and payloads expire by themselves), and endpoint queues the
+ * attempts due before it (`dropped`: a disabled endpoint's, which no claim reads), workspaces without
  * endpoints leave the registry, ledgers nobody reads are trimmed to the last
  * `UNREAD_LEDGER_WINDOW_MS`, and endpoints disabled by a dispatcher that stopped before appending
  * their `webhook.disabled` audit event get it (`announceDisabled`). Deliveries indexed before the
  * indexes were scored by createdAt get their score first (`rescoreLegacyDeliveries`; nothing to do
  * once that is done).
  */
-export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; unregistered: number; trimmed: number; announced: number }> {
+export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number }> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
   let announced = 0;
   let pruned = 0;
   let unregistered = 0;
   let trimmed = 0;
+  let dropped = 0;
   // delivery indexes are scored by createdAt, as records expire: everything below this is past the retention
   const floor = `(${scoreAt(now() - config.retentionMs)}`;
   const registered = new Set(await readRegistry(redis, keys.webhookWorkspaces));
@@ -458,6 +460,12 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     const pipeline = redis.pipeline();
     for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebyscore(keys.webhookDeliveries(ws, e, status), '-inf', floor);
     for (const [, removed] of (await pipeline.exec()) ?? []) pruned += Number(removed ?? 0);
+    // queued attempts due before the retention began are of deliveries made before it (an attempt is
+    // never due before its delivery was made), whose records have expired: a disabled endpoint's
+    // queue, which no claim reads, would otherwise keep them for as long as it stays disabled
+    const queues = redis.pipeline();
+    for (const e of endpoints) queues.zremrangebyscore(keys.webhookDue(ws, e), '-inf', `(${now() - config.retentionMs}`);
+    for (const [, removed] of (await queues.exec()) ?? []) dropped += Number(removed ?? 0);
   }
   // ledgers of workspaces without endpoints: no endpoint can ever want what is older than the window
   const minId = String(now() - UNREAD_LEDGER_WINDOW_MS);
@@ -469,7 +477,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
     for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
   } while (cursor !== '0');
-  return { rescored, pruned, unregistered, trimmed, announced };
+  return { rescored, pruned, dropped, unregistered, trimmed, announced };
 }
 
 /**

@@ -60,6 +60,20 @@ sweep('ledgers of workspaces without endpoints keep the last hour only; read led
   assert.is(await redis.xlen(keys.ledger(b.workspace.id)), 2, 'a ledger the dispatchers read is trimmed by their group only');
 });
 
+sweep('a disabled endpoint\'s queued attempts due before the retention began go; later ones wait for a re-enable', async (ctx) => {
+  const { redis, keys, config } = ctx.service;
+  const q = await bootstrapWorkspace(ctx.service, 'sw-q');
+  const id = await endpoint(ctx, 'sw-q', q.keys.workspace);
+  assert.is((await ctx.api.patch(`/v1/workspaces/sw-q/webhooks/${id}`, q.keys.workspace, { enabled: false })).status, 200);
+  const due = keys.webhookDue(q.workspace.id, id);
+  const at = now();
+  await redis.zadd(due, at - config.retentionMs - 60_000, 'whd_old', at - config.retentionMs - 1, 'whd_old#1', at - config.retentionMs + 60_000, 'whd_kept', at - 60_000, 'whd_recent');
+  const result = await sweepWebhooks(ctx.role);
+  assert.is(result.dropped, 2);
+  assert.equal(await redis.zrange(due, 0, -1), ['whd_kept', 'whd_recent']);
+  assert.is((await sweepWebhooks(ctx.role)).dropped, 0);
+});
+
 sweep('an endpoint disabled by a dispatcher that stopped before its audit event gets it from the sweep, once, under a fixed id', async (ctx) => {
   const { redis, keys } = ctx.service;
   const d = await bootstrapWorkspace(ctx.service, 'sw-d');
