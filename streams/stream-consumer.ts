@@ -75,16 +75,6 @@ const FORGET_CONSUMERS_PER_CALL = 1_000;
 /** Streams a periodic pass (claims, forgetting dead consumers) covers per pipelined round trip. */
 const STREAMS_PER_PIPELINE = 500;
 const IDLE_SLEEP_MS = 200;
-/**
- * Most streams one XREADGROUP names. A consumer of more (the dispatcher over the message queues of
- * thousands of tenants) reads them a window at a time, in turn. A read that finds nothing blocks for
- * `blockMs` shared out over the windows (at least MIN_WINDOW_BLOCK_MS), so an idle consumer looks at
- * each stream about as often as one read over all of them would, and an entry arriving in another
- * window than the one being waited on is read within about `blockMs` (at once when anything is
- * being read: a read with entries does not block).
- */
-export const MAX_STREAMS_PER_READ = 1_000;
-const MIN_WINDOW_BLOCK_MS = 20;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
 
@@ -119,8 +109,6 @@ export class StreamConsumer {
   private lastForget = 0;
   /** When this consumer (exclusive mode) last looked for entries of its streams pending with others. */
   private lastStrayCheck = 0;
-  /** Where the next read's window of streams starts, when there are more than MAX_STREAMS_PER_READ. */
-  private windowStart = 0;
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -303,15 +291,6 @@ export class StreamConsumer {
     if (floor && floor !== '0-0') await this.o.redis.xtrim(stream, 'MINID', '~', floor);
   }
 
-  /** The streams the next read names: all of them, or the next MAX_STREAMS_PER_READ in turn (wrapping around). */
-  private nextWindow(streams: string[]): string[] {
-    if (streams.length <= MAX_STREAMS_PER_READ) return streams;
-    const from = this.windowStart % streams.length;
-    this.windowStart = from + MAX_STREAMS_PER_READ;
-    const window = streams.slice(from, from + MAX_STREAMS_PER_READ);
-    return window.length === MAX_STREAMS_PER_READ ? window : window.concat(streams.slice(0, MAX_STREAMS_PER_READ - window.length));
-  }
-
   private async loop(): Promise<void> {
     const { blocking, source, log } = this.o;
     let backoff = 100;
@@ -343,14 +322,11 @@ export class StreamConsumer {
           await new Promise((r) => setTimeout(r, IDLE_SLEEP_MS));
           continue;
         }
-        const window = this.nextWindow(streams);
-        const windows = Math.ceil(streams.length / window.length);
-        const blockMs = Math.max(Math.min(MIN_WINDOW_BLOCK_MS, this.o.blockMs ?? 1_000), Math.floor((this.o.blockMs ?? 1_000) / windows));
-        const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / window.length)));
+        const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / streams.length)));
         const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
         const reply = (await blocking.xreadgroup(
-          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', blockMs,
-          'STREAMS', ...window, ...window.map(() => '>'),
+          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', this.o.blockMs ?? 1_000,
+          'STREAMS', ...streams, ...streams.map(() => '>'),
         )) as [string, [string, string[]][]][] | null;
         // streams are independent (partitions, tenants' queues): their batches are handled at once,
         // so one stream's Redis round trips overlap another's; each stream's entries stay in order
@@ -361,7 +337,7 @@ export class StreamConsumer {
         backoff = 100;
         const read = (reply ?? []).reduce((sum, [, raw]) => sum + raw.length, 0);
         const pause = (this.o.lingerMs ?? 0) - (performance.now() - readAt);
-        if (pause > 0 && read > 0 && read < (perStream * window.length) / 2) await new Promise((r) => setTimeout(r, pause));
+        if (pause > 0 && read > 0 && read < (perStream * streams.length) / 2) await new Promise((r) => setTimeout(r, pause));
       } catch (err) {
         if (this.stopped) break;
         const message = String((err as Error).message);

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createLogger } from '../../lib/log.js';
 import { connectRedis } from '../../streams/redis.js';
-import { MAX_STREAMS_PER_READ, StreamConsumer, type StreamEntry } from '../../streams/stream-consumer.js';
+import { StreamConsumer, type StreamEntry } from '../../streams/stream-consumer.js';
 import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -166,44 +166,6 @@ test('a batch another consumer took over aborts its handler and is not acked by 
     await c.stop();
     await redis.del(stream);
     redis.disconnect();
-  }
-});
-
-/**
- * A consumer of more streams than one read may name (the dispatcher over thousands of tenants'
- * message queues) reads them a window of MAX_STREAMS_PER_READ at a time, in turn: no XREADGROUP
- * names them all, and an entry in any window is handled.
- */
-test('a consumer of more streams than one read names reads them a window at a time and misses none', async () => {
-  const url = await testRedisUrl();
-  const redis = connectRedis({ url });
-  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
-  const prefix = uniquePrefix('consumer-windows');
-  const streams = Array.from({ length: Math.round(MAX_STREAMS_PER_READ * 2.5) }, (_, i) => `${prefix}q${i}`);
-  const named: number[] = [];
-  const read = blocking.xreadgroup.bind(blocking) as (...args: unknown[]) => Promise<unknown>;
-  (blocking as unknown as { xreadgroup: (...args: unknown[]) => Promise<unknown> }).xreadgroup = (...args: unknown[]) => {
-    named.push((args.length - args.indexOf('STREAMS') - 1) / 2);
-    return read(...args);
-  };
-  const handled = new Set<string>();
-  const c = new StreamConsumer({
-    redis, blocking, group: 'windows', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000,
-    source: { mode: 'shared', claimIdleMs: 60_000, streams: () => streams },
-    handle: async (stream) => void handled.add(stream),
-  });
-  const targets = [streams[3]!, streams[MAX_STREAMS_PER_READ + 7]!, streams[streams.length - 1]!];
-  try {
-    c.start();
-    await waitFor('every group made', async () => named.length > 0, 30_000, 20);
-    for (const stream of targets) await redis.xadd(stream, '*', 'n', '1');
-    await waitFor('an entry in each window handled', async () => targets.every((s) => handled.has(s)), 10_000, 20);
-    assert.ok(Math.max(...named) <= MAX_STREAMS_PER_READ, `a read named ${Math.max(...named)} streams`);
-  } finally {
-    await c.stop();
-    for (let i = 0; i < streams.length; i += 500) await redis.del(...streams.slice(i, i + 500));
-    redis.disconnect();
-    blocking.disconnect();
   }
 });
 
