@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import tls from 'node:tls';
 import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -90,6 +91,31 @@ idle.after(async (ctx) => {
   await ctx.peer?.close();
   await ctx.redis?.quit();
   if (ctx.dir) rmSync(ctx.dir, { recursive: true, force: true });
+});
+
+/**
+ * Probe D: with APNS_CA_FILE each tenant's session built a TLS context of its own from Node's ~140
+ * root certificates and the extra CA (about 1 MB and a burst of CPU each; 1,350 tenants at once
+ * pinned the dispatcher). The providers share one context: opening many tenants' sessions makes none.
+ */
+idle('the sessions of many tenants share one TLS context: opening them builds none', async (ctx) => {
+  const tenants = [];
+  for (let i = 0; i < 6; i++) tenants.push(await tenantWith(ctx, ctx.key));
+  const pushes = sender(ctx, 60_000);
+  const original = tls.createSecureContext;
+  let built = 0;
+  tls.createSecureContext = (...args: Parameters<typeof original>) => {
+    built++;
+    return original(...args);
+  };
+  try {
+    const results = await Promise.all(tenants.map((t) => pushes.send(job(t))));
+    assert.equal(results.map((r) => r.outcome), tenants.map(() => 'sent'));
+    assert.is(ctx.peer.sessionsOpened, tenants.length, 'a session per tenant');
+  } finally {
+    tls.createSecureContext = original;
+  }
+  assert.is(built, 0, 'no TLS context built per session');
 });
 
 idle('an unused provider and limiter are closed after the idle period; the next push opens a new session and is sent', async (ctx) => {
