@@ -15,7 +15,10 @@ const SCAN_CHUNK = 200;
 const SCAN_BUDGET = 2_000;
 
 export function eventFromLog(fields: string[]): StoredEvent {
-  const f = recordOf(fields);
+  return eventOfRecord(recordOf(fields));
+}
+
+function eventOfRecord(f: Record<string, string>): StoredEvent {
   return {
     id: f.id!, sequence: Number(f.q), externalId: f.x!, name: f.n!, source: f.o as EventSource,
     timestamp: isoNow(Number(f.ts)), receivedAt: isoNow(Number(f.r)), data: JSON.parse(f.d || '{}'),
@@ -48,11 +51,16 @@ export async function tenantEventsPage(
   // `after` is on receivedAt: log ids never go below their stream's last id, so one written by another
   // web process a few ms later in the same partition can carry a later millisecond than its receivedAt
   const afterMs = filter.afterMs;
-  const matches = (e: StoredEvent) => (!filter.name || e.name === filter.name) && (!filter.source || e.source === filter.source) && (!filter.provider || e.provider === filter.provider)
-    && (afterMs === undefined || Date.parse(e.receivedAt) > afterMs);
+  // on the log entry's fields: an entry is decoded whole (its data parsed) only when it is on the page
+  const matches = (f: Record<string, string>) => (!filter.name || f.n === filter.name) && (!filter.source || f.o === filter.source) && (!filter.provider || (f.pv || null) === filter.provider)
+    && (afterMs === undefined || Number(f.r) > afterMs);
+  // without a filter every entry read is kept, so a partition holding more than `limit` newer ones
+  // has none of its older ones on the page: its first read takes `limit + 1`, not a whole chunk
+  const filtered = filter.name !== undefined || filter.source !== undefined || filter.provider !== undefined || afterMs !== undefined;
+  const firstChunk = filtered ? SCAN_CHUNK : Math.min(SCAN_CHUNK, limit + 1);
   // a time before 1970 (a negative millisecond, which is no stream id) keeps every event
   const minId = filter.afterMs !== undefined && filter.afterMs >= 0 ? `${filter.afterMs + 1}-0` : '-';
-  const found: { pos: LogPosition; event: StoredEvent }[] = [];
+  const found: { pos: LogPosition; record: Record<string, string> }[] = [];
   let floor: LogPosition | null = null; // where an unfinished scan stopped: nothing older is known
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {
     const key = keys.tenantLog(p, tenantId);
@@ -61,20 +69,20 @@ export async function tenantEventsPage(
     let kept = 0;
     const take = (chunk: [string, string[]][]) => {
       for (const [logId, fields] of chunk) {
-        const event = eventFromLog(fields);
-        const pos = { ms: msOf(logId), id: event.id };
+        const record = recordOf(fields);
+        const pos = { ms: msOf(logId), id: record.id! };
         if (after && !older(pos, after)) continue;
-        if (matches(event)) {
-          found.push({ pos, event });
+        if (matches(record)) {
+          found.push({ pos, record });
           kept++;
         }
       }
       scanned += chunk.length;
     };
-    for (;;) {
-      const chunk = (await redis.xrevrange(key, upper, minId, 'COUNT', SCAN_CHUNK)) as [string, string[]][];
+    for (let count = firstChunk; ; count = SCAN_CHUNK) {
+      const chunk = (await redis.xrevrange(key, upper, minId, 'COUNT', count)) as [string, string[]][];
       take(chunk);
-      if (chunk.length < SCAN_CHUNK) return;
+      if (chunk.length < count) return;
       const lastId = chunk[chunk.length - 1]![0];
       upper = `(${lastId}`;
       if (kept > limit || scanned >= SCAN_BUDGET) {
@@ -99,7 +107,7 @@ export async function tenantEventsPage(
   const page = visible.slice(0, limit);
   const more = visible.length > limit || floor !== null;
   const last = page[page.length - 1];
-  return { items: page.map((f) => f.event), next: more ? (last && visible.length > limit ? last.pos : (floor ?? last?.pos ?? null)) : null };
+  return { items: page.map((f) => eventOfRecord(f.record)), next: more ? (last && visible.length > limit ? last.pos : (floor ?? last?.pos ?? null)) : null };
 }
 
 /** One page of a subscriber's timeline, newest first, keyset by sequence. */
