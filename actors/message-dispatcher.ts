@@ -10,8 +10,8 @@ import { fanOut, type Pusher } from './fanout.js';
 export const FANOUT_GROUP = 'fanout';
 const REFRESH_TENANTS_MS = 2_000;
 /**
- * Messages one dispatcher process fans out at once, per lane (a batch read from a queue is worked at
- * once, and the next read waits for the whole batch). One-subscriber messages are fanned out in
+ * Messages of one tenant's queue one dispatcher process fans out at once, per lane (a batch read
+ * from a queue is worked at once, and that queue's next read waits for the whole batch). One-subscriber messages are fanned out in
  * chunks of ONE_SUBSCRIBER_CHUNK that run side by side: a chunk makes the same few script calls as
  * one message did (start, audience, deliveries, `$send`, settle), so their fixed costs are shared.
  * An audience walk holds up to three chunks of deliveries in memory (actors/fanout.ts), so few run
@@ -19,6 +19,14 @@ const REFRESH_TENANTS_MS = 2_000;
  */
 export const MESSAGES_IN_FLIGHT: Record<MessageLane, number> = { one: 256, audience: 4 };
 export const ONE_SUBSCRIBER_CHUNK = 64;
+/**
+ * Tenants whose batches one dispatcher process works at once, per lane, without its next read
+ * waiting for them (the consumer runtime's `overlapStreams`): a tenant whose batch is slow (its push
+ * provider cold, throttling or unreachable) holds up its own queue only. Until session 42 a read's
+ * batches were all worked before the next read, so one slow tenant held up every other (probe D:
+ * 1,500 tenants' first messages started in three waves, 2, 20 and 32 s after they were sent).
+ */
+export const TENANTS_IN_FLIGHT: Record<MessageLane, number> = { one: 16, audience: 4 };
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
@@ -76,7 +84,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     // kept claimed (the consumer keeps a batch's claims fresh) but waits, where another dispatcher
     // could have walked it
     const batchSize = inFlight;
-    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize });
+    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane] });
   });
   for (const consumer of consumers) consumer.start();
 

@@ -48,6 +48,14 @@ export type ConsumerOptions = {
   lingerMs?: number;
   /** how long a consumer of the group must have read nothing, with nothing pending, to be forgotten as dead (default DEAD_CONSUMER_IDLE_MS) */
   deadConsumerIdleMs?: number;
+  /**
+   * Shared mode: up to this many streams' batches are worked at once without the next read waiting
+   * for them; the next read names the other streams (a stream's batches stay one at a time, in
+   * order). Unset: a read's batches are all worked before the next read. The message dispatcher
+   * sets it, so one tenant's slow batch (a cold or unreachable push provider) does not hold up the
+   * others' messages.
+   */
+  overlapStreams?: number;
 };
 
 const CLAIM_PAGE = 500;
@@ -75,6 +83,8 @@ const FORGET_CONSUMERS_PER_CALL = 1_000;
 /** Streams a periodic pass (claims, forgetting dead consumers) covers per pipelined round trip. */
 const STREAMS_PER_PIPELINE = 500;
 const IDLE_SLEEP_MS = 200;
+/** Longest block of a read while batches of other streams are being worked (`overlapStreams`): their streams are read again soon after they finish. */
+const BUSY_BLOCK_MS = 50;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
 
@@ -109,6 +119,8 @@ export class StreamConsumer {
   private lastForget = 0;
   /** When this consumer (exclusive mode) last looked for entries of its streams pending with others. */
   private lastStrayCheck = 0;
+  /** Streams whose batch is being worked while the loop reads on (`overlapStreams`), with that work. */
+  private readonly busy = new Map<string, Promise<void>>();
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -134,6 +146,7 @@ export class StreamConsumer {
     this.stopped = true;
     this.o.blocking.disconnect();
     await this.running?.catch(() => undefined);
+    await Promise.all(this.busy.values());
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.leaveGroups().catch(() => undefined),
@@ -322,12 +335,35 @@ export class StreamConsumer {
           await new Promise((r) => setTimeout(r, IDLE_SLEEP_MS));
           continue;
         }
-        const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / streams.length)));
+        const overlap = source.mode === 'shared' ? this.o.overlapStreams ?? 0 : 0;
+        let readable = streams;
+        if (overlap > 0 && this.busy.size > 0) {
+          readable = this.busy.size < overlap ? streams.filter((s) => !this.busy.has(s)) : [];
+          if (readable.length === 0) {
+            await Promise.race(this.busy.values());
+            continue;
+          }
+        }
+        const blockMs = this.busy.size > 0 ? Math.min(BUSY_BLOCK_MS, this.o.blockMs ?? 1_000) : this.o.blockMs ?? 1_000;
+        const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / readable.length)));
         const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
         const reply = (await blocking.xreadgroup(
-          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', this.o.blockMs ?? 1_000,
-          'STREAMS', ...streams, ...streams.map(() => '>'),
+          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', blockMs,
+          'STREAMS', ...readable, ...readable.map(() => '>'),
         )) as [string, [string, string[]][]][] | null;
+        if (overlap > 0) {
+          // each stream's batch is worked on its own; one that fails stays pending and is claimed
+          // again after `claimIdleMs` (shared mode), as a failed read's batches are
+          for (const [stream, raw] of reply ?? []) {
+            const work = this.process(stream, toEntries(raw))
+              .catch((err: unknown) => log.warn('batch failed; left pending for a claim', { group: this.o.group, stream, err: String((err as Error)?.message ?? err) }))
+              .finally(() => this.busy.delete(stream));
+            this.busy.set(stream, work);
+          }
+          await Promise.all([...this.untrimmed].map((s) => this.trim(s)));
+          backoff = 100;
+          continue;
+        }
         // streams are independent (partitions, tenants' queues): their batches are handled at once,
         // so one stream's Redis round trips overlap another's; each stream's entries stay in order
         const settled = await Promise.allSettled((reply ?? []).map(([stream, raw]) => this.process(stream, toEntries(raw))));

@@ -169,4 +169,49 @@ test('a batch another consumer took over aborts its handler and is not acked by 
   }
 });
 
+
+/**
+ * Probe D: a read's batches were all worked before the next read, so one stream's slow batch (a
+ * tenant whose push provider is cold or unreachable) held up every other stream's entries. With
+ * `overlapStreams` the next read names the other streams at once; the slow stream's next entries
+ * wait for its batch (one batch at a time per stream, in order), and a stop waits for the work.
+ */
+test('with overlapStreams, one stream\'s slow batch does not hold up another stream\'s entries', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const prefix = uniquePrefix('consumer-overlap');
+  const [slow, quick] = [`${prefix}slow`, `${prefix}quick`];
+  let release!: () => void;
+  const held = new Promise<void>((done) => (release = done));
+  const handled: string[] = [];
+  const c = new StreamConsumer({
+    redis, blocking, group: 'overlap', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, overlapStreams: 4,
+    source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [slow, quick] },
+    handle: async (stream, entries) => {
+      if (stream === slow && entries.some((e) => e.fields.n === '1')) await held;
+      handled.push(...entries.map((e) => `${stream === slow ? 'slow' : 'quick'}:${e.fields.n}`));
+    },
+  });
+  try {
+    await redis.xadd(slow, '*', 'n', '1');
+    c.start();
+    await new Promise((r) => setTimeout(r, 300)); // the slow batch is taken and held
+    await redis.xadd(slow, '*', 'n', '2');
+    await redis.xadd(quick, '*', 'n', '1');
+    await waitFor('the other stream\'s entry handled while the slow batch is held', async () => handled.includes('quick:1'), 3_000, 20);
+    assert.not.ok(handled.includes('slow:2'), 'the slow stream\'s next entry waits for its batch');
+    release();
+    await waitFor('the slow stream in order', async () => handled.includes('slow:2'), 3_000, 20);
+    assert.equal(handled.filter((h) => h.startsWith('slow')), ['slow:1', 'slow:2']);
+    await waitFor('all acked', async () => Number((await redis.xpending(slow, 'overlap'))[0]) === 0 && Number((await redis.xpending(quick, 'overlap'))[0]) === 0, 3_000, 20);
+  } finally {
+    release();
+    await c.stop();
+    await redis.del(slow, quick);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
