@@ -83,10 +83,21 @@ const FORGET_CONSUMERS_PER_CALL = 1_000;
 /** Streams a periodic pass (claims, forgetting dead consumers) covers per pipelined round trip. */
 const STREAMS_PER_PIPELINE = 500;
 const IDLE_SLEEP_MS = 200;
-/** Longest block of a read while batches of other streams are being worked (`overlapStreams`): their streams are read again soon after they finish. */
-const BUSY_BLOCK_MS = 50;
+/**
+ * While batches of some streams are being worked (`overlapStreams`), the other streams are read
+ * without blocking, and a read that finds nothing waits at most this long, or until one of those
+ * batches is done: a blocked read would hold up the next batch of a stream whose batch just ended.
+ */
+const BUSY_POLL_MS = 50;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
+
+/** Resolves when one of `work` is done, or after `ms`. */
+async function untilOneEnds(work: Promise<void>[], ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([...work, new Promise<void>((done) => (timer = setTimeout(done, ms)))]);
+  clearTimeout(timer);
+}
 
 function toEntries(raw: [string, string[]][]): StreamEntry[] {
   const out: StreamEntry[] = [];
@@ -344,11 +355,12 @@ export class StreamConsumer {
             continue;
           }
         }
-        const blockMs = this.busy.size > 0 ? Math.min(BUSY_BLOCK_MS, this.o.blockMs ?? 1_000) : this.o.blockMs ?? 1_000;
+        const working = [...this.busy.values()];
         const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / readable.length)));
         const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
-        const reply = (await blocking.xreadgroup(
-          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, 'BLOCK', blockMs,
+        const readGroup = blocking.xreadgroup.bind(blocking) as (...args: (string | number)[]) => Promise<unknown>;
+        const reply = (await readGroup(
+          'GROUP', this.o.group, this.o.consumer, 'COUNT', perStream, ...(working.length > 0 ? [] : ['BLOCK', this.o.blockMs ?? 1_000]),
           'STREAMS', ...readable, ...readable.map(() => '>'),
         )) as [string, [string, string[]][]][] | null;
         if (overlap > 0) {
@@ -362,6 +374,7 @@ export class StreamConsumer {
           }
           await Promise.all([...this.untrimmed].map((s) => this.trim(s)));
           backoff = 100;
+          if (!reply && working.length > 0) await untilOneEnds(working, BUSY_POLL_MS);
           continue;
         }
         // streams are independent (partitions, tenants' queues): their batches are handled at once,
