@@ -274,6 +274,21 @@ raw('delayMs delays the answer for the matching token while others are answered 
   assert.equal(again, ['slow', 'timer'], 'the rule was used up');
 });
 
+raw('a request cut off by its sender (the connection lost with the body half sent, as when a dispatcher is killed) is neither answered nor recorded', async (ctx) => {
+  const session = connect(ctx.peer.origin, { ca: ctx.peer.ca });
+  session.on('error', () => {});
+  const req = session.request({ ':method': 'POST', ':path': `/3/device/${deviceToken()}`, authorization: `bearer ${ctx.jwt}`, 'apns-topic': TOPIC, 'apns-push-type': 'alert' });
+  req.on('error', () => {});
+  req.write('{"aps":');
+  while (ctx.peer.received === 0) await new Promise((r) => setTimeout(r, 5));
+  session.destroy();
+  await new Promise((r) => setTimeout(r, 100));
+  assert.is(ctx.peer.received, 1);
+  assert.is(ctx.peer.requests.length, 0);
+  assert.is(ctx.peer.rejected, 0);
+  assert.is(ctx.peer.accepted, 0);
+});
+
 raw('many concurrent streams on one connection are all answered', async (ctx) => {
   const results = await Promise.all(Array.from({ length: 2000 }, () => send(ctx)));
   assert.ok(results.every((r) => r.status === 200));

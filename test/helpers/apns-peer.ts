@@ -434,7 +434,11 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
       size += chunk.length;
       if (size <= MAX_BODY_KEPT) chunks.push(chunk);
     });
-    stream.on('end', () => finish(stream, headers, chunks, size));
+    // a stream its sender cut off (connection lost with the body half sent: a killed dispatcher) also
+    // ends, aborted; APNs never gets it as a request, so it is neither answered nor recorded
+    stream.on('end', () => {
+      if (!stream.aborted) finish(stream, headers, chunks, size);
+    });
   });
 
   await new Promise<void>((done, fail) => {
