@@ -12,6 +12,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 export function readBody<T>(schemaName: string, body: unknown, check: (body: Record<string, unknown>) => ErrorDetail[] = () => [], refused: Record<string, string> = {}): T {
   const details: ErrorDetail[] = [];
   let rest = body;
+  let onlyRefused = false;
   if (isObject(body)) {
     const others = { ...body };
     for (const [field, message] of Object.entries(refused)) {
@@ -19,12 +20,13 @@ export function readBody<T>(schemaName: string, body: unknown, check: (body: Rec
       details.push({ param: field, message });
       delete others[field];
     }
+    onlyRefused = details.length > 0 && Object.keys(others).length === 0;
     rest = others;
     details.push(...check(others));
   }
   try {
     // a body holding only refused fields is answered for those, not also as an empty PATCH
-    if (!details.length || !isObject(rest) || Object.keys(rest).length) checkBody<T>(schemaName, rest);
+    if (!onlyRefused) checkBody<T>(schemaName, rest);
   } catch (err) {
     if (!(err instanceof ApiError) || !err.details) throw err;
     details.push(...err.details);

@@ -85,6 +85,8 @@ segments('bodies outside the rules are validation errors naming each field, deep
   }
   const both = await api.post('/v1/segments', key, { slug: 'x', where: { all: [{ attribute: 'plan' }] } });
   assert.equal(both.body.error.details.map((d: any) => d.param).sort(), ['slug', 'where.all[0]']);
+  const empty = await api.post('/v1/segments', key, {});
+  assert.equal(empty.body.error.details.map((d: any) => d.param).sort(), ['slug', 'where']);
   assert.is((await api.get('/v1/segments/fine', key)).status, 404, 'nothing was created');
 });
 

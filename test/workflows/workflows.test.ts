@@ -141,6 +141,9 @@ workflows('problems in a definition are validation details with exact paths, all
     steps: [{ type: 'sleep', duration: 'soon' }, { type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'exit' }, { type: 'exit' }] }],
   });
   assert.equal(many.body.error.details.map((d: any) => d.param).sort(), ['slug', 'steps[0].duration', 'steps[1].then[1]', 'trigger.where']);
+  // an empty body: every required field, the slug among them (probe G: the definition's two alone)
+  const empty = await api.post('/v1/workflows', key, {});
+  assert.equal(empty.body.error.details.map((d: any) => d.param).sort(), ['slug', 'steps', 'trigger']);
   assert.is((await api.get('/v1/workflows/invalid', key)).status, 404, 'nothing was created');
 });
 
