@@ -57,7 +57,11 @@ export function buildOpenApi(): Record<string, unknown> {
           topicSlug: slugParameter('topicSlug', 'topic'),
           segmentSlug: slugParameter('segmentSlug', 'segment'),
           workflowSlug: slugParameter('workflowSlug', 'workflow'),
-          serviceTenant: { name: 'Service-Tenant', in: 'header', required: false, description: 'Tenant slug for workspace keys; `default` when absent.', schema: { type: 'string' } },
+          serviceTenant: {
+            name: 'Service-Tenant', in: 'header', required: false, schema: { type: 'string' },
+            description: "The tenant to work in (spec 5.4). A workspace key: any tenant of its workspace, `default` when absent. A tenant or client key, or an events token: its own tenant's slug only. "
+              + 'A workspace route (`/v1/workspaces/…`) works in no one tenant; a slug sent there must still be a tenant of the workspace. A slug the credential may not use is 403 `forbidden`.',
+          },
         },
         schemas: allSchemas(),
       },
@@ -65,6 +69,7 @@ export function buildOpenApi(): Record<string, unknown> {
   }) as Record<string, unknown>;
   fillQueryParameters(doc.paths as Paths);
   listErrorAnswers(doc.paths as Paths);
+  declareServiceTenant(doc.paths as Paths);
   declareRequestId(doc);
   return asOpenApi30(doc) as Record<string, unknown>;
 }
@@ -101,6 +106,25 @@ function listErrorAnswers(paths: Paths): void {
       statuses.push('503');
       op.responses ??= {};
       for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : ERROR;
+    }
+  }
+}
+
+/**
+ * Declares the `Service-Tenant` header on every credentialed operation that does not list it: every
+ * credential is checked against it (http/middleware/auth.ts), client and workspace routes included.
+ * After listErrorAnswers: a bad header is 403, never the 400 a parameter reference there would add.
+ */
+function declareServiceTenant(paths: Paths): void {
+  const ref = '#/components/parameters/serviceTenant';
+  for (const item of Object.values(paths)) {
+    const pathParams = (item.parameters ?? []) as Parameter[];
+    for (const [method, value] of Object.entries(item)) {
+      if (!METHODS.has(method)) continue;
+      const op = value as Operation;
+      if (Array.isArray(op.security) && op.security.length === 0) continue;
+      if ([...pathParams, ...(op.parameters ?? [])].some((p) => p.$ref === ref || p.name === 'Service-Tenant')) continue;
+      (op.parameters ??= []).push({ $ref: ref });
     }
   }
 }

@@ -126,6 +126,8 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     } else if (plane === 'workspace') {
       if (kind !== 'workspace') throw new ApiError(403, 'forbidden', 'Tenant keys are refused on workspace routes; use a workspace key');
       if (ctx.params.workspaceSlug !== principal.workspace.slug) throw new ApiError(403, 'forbidden', 'This key belongs to another workspace');
+      // a workspace route works in no one tenant, but a `Service-Tenant` it is sent must still be one of this workspace's (spec 5.5)
+      if (ctx.get('Service-Tenant').trim()) await tenantFor(ctx, deps, principal);
     } else {
       tenant = await tenantFor(ctx, deps, principal);
     }

@@ -400,6 +400,15 @@ auth('a workspace key of another workspace on a workspace route is 403 forbidden
   isOk(await api.get('/v1/workspaces/globex/webhooks', globex.keys.workspace), 200);
 });
 
+auth('a workspace route sent a Service-Tenant that is not one of the key\'s workspace is 403 forbidden; one of its own tenants is fine (probe G)', async ({ api, acme, globex }) => {
+  // `elsewhere` exists, but only in globex
+  isError(await api.get('/v1/workspaces/acme/webhooks', acme.keys.workspace, { 'Service-Tenant': 'elsewhere' }), 403, 'forbidden');
+  isError(await api.get('/v1/workspaces/acme/webhooks', acme.keys.workspace, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
+  isError(await api.del('/v1/workspaces/acme/keys/key_x', acme.keys.workspace, { 'Service-Tenant': 'elsewhere' }), 403, 'forbidden');
+  isOk(await api.get('/v1/workspaces/acme/webhooks', acme.keys.workspace, { 'Service-Tenant': 'default' }), 200);
+  isOk(await api.get('/v1/workspaces/globex/webhooks', globex.keys.workspace, { 'Service-Tenant': 'elsewhere' }), 200);
+});
+
 auth('a workspace key naming a tenant that does not exist in Service-Tenant is 403 forbidden', async ({ api, acme }) => {
   isError(await api.get('/v1/events/names', acme.keys.workspace, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
   isError(await api.post('/v1/events', acme.keys.workspace, EVENT, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
