@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../lib/config.js';
@@ -126,7 +126,7 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   // processes (the CLI, a second `npm start`) only use it. The last one out stops it: a process
   // that owns it (or finds its owner gone) stops it only when no other process is connected.
   const ownerFile = join(dir, 'owner.pid');
-  if (await answersPing({ path: socket })) {
+  const useRunning = async (): Promise<ResolvedRedis> => {
     const owner = ownerOf(ownerFile);
     const takeOver = owner === null || !alive(owner);
     if (takeOver) {
@@ -135,9 +135,64 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
       await inlineCommand({ path: socket }, `CONFIG SET appendfsync ${config.embeddedAppendFsync}`);
     }
     return { target: { path: socket }, embedded: true, stop: lastOneOut(socket, ownerFile, takeOver, () => shutdownServer(socket)) };
-  }
+  };
+  if (await answersPing({ path: socket })) return useRunning();
   if (spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).error) throw new ConfigError(INSTALL_HINT);
   mkdirSync(dir, { recursive: true });
+  // Processes of one folder started at once (the Procfile's roles, two `npm start`) would each start
+  // a server on the same socket and append-only file: one starts it, the others wait and use it.
+  return withStartLock(join(dir, 'start.lock'), async () => (await answersPing({ path: socket }) ? useRunning() : startServer(config, dir, socket, ownerFile)));
+}
+
+/** The longest a process may hold the start lock (starting redis-server waits up to 10 s for it); an older lock is stale. */
+const START_LOCK_STALE_MS = 20_000;
+
+/**
+ * Runs `fn` holding the lock file `lock` (created exclusively, holding this pid); waits while
+ * another live process holds it, for at most START_LOCK_STALE_MS plus a margin. A lock whose
+ * holder is gone (SIGKILLed while starting) or older than START_LOCK_STALE_MS is removed.
+ */
+async function withStartLock<T>(lock: string, fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + START_LOCK_STALE_MS + 5_000;
+  for (;;) {
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: 'wx' });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const holder = ownerOf(lock);
+    let age = 0;
+    try {
+      age = Date.now() - statSync(lock).mtimeMs;
+    } catch {
+      continue; // released meanwhile
+    }
+    // a holder that is gone, or a lock too old (an empty one: its writer died between creating and writing it)
+    if ((holder !== null && !alive(holder)) || age > START_LOCK_STALE_MS || (holder === null && age > 1_000)) {
+      try {
+        unlinkSync(lock);
+      } catch {
+        // removed by another waiter
+      }
+      continue;
+    }
+    if (Date.now() > deadline) throw new Error(`another process (pid ${holder}) has been starting the embedded redis-server for ${Math.round(age / 1000)} s (${lock})`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  try {
+    return await fn();
+  } finally {
+    try {
+      unlinkSync(lock);
+    } catch {
+      // nothing to release
+    }
+  }
+}
+
+/** Starts the embedded redis-server under `dir`, owned by this process (`owner.pid`). */
+async function startServer(config: Config, dir: string, socket: string, ownerFile: string): Promise<ResolvedRedis> {
   const logFile = join(dir, 'redis.log');
   const child = spawn(
     'redis-server',

@@ -1,5 +1,5 @@
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { suite } from 'uvu';
@@ -193,10 +193,11 @@ embedded('a Ctrl-C to the process group of the service does not reach the embedd
  * Another process that resolves the embedded server under `dataDir` (starting it, or taking it
  * over) and prints its target; on SIGTERM it runs its `stop` and exits, as a stopping service does.
  */
-async function startOwnerProcess(dataDir: string, local: { host: string; port: number }, env: Record<string, string> = {}) {
+async function startOwnerProcess(dataDir: string, local: { host: string; port: number }, env: Record<string, string> = {}, startAt = 0) {
   const script = `
     import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
     import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    await new Promise((r) => setTimeout(r, Math.max(0, ${startAt} - Date.now())));
     const resolved = await resolveRedis(loadConfig(), ${JSON.stringify(local)});
     process.on('SIGTERM', async () => { await resolved.stop(); process.exit(0); });
     process.stdout.write(JSON.stringify(resolved.target) + '\\n');
@@ -245,6 +246,46 @@ embedded('the last one out stops it: an owner stopping while another process sti
   }
   await user.stop();
   assert.not.ok(await answersPing(owner.target), 'the last process to stop stops it');
+});
+
+embedded('processes of one folder resolving at the same moment start one server between them, and the last to stop stops it (probe F: each started its own on the same socket and files, and some were left running)', async (ctx) => {
+  const dataDir = temp(ctx, 'together');
+  const local = await nobody();
+  // each child waits for the same moment before it resolves, past its own start-up
+  const startAt = Date.now() + 4_000;
+  const processes = await Promise.all(Array.from({ length: 4 }, () => startOwnerProcess(dataDir, local, {}, startAt)));
+  // the redis-server processes serving this folder: `<pid> redis-server unixsocket:<dataDir>/redis/redis.sock`
+  const servers = () => spawnSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' }).stdout.split('\n').map((line) => line.trim()).filter((line) => / redis-server /.test(` ${line}`) && line.includes(dataDir));
+  try {
+    assert.equal(new Set(processes.map((p) => p.target.path)).size, 1);
+    assert.is(servers().length, 1, servers().join('\n'));
+    const ready = readFileSync(join(dataDir, 'redis', 'redis.log'), 'utf8').split('\n').filter((line) => /Server initialized/.test(line));
+    assert.is(ready.length, 1, 'one server was started');
+    assert.not.ok(existsSync(join(dataDir, 'redis', 'start.lock')), 'the start lock was released');
+    for (const p of processes) {
+      p.child.kill('SIGTERM');
+      await p.exited;
+    }
+    assert.not.ok(await answersPing(processes[0]!.target), 'the last to stop stopped it');
+    assert.is(servers().length, 0, servers().join('\n'));
+  } finally {
+    for (const p of processes) if (p.child.exitCode === null) p.child.kill('SIGKILL');
+    for (const line of servers()) process.kill(Number(line.split(' ')[0]), 'SIGKILL');
+  }
+});
+
+embedded('a start lock left by a process killed while starting the server does not hold up the next start', async (ctx) => {
+  const dataDir = temp(ctx, 'stale-lock');
+  mkdirSync(join(dataDir, 'redis'), { recursive: true });
+  // a pid that is not running: a process that exited has no pid any more by the time the child is reaped
+  const gone = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' }).stdout;
+  writeFileSync(join(dataDir, 'redis', 'start.lock'), `${gone}\n`);
+  const started = Date.now();
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody());
+  assert.ok(await answersPing(resolved.target as { path: string }));
+  assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+  assert.not.ok(existsSync(join(dataDir, 'redis', 'start.lock')));
+  await resolved.stop();
 });
 
 embedded('a process taking over a server left running applies its own EMBEDDED_REDIS_APPENDFSYNC', async (ctx) => {
