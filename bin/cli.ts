@@ -71,8 +71,12 @@ async function workspaceOf(redis: Redis, keys: Keys, slug: string) {
   return workspace;
 }
 
-async function tenantOf(redis: Redis, keys: Keys, workspace: Workspace, options: Options): Promise<Tenant> {
-  const slug = options.tenant ? slugOption(options, 'tenant') : options.slug ? slugOption(options, 'slug') : 'default';
+/** The tenant slug a command names (`--tenant`, else `--slug`, else `default`), checked. */
+function tenantSlugOf(options: Options): string {
+  return options.tenant ? slugOption(options, 'tenant') : options.slug ? slugOption(options, 'slug') : 'default';
+}
+
+async function tenantOf(redis: Redis, keys: Keys, workspace: Workspace, slug: string): Promise<Tenant> {
   const tenant = await findTenantBySlug(redis, keys, workspace.id, slug);
   if (!tenant) throw new CliError(`tenant "${slug}" does not exist in workspace "${workspace.slug}"`);
   return tenant;
@@ -82,8 +86,10 @@ type Out = (json: unknown, text: string) => void;
 
 const APNS_FLAGS: Record<string, string> = { keyId: '--key-id', teamId: '--team-id', bundleId: '--bundle-id', privateKey: '--key-file' };
 
-/** `herald apns set`: reads the .p8 file and stores the credentials; a bad flag value or key is one clear line. */
-async function apnsSet(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, options: Options) {
+type ApnsInput = { keyId: string; teamId: string; bundleId: string; privateKey: string };
+
+/** The flags of `herald apns set`, with the .p8 file read. */
+function apnsInputOf(options: Options): { input: ApnsInput; file: string } {
   const input = { keyId: required(options, 'key-id'), teamId: required(options, 'team-id'), bundleId: required(options, 'bundle-id'), privateKey: '' };
   const file = required(options, 'key-file');
   try {
@@ -91,6 +97,11 @@ async function apnsSet(redis: Redis, keys: Keys, workspace: Workspace, tenant: T
   } catch (err) {
     throw new CliError(`--key-file "${file}" cannot be read: ${(err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (err as Error).message}`);
   }
+  return { input, file };
+}
+
+/** `herald apns set`: stores the credentials; a bad flag value or key is one clear line. */
+async function apnsSet(redis: Redis, keys: Keys, workspace: Workspace, tenant: Tenant, { input, file }: { input: ApnsInput; file: string }) {
   const encryptionKey = loadConfig().encryptionKey;
   try {
     return await setApnsCredentials(redis, keys, encryptionKey ? createSecretBox(encryptionKey) : null, workspace, tenant, input, BY_CLI);
@@ -106,48 +117,77 @@ async function apnsSet(redis: Redis, keys: Keys, workspace: Workspace, tenant: T
 
 const describeApns = (c: ApnsCredentialsView) => `key ${c.keyId}, team ${c.teamId}, bundle ${c.bundleId}, ${c.keyFingerprint}, configured ${c.configuredAt}`;
 
-async function execute(command: string, options: Options, redis: Redis, keys: Keys, out: Out): Promise<void> {
+/** `--expires` as an ISO 8601 instant (null when absent); a date alone is its midnight UTC. */
+function expiresOf(options: Options): string | null {
+  if (options.expires === undefined) return null;
+  const ms = Date.parse(options.expires);
+  const day = /^(\d{4})-(\d{2})-(\d{2})/.exec(options.expires);
+  // Date.parse rolls a day the month lacks over (2030-02-30 → March 2): such a date is refused, not moved
+  const exists = day && new Date(Date.UTC(Number(day[1]), Number(day[2]) - 1, Number(day[3]))).toISOString().slice(0, 10) === day.slice(1).join('-');
+  if (!exists || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
+  // A time already past is accepted: the key is made expired (401 api_key_expired), which is how an
+  // operator or a conformance suite checks that answer without waiting for a real expiry.
+  return new Date(ms).toISOString();
+}
+
+type Run = (redis: Redis, keys: Keys, out: Out) => Promise<void>;
+
+/**
+ * Checks `command`'s arguments and answers what carries it out against Redis. Every usage mistake
+ * is found here, before Redis is resolved: it is exit 2 with its reason whether or not Redis is
+ * reachable, and it starts no embedded server.
+ */
+function prepare(command: string, options: Options): Run {
   switch (command) {
     case 'bootstrap': {
       const slug = slugOption(options, 'workspace');
-      const { workspace, tenant } = await ensureWorkspace(redis, keys, slug, BY_CLI);
-      const made: Record<string, string> = {};
-      for (const kind of KEY_KINDS) {
-        const { key } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes: ['*'], expiresAt: null, name: 'bootstrap' }, BY_CLI);
-        made[kind] = key;
-      }
-      out(
-        { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug }, keys: { workspace: made.workspace, tenant: made.tenant, client: made.client } },
-        `workspace ${workspace.slug} (${workspace.id}), tenant default (${tenant.id})\nworkspace key: ${made.workspace}\ntenant key:    ${made.tenant}\nclient key:    ${made.client}\nKeys are shown once; store them now.`,
-      );
-      return;
+      return async (redis, keys, out) => {
+        const { workspace, tenant } = await ensureWorkspace(redis, keys, slug, BY_CLI);
+        const made: Record<string, string> = {};
+        for (const kind of KEY_KINDS) {
+          const { key } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes: ['*'], expiresAt: null, name: 'bootstrap' }, BY_CLI);
+          made[kind] = key;
+        }
+        out(
+          { workspace: { id: workspace.id, slug: workspace.slug }, tenant: { id: tenant.id, slug: tenant.slug }, keys: { workspace: made.workspace, tenant: made.tenant, client: made.client } },
+          `workspace ${workspace.slug} (${workspace.id}), tenant default (${tenant.id})\nworkspace key: ${made.workspace}\ntenant key:    ${made.tenant}\nclient key:    ${made.client}\nKeys are shown once; store them now.`,
+        );
+      };
     }
     case 'tenant create': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const workspaceSlug = slugOption(options, 'workspace');
       const slug = slugOption(options, 'slug');
-      const { tenant, created } = await createTenant(redis, keys, workspace, slug, BY_CLI);
-      if (!created) throw new CliError(`tenant "${slug}" already exists in workspace "${workspace.slug}" (${tenant.id})`);
-      out({ id: tenant.id, slug: tenant.slug, workspace: { id: workspace.id, slug: workspace.slug } }, `tenant ${tenant.slug} (${tenant.id}) created in ${workspace.slug}`);
-      return;
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const { tenant, created } = await createTenant(redis, keys, workspace, slug, BY_CLI);
+        if (!created) throw new CliError(`tenant "${slug}" already exists in workspace "${workspace.slug}" (${tenant.id})`);
+        out({ id: tenant.id, slug: tenant.slug, workspace: { id: workspace.id, slug: workspace.slug } }, `tenant ${tenant.slug} (${tenant.id}) created in ${workspace.slug}`);
+      };
     }
     case 'tenant identity-secret': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
-      const tenant = await tenantOf(redis, keys, workspace, options);
-      const secret = options.rotate ? await rotateIdentitySecret(redis, keys, workspace, tenant, BY_CLI) : (await tenantIdentity(redis, keys, tenant)).secret;
-      out({ tenant: { id: tenant.id, slug: tenant.slug }, identitySecret: secret, rotated: Boolean(options.rotate) }, `identity secret of ${workspace.slug}/${tenant.slug}${options.rotate ? ' (rotated)' : ''}: ${secret}`);
-      return;
+      const workspaceSlug = slugOption(options, 'workspace');
+      const tenantSlug = tenantSlugOf(options);
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
+        const secret = options.rotate ? await rotateIdentitySecret(redis, keys, workspace, tenant, BY_CLI) : (await tenantIdentity(redis, keys, tenant)).secret;
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, identitySecret: secret, rotated: Boolean(options.rotate) }, `identity secret of ${workspace.slug}/${tenant.slug}${options.rotate ? ' (rotated)' : ''}: ${secret}`);
+      };
     }
     case 'tenant update': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
-      const tenant = await tenantOf(redis, keys, workspace, options);
+      const workspaceSlug = slugOption(options, 'workspace');
+      const tenantSlug = tenantSlugOf(options);
       const mode = required(options, 'identity-verification');
       if (mode !== 'required' && mode !== 'optional') throw new UsageError('--identity-verification must be required or optional');
-      await setIdentityRequired(redis, keys, workspace, tenant, mode === 'required', BY_CLI);
-      out({ tenant: { id: tenant.id, slug: tenant.slug }, identityVerification: mode }, `identity verification of ${workspace.slug}/${tenant.slug}: ${mode}`);
-      return;
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
+        await setIdentityRequired(redis, keys, workspace, tenant, mode === 'required', BY_CLI);
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, identityVerification: mode }, `identity verification of ${workspace.slug}/${tenant.slug}: ${mode}`);
+      };
     }
     case 'key create': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const workspaceSlug = slugOption(options, 'workspace');
       const kind = required(options, 'kind') as KeyKind;
       if (!KEY_KINDS.includes(kind)) throw new UsageError(`--kind must be one of ${KEY_KINDS.join(', ')}`);
       const scopes = required(options, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
@@ -157,61 +197,59 @@ async function execute(command: string, options: Options, redis: Redis, keys: Ke
         const problem = scopeProblem(scope) ?? scopeProblemForKind(kind, scope);
         if (problem) throw new UsageError(`--scopes: ${problem}`);
       }
-      let expiresAt: string | null = null;
-      if (options.expires !== undefined) {
-        const ms = Date.parse(options.expires);
-        const day = /^(\d{4})-(\d{2})-(\d{2})/.exec(options.expires);
-        // Date.parse rolls a day the month lacks over (2030-02-30 → March 2): such a date is refused, not moved
-        const exists = day && new Date(Date.UTC(Number(day[1]), Number(day[2]) - 1, Number(day[3]))).toISOString().slice(0, 10) === day.slice(1).join('-');
-        if (!exists || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
-        // A time already past is accepted: the key is made expired (401 api_key_expired), which is how an
-        // operator or a conformance suite checks that answer without waiting for a real expiry.
-        expiresAt = new Date(ms).toISOString();
-      }
-      let tenant = null;
-      if (kind === 'workspace') {
-        if (options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');
-      } else {
-        const slug = options.tenant ? slugOption(options, 'tenant') : 'default';
-        tenant = await findTenantBySlug(redis, keys, workspace.id, slug);
-        if (!tenant) throw new CliError(`tenant "${slug}" does not exist in workspace "${workspace.slug}"`);
-      }
-      const { key, record } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes, expiresAt, name: options.name ?? null }, BY_CLI);
-      const expired = expiresAt !== null && Date.parse(expiresAt) <= Date.now() ? `\nIts expiry ${expiresAt} has already passed: every call with it is 401 api_key_expired.` : '';
-      out({ id: record.id, key }, `key ${record.id} (${kind}${tenant ? `, tenant ${tenant.slug}` : ''}): ${key}\nThe key is shown once; store it now.${expired}`);
-      return;
+      const expiresAt = expiresOf(options);
+      if (kind === 'workspace' && options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');
+      const tenantSlug = kind === 'workspace' ? null : options.tenant ? slugOption(options, 'tenant') : 'default';
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const tenant = tenantSlug === null ? null : await tenantOf(redis, keys, workspace, tenantSlug);
+        const { key, record } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes, expiresAt, name: options.name ?? null }, BY_CLI);
+        const expired = expiresAt !== null && Date.parse(expiresAt) <= Date.now() ? `\nIts expiry ${expiresAt} has already passed: every call with it is 401 api_key_expired.` : '';
+        out({ id: record.id, key }, `key ${record.id} (${kind}${tenant ? `, tenant ${tenant.slug}` : ''}): ${key}\nThe key is shown once; store it now.${expired}`);
+      };
     }
     case 'key revoke': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
+      const workspaceSlug = slugOption(options, 'workspace');
       const id = required(options, 'id');
-      const revoked = await revokeApiKey(redis, keys, workspace, id, BY_CLI);
-      if (!revoked) throw new CliError(`key "${id}" does not exist in workspace "${workspace.slug}"`);
-      out({ id: revoked.id, revokedAt: revoked.revokedAt }, `key ${revoked.id} revoked at ${revoked.revokedAt}`);
-      return;
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const revoked = await revokeApiKey(redis, keys, workspace, id, BY_CLI);
+        if (!revoked) throw new CliError(`key "${id}" does not exist in workspace "${workspace.slug}"`);
+        out({ id: revoked.id, revokedAt: revoked.revokedAt }, `key ${revoked.id} revoked at ${revoked.revokedAt}`);
+      };
     }
     case 'key list': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
-      const records = (await listApiKeys(redis, keys, workspace.id)).map(publicKey);
-      out(
-        { items: records },
-        records.map((k) => `${k.id}  ${k.kind.padEnd(9)} ${k.hint}  scopes=${k.scopes.join(',')}${k.revokedAt ? `  revoked ${k.revokedAt}` : ''}${k.expiresAt ? `  expires ${k.expiresAt}` : ''}`).join('\n') || 'no keys',
-      );
-      return;
+      const workspaceSlug = slugOption(options, 'workspace');
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const records = (await listApiKeys(redis, keys, workspace.id)).map(publicKey);
+        out(
+          { items: records },
+          records.map((k) => `${k.id}  ${k.kind.padEnd(9)} ${k.hint}  scopes=${k.scopes.join(',')}${k.revokedAt ? `  revoked ${k.revokedAt}` : ''}${k.expiresAt ? `  expires ${k.expiresAt}` : ''}`).join('\n') || 'no keys',
+        );
+      };
     }
     case 'apns set': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
-      const tenant = await tenantOf(redis, keys, workspace, options);
-      const { credentials, created } = await apnsSet(redis, keys, workspace, tenant, options);
-      out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : 'updated'}: ${describeApns(credentials)}`);
-      return;
+      const workspaceSlug = slugOption(options, 'workspace');
+      const tenantSlug = tenantSlugOf(options);
+      const apns = apnsInputOf(options);
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
+        const { credentials, created } = await apnsSet(redis, keys, workspace, tenant, apns);
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : 'updated'}: ${describeApns(credentials)}`);
+      };
     }
     case 'apns show': {
-      const workspace = await workspaceOf(redis, keys, slugOption(options, 'workspace'));
-      const tenant = await tenantOf(redis, keys, workspace, options);
-      const credentials = await describeApnsCredentials(redis, keys, tenant.id);
-      if (!credentials) throw new CliError(`no APNs credentials are configured for ${workspace.slug}/${tenant.slug} (store them with: herald apns set)`);
-      out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials }, `APNs credentials of ${workspace.slug}/${tenant.slug}: ${describeApns(credentials)}`);
-      return;
+      const workspaceSlug = slugOption(options, 'workspace');
+      const tenantSlug = tenantSlugOf(options);
+      return async (redis, keys, out) => {
+        const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
+        const credentials = await describeApnsCredentials(redis, keys, tenant.id);
+        if (!credentials) throw new CliError(`no APNs credentials are configured for ${workspace.slug}/${tenant.slug} (store them with: herald apns set)`);
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials }, `APNs credentials of ${workspace.slug}/${tenant.slug}: ${describeApns(credentials)}`);
+      };
     }
     default:
       throw new UsageError(command ? `unknown command "${command}"` : 'no command given');
@@ -301,12 +339,13 @@ export async function main(argv: string[]): Promise<number> {
   }
   let resolved;
   try {
+    const run = prepare(command, options);
     const config = loadConfig();
     resolved = await resolveRedis(config);
     const redis = await openRedis(resolved.target);
     try {
       const keys = createKeys(config.keyPrefix);
-      await execute(command, options, redis, keys, (json, text) => process.stdout.write((options.json ? JSON.stringify(json) : text) + '\n'));
+      await run(redis, keys, (json, text) => process.stdout.write((options.json ? JSON.stringify(json) : text) + '\n'));
       return 0;
     } finally {
       await redis.quit().catch(() => redis.disconnect());

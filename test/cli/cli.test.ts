@@ -445,6 +445,17 @@ cli('an unreachable Redis is one line naming it, exit 1, without ioredis stack t
   assert.ok(elapsed < 10_000, `finished in ${elapsed} ms`);
 });
 
+cli('a usage mistake is exit 2 with its reason whether or not Redis can be reached: arguments are checked before Redis is (probe F: exit 1, "cannot reach Redis")', async ({ env }) => {
+  const port = await freePort(); // nothing listens there
+  const mistakes = BAD.filter((c) => c.code === 2 && ['a workspace slug that is not a slug', 'a session-only scope', 'an --expires on a day the month lacks', 'a missing --slug on tenant create'].includes(c.what));
+  assert.is(mistakes.length, 4);
+  const runs = await Promise.all(mistakes.map((c) => herald({ ...env, REDIS_URL: `redis://127.0.0.1:${port}` }, ...c.args)));
+  runs.forEach((run, i) => {
+    assert.is(run.code, 2, `${mistakes[i]!.what} (stderr: ${run.stderr})`);
+    assert.match(run.stderr.slice(0, -1 - HELP_HINT.length), mistakes[i]!.reason);
+  });
+});
+
 cli('a REDIS_URL naming a database the server does not have is one line, exit 1, and writes nothing to database 0', async ({ env }) => {
   // ioredis reports a failed SELECT only as an 'error' event and goes on in database 0: the run
   // printed another deployment's workspace (or created one there) instead of failing.
