@@ -155,6 +155,7 @@ const START_LOCK_STALE_MS = 20_000;
 async function withStartLock<T>(lock: string, fn: () => Promise<T>): Promise<T> {
   const deadline = Date.now() + START_LOCK_STALE_MS + 5_000;
   for (;;) {
+    if (Date.now() > deadline) throw new Error(`the embedded redis-server's start lock ${lock} was not released within ${(START_LOCK_STALE_MS + 5_000) / 1000} s`);
     try {
       writeFileSync(lock, `${process.pid}\n`, { flag: 'wx' });
       break;
@@ -170,14 +171,16 @@ async function withStartLock<T>(lock: string, fn: () => Promise<T>): Promise<T> 
     }
     // a holder that is gone, or a lock too old (an empty one: its writer died between creating and writing it)
     if ((holder !== null && !alive(holder)) || age > START_LOCK_STALE_MS || (holder === null && age > 1_000)) {
-      try {
-        unlinkSync(lock);
-      } catch {
-        // removed by another waiter
+      // only while it still names that holder: another waiter may have removed it and taken the lock since
+      if (ownerOf(lock) === holder) {
+        try {
+          unlinkSync(lock);
+        } catch {
+          // removed by another waiter
+        }
       }
       continue;
     }
-    if (Date.now() > deadline) throw new Error(`another process (pid ${holder}) has been starting the embedded redis-server for ${Math.round(age / 1000)} s (${lock})`);
     await new Promise((r) => setTimeout(r, 50));
   }
   try {
