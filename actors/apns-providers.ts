@@ -179,6 +179,7 @@ export class ApnsProviders {
     let provider: apn.Provider;
     try {
       provider = new apn.Provider(options);
+      keepStreamsWhileClosing(provider, this.#graceMs);
     } catch (err) {
       this.#drop(key);
       this.log.error('apns provider could not be made', { tenantId, err: (err as Error).message });
@@ -218,6 +219,34 @@ export class ApnsProviders {
     this.#retired.clear();
     await Promise.all(providers.map((p) => shutdown(p, this.#graceMs)));
   }
+}
+
+/**
+ * node-apn closes its session gracefully after an answer 500 (a new one serves later pushes), but
+ * the GOAWAY the server sends back makes it destroy that closing session at once, and every push in
+ * flight on it ends without its answer: APNs accepted it, Herald records a connection error and
+ * sends it again (probe I: a token answering 500 three times made another device's push fail three
+ * times, each time accepted). A session already closing is now left to finish its streams (Node
+ * destroys it once they are done), for at most `graceMs`, before node-apn's own close runs.
+ */
+function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void {
+  type Session = { closed: boolean; destroyed: boolean; once(event: 'close', listener: () => void): void };
+  const client = (provider as unknown as { client?: { closeAndDestroySession?: (session: Session | null) => Promise<void> } }).client;
+  const closeAndDestroy = client?.closeAndDestroySession;
+  if (!client || typeof closeAndDestroy !== 'function') return;
+  client.closeAndDestroySession = async (session) => {
+    if (session && session.closed && !session.destroyed) {
+      await new Promise<void>((done) => {
+        const timer = setTimeout(done, graceMs);
+        timer.unref();
+        session.once('close', () => {
+          clearTimeout(timer);
+          done();
+        });
+      });
+    }
+    return closeAndDestroy.call(client, session);
+  };
 }
 
 /**

@@ -192,6 +192,21 @@ sends('500 InternalServerError is retried on a new connection and then sent', as
   assert.equal(result.answers.map((a) => [a.httpStatus, a.reason]), [[500, 'InternalServerError'], [200, null]]);
 });
 
+sends('a 500 to one push does not cost the pushes in flight beside it their answers: each is sent once (probe I: connection errors, sent again)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_MAX_ATTEMPTS: '2' });
+  const failing = job(ctx);
+  const slow = [job(ctx), job(ctx), job(ctx)];
+  ctx.production.respondWith({ token: failing.token, status: 500, reason: 'InternalServerError' });
+  for (const j of slow) ctx.production.respondWith({ token: j.token, delayMs: 300 });
+  // the slow ones are in flight on the session when the 500 comes back
+  const inFlight = slow.map((j) => sender.send(j));
+  await new Promise((r) => setTimeout(r, 100));
+  const [failed, ...sent] = await Promise.all([sender.send(failing), ...inFlight]);
+  assert.equal([failed!.outcome, failed!.reason, failed!.attempts], ['failed', 'InternalServerError', 2]);
+  for (const r of sent) assert.equal([r.outcome, r.attempts, r.httpStatus], ['sent', 1, 200]);
+  for (const j of slow) assert.is(ctx.production.requests.filter((q) => q.token === j.token).length, 1, 'the peer got it once');
+});
+
 sends('403 ExpiredProviderToken is retried with a new provider token', async (ctx) => {
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 403, reason: 'ExpiredProviderToken', times: 1 });
