@@ -57,8 +57,6 @@ export type ApnsRequest = { payload: ApnsPayload; headers: ApnsHeaders };
 
 /** APNs refuses larger payloads (413 PayloadTooLarge) for alert pushes. */
 export const APNS_MAX_PAYLOAD_BYTES = 4096;
-/** APNs refuses a longer `apns-collapse-id` (400 BadCollapseId). */
-export const APNS_MAX_COLLAPSE_ID_BYTES = 64;
 /** Keys of `data` that would clash with the payload's own. */
 export const RESERVED_DATA_KEYS = ['aps', 'herald'] as const;
 
@@ -126,9 +124,6 @@ export function apnsContentProblems(content: PushContent): ErrorDetail[] {
   const details: ErrorDetail[] = [];
   for (const key of RESERVED_DATA_KEYS) {
     if (content.data && Object.prototype.hasOwnProperty.call(content.data, key)) details.push({ param: `data.${key}`, message: `is reserved: the payload's own "${key}" key` });
-  }
-  if (content.collapseId !== undefined && Buffer.byteLength(content.collapseId, 'utf8') > APNS_MAX_COLLAPSE_ID_BYTES) {
-    details.push({ param: 'collapseId', message: `must be at most ${APNS_MAX_COLLAPSE_ID_BYTES} bytes (UTF-8)` });
   }
   if (details.length === 0) {
     const size = apnsPayloadSize(content);

@@ -92,7 +92,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       longer than 255 characters `Idempotency-Key` is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
    *       The whole APNs payload (title, body, data and the rest) must fit in 4 KB: over it is 400 `validation`
-   *       naming `data` when there is some, else `body`; `collapseId` is at most 64 bytes of UTF-8.
+   *       naming `data` when there is some, else `body`; `collapseId` is 1 to 64 printable ASCII characters (an HTTP header).
    *       One 400 names every failing field in `details` (an invalid `to.where` beside a missing `body`, a payload over 4 KB
    *       beside a topic or segment the tenant does not have).
    *     tags: [Messages]

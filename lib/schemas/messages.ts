@@ -27,7 +27,8 @@ export const MessageCreate: Schema = {
     badge: { type: 'integer', minimum: 0, maximum: 99999 },
     sound: { type: 'string', minLength: 1, maxLength: 128 },
     threadId: { type: 'string', minLength: 1, maxLength: 64 },
-    collapseId: { type: 'string', minLength: 1, maxLength: 64, description: 'apns-collapse-id: at most 64 bytes of UTF-8 (400 validation beyond); defaults to the message id.' },
+    // an HTTP/2 header value: printable ASCII, no space at either end (probe I: an emoji broke every delivery, a control character dropped the header)
+    collapseId: { type: 'string', minLength: 1, maxLength: 64, pattern: '^[!-~](?:[ -~]*[!-~])?$', description: 'apns-collapse-id: 1 to 64 printable ASCII characters (64 bytes), no space at either end (400 validation otherwise); defaults to the message id.' },
     image: { type: 'string', format: 'uri', maxLength: 2048 },
     url: { type: 'string', format: 'uri', maxLength: 2048, description: 'A link (or deep link) to open on tap.' },
     priority: { type: 'string', enum: ['high', 'normal'], default: 'high' },
