@@ -50,7 +50,16 @@ export async function verifyMerge(deps: AppDeps, ctx: Context, anonymousId: stri
   }
 }
 
-/** Marks the subscriber verified after a verified call (creating it when the call creates subscribers). */
-export async function markVerified(deps: AppDeps, ctx: Context, externalId: string, verified: boolean): Promise<void> {
-  if (verified) await upsertSubscriber(deps.redis, deps.keys, scopeOf(ctx, deps), externalId, {}, { create: true, verified: true });
+/**
+ * Marks the subscriber verified after a verified call (spec 5.10: any client call carrying a valid
+ * hash): creating it when the call creates subscribers (`create`, the default); a call that only
+ * reads or acts on one marks it when it exists.
+ */
+export async function markVerified(deps: AppDeps, ctx: Context, externalId: string, verified: boolean, options: { create: boolean } = { create: true }): Promise<void> {
+  if (!verified) return;
+  try {
+    await upsertSubscriber(deps.redis, deps.keys, scopeOf(ctx, deps), externalId, {}, { create: options.create, verified: true });
+  } catch (err) {
+    if (options.create || !(err instanceof ApiError && err.status === 404)) throw err;
+  }
 }

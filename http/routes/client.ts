@@ -29,7 +29,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.query as Record<string, unknown>);
     const owner = await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!);
     if (!owner || (query.externalId !== undefined && query.externalId !== owner)) throw notFound('Subscription');
-    await verifyClient(deps, ctx, owner, query.identityHash);
+    await markVerified(deps, ctx, owner, await verifyClient(deps, ctx, owner, query.identityHash), { create: false });
     return owner;
   }
 
@@ -206,8 +206,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/client/preferences', client, async (ctx) => {
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
-    await verifyClient(deps, ctx, query.externalId, query.identityHash);
-    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId));
+    const verified = await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    const preferences = await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId);
+    await markVerified(deps, ctx, query.externalId, verified, { create: false });
+    respond(ctx, 200, preferences);
   });
 
   router.patch('/v1/client/preferences', client, async (ctx) => {
@@ -258,7 +260,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
 
   router.get('/v1/client/widgets', client, async (ctx) => {
     const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery');
-    await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    await markVerified(deps, ctx, query.externalId, await verifyClient(deps, ctx, query.externalId, query.identityHash), { create: false });
     const tenantId = tenantOf(ctx).id;
     respond(ctx, 200, await pageRecords(redis, keys.subscriberWidgets(tenantId, query.externalId), page, 'widget', (ids) => loadWidgets(redis, keys, tenantId, ids)));
   });
@@ -290,7 +292,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // an id this tenant never held is 404 whatever else the request lacks (spec 4.4 lists only the path id)
     if (ctx.query.externalId === undefined && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
-    await verifyClient(deps, ctx, query.externalId, query.identityHash);
+    await markVerified(deps, ctx, query.externalId, await verifyClient(deps, ctx, query.externalId, query.identityHash), { create: false });
     const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);
     if (deleted === 'not_found') throw notFound('Widget');
     respond(ctx, 200, deleted);

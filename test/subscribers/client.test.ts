@@ -421,6 +421,39 @@ c('identity verification: a valid hash marks verified, a wrong one verifies noth
   }
 });
 
+c('a valid identityHash marks the subscriber verified on every client call, reads and deletes included; one that reads a subscriber that does not exist creates nothing (probe H)', async ({ api, pk, key, service, boot }) => {
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const verified = async (externalId: string) => (await api.get(`/v1/subscribers/${externalId}`, key)).body.data.verified;
+  // each made unverified (no hash), then one call with a valid hash
+  const calls: [string, (externalId: string) => Promise<{ status: number }>][] = [
+    ['mute', async (x) => {
+      const sub = await api.post('/v1/client/subscriptions', pk, { externalId: x, token: token(9100 + x.length) });
+      return api.patch(`/v1/client/subscriptions/${sub.body.data.id}?identityHash=${identityHash(secret, x)}`, pk, { enabled: false });
+    }],
+    ['read-preferences', async (x) => {
+      await api.post('/v1/client/identify', pk, { externalId: x });
+      return api.get(`/v1/client/preferences?externalId=${x}&identityHash=${identityHash(secret, x)}`, pk);
+    }],
+    ['list-widgets', async (x) => {
+      await api.post('/v1/client/identify', pk, { externalId: x });
+      return api.get(`/v1/client/widgets?externalId=${x}&identityHash=${identityHash(secret, x)}`, pk);
+    }],
+    ['delete-widget', async (x) => {
+      const widget = await api.post('/v1/client/widgets', pk, { externalId: x, kind: 'com.example.Orders' });
+      return api.del(`/v1/client/widgets/${widget.body.data.id}?externalId=${x}&identityHash=${identityHash(secret, x)}`, pk);
+    }],
+  ];
+  for (const [name, call] of calls) {
+    const externalId = `verify-by-${name}`;
+    const res = await call(externalId);
+    assert.is(res.status, 200, name);
+    assert.is(await verified(externalId), true, name);
+  }
+  const nobody = await api.get(`/v1/client/widgets?externalId=never-seen&identityHash=${identityHash(secret, 'never-seen')}`, pk);
+  assert.equal([nobody.status, nobody.body.data.items], [200, []]);
+  assert.is((await api.get('/v1/subscribers/never-seen', key)).status, 404, 'a read created no subscriber');
+});
+
 c('validation errors name the field as the caller wrote it: attributes.timezone, attributes.properties, categories.<name>', async ({ api, pk, boot }) => {
   const zone = await api.post('/v1/client/identify', pk, { externalId: 'params-1', attributes: { timezone: 'Mars/Olympus' } });
   assert.is(zone.status, 400);
