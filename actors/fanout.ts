@@ -93,15 +93,17 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
   const owners = subscriptionIds.length ? await redis.hmget(keys.subscriptionOwners(scope.tenantId), ...subscriptionIds) : [];
   const ownerOf = new Map(subscriptionIds.map((id, i) => [id, owners[i]]));
   return items.map(({ message, externalIds }) => {
-    const base = (externalId: string, subscriptionId: string | null) => ({
+    // a delivery's channel is its subscription's (an email subscription's is skipped, channel_not_supported); a
+    // subscriber without one gets a push delivery, what the message is
+    const base = (externalId: string, subscriptionId: string | null, channel = 'push') => ({
       id: derivedId('delivery', Date.parse(message.createdAt), `${message.id}|${subscriptionId ?? `subscriber:${externalId}`}`),
-      fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel: 'push', createdAt: at, updatedAt: at, attempts: '0' },
+      fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel, createdAt: at, updatedAt: at, attempts: '0' },
     });
     const planned: Planned[] = [];
     const existing: string[] = [];
     for (const externalId of externalIds) {
-      const skip = (subscriptionId: string | null, reason: string) => {
-        const d = base(externalId, subscriptionId);
+      const skip = (subscriptionId: string | null, reason: string, channel?: string) => {
+        const d = base(externalId, subscriptionId, channel);
         planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
       };
       const subscriber = found.get(externalId);
@@ -118,9 +120,9 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
       }
       for (const s of subscriptions) {
         const reason = skipReason(s, optOut);
-        if (reason) skip(s.id, reason);
+        if (reason) skip(s.id, reason, s.channel);
         else {
-          const d = base(externalId, s.id);
+          const d = base(externalId, s.id, s.channel);
           planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
         }
       }

@@ -93,8 +93,9 @@ m('disabled subscriptions, opt-outs and missing subscriptions become skipped del
   const done = await finished(ctx, res.body.data.id);
   assert.is(done.counts.skipped, 5);
   assert.is(done.counts.sent, 1, 'gail');
-  const reasons = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?status=skipped`, ctx.key)).body.data.items.map((d: any) => `${d.externalId}:${d.reason}`).sort();
-  assert.equal(reasons, ['bob:subscription_disabled', 'carol:category_opt_out', 'dave:channel_opt_out', 'erin:no_subscription', 'frank:channel_not_supported']);
+  const reasons = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?status=skipped`, ctx.key)).body.data.items.map((d: any) => `${d.externalId}:${d.channel}:${d.reason}`).sort();
+  // a delivery names its subscription's channel (probe I: frank's email one said push)
+  assert.equal(reasons, ['bob:push:subscription_disabled', 'carol:push:category_opt_out', 'dave:push:channel_opt_out', 'erin:push:no_subscription', 'frank:email:channel_not_supported']);
 });
 
 m('a stale copy of a moved token (its owner index names another subscriber) gets no push', async (ctx) => {
