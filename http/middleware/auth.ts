@@ -37,7 +37,8 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
   ]);
   if (!workspace || !tenant) throw new ApiError(401, 'invalid_session', 'The events token names a tenant that no longer exists');
   // a token lives no longer than the key that minted it: revoking the key (spec 4.7: at once) or its expiry ends its tokens too
-  if (!key || key.workspaceId !== claims.workspaceId || key.revokedAt || (key.expiresAt && Date.parse(key.expiresAt) <= now())) {
+  // nor reaches a tenant its key could not (a tenant key mints for its own tenant only)
+  if (!key || key.workspaceId !== claims.workspaceId || (key.tenantId !== null && key.tenantId !== claims.tenantId) || key.revokedAt || (key.expiresAt && Date.parse(key.expiresAt) <= now())) {
     throw new ApiError(401, 'invalid_session', 'The API key that issued this events token is revoked or has expired; request a new token with a valid key');
   }
   const header = ctx.get('Service-Tenant').trim();

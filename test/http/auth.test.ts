@@ -247,6 +247,18 @@ auth('an expired events token is 401 invalid_session', async ({ service, api, ac
   isError(await api.get('/v1/events/names', await sign(nowS + 1800, nowS + 3600)), 401, 'invalid_session');
 });
 
+auth('an events token naming a tenant its key cannot reach is 401 invalid_session, had the secret leaked; a workspace key\'s reaches every tenant of its workspace (probe J)', async ({ service, api, acme, secondKey }) => {
+  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const second = decodeJwt((await api.get('/v1/events/token', secondKey)).body.data.token as string).sub as string;
+  const nowS = Math.floor(Date.now() / 1000);
+  const forge = async (key: string) => new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setIssuer('herald').setAudience('herald:events').setSubject(second).setIssuedAt(nowS).setExpirationTime(nowS + 3600)
+    .sign(secret);
+  isError(await api.get('/v1/events/names', await forge(await keyIdOf(api, acme.keys.tenant))), 401, 'invalid_session');
+  isOk(await api.get('/v1/events/names', await forge(await keyIdOf(api, acme.keys.workspace))));
+});
+
 auth('a valid events token reads the catalog, volume, recent events and timelines of its tenant', async ({ api, acme }) => {
   isOk(await api.post('/v1/events', acme.keys.tenant, { externalId: 'token-reader', name: 'app.open' }), 202);
   const issued = await api.get('/v1/events/token', acme.keys.tenant);
