@@ -119,12 +119,18 @@ export function apnsPayloadSize(content: PushContent): number {
   return payloadSize(buildApnsPayload(content, PLACEHOLDER_IDS)); // no headers: the apns-id is a SHA-1 per call
 }
 
-/** APNs-specific problems of `content`, one detail per field (none when it can be sent). */
+/**
+ * The keys of `data` that would clash with the payload's own, one detail each (`data.aps`,
+ * `data.herald`); checked on any object, whatever else of the request is wrong.
+ */
+export function reservedDataProblems(data: unknown): ErrorDetail[] {
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return [];
+  return RESERVED_DATA_KEYS.filter((key) => Object.hasOwn(data, key)).map((key) => ({ param: `data.${key}`, message: `is reserved: the payload's own "${key}" key` }));
+}
+
+/** APNs-specific problems of well-formed `content`, one detail per field (none when it can be sent). */
 export function apnsContentProblems(content: PushContent): ErrorDetail[] {
-  const details: ErrorDetail[] = [];
-  for (const key of RESERVED_DATA_KEYS) {
-    if (content.data && Object.prototype.hasOwnProperty.call(content.data, key)) details.push({ param: `data.${key}`, message: `is reserved: the payload's own "${key}" key` });
-  }
+  const details = reservedDataProblems(content.data);
   if (details.length === 0) {
     const size = apnsPayloadSize(content);
     if (size > APNS_MAX_PAYLOAD_BYTES) {

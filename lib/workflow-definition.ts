@@ -1,4 +1,4 @@
-import { apnsContentProblems } from './apns-payload.js';
+import { apnsContentProblems, reservedDataProblems } from './apns-payload.js';
 import { parseDuration } from './durations.js';
 import { ApiError, type ErrorDetail } from './errors.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
@@ -187,11 +187,13 @@ function stepOf(step: unknown, path: string, depth: number, ctx: Ctx): void {
  */
 export function sendContentProblems(value: unknown, path: string): ErrorDetail[] {
   if (!isObject(value)) return [{ param: path, message: 'must be an object with title and body, as POST /v1/messages takes them' }];
+  const at = (details: ErrorDetail[]) => details.map((d) => ({ param: `${path}.${d.param}`, message: d.message }));
   try {
     checkBody<SendContent>('SendContent', value);
   } catch (err) {
     if (!(err instanceof ApiError) || !err.details) throw err;
-    return err.details.map((d) => ({ param: `${path}.${d.param}`, message: d.message }));
+    // reserved data keys are named beside the schema's problems, as POST /v1/messages names them (probe K)
+    return [...at(err.details), ...at(reservedDataProblems(value.data))];
   }
-  return apnsContentProblems(value as SendContent).map((d) => ({ param: `${path}.${d.param}`, message: d.message }));
+  return at(apnsContentProblems(value as SendContent));
 }

@@ -4,7 +4,7 @@ import { now } from '../../lib/clock.js';
 import { validationError } from '../../lib/errors.js';
 import { validateExpression } from '../../lib/expressions.js';
 import { bodyProblems } from '../../lib/validator.js';
-import { apnsContentProblems } from '../../lib/apns-payload.js';
+import { apnsContentProblems, reservedDataProblems } from '../../lib/apns-payload.js';
 import type { ErrorDetail } from '../../lib/errors.js';
 import {
   cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
@@ -38,9 +38,10 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 function contentProblems(body: Record<string, unknown>, shapeOk: boolean): ErrorDetail[] {
   const details: ErrorDetail[] = [];
   if (isObject(body.to) && 'where' in body.to && Object.keys(body.to).length === 1) details.push(...validateExpression(body.to.where, 'to.where'));
-  if (isObject(body.data) && ('aps' in body.data || 'herald' in body.data)) details.push({ param: 'data', message: 'must not hold the keys aps or herald' });
+  const reserved = reservedDataProblems(body.data);
+  details.push(...reserved);
   if (typeof body.sendAt === 'string' && Date.parse(body.sendAt) > now() + MAX_SEND_AHEAD_MS) details.push({ param: 'sendAt', message: 'must be at most 30 days ahead' });
-  if (shapeOk && !details.some((d) => d.param === 'data')) details.push(...apnsContentProblems(contentOf(body as CreateBody)));
+  if (shapeOk && reserved.length === 0) details.push(...apnsContentProblems(contentOf(body as CreateBody)));
   return details;
 }
 

@@ -289,7 +289,9 @@ m('bad requests are clear errors', async (ctx) => {
     [{ to: { where: { attribute: 'plan', op: 'pro' } }, title: 't', body: 'b' }, 400, 'validation', 'to.where'],
     [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b' }, 400, 'validation', 'to.topic'],
     [{ to: 'x', title: 't' }, 400, 'validation', 'body'],
-    [{ to: 'x', title: 't', body: 'b', data: { aps: {} } }, 400, 'validation', 'data'],
+    [{ to: 'x', title: 't', body: 'b', data: { aps: {} } }, 400, 'validation', 'data.aps'],
+    // named beside another field's problem too
+    [{ to: 'x', title: 't', body: 'b', data: { herald: 1 }, priority: 'urgent' }, 400, 'validation', 'data.herald'],
     [{ to: 'x', title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, 400, 'validation', 'data'],
     [{ to: 'x', title: 't', body: 'b', priority: 'urgent' }, 400, 'validation', 'priority'],
     [{ to: 'x', title: 't', body: 'b', sendAt: new Date(Date.now() + 40 * 86_400_000).toISOString() }, 400, 'validation', 'sendAt'],
@@ -351,7 +353,7 @@ m('one 400 names every failing field: an invalid to.where beside a schema proble
     [{ to: { where: badWhere }, title: 'x'.repeat(300), body: 'b' }, ['title', 'to.where.all[1].eq']],
     [{ to: { where: badWhere }, title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, ['to.where.all[1].eq', 'data']],
     [{ to: { where: badWhere }, title: 't', body: 'b', sendAt: new Date(Date.now() + 40 * 86_400_000).toISOString() }, ['to.where.all[1].eq', 'sendAt']],
-    [{ to: { segment: 'no-such-segment' }, title: 't', body: 'b', data: { aps: {} } }, ['data', 'to.segment']],
+    [{ to: { segment: 'no-such-segment' }, title: 't', body: 'b', data: { aps: {} } }, ['data.aps', 'to.segment']],
     [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b', data: { pad: 'x'.repeat(5000) } }, ['data', 'to.topic']],
     // a field the schema refuses beside a topic or segment the tenant does not have: both named
     [{ to: { topic: 'no-such-topic' }, title: 't' }, ['body', 'to.topic']],

@@ -141,6 +141,9 @@ workflows('problems in a definition are validation details with exact paths, all
     steps: [{ type: 'sleep', duration: 'soon' }, { type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'exit' }, { type: 'exit' }] }],
   });
   assert.equal(many.body.error.details.map((d: any) => d.param).sort(), ['slug', 'steps[0].duration', 'steps[1].then[1]', 'trigger.where']);
+  // a send step's reserved data keys are named beside its schema problems, as POST /v1/messages names them (probe K)
+  const reserved = await api.post('/v1/workflows', key, { slug: 'invalid', trigger: { event: 'a' }, steps: [{ type: 'send', message: { title: 't', body: 'b', data: { aps: 1 }, priority: 'urgent' } }] });
+  assert.equal(reserved.body.error.details.map((d: any) => d.param).sort(), ['steps[0].message.data.aps', 'steps[0].message.priority']);
   // an empty body: every required field, the slug among them (probe G: the definition's two alone)
   const empty = await api.post('/v1/workflows', key, {});
   assert.equal(empty.body.error.details.map((d: any) => d.param).sort(), ['slug', 'steps', 'trigger']);
