@@ -239,6 +239,26 @@ core('a JSON body sent as text/plain or without a Content-Type is read as JSON (
   }
 });
 
+core('every +json media type is read as JSON; a chunked body with nothing in it reads as {} like a Content-Length: 0 one (probe M)', async ({ service, keys }) => {
+  const event = JSON.stringify({ externalId: 'plus-json', name: 'plus.sent' });
+  for (const type of ['application/merge-patch+json', 'application/ld+json; charset=utf-8', 'application/vnd.api+json', 'application/problem+json']) {
+    const res = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': type }, body: event });
+    assert.is(res.status, 202, type);
+  }
+  // an empty chunked body: the route's own field errors, as for an empty one with a length
+  const empty = await new Promise<string>((done, fail) => {
+    const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => {
+      socket.end(`POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n`);
+    });
+    let text = '';
+    socket.on('data', (c) => (text += c.toString()));
+    socket.on('end', () => done(text));
+    socket.on('error', fail);
+  });
+  const answer = JSON.parse(empty.slice(empty.indexOf('\r\n\r\n') + 4).replace(/^[0-9a-f]+\r\n/, '').replace(/\r\n0\r\n\r\n$/, ''));
+  assert.equal(answer.error.details.map((d: any) => d.param).sort(), ['externalId', 'name']);
+});
+
 core('a JSON body that is not an object (null, 42, []) is 400 validation naming the body', async ({ api, keys }) => {
   for (const raw of ['null', '42', '[]']) {
     const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
@@ -310,6 +330,8 @@ core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding 
   assert.is(corrupt.status, 400);
   assert.is(((await corrupt.json()) as any).error.code, 'parse');
   assert.is((await post(gzipSync(event), 'gzip')).status, 202);
+  // codings are case-insensitive and x-gzip is gzip (RFC 9110 8.4.1; probe M: 400 before)
+  for (const coding of ['GZIP', 'x-gzip', 'Gzip']) assert.is((await post(gzipSync(event), coding)).status, 202, coding);
   const unknown = await post(event, 'zstd-x');
   assert.is(unknown.status, 400);
   const { error } = (await unknown.json()) as any;
