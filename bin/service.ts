@@ -126,7 +126,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
 
   // registered before the web role, so stopped after it: with Redis unreachable its last write waits
   // out the stop's deadline, and the web server must stop taking connections before that
-  stops.push(startHeartbeat(redis, keys, roles));
+  stops.push(startHeartbeat(redis, keys, roles, config.partitions));
 
   if (roles.includes('web')) {
     // the web role's own command client (the roles' shared one when it runs alone)

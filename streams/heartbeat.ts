@@ -13,13 +13,18 @@ const SWEEP_EVERY_BEATS = 12;
 /**
  * Announces the roles of this process every few seconds; returns a stop function that removes them.
  * About once a minute it also removes the stale entries of processes that died without a stop
- * (`liveRoles`), so they do not pile up where nothing reads the health route.
+ * (`liveRoles`), so they do not pile up where nothing reads the health route. Each beat also records
+ * the deployment's partition count again when it is gone (a Redis restarted empty: probe M), so a
+ * process started later with another `HERALD_PARTITIONS` is still refused (checkPartitionCount).
  */
-export function startHeartbeat(redis: Redis, keys: Keys, roles: Role[]): () => Promise<void> {
+export function startHeartbeat(redis: Redis, keys: Keys, roles: Role[], partitions: number): () => Promise<void> {
   const fields = roles.map((role) => `${role}:${hostname()}:${process.pid}`);
   let beats = 0;
   const beat = async () => {
-    await redis.hset(keys.processes, Object.fromEntries(fields.map((f) => [f, String(now())]))).catch(() => undefined);
+    await redis.pipeline()
+      .hset(keys.processes, Object.fromEntries(fields.map((f) => [f, String(now())])))
+      .set(keys.partitionCount, String(partitions), 'NX')
+      .exec().catch(() => undefined);
     if (beats++ % SWEEP_EVERY_BEATS === 0) await liveRoles(redis, keys).catch(() => undefined);
   };
   void beat();

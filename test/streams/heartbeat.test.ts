@@ -18,7 +18,7 @@ test('a heartbeat removes the entries of processes that died without a stop', as
   const keys = createKeys(uniquePrefix('heartbeat'));
   try {
     await redis.hset(keys.processes, 'worker:gone-host:1', String(now() - 120_000), 'web:recent-host:2', String(now() - 5_000));
-    const stop = startHeartbeat(redis, keys, ['web', 'worker']);
+    const stop = startHeartbeat(redis, keys, ['web', 'worker'], 64);
     const mine = [`web:${hostname()}:${process.pid}`, `worker:${hostname()}:${process.pid}`];
     const fields = await waitFor('the stale entry removed', async () => {
       const all = await redis.hgetall(keys.processes);
@@ -29,6 +29,26 @@ test('a heartbeat removes the entries of processes that died without a stop', as
     assert.equal(Object.keys(await redis.hgetall(keys.processes)), ['web:recent-host:2'], 'a stop removes its own');
   } finally {
     await redis.del(keys.processes);
+    redis.disconnect();
+  }
+});
+
+test('a heartbeat records the partition count again once a Redis restarted empty has lost it (probe M: a process with another count then started)', async () => {
+  const redis = connectRedis({ url: await testRedisUrl() });
+  const keys = createKeys(uniquePrefix('heartbeat-partitions'));
+  const stop = startHeartbeat(redis, keys, ['worker'], 64);
+  try {
+    assert.is(await waitFor('the count recorded', async () => (await redis.get(keys.partitionCount)) ?? null, 3_000, 20), '64');
+    await redis.del(keys.partitionCount); // what an empty restart leaves
+    assert.is(await redis.get(keys.partitionCount), null);
+    assert.is(await waitFor('the count recorded again', async () => (await redis.get(keys.partitionCount)) ?? null, 8_000, 50), '64');
+    // and one that was recorded is never overwritten
+    await redis.set(keys.partitionCount, '32');
+    await new Promise((r) => setTimeout(r, 5_500));
+    assert.is(await redis.get(keys.partitionCount), '32');
+  } finally {
+    await stop();
+    await redis.del(keys.processes, keys.partitionCount);
     redis.disconnect();
   }
 });
