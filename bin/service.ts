@@ -164,6 +164,8 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
         requestTimeout: config.requestTimeoutMs,
         headersTimeout: config.requestTimeoutMs,
         connectionsCheckingInterval: Math.min(1000, config.requestTimeoutMs),
+        // a missing Host is answered by the envelope middleware (Node's own 400 has no body and no Request-Id)
+        requireHostHeader: false,
         ServerResponse: Response,
       }, handle);
       s.listen(config.port, () => {

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Context, Next } from 'koa';
 import { ApiError } from '../../lib/errors.js';
@@ -18,6 +19,22 @@ function toApiError(err: unknown): ApiError | null {
 }
 
 /**
+ * RFC 9112 3.2: an HTTP/1.1 request carries exactly one `Host`. Node checks only its absence, and
+ * answers that outside the envelope (probe M), so both are checked here; two hosts are refused as two
+ * `Authorization` lines are: a proxy in front may read the other one.
+ */
+function hostProblem(req: IncomingMessage): string | null {
+  if (req.headers.host === undefined) return req.httpVersionMajor === 1 && req.httpVersionMinor >= 1 ? 'An HTTP/1.1 request needs a Host header' : null;
+  const raw = req.rawHeaders;
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 4 && name.toLowerCase() === 'host' && ++seen > 1) return 'Send one Host header, not several';
+  }
+  return null;
+}
+
+/**
  * The outermost middleware: assigns the request id (also the `Request-Id` header), answers
  * unknown routes with 404 `not_found`, and turns every thrown error into the envelope. An answer
  * given before the request's body arrived whole closes the connection.
@@ -28,6 +45,8 @@ export function envelopeErrors(log: Logger) {
     ctx.state.requestId = newRequestId();
     ctx.set('Request-Id', ctx.state.requestId);
     try {
+      const host = hostProblem(ctx.req);
+      if (host) throw new ApiError(400, 'bad_request', host, { param: 'Host' });
       await next();
       if (ctx.body === undefined && ctx.status === 404) throw new ApiError(404, 'not_found', `No route for ${ctx.method} ${ctx.path ?? ctx.url}`);
     } catch (err) {

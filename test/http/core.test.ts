@@ -259,6 +259,25 @@ core('every +json media type is read as JSON; a chunked body with nothing in it 
   assert.equal(answer.error.details.map((d: any) => d.param).sort(), ['externalId', 'name']);
 });
 
+core('an HTTP/1.1 request without a Host, or with two, is 400 bad_request in the envelope with a Request-Id; HTTP/1.0 needs none (probe M: Node\'s bare 400)', async ({ service }) => {
+  const raw = (request: string) => new Promise<string>((done, fail) => {
+    const socket = connect(Number(new URL(service.url).port), '127.0.0.1', () => socket.write(request));
+    let text = '';
+    socket.on('data', (c) => (text += c.toString()));
+    socket.on('end', () => done(text));
+    socket.on('error', fail);
+    setTimeout(() => socket.end(), 1_000);
+  });
+  for (const request of ['GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n', 'GET /v1/health HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n']) {
+    const answer = await raw(request);
+    assert.match(answer, /^HTTP\/1\.1 400 /, request);
+    const id = /\r\nrequest-id: (\S+)\r\n/i.exec(answer)?.[1];
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    assert.equal([body.success, body.error.code, body.error.param, body.metadata.requestId], [false, 'bad_request', 'Host', id], request);
+  }
+  assert.match(await raw('GET /v1/health HTTP/1.0\r\n\r\n'), /^HTTP\/1\.1 200 /);
+});
+
 core('a JSON body that is not an object (null, 42, []) is 400 validation naming the body', async ({ api, keys }) => {
   for (const raw of ['null', '42', '[]']) {
     const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
