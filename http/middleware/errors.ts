@@ -52,8 +52,10 @@ export function envelopeErrors(log: Logger) {
     } catch (err) {
       const known = toApiError(err);
       if (known) return respondError(ctx, known);
-      log.error('unexpected error', { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, err });
       const status = isRedisUnavailable(err) ? 503 : 500;
+      // Redis down or slow is an expected outage (clients retry the 503): one line, not a stack per request (probe M)
+      if (status === 503) log.warn('redis unavailable', { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, err: (err as Error).message });
+      else log.error('unexpected error', { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, err });
       respondError(ctx, status === 503
         ? new ApiError(503, 'unavailable', 'The service is temporarily unavailable; retry later')
         : new ApiError(500, 'internal', 'Internal error; quote the request id when reporting it'));
