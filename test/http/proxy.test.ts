@@ -47,4 +47,14 @@ proxy('TRUST_PROXY_HOPS=2 believes two entries from the right; 0 believes no for
   }
 });
 
+proxy('X-Forwarded-Host and -Proto are read from the right as X-Forwarded-For is: what a caller writes before the trusted proxy\'s entry is ignored (probe M)', async () => {
+  const service = await startTestService('proxy-host');
+  try {
+    const seen = await topicAudit(service, 'proxy-host', { 'x-forwarded-for': '6.6.6.6, 198.51.100.9', 'x-forwarded-proto': 'https, http', 'x-forwarded-host': 'evil.example, api.example.com' });
+    assert.is(seen.url, 'http://api.example.com/v1/events');
+  } finally {
+    await service.stop();
+  }
+});
+
 proxy.run();
