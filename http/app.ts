@@ -3,7 +3,6 @@ import type { AppDeps } from './deps.js';
 import { crossOrigin } from './middleware/cross-origin.js';
 import { envelopeErrors } from './middleware/errors.js';
 import { redisGate } from './middleware/redis-gate.js';
-import { trustedForwarding } from './middleware/forwarded.js';
 import { RoutesBySegment } from './routes-by-segment.js';
 import { registerApps } from './routes/apps.js';
 import { registerClient } from './routes/client.js';
@@ -42,7 +41,6 @@ export function createApp(deps: AppDeps): Koa {
   registerMessages(router, deps);
 
   app.use(envelopeErrors(deps.log));
-  app.use(trustedForwarding(hops));
   app.use(crossOrigin());
   app.use(redisGate(deps.redis));
   app.use(router.middleware());

@@ -13,6 +13,7 @@ import { respond } from '../envelope.js';
 import { badCursor, encodeCursor, pageRequest } from '../list.js';
 import { externalIdParam } from '../params.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
+import { requestOrigin } from '../origin.js';
 
 
 export function registerEvents(router: Router, deps: AppDeps): void {
@@ -182,7 +183,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     const auth = ctx.state.auth as AuthState;
     const key = auth.principal!.key;
     const { token, expiresAt } = await signEventsToken(deps.tokenSecret, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id, keyId: key.id }, key.expiresAt ? Date.parse(key.expiresAt) : null);
-    respond(ctx, 200, { token, url: `${ctx.origin}/v1/events`, expiresAt });
+    respond(ctx, 200, { token, url: `${requestOrigin(ctx, deps.config.trustProxyHops)}/v1/events`, expiresAt });
   });
 
   /**

@@ -16,6 +16,7 @@ import { readBody } from '../read-body.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
 import { parsedJsonProblem } from '../middleware/json-body.js';
+import { requestOrigin } from '../origin.js';
 
 /**
  * The exact bytes of a request body, at most `limit` (413 above it, counted on the way, so a
@@ -52,7 +53,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
   const write = authorize(deps, 'tenant', 'sources:write');
 
   /** The source as the API shows it: with the URL its provider sends to, as this caller reached the service. */
-  const shown = (ctx: Context, source: Source) => ({ ...source, inboundUrl: `${ctx.origin}/v1/sources/${source.id}/inbound` });
+  const shown = (ctx: Context, source: Source) => ({ ...source, inboundUrl: `${requestOrigin(ctx, config.trustProxyHops)}/v1/sources/${source.id}/inbound` });
 
   /**
    * @openapi
