@@ -16,7 +16,7 @@ export type PushContent = {
   badge?: number;
   sound?: string;
   threadId?: string;
-  /** `apns-collapse-id`: at most 64 bytes. */
+  /** `apns-collapse-id`: 1 to 64 printable ASCII characters (the message schema's rule). */
   collapseId?: string;
   /** An image URL for a notification service extension (sets `mutable-content`). */
   image?: string;

@@ -32,7 +32,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 /**
  * The problems of a create body that its schema cannot state, each with its path: an inline
  * `to.where` (the expression validator), reserved `data` keys, `sendAt` more than 30 days ahead,
- * and, once the schema holds (`shapeOk`), the APNs payload size and collapse id. Found beside the
+ * and, once the schema holds (`shapeOk`), the APNs payload size (`collapseId` is the schema's). Found beside the
  * schema's own problems, so one answer names every failing field (spec 2.1 `details`).
  */
 function contentProblems(body: Record<string, unknown>, shapeOk: boolean): ErrorDetail[] {
