@@ -51,6 +51,14 @@ export async function verifyMerge(deps: AppDeps, ctx: Context, anonymousId: stri
 }
 
 /**
+ * `verifyClient` for a call that reads or acts on a subscriber without creating one: a valid hash
+ * marks it verified when it exists (spec 5.10: any client call).
+ */
+export async function verifyExisting(deps: AppDeps, ctx: Context, externalId: string, presented: string | undefined): Promise<void> {
+  await markVerified(deps, ctx, externalId, await verifyClient(deps, ctx, externalId, presented), { create: false });
+}
+
+/**
  * Marks the subscriber verified after a verified call (spec 5.10: any client call carrying a valid
  * hash): creating it when the call creates subscribers (`create`, the default); a call that only
  * reads or acts on one marks it when it exists.

@@ -9,7 +9,7 @@ import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, readRegistration, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput, type RegistrationBody } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, widgetKnown, type WidgetInput } from '../../streams/widgets.js';
-import { markVerified, verifyClient, verifyMerge } from '../client-identity.js';
+import { markVerified, verifyClient, verifyExisting, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
@@ -29,7 +29,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.query as Record<string, unknown>);
     const owner = await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!);
     if (!owner || (query.externalId !== undefined && query.externalId !== owner)) throw notFound('Subscription');
-    await markVerified(deps, ctx, owner, await verifyClient(deps, ctx, owner, query.identityHash), { create: false });
+    await verifyExisting(deps, ctx, owner, query.identityHash);
     return owner;
   }
 
@@ -206,10 +206,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/client/preferences', client, async (ctx) => {
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
-    const verified = await verifyClient(deps, ctx, query.externalId, query.identityHash);
-    const preferences = await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId);
-    await markVerified(deps, ctx, query.externalId, verified, { create: false });
-    respond(ctx, 200, preferences);
+    await verifyExisting(deps, ctx, query.externalId, query.identityHash);
+    respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId));
   });
 
   router.patch('/v1/client/preferences', client, async (ctx) => {
@@ -260,7 +258,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
 
   router.get('/v1/client/widgets', client, async (ctx) => {
     const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery');
-    await markVerified(deps, ctx, query.externalId, await verifyClient(deps, ctx, query.externalId, query.identityHash), { create: false });
+    await verifyExisting(deps, ctx, query.externalId, query.identityHash);
     const tenantId = tenantOf(ctx).id;
     respond(ctx, 200, await pageRecords(redis, keys.subscriberWidgets(tenantId, query.externalId), page, 'widget', (ids) => loadWidgets(redis, keys, tenantId, ids)));
   });
@@ -292,7 +290,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // an id this tenant never held is 404 whatever else the request lacks (spec 4.4 lists only the path id)
     if (ctx.query.externalId === undefined && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
     const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
-    await markVerified(deps, ctx, query.externalId, await verifyClient(deps, ctx, query.externalId, query.identityHash), { create: false });
+    await verifyExisting(deps, ctx, query.externalId, query.identityHash);
     const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);
     if (deleted === 'not_found') throw notFound('Widget');
     respond(ctx, 200, deleted);
