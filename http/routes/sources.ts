@@ -164,9 +164,11 @@ export function registerSources(router: Router, deps: AppDeps): void {
 
   router.patch('/v1/sources/:id', write, async (ctx) => {
     const id = ctx.params.id ?? '';
+    // the body first, as on every other PATCH: a bad body is 400 whatever the id; the secret's rule
+    // depends on the source's format, so that one check waits for the record
+    const patch = readBody<SourcePatch>('SourceUpdate', ctx.request.body, undefined, { provider: IMMUTABLE, format: IMMUTABLE });
     const current = await findSource(redis, keys, tenantOf(ctx).id, id);
     if (!current) throw notFound('Source');
-    const patch = readBody<SourcePatch>('SourceUpdate', ctx.request.body, undefined, { provider: IMMUTABLE, format: IMMUTABLE });
     const problem = patch.secret === undefined ? null : secretProblem(current.format, patch.secret);
     if (problem) throw validationError([{ param: 'secret', message: problem }]);
     respond(ctx, 200, shown(ctx, await updateSource(redis, keys, refsOf(ctx), id, patch, writerOf(ctx))));

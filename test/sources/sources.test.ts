@@ -326,6 +326,8 @@ sources('an unknown, malformed or other-kind id is 404 not_found on every route'
   for (const id of ['nope', 'tpc_x', 'src_x', 'src_0000000000000000000000000', 'src_00000000000000000000000000', 'tpc_0000000000000000000000000', 'SRC_00000000000000000000000000']) {
     assertError(await api.get(`/v1/sources/${id}`, key), 404, 'not_found', `GET ${id}`);
     assertError(await api.patch(`/v1/sources/${id}`, key, { name: 'x' }), 404, 'not_found', `PATCH ${id}`);
+    // as on every PATCH, the body is checked before the id is looked up
+    assertError(await api.patch(`/v1/sources/${id}`, key, { nonsense: 1 }), 400, 'validation', `PATCH ${id} with a bad body`);
     assertError(await api.del(`/v1/sources/${id}`, key), 404, 'not_found', `DELETE ${id}`);
     assertError(await api.call('POST', `/v1/sources/${id}/inbound`, { raw: body, headers: swHeaders(swSecret(), body) }), 404, 'not_found', `inbound ${id}`);
   }
