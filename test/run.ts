@@ -113,8 +113,14 @@ async function runShards(files: string[], jobs: number): Promise<Outcome[]> {
 }
 
 async function main(): Promise<void> {
-  const only = process.argv.slice(2);
+  // a part of a file's path below test/ (`sources/`, `ingest.test`); a leading `test/` is dropped
+  const only = process.argv.slice(2).map((o) => o.replace(/^(?:\.\/)?test\//, ''));
   const files = find(root).map((f) => relative(root, f)).sort().filter((f) => only.length === 0 || only.some((o) => f.includes(o)));
+  if (files.length === 0) {
+    process.stdout.write(`no test file's path holds ${only.map((o) => `"${o}"`).join(' or ')}\n0 passed, 0 failed\n`);
+    process.exitCode = 1;
+    return;
+  }
   const jobs = Math.max(1, Number(process.env.TEST_JOBS) || Math.min(2, availableParallelism()));
   // tests that run bin/herald.js or `npm start` build dist/ when it is stale: once, here, not by two shards at once
   const build = spawnSync(process.execPath, [join(root, '..', 'bin', 'ensure-build.js')], { stdio: ['ignore', 'inherit', 'inherit'] });
