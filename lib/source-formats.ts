@@ -110,10 +110,14 @@ export function eventNameOf(prefix: string, raw: string): string {
   return (prefix + raw).toLowerCase().replace(/[^a-z0-9_.-]/g, '_');
 }
 
-/** A timestamp of a payload in ms: ISO 8601 text, or unix seconds (below 10^11) or milliseconds; null when it is neither. */
+/**
+ * A timestamp of a payload in ms: ISO 8601 date-time text with its offset (`Z` or `±hh:mm`), or unix
+ * seconds (below 10^11) or milliseconds; null when it is neither. Text without an offset is refused,
+ * as `POST /v1/events` refuses it: `Date.parse` would read it in the server's own time zone.
+ */
 function timestampMsOf(v: unknown): number | null {
   if (typeof v === 'number' && Number.isFinite(v) && v > 0) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
-  if (typeof v === 'string' && /^\d{4}-\d{2}-\d{2}T/.test(v)) {
+  if (typeof v === 'string' && /^\d{4}-\d{2}-\d{2}T.*(?:Z|[+-]\d{2}:?\d{2})$/i.test(v)) {
     const ms = Date.parse(v);
     return Number.isNaN(ms) ? null : ms;
   }

@@ -206,7 +206,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       - { name: Stripe-Signature, in: header, required: false, description: 'stripe: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">`', schema: { type: string } }
    *       - { name: X-Hub-Signature-256, in: header, required: false, description: 'github: `sha256=<hex HMAC-SHA256 of the body>`', schema: { type: string } }
    *       - { name: X-GitHub-Event, in: header, required: false, description: 'github: the event (with the payload''s `action`, the default name)', schema: { type: string } }
-   *       - { name: X-GitHub-Delivery, in: header, required: false, description: 'github: the delivery id (the default dedupe key)', schema: { type: string } }
+   *       - { name: X-GitHub-Delivery, in: header, required: false, description: 'github: the delivery id (not signed, so not the dedupe key: a github delivery is deduplicated by the SHA-256 of its body)', schema: { type: string } }
    *     requestBody:
    *       required: true
    *       description: The provider's JSON payload, read as the exact bytes received whatever its Content-Type (the signature covers them).

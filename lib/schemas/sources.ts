@@ -10,7 +10,7 @@ const path = (what: string): Schema => ({ type: 'string', pattern: MAPPING_PATH_
 const mappingProperties: Record<string, Schema> = {
   externalId: { type: 'string', pattern: MAPPING_PATH_PATTERN, description: 'Dot path to the subscriber\'s externalId (a string of 1 to 256 characters, or an integer). A delivery without one is `ignored`.' },
   name: path('the event name (before the prefix); default `type`, or for github the X-GitHub-Event header and the payload\'s `action`'),
-  id: path('the dedupe key; default the webhook-id header (standard-webhooks), `id` (stripe), the X-GitHub-Delivery header (github)'),
+  id: path('the dedupe key; default the webhook-id header (standard-webhooks), `id` (stripe), the SHA-256 of the body (github: the part GitHub signs; its X-GitHub-Delivery header is not signed)'),
   timestamp: path('when it happened (ISO 8601, unix seconds or ms); default `created` (stripe), else the time of receipt'),
   data: path('the event `data` (a JSON object of at most 8 KB); default the whole payload'),
 };
@@ -20,7 +20,7 @@ const mappingInput: Schema = {
   description: 'Where each event field is read in a delivery\'s JSON payload.',
 };
 const name: Schema = { type: 'string', minLength: 1, maxLength: 128 };
-const namePrefix: Schema = { type: 'string', maxLength: 40, pattern: '^(?:[a-z0-9][a-z0-9_.-]*)?$', description: 'Put before the mapped name: empty, or a letter or digit then letters, digits, `_`, `.`, `-`; default `<provider>.`; `""` for none.' };
+const namePrefix: Schema = { type: 'string', maxLength: 41, pattern: '^(?:[a-z0-9][a-z0-9_.-]*)?$', description: 'Put before the mapped name: empty, or a letter or digit then letters, digits, `_`, `.`, `-`; default `<provider>.`; `""` for none. At most 41 characters: the longest provider and its dot.' };
 const secret: Schema = { type: 'string', minLength: 8, maxLength: 256, description: 'The signing secret. standard-webhooks: `whsec_` + base64 (generated when omitted); stripe: required, the endpoint\'s secret from Stripe; github: any (generated when omitted). A new one in a PATCH leaves the replaced one verifying for 24 hours.' };
 const enabled: Schema = { type: 'boolean', description: 'A disabled source answers deliveries `ignored` and stores nothing.' };
 

@@ -183,6 +183,11 @@ sources('fields outside their rules are 400 validation naming the field, and not
   assert.is(edge.mapping.externalId, longest);
   assert.is(edge.mapping.name, 'items.0.Kind-1_$');
   assert.is(edge.namePrefix, `${'p'.repeat(40)}.`);
+  // the default prefix of the longest provider is one a request may set too: sent back, it is taken
+  const same = await api.patch(`/v1/sources/${edge.id}`, key, { namePrefix: edge.namePrefix });
+  assert.is(same.status, 200, JSON.stringify(same.body.error));
+  assert.is((await create(ctx, { ...CLERK, namePrefix: `${'q'.repeat(40)}.` })).namePrefix, `${'q'.repeat(40)}.`);
+  assertValidation(await api.post('/v1/sources', key, { ...CLERK, namePrefix: 'q'.repeat(42) }), 'namePrefix', 'a prefix of 42 characters');
   assert.is((await create(ctx, { ...CLERK, provider: '0a_b-c', namePrefix: '' })).namePrefix, '', 'an empty prefix is kept');
   assert.is((await create(ctx, { ...CLERK, namePrefix: 'auth.' })).namePrefix, 'auth.');
   assert.is((await create(ctx, { ...CLERK, enabled: false })).enabled, false);
