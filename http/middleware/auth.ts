@@ -42,7 +42,7 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
     throw new ApiError(401, 'invalid_session', 'The API key that issued this events token is revoked or has expired; request a new token with a valid key');
   }
   const header = ctx.get('Service-Tenant').trim();
-  if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This token belongs to another tenant');
+  if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This events token reads its own tenant only: send no Service-Tenant, or its slug', { param: 'Service-Tenant' });
   if (scope !== null && !hasScope(['events:read'], scope)) throw new ApiError(403, 'missing_permission', `An events token lacks the scope ${scope}`);
   return { principal: null, workspace, tenant, tokenExpiresAt: claims.expiresAt };
 }
@@ -90,11 +90,12 @@ async function authenticate(ctx: Context, deps: AppDeps, presented: string): Pro
 async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Promise<Tenant> {
   const header = ctx.get('Service-Tenant').trim();
   if (principal.key.kind !== 'workspace') {
-    if (header && header !== principal.tenant!.slug) throw new ApiError(403, 'forbidden', 'This key belongs to another tenant');
+    if (header && header !== principal.tenant!.slug) throw new ApiError(403, 'forbidden', 'This key works in its own tenant only: send no Service-Tenant, or its slug', { param: 'Service-Tenant' });
     return principal.tenant!;
   }
   const tenant = await findTenantBySlug(deps.redis, deps.keys, principal.workspace.id, header || 'default');
-  if (!tenant) throw new ApiError(403, 'forbidden', `Tenant "${header}" is not part of this key's workspace`, { param: 'Service-Tenant' });
+  // the header is not echoed: it may be long, and Node reads its bytes as latin-1
+  if (!tenant) throw new ApiError(403, 'forbidden', "Service-Tenant names no tenant of this key's workspace", { param: 'Service-Tenant' });
   return tenant;
 }
 

@@ -447,6 +447,27 @@ auth('a client key naming another tenant in Service-Tenant is 403 forbidden, its
 
 // ---- Part 5 rule 4: tenant selection ---------------------------------------------------------
 
+auth('every refused Service-Tenant names the header as param, whatever the credential, and the message does not echo it (probe O)', async ({ api, acme }) => {
+  const token = (await api.get('/v1/events/token', acme.keys.tenant)).body.data.token as string;
+  const long = 'x'.repeat(4000);
+  const cases: [string, string, string][] = [
+    ['workspace key', acme.keys.workspace, '/v1/events/names'],
+    ['tenant key', acme.keys.tenant, '/v1/events/names'],
+    ['events token', token, '/v1/events/names'],
+    ['client key', acme.keys.client, '/v1/client/events'],
+  ];
+  for (const [what, credential, path] of cases) {
+    for (const header of ['zz', long]) {
+      const res = path === '/v1/client/events'
+        ? await api.post(path, credential, CLIENT_EVENTS, { 'Service-Tenant': header })
+        : await api.get(path, credential, { 'Service-Tenant': header });
+      isError(res, 403, 'forbidden');
+      assert.is(res.body.error.param, 'Service-Tenant', what);
+      assert.not.ok(res.body.error.message.includes(header), `${what}: the header is not echoed`);
+    }
+  }
+});
+
 auth('GET /v1/whoami applies the Service-Tenant rule of every route: a tenant key naming another tenant is 403 forbidden', async ({ api, acme, secondKey }) => {
   isError(await api.get('/v1/whoami', acme.keys.tenant, { 'Service-Tenant': 'second' }), 403, 'forbidden');
   isError(await api.get('/v1/whoami', secondKey, { 'Service-Tenant': 'no-such-tenant' }), 403, 'forbidden');
