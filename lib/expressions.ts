@@ -267,7 +267,8 @@ function subscription(value: Record<string, unknown>, path: string, ctx: Ctx): v
   const sub = value.subscription;
   if (!isObject(sub)) return add(ctx, `${path}.subscription`, 'must be an object of channel, enabled, platform (all optional)');
   for (const [key, v] of Object.entries(sub)) {
-    const allowed = SUBSCRIPTION_FIELDS[key];
+    // own keys only: `constructor` or `toString` would find Object.prototype's functions
+    const allowed = Object.hasOwn(SUBSCRIPTION_FIELDS, key) ? SUBSCRIPTION_FIELDS[key] : undefined;
     if (!allowed) add(ctx, `${path}.subscription.${key}`, 'is not an allowed field');
     else if (!allowed.includes(v)) add(ctx, `${path}.subscription.${key}`, `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}`);
   }

@@ -380,6 +380,12 @@ invalid('an event condition on a $ name that is none of the reserved ones is an 
   assert.match(errors[0]!.message, /^names no reserved event/);
 });
 
+invalid('a subscription field named like an Object.prototype member is an unknown field, not a crash (probe Q: 500)', () => {
+  for (const key of ['constructor', 'toString', 'valueOf', 'hasOwnProperty', '__defineGetter__']) {
+    assert.equal(validateExpression({ all: [{ topic: 'news' }, { subscription: { [key]: true } }] }, 'where'), [{ param: `where.all[1].subscription.${key}`, message: 'is not an allowed field' }], key);
+  }
+});
+
 invalid('a non-object node is an error at its path', () => {
   assert.equal(params(null), ['where']);
   assert.equal(params('plan = pro'), ['where']);
