@@ -7,8 +7,12 @@
 export const SOURCE_FORMATS = ['standard-webhooks', 'stripe', 'github'] as const;
 export type SourceFormat = (typeof SOURCE_FORMATS)[number];
 
-/** A dot path into the payload: 1 to 10 keys of `[A-Za-z0-9_$-]`, at most 64 characters each. */
-export const MAPPING_PATH_PATTERN = '^[A-Za-z0-9_$-]{1,64}(?:\\.[A-Za-z0-9_$-]{1,64}){0,9}$';
+/**
+ * A dot path into the payload: 1 to 10 keys of `[A-Za-z0-9_$-]`, at most 64 characters each, none
+ * `__proto__` (no delivery may hold that key: one that does is refused whole, so such a path could
+ * never match).
+ */
+export const MAPPING_PATH_PATTERN = '^(?!(?:[^.]*\\.)*__proto__(?:\\.|$))[A-Za-z0-9_$-]{1,64}(?:\\.[A-Za-z0-9_$-]{1,64}){0,9}$';
 export const PROVIDER_PATTERN = '^[a-z0-9][a-z0-9_-]{0,39}$';
 /** Largest inbound body read (the 8 KB `data` limit applies to the part the mapping keeps). */
 export const MAX_INBOUND_BYTES = 256 * 1024;

@@ -170,7 +170,9 @@ function integersOf(name: string): Set<string> {
  * once: `?limit=500&limit=1` is 400 naming `limit`, not the last value read and the others unchecked.
  */
 export function checkQuery<T>(name: string, value: Record<string, unknown>): T {
-  const copy: Record<string, unknown> = {};
+  // no prototype: `copy.__proto__ = v` on a plain object would set its prototype (ignored for a
+  // string) instead of keeping the key, and `?__proto__=1` would pass unnamed
+  const copy: Record<string, unknown> = Object.create(null);
   const details: ErrorDetail[] = [];
   const integers = integersOf(name);
   for (const [k, v] of Object.entries(value)) {

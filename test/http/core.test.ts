@@ -534,4 +534,13 @@ core('a query parameter given twice is 400 validation naming it, whichever copy 
   assert.is((await api.get('/v1/messages?limit=1&status=queued', keys.tenant)).status, 200);
 });
 
+core('a query parameter the operation does not list is 400 validation naming it, Object.prototype names too (probe R: ?__proto__= passed unnamed)', async ({ api, keys }) => {
+  for (const name of ['nosuch', 'constructor', '__proto__', 'toString']) {
+    for (const path of ['/v1/messages', '/v1/topics', '/v1/events']) {
+      const res = await api.get(`${path}?${name}=1`, keys.tenant);
+      assert.equal([res.status, res.body.error?.code, res.body.error?.details?.map((d: any) => d.param)], [400, 'validation', [name]], `${path}?${name}=1`);
+    }
+  }
+});
+
 core.run();

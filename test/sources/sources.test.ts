@@ -150,6 +150,10 @@ sources('fields outside their rules are 400 validation naming the field, and not
     [path(Array.from({ length: 11 }, (_, i) => `s${i}`).join('.')), 'mapping.externalId'],
     [path(`a.${'x'.repeat(65)}`), 'mapping.externalId'],
     [path(7), 'mapping.externalId'],
+    // no delivery may hold a __proto__ key (refused whole), so a path through one could never match
+    [path('__proto__.user'), 'mapping.externalId'],
+    [path('data.__proto__'), 'mapping.externalId'],
+    [{ ...CLERK, mapping: { externalId: 'data.id', name: 'a.__proto__.b' } }, 'mapping.name'],
     [{ ...CLERK, mapping: { externalId: 'data.id', name: 'x..y' } }, 'mapping.name'],
     [{ ...CLERK, mapping: { externalId: 'data.id', id: 'a b' } }, 'mapping.id'],
     [{ ...CLERK, mapping: { externalId: 'data.id', timestamp: '' } }, 'mapping.timestamp'],
