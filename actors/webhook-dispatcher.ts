@@ -168,7 +168,8 @@ class WebhookDispatcher {
     if (kind !== 'stream') return raw;
     const [workspace, tenant] = await Promise.all([this.refs.workspace(workspaceId), this.refs.tenant(workspaceId, payload.tenant.id)]);
     if (!workspace || !tenant) return null;
-    return JSON.stringify({ id: payload.id, type: payload.type, apiVersion: payload.apiVersion, createdAt: payload.createdAt, workspace, tenant, data: payload.data });
+    const updated = payload.changes === undefined ? {} : { changes: payload.changes, previousAttributes: payload.previousAttributes };
+    return JSON.stringify({ id: payload.id, type: payload.type, apiVersion: payload.apiVersion, createdAt: payload.createdAt, workspace, tenant, data: payload.data, ...updated });
   }
 
   private async handle(stream: string, entries: StreamEntry[]): Promise<void> {

@@ -20,7 +20,12 @@ export type PreferencesUpdate = { channels?: ChannelFlags; categories?: Record<s
 
 /** The stored preferences with defaults filled in (every channel on). */
 export function readPreferences(stored: string | undefined): Preferences {
-  const parsed = stored ? (JSON.parse(stored) as Partial<Preferences>) : {};
+  return preferencesFrom(stored ? JSON.parse(stored) : {});
+}
+
+/** Preferences from a parsed value (the record's, or a `$preferences.updated` event's) with defaults filled in. */
+export function preferencesFrom(value: unknown): Preferences {
+  const parsed = (value !== null && typeof value === 'object' ? value : {}) as Partial<Preferences>;
   return { channels: { push: true, email: true, ...parsed.channels }, categories: parsed.categories ?? {} };
 }
 
@@ -102,7 +107,7 @@ export const PREFERENCE_AUDITS = {
  * What a preference write changed, as `properties` changes are told: only the channels and the
  * categories that changed (a category's flags whole; null for one added or removed), before and after.
  */
-function preferencesDiff(before: Preferences, after: Preferences): { changes: Partial<Preferences>; previousAttributes: Partial<Preferences> } {
+export function preferencesDiff(before: Preferences, after: Preferences): { changes: Partial<Preferences>; previousAttributes: Partial<Preferences> } {
   const channels = diff(before.channels, after.channels);
   const categories = diff(before.categories, after.categories);
   return {

@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import type { Keys } from './keys.js';
 import { LEDGER_FIELDS, LEDGER_MAX_LENGTH } from './ledger.js';
+import { preferencesDiff, preferencesFrom } from './preferences.js';
 import type { StreamEntry } from './stream-consumer.js';
 
 /** The webhook event id of a stream event: stable, derived from the `evt_` id, so a re-forward is recognisable. */
@@ -37,7 +38,24 @@ export function streamLedgerPayload(f: Record<string, string>): Record<string, u
         ...runOf(f),
       },
     },
+    ...updatedOf(f),
   };
+}
+
+/**
+ * Spec 2.6: `*.updated` events carry `changes` and `previousAttributes`. The engine's own
+ * `$subscriber.updated` and `$preferences.updated` carry them at the top of the payload too, as the
+ * audit `subscriber.updated` does (their `data.object.data` keeps what the stream event holds). An
+ * SDK's `$app.updated` or a caller's `*.updated` name has free-form data: nothing is added.
+ */
+function updatedOf(f: Record<string, string>): { changes?: Record<string, unknown>; previousAttributes?: Record<string, unknown> } {
+  if (f.n !== '$subscriber.updated' && f.n !== '$preferences.updated') return {};
+  const data = JSON.parse(f.d || '{}') as Record<string, unknown>;
+  if (f.n === '$subscriber.updated') {
+    return { changes: (data.changes ?? {}) as Record<string, unknown>, previousAttributes: (data.previousAttributes ?? {}) as Record<string, unknown> };
+  }
+  const diff = preferencesDiff(preferencesFrom(data.previous), preferencesFrom(data.preferences));
+  return { changes: { preferences: diff.changes }, previousAttributes: { preferences: diff.previousAttributes } };
 }
 
 /** Spec 6.1 rule 5: events of a workflow run carry `workflow` and `versionId` in webhook payloads. */
@@ -57,6 +75,7 @@ export function streamLedgerJson(fields: Record<string, string>): string {
   const payload = streamLedgerPayload({ ...fields, d: '{}' });
   const object = (payload.data as { object: Record<string, unknown> }).object;
   Object.assign(object, runOf(fields));
+  Object.assign(payload, updatedOf(fields));
   object.data = DATA_SLOT;
   return JSON.stringify(payload).replace(DATA_SLOT_JSON, () => fields.d || '{}');
 }

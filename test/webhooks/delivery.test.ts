@@ -136,6 +136,33 @@ delivery('an audit event and a stream event arrive as the signed 2.6 payload, ve
   assert.type(a.durationMs, 'number');
 });
 
+delivery('the engine\'s $subscriber.updated and $preferences.updated carry changes and previousAttributes at the top, as the audit subscriber.updated does (spec 2.6, probe T)', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-updated');
+  const r = await receiver(ctx);
+  await endpoint(ctx, ws, r, { events: ['$subscriber.*', '$preferences.*', 'subscriber.updated', 'order.updated'] });
+  const key = ws.keys.tenant;
+  assert.is((await ctx.api.post('/v1/subscribers', key, { externalId: 'pat', locale: 'en', properties: { plan: 'free' } })).status, 201);
+  assert.is((await ctx.api.patch('/v1/subscribers/pat', key, { locale: 'fr', properties: { plan: 'pro' } })).status, 200);
+  assert.is((await ctx.api.patch('/v1/subscribers/pat/preferences', key, { channels: { email: false }, categories: { news: { push: false } } })).status, 200);
+  await track(ctx, key, 'order.updated', 'pat', { changes: 'mine' });
+  const byType = await waitFor('the updates delivered', async () => {
+    const m = new Map(r.requests.map((req) => [req.body.type, req.body]));
+    return ['$subscriber.updated', '$preferences.updated', 'order.updated'].every((t) => m.has(t)) && r.requests.filter((q) => q.body.type === 'subscriber.updated').length >= 2 ? m : null;
+  });
+  assertVerified(r);
+  const attributes = byType.get('$subscriber.updated');
+  assert.equal(attributes.changes, { locale: 'fr', properties: { plan: 'pro' } });
+  assert.equal(attributes.previousAttributes, { locale: 'en', properties: { plan: 'free' } });
+  assert.equal(attributes.data.object.data, { changes: attributes.changes, previousAttributes: attributes.previousAttributes }, 'the stream event itself is unchanged');
+  const preferences = byType.get('$preferences.updated');
+  assert.equal(preferences.changes, { preferences: { channels: { email: false }, categories: { news: { push: false } } } });
+  assert.equal(preferences.previousAttributes, { preferences: { channels: { email: true }, categories: { news: null } } });
+  const audit = r.requests.map((q) => q.body).filter((b) => b.type === 'subscriber.updated' && 'preferences' in b.changes)[0];
+  assert.equal([audit.changes, audit.previousAttributes], [preferences.changes, preferences.previousAttributes], 'the same as the audit event');
+  const own = byType.get('order.updated');
+  assert.not.ok('changes' in own || 'previousAttributes' in own, 'a caller\'s *.updated has free-form data: nothing added');
+});
+
 delivery('filters pick events by exact name, resource.*, $ names and tenant; private events never match', async (ctx) => {
   const ws = await bootstrapWorkspace(ctx.service, 'whd-filters');
   const { tenant: eu } = await createTenant(ctx.service.redis, ctx.service.keys, ws.workspace, 'eu', BY_TEST);
