@@ -4,6 +4,8 @@
 
 /** Scheduled attempts of one delivery before it is `exhausted` (spec 8: ten attempts in all). */
 export const MAX_ATTEMPTS = 10;
+/** Longest endpoint URL, as sent and once normalised (non-ASCII characters percent-encoded). */
+export const MAX_URL_LENGTH = 2048;
 /** Webhook endpoints per workspace (spec 8). */
 export const MAX_ENDPOINTS_PER_WORKSPACE = 50;
 /** Bytes of each response kept with its attempt (spec 8: the first 4 KB). */

@@ -4,6 +4,7 @@ import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { checkWebhookUrl, createAllowList, resolveAndCheck, type AllowList } from '../../lib/ssrf-guard.js';
 import { checkBody } from '../../lib/validator.js';
 import { checkPatterns, normalizePatterns, webhookCatalog } from '../../lib/webhook-events.js';
+import { MAX_URL_LENGTH } from '../../lib/webhook-policy.js';
 import { resolveAllFor } from '../../lib/webhook-resolver.js';
 import { findTenantBySlug } from '../../streams/identity.js';
 import type { Ref } from '../../streams/ledger.js';
@@ -45,10 +46,14 @@ async function checkUrl(raw: string, options: { production: boolean; allow: Allo
   try {
     const resolving = resolveAndCheck(check.url.hostname, { allow: options.allow, lookup: resolveAllFor() }).catch(() => null);
     const resolved = await Promise.race([resolving, unresolved]);
-    if (resolved && !resolved.ok) return refuse(resolved.reason);
+    // the answer does not say which address or kind of address the name resolved to: a key holder
+    // would otherwise map the names and addresses of the service's own network (probe Z)
+    if (resolved && !resolved.ok) return refuse(`${check.url.hostname} does not resolve to a public address only`);
   } finally {
     clearTimeout(timer);
   }
+  // the schema's bound is on the text as sent; normalising (percent-encoding) can lengthen it
+  if (check.url.href.length > MAX_URL_LENGTH) throw validationError([{ param: 'url', message: `must be at most ${MAX_URL_LENGTH} characters once normalised (non-ASCII characters are percent-encoded)` }]);
   return check.url.href;
 }
 

@@ -1,3 +1,4 @@
+import { MAX_URL_LENGTH } from '../webhook-policy.js';
 import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
 
 /** Outbound webhooks (spec 2.5, 2.6, 3.2, 3.3, 4.6). */
@@ -15,7 +16,7 @@ const events: Schema = {
   items: pattern,
   description: 'Which events the endpoint receives; `["*"]` when omitted. Private audit events (`key.*`, `webhook.*`, `profile.*`) are `400 invalid_event`.',
 };
-const url: Schema = { type: 'string', minLength: 1, maxLength: 2048, description: 'http(s) URL without credentials on a public address; https only when the service runs with NODE_ENV=production.' };
+const url: Schema = { type: 'string', minLength: 1, maxLength: MAX_URL_LENGTH, description: 'http(s) URL without credentials on a public address; https only when the service runs with NODE_ENV=production.' };
 const description: Schema = { type: 'string', maxLength: 512, nullable: true };
 const tenant: Schema = { type: 'string', minLength: 1, maxLength: 64, nullable: true, description: 'A tenant slug: the endpoint then only receives that tenant\'s events.' };
 

@@ -88,6 +88,9 @@ endpoints('URLs with credentials, private, loopback, link-local, CGNAT, multicas
     assert.is(res.status, 400, url);
     assert.is(res.body.error.code, 'invalid_url', url);
     assert.is(res.body.error.param, 'url', url);
+    // a resolved name's refusal says neither the address nor its kind (probe Z: it mapped the
+    // service's own network for any key holder)
+    if (url.includes('example.test')) assert.not.match(JSON.stringify(res.body.error), /10\.|192\.168|169\.254|private|link-local|loopback/, url);
   }
   const ok = await api.post(base(), key, { url: 'https://hooks.example.test/in' });
   assert.is(ok.status, 201);
@@ -97,6 +100,16 @@ endpoints('URLs with credentials, private, loopback, link-local, CGNAT, multicas
   assert.is(unresolved.status, 201, JSON.stringify(unresolved.body));
   assert.is((await api.patch(`${base()}/${unresolved.body.data.id}`, key, { url: 'https://nowhere-else.example.test/in' })).status, 200);
   await api.del(`${base()}/${unresolved.body.data.id}`, key);
+});
+
+endpoints('the URL bound holds once normalised: non-ASCII text percent-encoded past 2,048 characters is 400 validation (probe Z)', async ({ api, key }) => {
+  const grown = await api.post(base(), key, { url: `https://8.8.8.8/${'é'.repeat(2000)}` });
+  assert.is(grown.status, 400, JSON.stringify(grown.body));
+  assert.equal([grown.body.error.code, grown.body.error.param], ['validation', 'url']);
+  const fits = await api.post(base(), key, { url: `https://8.8.8.8/${'é'.repeat(300)}` });
+  assert.is(fits.status, 201, JSON.stringify(fits.body));
+  assert.ok(fits.body.data.url.length <= 2048);
+  await api.del(`${base()}/${fits.body.data.id}`, key);
 });
 
 endpoints('a URL with credentials is refused, not rewritten, on PATCH too', async ({ api, key }) => {
