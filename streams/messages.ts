@@ -15,6 +15,8 @@ export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
 export const DELIVERY_STATUSES = ['pending', 'sent', 'failed', 'skipped', 'canceled'] as const;
 export type DeliveryStatus = (typeof DELIVERY_STATUSES)[number];
 export const MAX_SEND_AHEAD_MS = 30 * 86_400_000;
+/** A message's priority when its sender names none (the `MessageRequest` schema's default too). */
+const DEFAULT_PRIORITY = 'high';
 
 export type Target = { externalId: string } | { topic: string } | { segment: string } | { where: Record<string, unknown> };
 /** The workflow run step a message was sent from (its `$send` carries `runId` and `step`). */
@@ -126,8 +128,11 @@ export async function createMessage(
   const sendAtMs = input.sendAt?.atMs ?? null;
   const status: MessageStatus = sendAtMs ? 'scheduled' : 'queued';
   const lane = laneOf(input.to);
+  // the API's schema fills the default priority in; a workflow's send step gets the same here, so a
+  // message reads alike whoever sent it (probe T)
+  const content: MessageContent = { ...input.content, priority: input.content.priority ?? DEFAULT_PRIORITY };
   const fields: Record<string, string> = {
-    id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(input.content), createdAt: at, updatedAt: at,
+    id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(content), createdAt: at, updatedAt: at,
     sendAt: sendAtMs ? isoNow(sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}),
     // a caller's Idempotency-Key keeps the message past the retention (keys never expire; lua/expireMessages)
     idem: idempotency.key !== null && !input.run ? '1' : '0', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',

@@ -73,6 +73,7 @@ wf('a trigger starts a run that sleeps, branches on an attribute and sends once,
     return m.status === 'completed' ? m : null;
   }, 10_000);
   assert.is(message.content.title, 'Welcome, pro');
+  assert.is(message.content.priority, 'high', 'the default priority, as a message sent through the API gets it (probe T)');
   assert.equal(message.run, { runId: done.id, step: 'steps[1].then[0]', workflowId: created.body.data.id, workflow: 'welcome', versionId: created.body.data.versionId });
   assert.is(pushesTo(ctx, token).length, 1);
   const timeline = await waitFor('the run events on the timeline', async () => {
