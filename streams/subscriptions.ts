@@ -77,7 +77,6 @@ function givenFieldsOf(input: RegisterInput, all: Record<string, string>): Recor
   return Object.fromEntries(Object.entries(all).filter(([k]) => !left.has(k)));
 }
 
-/** 400 unless the handle fits the channel: a push subscription has a `token`, an email one an `address`. */
 /**
  * A registration as the client sent it, read: its `channel` filled in when left out (`push` for a
  * body with a `token` and no `address`, `email` for one with an `address` and no `token`: spec 4.4
@@ -95,6 +94,14 @@ export function readRegistration(input: RegistrationBody): RegisterInput {
 /** A registration as a client may send it: `channel` optional (readRegistration fills it in). */
 export type RegistrationBody = Omit<RegisterInput, 'channel'> & { channel?: RegisterInput['channel'] };
 
+/** Longest email address (spec 4.4, 8), as sent and as stored (lowercased). */
+const MAX_ADDRESS_LENGTH = 254;
+
+/**
+ * 400 unless the handle fits the channel: a push subscription has a `token`, an email one an
+ * `address`, whose lowercased form (what is stored) still fits the bound: a few characters lowercase
+ * to two (`İ` is `i` and U+0307).
+ */
 export function checkRegistration(input: RegisterInput): void {
   const wrong = (param: string, message: string) => new ApiError(400, 'validation', `${param}: ${message}`, { param, details: [{ param, message }] });
   if (!input.channel) throw wrong('channel', 'is required unless exactly one of token or address is given');
@@ -102,6 +109,7 @@ export function checkRegistration(input: RegisterInput): void {
   if (input.channel === 'email' && !input.address) throw wrong('address', 'is required for the email channel');
   if (input.channel === 'push' && input.address) throw wrong('address', 'is only for the email channel');
   if (input.channel === 'email' && (input.token || input.environment)) throw wrong(input.token ? 'token' : 'environment', 'is only for the push channel');
+  if (input.address && [...input.address.toLowerCase()].length > MAX_ADDRESS_LENGTH) throw wrong('address', `must be at most ${MAX_ADDRESS_LENGTH} characters once lowercased, as it is stored`);
 }
 
 /** The `subscription` of the `$subscription.*` stream events' data. */

@@ -154,6 +154,13 @@ r('a new registration answers what it stored and announces it once, with the sub
   assert.is(email.body.data.address, 'ada@example.com');
   assert.is(email.body.data.environment, null);
   assert.is(email.body.data.token, null);
+  // the bound holds for what is stored: İ lowercases to two characters (probe S2: 254 sent, 318 stored)
+  const domain = `${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(57)}.com`;
+  const growing = await api.post('/v1/client/subscriptions', pk, { externalId: 'fresh', channel: 'email', address: `${'İ'.repeat(64)}@${domain}` });
+  assert.equal([growing.status, growing.body.error?.code, growing.body.error?.param], [400, 'validation', 'address'], JSON.stringify(growing.body));
+  const fits = await api.post('/v1/client/subscriptions', pk, { externalId: 'fresh', channel: 'email', address: `${'A'.repeat(64)}@${domain}` });
+  assert.is(fits.status, 201, JSON.stringify(fits.body));
+  assert.is([...fits.body.data.address].length, 254);
 });
 
 r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on one key go as one hmset, stored as sent; an index member $SUB|x gets the subscriber id', async ({ service, boot }) => {
