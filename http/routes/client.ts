@@ -274,6 +274,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       subscriber deleted it before (deleting twice is fine; remembered for the event retention, `EVENT_RETENTION_DAYS`).
    *       A malformed id, an id this tenant never held (another tenant's included) or a widget of another subscriber is
    *       404 `not_found` (spec 2.3), with or without `externalId`; a known id without `externalId` is 400 `validation`.
+   *       409 is declared because spec 4.4 lists it for this route, but no state makes a delete conflict here.
    *     tags: [Client]
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
