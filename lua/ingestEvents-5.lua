@@ -23,9 +23,12 @@
        source, timestamp (ms), data (JSON text), caller id ('' for none), runId, messageId, step,
        provider ('' for none: only a Source's events, source webhook, have one)
 
-  Returns { -1 } when the inbox backlog is over the limit (nothing stored), else one item per event:
+  Returns { -1, length } when the inbox backlog is over the limit (nothing stored), else one item per
+  event, then one more:
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
+    { 3, length }                                   last: the inbox's length after the append (the caller keeps it
+                                                    to check a partition near the limit before its next write)
   A dedupe entry whose original is gone (its tenant-log entry trimmed out of the retention before the
   sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it. So
   has one whose original belongs to a deleted subscriber (spec 2.4: the id is unique per subscriber;
@@ -36,7 +39,8 @@
 -- @include "dedupeField"
 local rcall = redis.call
 local tenant, workspace, received = ARGV[1], ARGV[2], ARGV[3]
-if rcall('XLEN', KEYS[1]) > tonumber(ARGV[4]) then return { -1 } end
+local backlog = rcall('XLEN', KEYS[1])
+if backlog > tonumber(ARGV[4]) then return { -1, backlog } end
 local part = { inbox = KEYS[1], seq = KEYS[2], subs = KEYS[3], base = ARGV[5], tenant = tenant, workspace = workspace, received = received, receivedIso = ARGV[6] }
 
 -- The original event a dedupe entry points at, as meta JSON, a newline and its data, or nil when it is gone,
@@ -89,4 +93,5 @@ for i = 0, n - 1 do
     out[#out + 1] = { 1, seq, sub, createdSeq }
   end
 end
+out[#out + 1] = { 3, rcall('XLEN', KEYS[1]) }
 return out

@@ -27,7 +27,7 @@ export type StoredEvent = {
 export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' };
 export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number };
 
-type ScriptItem = [1, number, string, number] | [2, string];
+type ScriptItem = [1, number, string, number] | [2, string] | [3, number];
 
 const orNull = (s: string | undefined) => (s ? s : null);
 
@@ -45,7 +45,12 @@ function fromOriginal(externalId: string, original: string): StoredEvent {
 const MAX_EVENTS_PER_CALL = 500;
 
 type Request = { scope: Scope; events: NewEvent[]; done: (items: IngestedEvent[]) => void; fail: (err: unknown) => void };
-type Queue = { keys: Keys; requests: Request[]; scheduled: boolean };
+/** `lengths`: each partition inbox's length as the last script call on it answered (lua/ingestEvents). */
+type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number> };
+
+/** A partition whose last known inbox length is past this share of the limit is measured before a write. */
+const NEAR_BACKLOG = 0.9;
+const behind = () => new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
 
 // Requests waiting for the next flush, per client and key prefix.
 const queues = new WeakMap<Redis, Map<string, Queue>>();
@@ -64,7 +69,7 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
   let byPrefix = queues.get(redis);
   if (!byPrefix) queues.set(redis, (byPrefix = new Map()));
   let queue = byPrefix.get(keys.prefix);
-  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false }));
+  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false, lengths: new Map() }));
   const q = queue;
   return new Promise<IngestedEvent[]>((done, fail) => {
     q.requests.push({ scope, events, done, fail });
@@ -74,14 +79,55 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
       const requests = q.requests;
       q.requests = [];
       q.scheduled = false;
-      flush(redis, q.keys, requests).catch((err) => requests.forEach((r) => r.fail(err)));
+      refuseBehind(redis, q, requests)
+        .then((kept) => flush(redis, q, kept))
+        .catch((err) => requests.forEach((r) => r.fail(err)));
     });
   });
 }
 
 type Slot = { request: number; index: number };
 
-async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<void> {
+/**
+ * The inbox backlog refusal (503) of a whole request, before anything of it is written. The script
+ * refuses per partition, so a request spanning partitions would otherwise be stored in part when
+ * one of them is over the limit (probe X: 18 of 20 events of a refused batch stored; a retry without
+ * `id`s then stores them twice). The partitions a request touches whose last answered length is near
+ * the limit are measured first (one `XLEN` pipeline, only then), and a request touching one over it
+ * is refused whole. The script's own check stays, for what another web process filled meanwhile.
+ * Returns the requests to write.
+ */
+async function refuseBehind(redis: Redis, q: Queue, requests: Request[]): Promise<Request[]> {
+  // the usual case, no partition near the limit, costs a look at the known lengths (one per partition)
+  const least = Math.min(...requests.map(({ scope }) => scope.maxBacklog)) * NEAR_BACKLOG;
+  let anyNear = false;
+  for (const length of q.lengths.values()) if (length >= least) { anyNear = true; break; }
+  if (!anyNear) return requests;
+  const touched = requests.map(({ scope, events }) => new Set(events.map((e) => partitionOf(scope.tenantId, e.externalId, scope.partitions))));
+  const near = new Set<number>();
+  requests.forEach(({ scope }, i) => {
+    for (const p of touched[i]!) if ((q.lengths.get(p) ?? 0) >= scope.maxBacklog * NEAR_BACKLOG) near.add(p);
+  });
+  if (near.size === 0) return requests;
+  const measured = [...near];
+  const pipeline = redis.pipeline();
+  for (const p of measured) pipeline.xlen(q.keys.inbox(p));
+  const replies = (await pipeline.exec()) ?? [];
+  measured.forEach((p, k) => {
+    const [err, length] = replies[k] ?? [new Error('no reply from Redis'), null];
+    if (err) throw err;
+    q.lengths.set(p, Number(length));
+  });
+  return requests.filter((request, i) => {
+    const over = [...touched[i]!].some((p) => (q.lengths.get(p) ?? 0) > request.scope.maxBacklog);
+    if (over) request.fail(behind());
+    return !over;
+  });
+}
+
+async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void> {
+  if (requests.length === 0) return;
+  const keys = q.keys;
   const receivedMs = now();
   const receivedIso = isoNow(receivedMs);
   // groups by tenant and partition, each request's events in input order, requests in arrival order
@@ -98,7 +144,7 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
   // ids in input order, each event's `$subscriber.created` id just before its own (that event is
   // written first when the subscriber is new): the tenant log lists by (ms, id) (read-models.ts)
   const ids = requests.map(({ events }) => events.map(() => ({ created: newId('event', receivedMs), event: newId('event', receivedMs) })));
-  const calls: { keys: string[]; args: (string | number)[]; slots: Slot[] }[] = [];
+  const calls: { p: number; keys: string[]; args: (string | number)[]; slots: Slot[] }[] = [];
   for (const { scope, p, slots } of groups.values()) {
     for (let from = 0; from < slots.length; from += MAX_EVENTS_PER_CALL) {
       const part = slots.slice(from, from + MAX_EVENTS_PER_CALL);
@@ -108,7 +154,7 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
         const { created, event } = ids[request]![index]!;
         args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
       }
-      calls.push({ keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p)], args, slots: part });
+      calls.push({ p, keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p)], args, slots: part });
     }
   }
   // One call (a single event, or one subscriber's batch): no pipeline; an ioredis pipeline costs
@@ -125,8 +171,9 @@ async function flush(redis: Redis, keys: Keys, requests: Request[]): Promise<voi
   const failed = new Map<number, unknown>();
   calls.forEach((call, c) => {
     const [err, reply] = replies[c] ?? [new Error('no reply from Redis'), null];
-    const items = reply as ScriptItem[] | [-1];
-    const problem = err ?? (items[0] === -1 ? new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later') : null);
+    const items = reply as ScriptItem[] | [-1, number];
+    if (!err) q.lengths.set(call.p, items[0] === -1 ? (items[1] as number) : (items[items.length - 1] as ScriptItem)[1] as number);
+    const problem = err ?? (items[0] === -1 ? behind() : null);
     if (problem) {
       for (const { request } of call.slots) if (!failed.has(request)) failed.set(request, problem);
       return;

@@ -41,6 +41,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       `invalid_timestamp` (outside 7 days back / 1 hour ahead) or `event_data_too_large` (data over
    *       8 KB, status 400), with `details` naming each failing item (`events[3].name`).
    *       An unknown `externalId` creates the subscriber and writes `$subscriber.created` first.
+   *       503 `unavailable` when a partition the batch touches holds more than `INBOX_MAX_BACKLOG` entries:
+   *       retry the whole request (with event `id`s a retry is exact whatever was stored before).
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:

@@ -1,5 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { partitionOf } from '../../lib/partition.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
@@ -33,6 +34,23 @@ backlog('every route that ingests answers 503 unavailable over the backlog, and 
     const [method, path] = operation.split(' ') as [string, string];
     assert.ok(doc.paths[path][method.toLowerCase()].responses['503'], `${operation} declares 503`);
   }
+});
+
+backlog('a batch touching one partition over the backlog is refused whole: nothing of it is stored in the others (probe X)', async ({ api, service, tenantKey }) => {
+  const { redis, keys, config } = service;
+  const tenantId = (await api.get('/v1/whoami', tenantKey)).body.data.tenant.id as string;
+  const busy = partitionOf(tenantId, 'busy-1', config.partitions);
+  // 19 fresh subscribers in other partitions, and one event for the subscriber whose partition is full
+  const others = Array.from({ length: 400 }, (_, i) => `calm-${i}`).filter((x) => partitionOf(tenantId, x, config.partitions) !== busy).slice(0, 19);
+  const lengthsBefore = await Promise.all(others.map((x) => redis.xlen(keys.inbox(partitionOf(tenantId, x, config.partitions)))));
+  const events = [...others.map((externalId) => ({ externalId, name: 'order.placed' })), { externalId: 'busy-1', name: 'order.placed' }];
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const res = await api.post('/v1/events', tenantKey, { events });
+    assert.equal([res.status, res.body.error?.code], [503, 'unavailable'], `attempt ${attempt}`);
+  }
+  const lengthsAfter = await Promise.all(others.map((x) => redis.xlen(keys.inbox(partitionOf(tenantId, x, config.partitions)))));
+  assert.equal(lengthsAfter, lengthsBefore, 'no other partition got an entry');
+  for (const x of others.slice(0, 3)) assert.is((await api.get(`/v1/subscribers/${x}`, tenantKey)).status, 404, `${x} was not created`);
 });
 
 backlog.run();
