@@ -80,6 +80,8 @@ export function createKeys(prefix: string) {
     webhookInflight: (workspaceId: string) => `${w(workspaceId)}:whd-inflight`,
     /** hash attempt member → claim token of its current lease */
     webhookLeases: (workspaceId: string) => `${w(workspaceId)}:whd-leases`,
+    /** string written by `GET /v1/health` (expires in a minute): whether Redis takes writes */
+    healthProbe: `${prefix}health-probe`,
     /** hash `<role>:<host>:<pid>` → last heartbeat (ms) of every running process */
     processes: `${prefix}processes`,
     /** string: the deployment's HERALD_PARTITIONS, set by the first process to start */

@@ -77,7 +77,11 @@ export function describeTarget(target: RedisTarget): string {
   return url.toString();
 }
 
-/** True when `err` says Redis could not be reached (as opposed to a command or script error). */
+/**
+ * True when `err` says Redis could not be reached or cannot take writes for now (as opposed to a
+ * command or script error): its memory is full (`maxmemory` with `noeviction`: `OOM`), its snapshots
+ * fail (`MISCONF`), it is a replica (`READONLY`) or loading. Answered 503 `unavailable`, retried.
+ */
 export function isRedisUnavailable(err: unknown): boolean {
-  return (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out/i.test(String((err as Error)?.message));
+  return (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF/i.test(String((err as Error)?.message));
 }

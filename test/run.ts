@@ -52,7 +52,12 @@ async function runFile(file: string): Promise<Outcome> {
   const plain = printed.replace(/\x1b\[[0-9;]*m/g, '');
   const count = (label: string) => Number(new RegExp(`${label}:\\s+(\\d+)`).exec(plain)?.[1] ?? 0);
   // uvu's Total leaves skipped tests out; its totals block is replaced by the sum over all files
-  const output = `${printed.replace(/\n\s*Total:[\s\S]*$/, '').trimEnd()}\n\n`;
+  let output = `${printed.replace(/\n\s*Total:[\s\S]*$/, '').trimEnd()}\n\n`;
+  // a suite whose `before` hook throws counts its tests failed without a word (uvu's runner returns
+  // from its finally block, which drops the error): say so, so the failure is not a mystery
+  if (count('Passed') < count('Total') && !plain.includes('FAIL')) {
+    output += `  (no test failed by itself: a suite's before or after hook threw, and uvu does not print its error;\n   wrap that hook's body in try/catch and log the error to see it)\n\n`;
+  }
   return { file, passed: count('Passed'), total: count('Total'), skipped: count('Skipped'), output, ms: Date.now() - started };
 }
 

@@ -18,8 +18,10 @@ export function registerHealth(router: Router, deps: AppDeps): void {
    *     summary: Service health
    *     description: No credential. Redis reachability and round-trip latency, version, and live processes per role
    *       (every role listed, 0 when none has announced itself in the last 15 seconds).
-   *       Status `ok` when Redis answers and every role has a live process; `degraded` (still 200) when a role has
-   *       none (with no worker, events are accepted but not processed; with no dispatcher nothing is delivered);
+   *       Status `ok` when Redis answers and takes writes and every role has a live process; `degraded` (still 200)
+   *       when Redis refuses writes (`redis.writable` false, as when its memory is full, its snapshots fail or it is
+   *       a replica; writes are then answered 503) or a role has none (with no worker, events are accepted but not processed; with no
+   *       dispatcher nothing is delivered);
    *       When Redis does not answer, 503 `unavailable` in the error envelope (`success` false, `data` null, spec 2.1).
    *     tags: [Health]
    *     security: []
@@ -32,6 +34,7 @@ export function registerHealth(router: Router, deps: AppDeps): void {
   router.get('/v1/health', async (ctx) => {
     const started = process.hrtime.bigint();
     let reachable = true;
+    let writeError: string | null = null;
     const roles: Record<string, number> = Object.fromEntries(ROLES.map((role) => [role, 0]));
     try {
       await Promise.race([deps.redis.ping(), new Promise((_, fail) => setTimeout(() => fail(new Error('timeout')), 1_000).unref())]);
@@ -39,14 +42,23 @@ export function registerHealth(router: Router, deps: AppDeps): void {
     } catch {
       reachable = false;
     }
+    const latencyMs = Number(process.hrtime.bigint() - started) / 1e6;
+    // a Redis that answers but refuses writes (memory full, probe X) stops every role's heartbeat too:
+    // say why, so an operator does not restart healthy processes
+    if (reachable) {
+      try {
+        await deps.redis.set(deps.keys.healthProbe, String(now()), 'PX', 60_000);
+      } catch (err) {
+        writeError = (err as Error).message;
+      }
+    }
     // an error like any other (spec 2.1: success false, data null); clients retry a 5xx (Part 7)
     if (!reachable) throw new ApiError(503, 'unavailable', 'Redis does not answer within 1 s: the service cannot take or process requests; retry later');
-    const latencyMs = Number(process.hrtime.bigint() - started) / 1e6;
     const everyRole = ROLES.every((role) => roles[role]! > 0);
     respond(ctx, 200, {
-      status: everyRole ? 'ok' : 'degraded',
+      status: everyRole && writeError === null ? 'ok' : 'degraded',
       version: VERSION,
-      redis: { reachable, latencyMs: Math.round(latencyMs * 1000) / 1000 },
+      redis: { reachable, latencyMs: Math.round(latencyMs * 1000) / 1000, writable: writeError === null, writeError },
       roles,
       uptimeSeconds: Math.floor((now() - startedAt) / 1000),
     });

@@ -65,13 +65,18 @@ export const Health: Schema = {
   additionalProperties: false,
   required: ['status', 'version', 'redis', 'roles', 'uptimeSeconds'],
   properties: {
-    status: { type: 'string', enum: ['ok', 'degraded'], description: '`ok`: every role has a live process; `degraded`: a role has none. (Redis not answering is 503 `unavailable`, an error.)' },
+    status: { type: 'string', enum: ['ok', 'degraded'], description: '`ok`: Redis takes writes and every role has a live process; `degraded`: Redis refuses writes (`redis.writeError`) or a role has none. (Redis not answering is 503 `unavailable`, an error.)' },
     version: { type: 'string' },
     redis: {
       type: 'object',
       additionalProperties: false,
-      required: ['reachable', 'latencyMs'],
-      properties: { reachable: { type: 'boolean', description: 'Always true in a 200 answer: an unreachable Redis is 503 `unavailable`.' }, latencyMs: { type: 'number', nullable: true } },
+      required: ['reachable', 'latencyMs', 'writable', 'writeError'],
+      properties: {
+        reachable: { type: 'boolean', description: 'Always true in a 200 answer: an unreachable Redis is 503 `unavailable`.' },
+        latencyMs: { type: 'number', nullable: true },
+        writable: { type: 'boolean', description: 'Whether Redis took a small write: false when its memory is full (`maxmemory` with `noeviction`), its snapshots fail, or it is a replica. Writes are then answered 503 `unavailable`, and heartbeats are not recorded, so `roles` may read 0.' },
+        writeError: { type: 'string', nullable: true, description: 'Redis\'s answer to that write when it refused it (`OOM command not allowed…`), else null.' },
+      },
     },
     roles: {
       type: 'object',

@@ -103,6 +103,34 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
   assert.is(events.status, 200);
 });
 
+outage('a Redis whose memory is full answers writes 503 unavailable, health says it refuses writes, and all carries on once it has room (probe X)', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/events', key, { externalId: 'full-1', name: 'before.full' })).status, 202);
+  const admin = ctx.service.redis;
+  await admin.config('SET', 'maxmemory-policy', 'noeviction');
+  await admin.config('SET', 'maxmemory', '1');
+  try {
+    for (const [what, call] of [
+      ['POST /v1/events', () => api.post('/v1/events', key, { externalId: 'full-1', name: 'during.full' })],
+      ['POST /v1/subscribers', () => api.post('/v1/subscribers', key, { externalId: 'full-2' })],
+    ] as const) {
+      const reply = await within(5_000, what, call);
+      assert.equal([reply.status, reply.body.error?.code], [503, 'unavailable'], `${what}: ${reply.text}`);
+    }
+    assert.is((await api.get('/v1/events', key)).status, 200, 'reads go on');
+    const health = await api.get('/v1/health');
+    assert.is(health.status, 200);
+    assert.is(health.body.data.status, 'degraded');
+    assert.is(health.body.data.redis.writable, false);
+    assert.match(health.body.data.redis.writeError, /^OOM/);
+  } finally {
+    await admin.config('SET', 'maxmemory', '0');
+  }
+  const health = await api.get('/v1/health');
+  assert.equal([health.body.data.redis.writable, health.body.data.redis.writeError], [true, null]);
+  assert.is((await api.post('/v1/events', key, { externalId: 'full-1', name: 'after.full' })).status, 202);
+});
+
 outage('a Redis that stalls with its connection open (paused) is answered 503 after the web\'s 5 s command limit, not for the whole stall', async (ctx) => {
   const { api, key } = ctx;
   assert.is((await api.post('/v1/events', key, { externalId: 'stall-1', name: 'before.stall' })).status, 202);
