@@ -2,6 +2,7 @@ import { Ajv, type ErrorObject, type SchemaValidateFunction, type ValidateFuncti
 import addFormatsModule from 'ajv-formats';
 import { validationError, type ErrorDetail } from './errors.js';
 import { allSchemas, type Schema } from './schemas/index.js';
+import { isTimeZone } from './time-zones.js';
 
 // ajv-formats ships CommonJS with a default export property
 const addFormats = ((addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ?? addFormatsModule) as unknown as (ajv: Ajv) => Ajv;
@@ -34,16 +35,6 @@ export function createAjv(schemas: Record<string, Schema>, options: { coerceType
   ajv.addKeyword({ keyword: 'x-timeZone', type: 'string', schemaType: 'boolean', validate: timeZone, errors: true });
   ajv.addSchema({ $id: ROOT, components: { schemas } });
   return ajv;
-}
-
-/** Whether `value` names a time zone this runtime knows (IANA). */
-function isTimeZone(value: string): boolean {
-  try {
-    new Intl.DateTimeFormat('en', { timeZone: value });
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const bodies = createAjv(allSchemas());

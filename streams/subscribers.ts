@@ -3,6 +3,7 @@ import { isoNow, now } from '../lib/clock.js';
 import { notFound, validationError } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import { recordOf } from '../lib/field-list.js';
+import { timeZoneAsNamed } from '../lib/time-zones.js';
 import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { diff, sameJson } from './ledger.js';
@@ -85,8 +86,9 @@ function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Sub
   return {
     email: input.email === undefined ? base.email : input.email,
     phone: input.phone === undefined ? base.phone : input.phone,
-    locale: input.locale === undefined ? base.locale : input.locale,
-    timezone: input.timezone === undefined ? base.timezone : input.timezone,
+    // BCP 47 separates subtags with `-`; iOS's Locale.identifier writes `en_US`: one spelling stored
+    locale: input.locale === undefined ? base.locale : input.locale === null ? null : input.locale.replaceAll('_', '-'),
+    timezone: input.timezone === undefined ? base.timezone : input.timezone === null ? null : timeZoneAsNamed(input.timezone),
     properties,
   };
 }

@@ -6,7 +6,7 @@ const nullableString = (maxLength: number, extra: Schema = {}): Schema => ({ typ
 const attributes: Record<string, Schema> = {
   email: nullableString(254, { format: 'email' }),
   phone: nullableString(16, { pattern: '^\\+[1-9][0-9]{1,14}$', description: 'E.164, e.g. +14155550100.' }),
-  locale: nullableString(35, { pattern: '^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*$', description: 'BCP 47, e.g. en-US.' }),
+  locale: nullableString(35, { pattern: '^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$', description: 'BCP 47, e.g. en-US (extensions such as en-US-u-ca-gregory included). An `_` separator, as Apple and Java write locales (en_US), is stored as `-` (en-US).' }),
   timezone: nullableString(64, { 'x-timeZone': true, description: 'IANA time zone, e.g. Europe/Paris.' }),
   properties: {
     type: 'object', nullable: true,

@@ -33,6 +33,20 @@ subs('POST creates a subscriber (201) and writes $subscriber.created once', asyn
   assert.equal(names(await inboxEvents(service, tenantId, 'ada')), ['$subscriber.created'], 'an unchanged upsert writes nothing');
 });
 
+subs('a time zone is stored as IANA writes it whatever the case it was sent in (an alias as sent); a locale written with _ is stored with -, and BCP 47 extensions are taken (probe U)', async ({ api, key, service, tenantId }) => {
+  const lower = await api.post('/v1/subscribers', key, { externalId: 'tz-1', timezone: 'europe/paris' });
+  assert.is(lower.body.data.timezone, 'Europe/Paris');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: 'EUROPE/PARIS' })).body.data.timezone, 'Europe/Paris');
+  assert.equal(names(await inboxEvents(service, tenantId, 'tz-1')), ['$subscriber.created'], 'the same zone in another case changes nothing');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: 'utc' })).body.data.timezone, 'UTC');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: 'Asia/Kolkata' })).body.data.timezone, 'Asia/Kolkata', 'an alias as sent');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: null })).body.data.timezone, null);
+
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en_US' })).body.data.locale, 'en-US', 'an Apple-style locale is stored with -');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en-US-u-ca-gregory' })).body.data.locale, 'en-US-u-ca-gregory', 'BCP 47 extensions are well-formed tags');
+  assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en-US-x-twain' })).body.data.locale, 'en-US-x-twain');
+});
+
 subs('an update writes $subscriber.updated with only the changed fields, and nothing when nothing changes', async ({ api, key, service, tenantId }) => {
   await api.post('/v1/subscribers', key, { externalId: 'bob', email: 'bob@example.com', properties: { plan: 'free', seats: 1 } });
   const res = await api.patch('/v1/subscribers/bob', key, { phone: '+14155550100', properties: { plan: 'pro', seats: null } });
