@@ -41,7 +41,6 @@ subs('a time zone is stored as IANA writes it whatever the case it was sent in (
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: 'utc' })).body.data.timezone, 'UTC');
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: 'Asia/Kolkata' })).body.data.timezone, 'Asia/Kolkata', 'an alias as sent');
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: null })).body.data.timezone, null);
-
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en_US' })).body.data.locale, 'en-US', 'an Apple-style locale is stored with -');
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en-US-u-ca-gregory' })).body.data.locale, 'en-US-u-ca-gregory', 'BCP 47 extensions are well-formed tags');
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en-US-x-twain' })).body.data.locale, 'en-US-x-twain');
