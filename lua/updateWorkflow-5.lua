@@ -16,20 +16,23 @@
   ARGV[3] the new version's id, '' when the definition does not change
   ARGV[4] the new definition (JSON), '' when it does not change
   ARGV[5] audit intent token, ARGV[6] audit intent (recorded when something changed)
-  ARGV[7] number of fields F, then F groups of 2: field, value ('' for none)
+  ARGV[7] most versions a workflow keeps (a new version beyond is refused)
+  ARGV[8] number of fields F, then F groups of 2: field, value ('' for none)
 
   Returns { 1, before, after } (records as HGETALL's flat list) when applied,
           { 0 } when the workflow does not exist, { -1 } when its current version moved on
-          (nothing written: recompute and retry).
+          (nothing written: recompute and retry), { -2 } when a new version would pass ARGV[7]
+          (nothing written).
 ]]
 -- @include "recordAudit"
 local rcall = redis.call
 if rcall('EXISTS', KEYS[1]) == 0 then return { 0 } end
 if rcall('HGET', KEYS[1], 'versionId') ~= ARGV[2] then return { -1 } end
+if ARGV[3] ~= '' and rcall('ZCARD', KEYS[2]) >= tonumber(ARGV[7]) then return { -2 } end
 local before = rcall('HGETALL', KEYS[1])
 local changed = false
-for i = 0, tonumber(ARGV[7]) - 1 do
-  local field, value = ARGV[8 + i * 2], ARGV[9 + i * 2]
+for i = 0, tonumber(ARGV[8]) - 1 do
+  local field, value = ARGV[9 + i * 2], ARGV[10 + i * 2]
   if rcall('HGET', KEYS[1], field) ~= value then
     rcall('HSET', KEYS[1], field, value)
     changed = true

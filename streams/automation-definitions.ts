@@ -57,11 +57,16 @@ export const STATE_EVENT_NAMES = [
   '$subscription.registered', '$subscription.muted', '$subscription.unmuted', '$subscription.removed', '$subscription.invalidated',
 ] as const;
 
-/** Versions per workflow whose `wait` and `cancelOn` names are watched (runs of older ones miss them). */
-export const WATCHED_VERSIONS = 100;
+/**
+ * Most versions one workflow keeps: a change of its definition beyond is 409 `conflict`. Every
+ * version's `wait` and `cancelOn` names are watched, since a run keeps its version until it ends
+ * (until session 44 only the newest 100 of an unbounded list were, and a run of an older one missed
+ * its events: probe W).
+ */
+export const MAX_VERSIONS = 100;
 
 /**
- * A deleted workflow's `wait` and `cancelOn` names (those of its newest WATCHED_VERSIONS versions)
+ * A deleted workflow's `wait` and `cancelOn` names (those of all its versions, at most MAX_VERSIONS)
  * stay watched this long after the delete (`keys.workflowGoneNames`, members `<workflow id>|<name>`), so the event an active run of
  * it waits for reaches the run and cancels it (`workflow_deleted`). By then every such run has met
  * its next step (a sleep or a wait's timeout lasts at most 90 days) and was canceled; a day more
@@ -239,7 +244,7 @@ export class DefinitionsCache {
     if (workflowRecords.length || goneNames.length) relevant.add('$subscriber.deleted');
     for (const wf of workflows) if (wf.enabled) relevant.add(wf.definition.trigger.event);
     // every version that may still have runs: their waits and cancelOn
-    const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, WATCHED_VERSIONS - 1)));
+    const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, MAX_VERSIONS - 1)));
     const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
     for (const v of all) if (v) watchedNames(v.definition, relevant);
     // deleted workflows' waits and cancelOn (members `<workflow id>|<name>`): the event reaches their runs, which it cancels

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, MAX_WORKFLOWS, WATCHED_VERSIONS, watchedNames } from './automation-definitions.js';
+import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, MAX_VERSIONS, MAX_WORKFLOWS, watchedNames } from './automation-definitions.js';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
@@ -176,9 +176,12 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
     const reply = await callScript<UpdateReply>(
       redis, 'updateWorkflow',
       [keys.workflow(tenantId, current.id), keys.workflowVersions(tenantId, current.id), keys.workflowVersion(tenantId, versionId || current.versionId), keys.automationVersion(tenantId), intent.key],
-      [at, current.versionId, versionId, changesDefinition ? JSON.stringify(next) : '', intent.token, intent.json, String(fields.length), ...fields.flat()],
+      [at, current.versionId, versionId, changesDefinition ? JSON.stringify(next) : '', intent.token, intent.json, MAX_VERSIONS, String(fields.length), ...fields.flat()],
     );
     if (reply[0] === -1) continue; // another change made a new version first: recompute from it
+    if (reply[0] === -2) {
+      throw new ApiError(409, 'conflict', `A workflow keeps at most ${MAX_VERSIONS} versions (every run keeps its own until it ends); create a new workflow for further changes of trigger, steps or cancelOn`);
+    }
     if (reply[0] !== 1) throw notFound('Workflow');
     const drafts = WORKFLOW_AUDITS['workflow.update'](input, reply);
     if (drafts.length) await settleAudit(redis, keys, intent, drafts);
@@ -203,7 +206,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   for (let attempt = 0; attempt < UPDATE_ATTEMPTS && reply[0] === -1; attempt++) {
     // the record before the version list: a version made in between changes the current version id,
     // which the script compares, so the names below never miss a version the delete removes
-    const read = await redis.pipeline().hget(keys.workflow(tenantId, id), 'versionId').zrevrange(keys.workflowVersions(tenantId, id), 0, WATCHED_VERSIONS - 1).exec();
+    const read = await redis.pipeline().hget(keys.workflow(tenantId, id), 'versionId').zrevrange(keys.workflowVersions(tenantId, id), 0, MAX_VERSIONS - 1).exec();
     const [[recordErr, currentVersionId], [listErr, versionIds]] = read as [[Error | null, string | null], [Error | null, string[]]];
     if (recordErr || listErr) throw recordErr ?? listErr;
     if (!currentVersionId) throw notFound('Workflow');

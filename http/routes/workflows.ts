@@ -138,7 +138,9 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
-   *       '409': { $ref: '#/components/responses/Error' }
+   *       '409':
+   *         description: 'A change of the definition that would make a 101st version: a workflow keeps at most 100 (create a new workflow for more)'
+   *         content: { application/json: { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: deleteWorkflow

@@ -7,6 +7,7 @@ import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES } from '../../streams/automation-def
 import { callScript } from '../../streams/lua-scripts.js';
 import { WORKFLOW_AUDITS, type Workflow } from '../../streams/workflows.js';
 import { assertSweptOnce, startDiedWriterCtx, tenantIntent, type DiedWriterCtx } from '../helpers/audit.js';
+import { MAX_VERSIONS } from '../../streams/automation-definitions.js';
 
 type Ctx = DiedWriterCtx;
 const died = suite<Ctx>('workflow writes whose writer died after the script');
@@ -29,7 +30,7 @@ async function updateAndDie(ctx: Ctx, current: Workflow, fields: string[], next:
   const intent = tenantIntent(ctx, 'workflow.update', input);
   const reply = await callScript<[number, string[], string[]]>(redis, 'updateWorkflow',
     [keys.workflow(tenantId, current.id), keys.workflowVersions(tenantId, current.id), keys.workflowVersion(tenantId, versionId || current.versionId), keys.automationVersion(tenantId), intent.key],
-    [isoNow(), current.versionId, versionId, next ? JSON.stringify({ trigger: next.trigger, steps: next.steps }) : '', intent.token, intent.json, String(fields.length / 2), ...fields]);
+    [isoNow(), current.versionId, versionId, next ? JSON.stringify({ trigger: next.trigger, steps: next.steps }) : '', intent.token, intent.json, MAX_VERSIONS, String(fields.length / 2), ...fields]);
   return { intent, reply, expected: WORKFLOW_AUDITS['workflow.update'](input, reply) };
 }
 

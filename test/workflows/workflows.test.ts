@@ -202,6 +202,22 @@ workflows('the list is newest first with total and keyset pages that join into t
   assert.equal(seen, [...slugs].reverse());
 });
 
+workflows('a workflow keeps at most 100 versions: the change that would make the 101st is 409 conflict and writes nothing; other fields still change (probe W)', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/workflows', key, body('many-versions'))).status, 201);
+  for (let n = 2; n <= 100; n++) {
+    const res = await api.patch('/v1/workflows/many-versions', key, { steps: [{ type: 'sleep', duration: `${n}s` }] });
+    assert.is(res.body.data?.version, n, JSON.stringify(res.body.error));
+  }
+  const refused = await api.patch('/v1/workflows/many-versions', key, { name: 'Too many', steps: [{ type: 'sleep', duration: '101s' }] });
+  assert.equal([refused.status, refused.body.error?.code], [409, 'conflict']);
+  const after = (await api.get('/v1/workflows/many-versions', key)).body.data;
+  assert.equal([after.version, after.name, after.steps], [100, null, [{ type: 'sleep', duration: '100s' }]], 'nothing of the refused change was written');
+  assert.is((await api.get('/v1/workflows/many-versions/versions?limit=1', key)).body.data.total, 100);
+  const renamed = await api.patch('/v1/workflows/many-versions', key, { name: 'Renamed', enabled: false });
+  assert.equal([renamed.status, renamed.body.data.name, renamed.body.data.version], [200, 'Renamed', 100]);
+});
+
 workflows('a definition change makes a new version; old versions stay as they were; other changes keep the version', async (ctx) => {
   const { api, key } = ctx;
   const created = (await api.post('/v1/workflows', key, body('versioned', { name: 'First' }))).body.data;
