@@ -80,6 +80,17 @@ function where(value: unknown, param: string, ctx: Ctx): void {
   ctx.details.push(...validateExpression(value, param, { eventProperties: true }));
 }
 
+/**
+ * A deleted subscriber runs nothing: its runs are canceled with it (reason `subscriber_deleted`)
+ * before its `$subscriber.deleted` could start, resume or cancel one, so naming that event as a
+ * trigger, a wait or a cancelOn could never take effect.
+ */
+function neverDeleted(event: unknown, param: string, what: string, ctx: Ctx): void {
+  if (event !== '$subscriber.deleted') return;
+  const why = what === 'trigger' ? 'a deleted subscriber runs no workflow (use a webhook on subscriber.deleted)' : 'deleting the subscriber already cancels its runs (reason subscriber_deleted)';
+  ctx.details.push({ param, message: `cannot be $subscriber.deleted: ${why}` });
+}
+
 /** `trigger` and `cancelOn`: `{ event, where? }`. */
 function eventSpec(value: unknown, path: string, what: string, ctx: Ctx): void {
   if (value === undefined) {
@@ -92,8 +103,7 @@ function eventSpec(value: unknown, path: string, what: string, ctx: Ctx): void {
   }
   for (const key of Object.keys(value)) if (key !== 'event' && key !== 'where') ctx.details.push({ param: `${path}.${key}`, message: 'is not an allowed field' });
   eventName(value.event, `${path}.event`, ctx);
-  // a deleted subscriber runs nothing (its runs are canceled with it): a run it triggered could never start
-  if (what === 'trigger' && value.event === '$subscriber.deleted') ctx.details.push({ param: `${path}.event`, message: 'cannot be $subscriber.deleted: a deleted subscriber runs no workflow (use a webhook on subscriber.deleted)' });
+  neverDeleted(value.event, `${path}.event`, what, ctx);
   if (value.where !== undefined) where(value.where, `${path}.where`, ctx);
 }
 
@@ -162,6 +172,7 @@ function stepOf(step: unknown, path: string, depth: number, ctx: Ctx): void {
       return;
     case 'wait':
       if (step.event !== undefined) eventName(step.event, `${path}.event`, ctx);
+      neverDeleted(step.event, `${path}.event`, 'wait', ctx);
       if (step.where !== undefined) where(step.where, `${path}.where`, ctx);
       if (step.timeout !== undefined) duration(step.timeout, `${path}.timeout`, ctx);
       if (step.onEvent !== undefined) stepList(step.onEvent, `${path}.onEvent`, depth + 1, ctx);

@@ -100,6 +100,9 @@ workflows('problems in a definition are validation details with exact paths, all
     [{ trigger: { event: 'a' }, steps: [{ type: 'wait', event: 'order.$x', timeout: '1h' }] }, 'steps[0].event'],
     [{ trigger: { event: 'a', where: { event: 'x$y' } }, steps: WELCOME }, 'trigger.where.event'],
     [{ trigger: { event: '$subscriber.deleted' }, steps: WELCOME }, 'trigger.event'],
+    // nor can it resume or cancel a run: deleting the subscriber cancels its runs first (probe W)
+    [{ trigger: { event: 'a' }, steps: [{ type: 'wait', event: '$subscriber.deleted', timeout: '1h' }] }, 'steps[0].event'],
+    [{ trigger: { event: 'a' }, steps: WELCOME, cancelOn: { event: '$subscriber.deleted' } }, 'cancelOn.event'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'sleep', duration: '91d' }] }] }, 'steps[0].then[0].duration'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'sleep', duration: '0s' }] }, 'steps[0].duration'],
     [{ trigger: { event: 'a' }, steps: [{ type: 'sleep', duration: 90 }] }, 'steps[0].duration'],
