@@ -123,10 +123,9 @@ function stepList(value: unknown, path: string, depth: number, ctx: Ctx): void {
     ctx.details.push({ param: path, message: depth === 1 ? 'must hold at least one step' : 'is empty: a step list references nothing; leave it out instead' });
     return;
   }
-  if (depth > MAX_NESTING) {
-    ctx.details.push({ param: path, message: `nests steps deeper than ${MAX_NESTING} levels` });
-    return;
-  }
+  // said once, at the first list too deep; its steps are still checked and counted, so every problem
+  // comes at once (a body nests 64 levels at most, docs/architecture.md, which bounds this recursion)
+  if (depth === MAX_NESTING + 1) ctx.details.push({ param: path, message: `nests steps deeper than ${MAX_NESTING} levels` });
   let exitAt: string | null = null;
   let unreachable = false;
   value.forEach((step, i) => {

@@ -138,6 +138,10 @@ workflows('problems in a definition are validation details with exact paths, all
   const nest = (n: number): unknown[] => (n === 0 ? [{ type: 'exit' }] : [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: nest(n - 1) }]);
   const deep = await api.post('/v1/workflows', key, { slug: 'invalid', trigger: { event: 'a' }, steps: nest(5) });
   assert.equal(deep.body.error.details.map((d: any) => d.param), ['steps[0].then[0].then[0].then[0].then[0].then']);
+  // the too-deep list's own steps are still checked: every problem at once (probe W)
+  const deepAndBad = await api.post('/v1/workflows', key, { slug: 'invalid', trigger: { event: 'a' }, steps: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'sleep', duration: 'soon' }, { type: 'branch', if: { attribute: 'a', eq: 1 }, then: [{ type: 'exit' }] }] }] }] }] }] }] });
+  const inner = 'steps[0].then[0].then[0].then[0].then[0].then';
+  assert.equal(deepAndBad.body.error.details.map((d: any) => d.param), [inner, `${inner}[0].duration`], 'the depth once, then what is wrong inside');
 
   const many = await api.post('/v1/workflows', key, {
     slug: 'x', trigger: { event: 'a', where: { attribute: 'p' } },
