@@ -351,7 +351,12 @@ export class StreamConsumer {
         if (overlap > 0 && this.busy.size > 0) {
           readable = this.busy.size < overlap ? streams.filter((s) => !this.busy.has(s)) : [];
           if (readable.length === 0) {
-            await Promise.race(this.busy.values());
+            // at the overlap: the next free slot; below it, every known stream is busy, and a stream
+            // the source lists meanwhile (a tenant's first message) must not wait for one of those
+            // batches to end (probe V: 25 s, and minutes behind a push that never ended)
+            const waits: Promise<unknown>[] = [...this.busy.values()];
+            if (this.busy.size < overlap) waits.push(new Promise((r) => setTimeout(r, IDLE_SLEEP_MS)));
+            await Promise.race(waits);
             continue;
           }
         }

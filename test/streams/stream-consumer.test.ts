@@ -228,4 +228,45 @@ test('with overlapStreams, one stream\'s slow batch does not hold up another str
   }
 });
 
+/**
+ * Probe V: when every stream the source listed was busy (below the overlap), the loop waited for one
+ * of those batches to end before it looked at the source again, so a stream listed meanwhile (a
+ * tenant's first message) waited for it: 25 s behind pushes that timed out, for ever behind one that
+ * never ended. It is read within the idle sleep now.
+ */
+test('with overlapStreams, a stream the source lists while every known one is busy is read at once', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const prefix = uniquePrefix('consumer-new-stream');
+  const [slow, late] = [`${prefix}slow`, `${prefix}late`];
+  let release!: () => void;
+  const held = new Promise<void>((done) => (release = done));
+  const listed = [slow];
+  const handled: string[] = [];
+  const c = new StreamConsumer({
+    redis, blocking, group: 'overlap', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, overlapStreams: 4,
+    source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [...listed] },
+    handle: async (stream, entries) => {
+      if (stream === slow) await held;
+      handled.push(...entries.map((e) => `${stream === slow ? 'slow' : 'late'}:${e.fields.n}`));
+    },
+  });
+  try {
+    await redis.xadd(slow, '*', 'n', '1');
+    c.start();
+    await new Promise((r) => setTimeout(r, 300)); // the only known stream's batch is taken and held
+    await redis.xadd(late, '*', 'n', '1');
+    listed.push(late);
+    await waitFor('the newly listed stream read while the other batch is held', async () => handled.includes('late:1'), 3_000, 20);
+    assert.not.ok(handled.includes('slow:1'));
+  } finally {
+    release();
+    await c.stop();
+    await redis.del(slow, late);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
