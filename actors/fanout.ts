@@ -200,17 +200,29 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     if (outcomes.length === 0) return;
     writes.push(settle(ctx, scope.tenantId, outcomes.splice(0)).catch((err: unknown) => void (failure ??= err)));
   };
-  const results = await pusher.sendAll(toSend.map(({ d, message, content }) => ({
-    tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
-  })), (i, result) => {
-    outcomes.push(outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result));
+  const record = (outcome: Outcome) => {
+    outcomes.push(outcome);
     if (outcomes.length >= SETTLE_EVERY) flush();
     else timer ??= setTimeout(flush, SETTLE_WITHIN_MS);
+  };
+  // A dead token (410, BadDeviceToken) disables its subscription as soon as APNs says so, and before
+  // its delivery is recorded: a dispatcher killed in between resends that push on resume (APNs
+  // answers the same, the invalidation is written once), never leaves the token enabled; and later
+  // messages skip it from then on, not from the chunk's end (probe V: both, with one slow push).
+  const invalidations: Promise<void>[] = [];
+  await pusher.sendAll(toSend.map(({ d, message, content }) => ({
+    tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
+  })), (i, result) => {
+    const outcome = outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result);
+    if (!result.tokenInvalid) return record(outcome);
+    const s = toSend[i]!.d.subscription!;
+    invalidations.push(invalidateSubscription(redis, keys, scope, s.externalId, s.id, result.reason ?? 'invalid_token')
+      .then(() => record(outcome), (err: unknown) => void (failure ??= err)));
   }, ctx.signal);
+  await Promise.all(invalidations);
   flush();
   await Promise.all(writes);
   if (failure) throw failure;
-  await Promise.all(toSend.map(({ d }, i) => (results[i]?.tokenInvalid ? invalidateSubscription(redis, keys, scope, d.subscription!.externalId, d.subscription!.id, results[i]!.reason ?? 'invalid_token') : null)));
 }
 
 /** Answers recorded together at most: one settleDeliveries call per this many, or per SETTLE_WITHIN_MS. */

@@ -198,6 +198,24 @@ m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates t
   assert.is((await finished(ctx, next.body.data.id)).counts.skipped, 2, 'invalidated tokens are skipped afterwards');
 });
 
+m('a dead token is invalidated as soon as APNs says so, before the delivery is recorded, not when the slowest push of its chunk answers (probe V)', async (ctx) => {
+  const dead = await device(ctx, 'half-gone');
+  const slow = await device(ctx, 'half-gone');
+  ctx.peer.respondWith({ token: dead.token, status: 410, reason: 'Unregistered' });
+  ctx.peer.respondWith({ token: slow.token, delayMs: 3_000, times: 1 });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'half-gone', title: 't', body: 'b' });
+  // while the slow push is still out, the dead one is already disabled, and its delivery says why
+  const invalidated = await waitFor('the dead token disabled', async () => {
+    const subs = (await ctx.api.get('/v1/subscribers/half-gone/subscriptions', ctx.key)).body.data.items as any[];
+    return subs.find((s) => s.id === dead.id && s.invalidatedAt) ?? null;
+  }, 2_500, 50);
+  assert.is(invalidated.enabled, false);
+  assert.is((await ctx.api.get(`/v1/messages/${res.body.data.id}`, ctx.key)).body.data.status, 'sending', 'the slow push is still out');
+  const done = await finished(ctx, res.body.data.id);
+  assert.equal([done.counts.sent, done.counts.failed], [1, 1]);
+  assert.is(names(await inboxEvents(ctx.service, ctx.tenantId, 'half-gone')).filter((n) => n === '$subscription.invalidated').length, 1);
+});
+
 m('APNs 429 and 5xx are retried with backoff', async (ctx) => {
   const d = await device(ctx, 'busy');
   ctx.peer.respondWith({ token: d.token, status: 429, reason: 'TooManyRequests', times: 1 });
