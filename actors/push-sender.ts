@@ -55,16 +55,18 @@ const MAX_BACKOFF_MS = 30_000;
 /**
  * How long a tenant's providers and limiter are kept unused before they are closed. Well over the
  * limiter's one-second reservoir refresh, so a tenant's new limiter (full reservoir) lets no more
- * through than the old one would have.
+ * through than the old one would have; and over Apple's 20 minutes between two provider tokens: a new
+ * provider signs a new token, so a tenant sending every few minutes kept getting one with 5 minutes
+ * (probe V), and APNs answers 403 TooManyProviderTokenUpdates to tokens refreshed more often.
  */
-const IDLE_MS = 5 * 60_000;
+const IDLE_MS = 30 * 60_000;
 const SWEEP_EVERY_MS = 60_000;
 /** Limiters, and providers, closed at most per sweep: a dispatcher that served thousands of tenants in a burst closes them over a few minutes. */
 const SWEEP_MAX = 1_000;
 
 export type PushSenderOptions = {
   redis: Redis; keys: Keys; config: Config; log?: Logger;
-  /** How long an unused provider or limiter is kept (default 5 minutes; tests shorten it). */
+  /** How long an unused provider or limiter is kept (default 30 minutes; tests shorten it). */
   idleMs?: number;
 };
 
@@ -81,7 +83,7 @@ type Coalesced = { tasks: (() => Promise<ApnsAnswer>)[]; resolve: (answers: Apns
  * 429, 5xx, an expired provider token and connection errors are retried up to `APNS_MAX_ATTEMPTS`
  * in all, after `APNS_RETRY_BASE_MS` doubled each time with ±25% jitter; the wait holds no limiter
  * slot. Every attempt carries the same `apns-id` (derived from the delivery id). A tenant's
- * providers and limiter unused for 5 minutes (`idleMs`), with nothing waiting or in flight, are
+ * providers and limiter unused for 30 minutes (`idleMs`), with nothing waiting or in flight, are
  * closed by a sweep once a minute and made again by the tenant's next push.
  *
  * `send` resolves for every APNs outcome; it rejects only when Redis cannot be read.
@@ -389,10 +391,9 @@ function resultOf(answer: ApnsAnswer, attempts: number, answers: ApnsAnswer[]): 
   };
 }
 
-/** The wait before attempt `attempt + 1`: base × 2^(attempt−1), ±25% jitter, at most 30 s. */
+/** The wait before attempt `attempt + 1`: base × 2^(attempt−1), ±25% jitter, then at most 30 s (the cap after the jitter: probe V). */
 export function backoffMs(baseMs: number, attempt: number): number {
-  const exact = Math.min(MAX_BACKOFF_MS, baseMs * 2 ** (attempt - 1));
-  return Math.round(exact * (0.75 + Math.random() * 0.5));
+  return Math.min(MAX_BACKOFF_MS, Math.round(baseMs * 2 ** (attempt - 1) * (0.75 + Math.random() * 0.5)));
 }
 
 function transportReason(err: unknown): string {
