@@ -249,6 +249,31 @@ function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void 
   };
 }
 
+type ClientSession = { closed: boolean; destroyed: boolean; close(): void };
+const clientOf = (provider: apn.Provider) => (provider as unknown as { client?: { session?: ClientSession | null } }).client;
+
+/** The provider's current HTTP/2 session (node-apn's client holds one at a time), or null. */
+export function currentSession(provider: apn.Provider): object | null {
+  return clientOf(provider)?.session ?? null;
+}
+
+/**
+ * Closes the provider's session gracefully after a push on it got no answer in time, when it is
+ * still the one the push went out on (`before`, null when the push opened it): its streams in flight
+ * finish or time out, and the next push opens a new connection with the same provider token. A
+ * connection gone silent (a NAT or load balancer dropping it without a reset) was otherwise kept for
+ * every later push of the tenant, each failing `request_timeout` (probe V).
+ */
+export function retireSession(provider: apn.Provider, before: object | null): void {
+  const session = clientOf(provider)?.session;
+  if (!session || session.closed || session.destroyed || (before !== null && session !== before)) return;
+  try {
+    session.close();
+  } catch {
+    // already going: nothing to do
+  }
+}
+
 /**
  * node-apn's shutdown closes the session once its streams are done and then calls back; but after
  * a connection error its session is already destroyed and Node never calls `close`'s callback. So

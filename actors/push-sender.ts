@@ -8,7 +8,7 @@ import type { Config } from '../lib/config.js';
 import { createLogger, type Logger } from '../lib/log.js';
 import { createSecretBox } from '../lib/secret-box.js';
 import type { Keys } from '../streams/keys.js';
-import { ApnsProviders, type ApnsConnection, type ApnsEnvironment } from './apns-providers.js';
+import { ApnsProviders, currentSession, retireSession, type ApnsConnection, type ApnsEnvironment } from './apns-providers.js';
 
 /** One push to one device: what the dispatcher hands the sender for a delivery. */
 export type PushJob = {
@@ -52,6 +52,8 @@ const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
 const INVALID_TOKEN_REASONS = new Set(['BadDeviceToken', 'DeviceTokenNotForTopic']);
 /** Longest wait between two attempts, whatever the base and attempt number. */
 const MAX_BACKOFF_MS = 30_000;
+/** An attempt's whole deadline: the request timeout (node-apn's, of inactivity) and this much more. */
+const ATTEMPT_DEADLINE_GRACE_MS = 1_000;
 /**
  * How long a tenant's providers and limiter are kept unused before they are closed. Well over the
  * limiter's one-second reservoir refresh, so a tenant's new limiter (full reservoir) lets no more
@@ -212,12 +214,26 @@ export class PushSender {
     note.id = request.headers.apnsId;
     if (request.headers.expiration !== undefined) note.expiry = request.headers.expiration;
     if (request.headers.collapseId !== undefined) note.collapseId = request.headers.collapseId;
+    // node-apn's timeout is one of inactivity (any byte of the answer resets it), so a peer that
+    // trickles its answer held the push, and the tenant's queue behind it, for ever (probe V): each
+    // attempt has a deadline of its own too
+    const before = currentSession(connection.provider);
+    const timedOut = (): ApnsAnswer => {
+      retireSession(connection.provider, before);
+      return { httpStatus: null, apnsId: null, reason: 'request_timeout', timestamp: null, at: now() };
+    };
     let result;
+    let deadline: NodeJS.Timeout | undefined;
     try {
-      result = await connection.provider.send(note, token);
+      const late = new Promise<null>((resolve) => (deadline = setTimeout(() => resolve(null), this.#config.apnsRequestTimeoutMs + ATTEMPT_DEADLINE_GRACE_MS)));
+      result = await Promise.race([connection.provider.send(note, token), late]);
     } catch (err) {
+      if (transportReason(err) === 'request_timeout') return timedOut();
       return { httpStatus: null, apnsId: null, reason: transportReason(err), timestamp: null, at: now() };
+    } finally {
+      clearTimeout(deadline);
     }
+    if (result === null) return timedOut();
     const sent = result.sent[0] as (apn.ResponseSent & { 'apns-id'?: string }) | undefined;
     if (sent) return { httpStatus: 200, apnsId: sent['apns-id'] ?? null, reason: null, timestamp: null, at: now() };
     const failed = (result.failed[0] ?? {}) as apn.ResponseFailure & { 'apns-id'?: string; response?: { reason?: string; timestamp?: string | number } };
@@ -230,6 +246,7 @@ export class PushSender {
     if (status === null) {
       reason = transportReason(failed.error);
       this.#log.warn('apns request failed without an answer', { host: connection.host, port: connection.port, err: failed.error?.message ?? 'unknown' });
+      if (reason === 'request_timeout') return timedOut();
     }
     const stamp = failed.response?.timestamp;
     const timestamp = stamp === undefined || stamp === null || Number.isNaN(Number(stamp)) ? null : Number(stamp);

@@ -295,6 +295,20 @@ sends('an answer slower than APNS_REQUEST_TIMEOUT_MS is a request_timeout, retri
   assert.equal(result.answers.map((a) => a.reason), ['request_timeout', null]);
 });
 
+sends('an answer that trickles in byte by byte meets the attempt\'s own deadline, and the retry goes out on a new connection (probe V: held for ever)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_REQUEST_TIMEOUT_MS: '300' });
+  const j = job(ctx);
+  // node-apn's timeout is of inactivity: each byte of this answer resets it
+  ctx.production.respondWith({ token: j.token, status: 503, trickle: true, times: 1 });
+  const sessionsBefore = ctx.production.sessionsOpened;
+  const started = Date.now();
+  const result = await sender.send(j);
+  assert.equal([result.outcome, result.attempts], ['sent', 2]);
+  assert.equal(result.answers.map((a) => a.reason), ['request_timeout', null]);
+  assert.ok(Date.now() - started < 5_000, `answered in ${Date.now() - started} ms`);
+  assert.ok(ctx.production.sessionsOpened > sessionsBefore, 'the session that timed out is not reused');
+});
+
 sends('a payload over 4096 bytes is refused before sending', async (ctx) => {
   const result = await ctx.sender.send(job(ctx, {}, { title: 't', body: 'x'.repeat(5000) }));
   assert.equal([result.outcome, result.reason, result.attempts], ['failed', 'payload_too_large', 0]);

@@ -74,6 +74,11 @@ export type ResponseRule = {
   timestamp?: number;
   times?: number;
   delayMs?: number;
+  /**
+   * Answers the status's headers, then one byte of body every 200 ms and never ends the stream (a
+   * broken or hostile peer: each byte resets a client's inactivity timeout).
+   */
+  trickle?: boolean;
 };
 
 export type ApnsPeerOptions = {
@@ -202,7 +207,7 @@ const DEFAULT_REASON: Record<number, string> = {
 /** A verified (or refused) provider token: `iat` when good, else the 403 reason. */
 type TokenVerdict = { iat: number; reason: null } | { iat: 0; reason: string };
 
-type Answer = { status: number; reason: string | null; timestamp?: number; delayMs: number };
+type Answer = { status: number; reason: string | null; timestamp?: number; delayMs: number; trickle?: boolean };
 const OK: Answer = Object.freeze({ status: 200, reason: null, delayMs: 0 });
 const INVALID_TOKEN: TokenVerdict = Object.freeze({ iat: 0, reason: 'InvalidProviderToken' });
 
@@ -296,7 +301,7 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
       delayMs += rule.delayMs ?? 0;
       if (rule.status !== undefined && rule.status !== 200) {
         const reason = rule.reason ?? DEFAULT_REASON[rule.status] ?? 'InternalServerError';
-        return { status: rule.status, reason, timestamp: rule.status === 410 ? (rule.timestamp ?? Date.now()) : rule.timestamp, delayMs };
+        return { status: rule.status, reason, timestamp: rule.status === 410 ? (rule.timestamp ?? Date.now()) : rule.timestamp, delayMs, trickle: rule.trickle };
       }
       if (rule.status === 200) return { status: 200, reason: null, delayMs };
     }
@@ -314,6 +319,16 @@ export async function startApnsPeer(options: ApnsPeerOptions): Promise<ApnsPeer>
     const body: { reason: string | null; timestamp?: number } = { reason: answer.reason };
     if (answer.timestamp !== undefined) body.timestamp = answer.timestamp;
     stream.respond({ ':status': answer.status, 'apns-id': apnsId, 'content-type': 'application/json; charset=utf-8' });
+    if (answer.trickle) {
+      const drip = setInterval(() => {
+        if (stream.destroyed || stream.closed || closed) {
+          clearInterval(drip);
+          timers.delete(drip as unknown as NodeJS.Timeout);
+        } else stream.write(' ');
+      }, 200);
+      timers.add(drip as unknown as NodeJS.Timeout);
+      return;
+    }
     stream.end(JSON.stringify(body));
   }
 
