@@ -219,7 +219,8 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       const deadline = Date.now() + STOP_LIMIT_MS;
       for (const stop of stops.reverse()) {
         const done = await until(deadline, stop().catch((err: Error) => log.warn('stop failed', { err: err.message })));
-        if (!done) log.warn('stop cut short: Redis did not answer in time', { limitMs: STOP_LIMIT_MS, redis: redis.status });
+        // Redis not answering is one cause; a push or webhook request still out is another (probe V)
+        if (!done) log.warn('stop cut short: a role\'s work in flight (Redis commands, pushes, webhook requests) did not end in time', { limitMs: STOP_LIMIT_MS, redis: redis.status });
       }
       // the ledger appends of messages answered before the stop (web, and a worker's workflow sends)
       await until(deadline, auditsSettled(AUDITS_GRACE_MS));
