@@ -226,7 +226,10 @@ export class PushSender {
     let deadline: NodeJS.Timeout | undefined;
     try {
       const late = new Promise<null>((resolve) => (deadline = setTimeout(() => resolve(null), this.#config.apnsRequestTimeoutMs + ATTEMPT_DEADLINE_GRACE_MS)));
-      result = await Promise.race([connection.provider.send(note, token), late]);
+      const sending = connection.provider.send(note, token);
+      // past the deadline nobody awaits it: a late rejection must not be an unhandled one
+      sending.catch(() => undefined);
+      result = await Promise.race([sending, late]);
     } catch (err) {
       if (transportReason(err) === 'request_timeout') return timedOut();
       return { httpStatus: null, apnsId: null, reason: transportReason(err), timestamp: null, at: now() };
