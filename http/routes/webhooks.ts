@@ -41,6 +41,8 @@ async function checkUrl(raw: string, options: { production: boolean; allow: Allo
   const refuse = (message: string): never => { throw validationError([{ param: 'url', message }], 'invalid_url'); };
   const check = checkWebhookUrl(raw, options);
   if (!check.ok) return refuse(check.reason);
+  // the schema's bound is on the text as sent; normalising (percent-encoding) can lengthen it (checked before any DNS lookup)
+  if (check.url.href.length > MAX_URL_LENGTH) throw validationError([{ param: 'url', message: `must be at most ${MAX_URL_LENGTH} characters once normalised (non-ASCII characters are percent-encoded)` }]);
   let timer: NodeJS.Timeout | undefined;
   const unresolved = new Promise<null>((resolve) => { timer = setTimeout(() => resolve(null), SAVE_RESOLVE_TIMEOUT_MS); });
   try {
@@ -52,8 +54,6 @@ async function checkUrl(raw: string, options: { production: boolean; allow: Allo
   } finally {
     clearTimeout(timer);
   }
-  // the schema's bound is on the text as sent; normalising (percent-encoding) can lengthen it
-  if (check.url.href.length > MAX_URL_LENGTH) throw validationError([{ param: 'url', message: `must be at most ${MAX_URL_LENGTH} characters once normalised (non-ASCII characters are percent-encoded)` }]);
   return check.url.href;
 }
 
