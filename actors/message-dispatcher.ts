@@ -27,6 +27,14 @@ export const ONE_SUBSCRIBER_CHUNK = 64;
  * 1,500 tenants' first messages started in three waves, 2, 20 and 32 s after they were sent).
  */
 export const TENANTS_IN_FLIGHT: Record<MessageLane, number> = { one: 16, audience: 4 };
+/**
+ * Batches of one tenant's queue one dispatcher process works at once, per lane (the consumer
+ * runtime's `batchesPerStream`). One-user messages are independent, so a batch held by one push
+ * that is retried for long (a device that never answers: five attempts of the request timeout, about
+ * 30 s; probe V) no longer holds up the tenant's later messages: they are read and sent beside it.
+ * An audience walk stays one batch at a time per queue (its batch is already worked side by side).
+ */
+export const BATCHES_PER_TENANT: Record<MessageLane, number> = { one: 4, audience: 1 };
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
@@ -84,7 +92,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     // kept claimed (the consumer keeps a batch's claims fresh) but waits, where another dispatcher
     // could have walked it
     const batchSize = inFlight;
-    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane] });
+    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane], batchesPerStream: BATCHES_PER_TENANT[lane] });
   });
   for (const consumer of consumers) consumer.start();
 

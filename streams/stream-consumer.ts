@@ -51,11 +51,18 @@ export type ConsumerOptions = {
   /**
    * Shared mode: up to this many streams' batches are worked at once without the next read waiting
    * for them; the next read names the other streams (a stream's batches stay one at a time, in
-   * order). Unset: a read's batches are all worked before the next read. The message dispatcher
+   * order, unless `batchesPerStream` allows more). Unset: a read's batches are all worked before the next read. The message dispatcher
    * sets it, so one tenant's slow batch (a cold or unreachable push provider) does not hold up the
    * others' messages.
    */
   overlapStreams?: number;
+  /**
+   * With `overlapStreams`: up to this many batches of one stream are worked at once (default 1: a
+   * stream's batches one at a time, in order). The message dispatcher's one-subscriber lane sets
+   * more, so a batch held by one push that is retried for a long time (a device that never answers:
+   * five attempts of the request timeout, ~30 s) does not hold up the tenant's later messages.
+   */
+  batchesPerStream?: number;
 };
 
 const CLAIM_PAGE = 500;
@@ -130,8 +137,8 @@ export class StreamConsumer {
   private lastForget = 0;
   /** When this consumer (exclusive mode) last looked for entries of its streams pending with others. */
   private lastStrayCheck = 0;
-  /** Streams whose batch is being worked while the loop reads on (`overlapStreams`), with that work. */
-  private readonly busy = new Map<string, Promise<void>>();
+  /** Streams whose batches are being worked while the loop reads on (`overlapStreams`), with that work. */
+  private readonly busy = new Map<string, Set<Promise<void>>>();
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -157,13 +164,18 @@ export class StreamConsumer {
     this.stopped = true;
     this.o.blocking.disconnect();
     await this.running?.catch(() => undefined);
-    await Promise.all(this.busy.values());
+    await Promise.all(this.working());
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.leaveGroups().catch(() => undefined),
       new Promise<void>((done) => (timer = setTimeout(done, LEAVE_WAIT_MS))),
     ]);
     clearTimeout(timer);
+  }
+
+  /** Every batch being worked while the loop reads on. */
+  private working(): Promise<void>[] {
+    return [...this.busy.values()].flatMap((batches) => [...batches]);
   }
 
   private async leaveGroups(): Promise<void> {
@@ -349,18 +361,25 @@ export class StreamConsumer {
         const overlap = source.mode === 'shared' ? this.o.overlapStreams ?? 0 : 0;
         let readable = streams;
         if (overlap > 0 && this.busy.size > 0) {
-          readable = this.busy.size < overlap ? streams.filter((s) => !this.busy.has(s)) : [];
+          // a busy stream is read again while it has batches to spare; another stream while fewer
+          // than `overlap` streams are busy
+          const perStream = this.o.batchesPerStream ?? 1;
+          const room = this.busy.size < overlap;
+          readable = streams.filter((s) => {
+            const batches = this.busy.get(s)?.size ?? 0;
+            return batches > 0 ? batches < perStream : room;
+          });
           if (readable.length === 0) {
             // at the overlap: the next free slot; below it, every known stream is busy, and a stream
             // the source lists meanwhile (a tenant's first message) must not wait for one of those
             // batches to end (probe V: 25 s, and minutes behind a push that never ended)
-            const waits: Promise<unknown>[] = [...this.busy.values()];
-            if (this.busy.size < overlap) waits.push(new Promise((r) => setTimeout(r, IDLE_SLEEP_MS)));
+            const waits: Promise<unknown>[] = this.working();
+            if (room) waits.push(new Promise((r) => setTimeout(r, IDLE_SLEEP_MS)));
             await Promise.race(waits);
             continue;
           }
         }
-        const working = [...this.busy.values()];
+        const working = this.working();
         const perStream = Math.min(this.o.batchSize ?? 500, Math.max(MIN_PER_STREAM, Math.floor((this.o.readBudget ?? READ_BUDGET) / readable.length)));
         const readAt = performance.now(); // monotonic: the service clock may be moved (tests)
         const readGroup = blocking.xreadgroup.bind(blocking) as (...args: (string | number)[]) => Promise<unknown>;
@@ -372,10 +391,15 @@ export class StreamConsumer {
           // each stream's batch is worked on its own; one that fails stays pending and is claimed
           // again after `claimIdleMs` (shared mode), as a failed read's batches are
           for (const [stream, raw] of reply ?? []) {
-            const work = this.process(stream, toEntries(raw))
+            let batches = this.busy.get(stream);
+            if (!batches) this.busy.set(stream, (batches = new Set()));
+            const work: Promise<void> = this.process(stream, toEntries(raw))
               .catch((err: unknown) => log.warn('batch failed; left pending for a claim', { group: this.o.group, stream, err: String((err as Error)?.message ?? err) }))
-              .finally(() => this.busy.delete(stream));
-            this.busy.set(stream, work);
+              .finally(() => {
+                batches.delete(work);
+                if (batches.size === 0 && this.busy.get(stream) === batches) this.busy.delete(stream);
+              });
+            batches.add(work);
           }
           await Promise.all([...this.untrimmed].map((s) => this.trim(s)));
           backoff = 100;

@@ -149,6 +149,20 @@ m('a broadcast being walked does not hold up a one-user message sent after it (s
   assert.is(all.counts.sent, 60);
 });
 
+m('a one-user message held by a device that does not answer does not hold up the tenant\'s later one-user messages (probe V: ~29 s)', async (ctx) => {
+  const stuck = await device(ctx, 'stuck-user');
+  ctx.peer.respondWith({ token: stuck.token, delayMs: 4_000, times: 1 });
+  const others = ['prompt-1', 'prompt-2', 'prompt-3'];
+  for (const id of others) await device(ctx, id);
+  const held = (await ctx.api.post('/v1/messages', ctx.key, { to: 'stuck-user', title: 't', body: 'b' })).body.data;
+  await waitFor('the push to the stuck device out', async () => ctx.peer.requests.some((r) => r.token === stuck.token), 3_000, 20);
+  const later = [];
+  for (const id of others) later.push((await ctx.api.post('/v1/messages', ctx.key, { to: id, title: 't', body: 'b' })).body.data.id);
+  for (const id of later) assert.is((await finished(ctx, id)).counts.sent, 1);
+  assert.is((await ctx.api.get(`/v1/messages/${held.id}`, ctx.key)).body.data.status, 'sending', 'the held push was still out');
+  assert.is((await finished(ctx, held.id)).counts.sent, 1);
+});
+
 m('the same Idempotency-Key and body replays the original; another body is 409; concurrent requests make one message', async (ctx) => {
   await device(ctx, 'idem-user');
   const body = { to: 'idem-user', title: 'Once', body: 'only once' };

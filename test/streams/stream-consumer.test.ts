@@ -269,4 +269,52 @@ test('with overlapStreams, a stream the source lists while every known one is bu
   }
 });
 
+/**
+ * Probe V (session 44): one push that never answered held its batch for its five attempts (~29 s),
+ * and with it every later message of the tenant. With `batchesPerStream` a busy stream is read again
+ * while it has batches to spare: its later entries are worked beside the held batch, and past the
+ * limit they wait for one of them to end.
+ */
+test('with batchesPerStream, a stream\'s held batch does not hold up its later entries, up to the limit', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-per-stream')}queue`;
+  const releases = new Map<string, () => void>();
+  const handled: string[] = [];
+  const c = new StreamConsumer({
+    redis, blocking, group: 'overlap', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, overlapStreams: 4, batchesPerStream: 2,
+    source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [stream] },
+    handle: async (_stream, entries) => {
+      for (const e of entries) {
+        if (e.fields.hold) await new Promise<void>((done) => releases.set(e.fields.n!, done));
+        handled.push(e.fields.n!);
+      }
+    },
+  });
+  try {
+    await redis.xadd(stream, '*', 'n', '1', 'hold', '1');
+    c.start();
+    await waitFor('the first batch held', async () => releases.has('1'), 3_000, 10);
+    await redis.xadd(stream, '*', 'n', '2');
+    await waitFor('a later entry worked beside the held batch', async () => handled.includes('2'), 3_000, 10);
+    await redis.xadd(stream, '*', 'n', '3', 'hold', '1');
+    await waitFor('a second batch held', async () => releases.has('3'), 3_000, 10);
+    await redis.xadd(stream, '*', 'n', '4');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.not.ok(handled.includes('4'), 'two batches of the stream held: the third waits');
+    releases.get('1')!();
+    await waitFor('the next entry once a batch ended', async () => handled.includes('4'), 3_000, 10);
+    releases.get('3')!();
+    await waitFor('all acked', async () => Number((await redis.xpending(stream, 'overlap'))[0]) === 0, 3_000, 20);
+    assert.equal(handled, ['2', '1', '4', '3']);
+  } finally {
+    for (const release of releases.values()) release();
+    await c.stop();
+    await redis.del(stream);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
