@@ -55,8 +55,11 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * change (as any move of a device between subscribers: `registerSubscription`), the attributes filled
  * in are `subscriber.updated` (one entry with the attributes the same request changed before) and the
  * delete `subscriber.deleted`, each recorded by its write.
+ * True when this call deleted the anonymous subscriber (the merge is its doing); false when a
+ * concurrent merge of the same anonymous id deleted it first (probe B1: ten identify calls at once
+ * each wrote `$identify` with `merged: true` for one merge).
  */
-export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<void> {
+export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<boolean> {
   const { anonymousId, externalId } = plan;
   let subscriptions = plan.subscriptions;
   for (let round = 0; round < MERGE_ROUNDS; round++) {
@@ -72,14 +75,14 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
     }
     for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
-    if (!from) return; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
+    if (!from) return false; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
     // a later round's write takes the held entry of the earlier ones in: one subscriber.updated, with the values before the first
     await mergeAttributes(redis, keys, scope, externalId, from, audit);
     const deleted = await deleteSubscriber(redis, keys, scope, anonymousId, { mergedInto: externalId, audit }).catch((err: unknown) => {
       if (!(err instanceof ApiError && err.status === 404)) throw err;
       return 'gone' as const;
     });
-    if (deleted) return;
+    if (deleted) return deleted !== 'gone';
     subscriptions = await listSubscriptions(redis, keys, scope, anonymousId);
   }
   throw lockTimeout('The anonymous subscriber');

@@ -80,12 +80,12 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // (subscriber.created instead when it created the subscriber), a subscription.updated per device the merge
     // moved (the owner change), then the merged subscriber's subscriber.deleted.
     const trail = auditTrailOf(ctx, deps);
-    const written = await trail.holding(async () => {
+    const { written, merged } = await trail.holding(async () => {
       await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
-      if (plan) await mergeSubscriber(redis, keys, scope, plan, trail);
-      return getSubscriber(redis, keys, scope, body.externalId);
+      // `merged`: this call deleted the anonymous subscriber (of calls racing on one, only the one that did)
+      const merged = plan ? await mergeSubscriber(redis, keys, scope, plan, trail) : false;
+      return { written: await getSubscriber(redis, keys, scope, body.externalId), merged };
     });
-    const merged = plan !== null;
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, provider: null, runId: null, messageId: null, step: null,
       data: JSON.stringify({ anonymousId: body.anonymousId ?? null, merged, verified }),

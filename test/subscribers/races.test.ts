@@ -145,6 +145,18 @@ races('a device registered for the anonymous subscriber while it is merged is ke
   }
 });
 
+races('identify calls racing to merge one anonymous subscriber: exactly one $identify says merged (probe B1: every one did)', async ({ api, pk, service, tenantId }) => {
+  for (let round = 0; round < 3; round++) {
+    const anonymousId = `anon-race-${round}`, externalId = `merge-race-${round}`;
+    await api.post('/v1/client/subscriptions', pk, { externalId: anonymousId, channel: 'push', token: `${round}`.padStart(64, 'f'), platform: 'ios' });
+    const answers = await times(10, () => api.post('/v1/client/identify', pk, { externalId, anonymousId, source: 'ios' }));
+    assert.ok(answers.every((r) => r.status === 200), JSON.stringify(answers.map((r) => r.body.error)));
+    const identifies = (await inboxEvents(service, tenantId, externalId)).filter((e) => e.name === '$identify');
+    assert.is(identifies.length, 10);
+    assert.is(identifies.filter((e) => e.data.merged === true).length, 1, `round ${round}: one merge, one merged: true`);
+  }
+});
+
 races('deleting a subscriber while its device registers again leaves the device with one subscription, and its token owned', async ({ api, key, pk }) => {
   for (let round = 0; round < 12; round++) {
     const externalId = `leaving-${round}`, other = `next-user-${round}`, token = `${round}`.padStart(64, 'e');
