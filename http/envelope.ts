@@ -30,9 +30,19 @@ export function errorEnvelope(err: ApiError, requestId: string) {
 }
 
 /** Writes `err` as the error envelope. */
+/**
+ * `Retry-After` (seconds) of the answers a client retries: 429 (`lock_timeout`, a record changing
+ * too fast) after a second; 503 (`unavailable`: event processing behind, Redis unreachable or full)
+ * after a few, giving the backlog time to drain.
+ */
+const RETRY_AFTER_SECONDS: Record<number, number> = { 429: 1, 503: 5 };
+
 export function respondError(ctx: Context, err: ApiError): void {
   ctx.status = err.status;
   // RFC 9110 11.6.1: a 401 names the scheme that would be accepted (every credential is a Bearer token)
   if (err.status === 401) ctx.set('WWW-Authenticate', err.code === 'missing_authorization' ? 'Bearer' : 'Bearer error="invalid_token"');
+  // RFC 9110 10.2.3: what to wait before the retry spec Part 7 asks for (probe B1: none said it)
+  const retryAfter = RETRY_AFTER_SECONDS[err.status];
+  if (retryAfter !== undefined && !ctx.response.get('Retry-After')) ctx.set('Retry-After', String(retryAfter));
   ctx.body = errorEnvelope(err, ctx.state.requestId as string);
 }

@@ -31,6 +31,7 @@ backlog('every route that ingests answers 503 unavailable over the backlog, and 
   for (const [operation, res] of Object.entries(answers)) {
     assert.is(res.status, 503, operation);
     assert.is(res.body.error.code, 'unavailable', operation);
+    assert.is(res.headers.get('retry-after'), '5', `${operation} says when to retry`);
     const [method, path] = operation.split(' ') as [string, string];
     assert.ok(doc.paths[path][method.toLowerCase()].responses['503'], `${operation} declares 503`);
   }

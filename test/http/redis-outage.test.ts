@@ -82,6 +82,7 @@ outage('requests while Redis is down answer 503 unavailable at once; once it is 
     assert.is(reply.status, 503, `${what}: ${reply.text}`);
     assert.is(reply.body.success, false);
     assert.is(reply.body.error.code, 'unavailable', what);
+    assert.is(reply.headers.get('retry-after'), '5', `${what} says when to retry`);
     assert.ok(reply.ms < 3_000, `${what} answered in ${reply.ms} ms`);
   }
   // a page's preflight is answered all the same, so the page reads the 503 and retries (a refused preflight is a network error)
