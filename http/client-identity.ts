@@ -24,14 +24,30 @@ export async function verifyClient(deps: AppDeps, ctx: Context, externalId: stri
   const tenant = tenantOf(ctx);
   const settings = await deps.keyCache.identity(tenant);
   if (presented === undefined) {
-    if (settings.required) throw new ApiError(403, 'forbidden', `This tenant requires identity verification: ${names.hash} of ${names.id} is missing`, { param: names.hash });
+    if (settings.required) throw unproven(presented, names);
     return false;
   }
   if (verifyIdentityHash(settings.secret, externalId, presented)) return true;
   const stored = await deps.keyCache.identity(tenant, { fresh: true });
   if (stored.secret !== settings.secret && verifyIdentityHash(stored.secret, externalId, presented)) return true;
-  if (stored.required) throw new ApiError(403, 'forbidden', `This tenant requires identity verification: ${names.hash} does not match ${names.id}`, { param: names.hash });
+  if (stored.required) throw unproven(presented, names);
   return false;
+}
+
+function unproven(presented: string | undefined, names: { hash: string; id: string }): ApiError {
+  const why = presented === undefined ? `${names.hash} of ${names.id} is missing` : `${names.hash} does not match ${names.id}`;
+  return new ApiError(403, 'forbidden', `This tenant requires identity verification: ${why}`, { param: names.hash });
+}
+
+/**
+ * A client call naming a record by its id alone (a subscription) when no subscriber holds that id.
+ * A tenant that requires verification answers it as it answers an unproven call on an id that
+ * exists (403 `forbidden`, the same message), so the answers never tell which ids exist (probe B1:
+ * 403 for a real id against 404 for an unknown one); otherwise it is `notFound`.
+ */
+export async function unknownHolder(deps: AppDeps, ctx: Context, presented: string | undefined, notFound: ApiError): Promise<never> {
+  if ((await deps.keyCache.identity(tenantOf(ctx))).required) throw unproven(presented, { hash: 'identityHash', id: 'externalId' });
+  throw notFound;
 }
 
 /**

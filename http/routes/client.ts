@@ -9,7 +9,7 @@ import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, readRegistration, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput, type RegistrationBody } from '../../streams/subscriptions.js';
 import { deleteWidget, loadWidgets, registerWidget, widgetKnown, type WidgetInput } from '../../streams/widgets.js';
-import { markVerified, verifyClient, verifyExisting, verifyMerge } from '../client-identity.js';
+import { markVerified, unknownHolder, verifyClient, verifyExisting, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
@@ -27,8 +27,15 @@ export function registerClient(router: Router, deps: AppDeps): void {
   /** The externalId a client call on a subscription id acts for: its owner, checked against a presented identity. */
   async function subscriptionOwner(ctx: Context): Promise<string> {
     const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.query as Record<string, unknown>);
+    if (query.externalId !== undefined) {
+      // the caller proves its own externalId before the lookup: an id that is not its own is then
+      // 404, whoever holds it
+      await verifyExisting(deps, ctx, query.externalId, query.identityHash);
+      if ((await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!)) !== query.externalId) throw notFound('Subscription');
+      return query.externalId;
+    }
     const owner = await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!);
-    if (!owner || (query.externalId !== undefined && query.externalId !== owner)) throw notFound('Subscription');
+    if (!owner) return unknownHolder(deps, ctx, query.identityHash, notFound('Subscription'));
     await verifyExisting(deps, ctx, owner, query.identityHash);
     return owner;
   }
@@ -140,7 +147,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   parameters:
    *     - { name: id, in: path, required: true, schema: { type: string } }
    *     - { name: externalId, in: query, description: "When given, must be the subscription's subscriber" }
-   *     - { name: identityHash, in: query, description: Required when the tenant requires identity verification }
+   *     - { name: identityHash, in: query, description: "Required when the tenant requires identity verification. In such a tenant an id no subscriber holds is answered as an unproven call is (403 `forbidden`), so the answers never tell which ids exist; with `externalId` and its valid hash, an id not that subscriber's is 404" }
    *   patch:
    *     operationId: clientSetSubscriptionEnabled
    *     x-query: ClientOwnerQuery

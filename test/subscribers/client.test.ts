@@ -623,6 +623,42 @@ c('anonymousId needs proof: a required tenant refuses a merge without anonymousI
   }
 });
 
+c('a tenant that requires verification answers an unproven call on a subscription id alike whether the id exists or not (probe B1: 403 against 404)', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const hash = (x: string) => identityHash(secret, x);
+  const holder = 'sub-holder-1';
+  const real = (await api.post('/v1/client/subscriptions', pk, { externalId: holder, identityHash: hash(holder), channel: 'push', token: token(0xd100), platform: 'ios' })).body.data.id as string;
+  const unknown = `${real.slice(0, -4)}zzzz`;
+  await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, true, BY_TEST);
+  try {
+    const answer = async (method: 'patch' | 'del', id: string, query: string) => {
+      const path = `/v1/client/subscriptions/${id}${query}`;
+      const res = method === 'patch' ? await api.patch(path, pk, { enabled: false }) : await api.del(path, pk);
+      return [res.status, res.body.error?.code, res.body.error?.param, res.body.error?.message];
+    };
+    for (const method of ['patch', 'del'] as const) {
+      for (const query of ['', `?identityHash=${hash('someone-else')}`]) {
+        assert.equal(await answer(method, unknown, query), await answer(method, real, query), `${method} ${query || 'without a hash'}: the same answer for a real and an unknown id`);
+        assert.is((await answer(method, real, query))[0], 403);
+      }
+      // a caller proving its own externalId learns 404 for an id not its own, whoever holds it
+      const prover = 'sub-prover-1';
+      const own = `?externalId=${prover}&identityHash=${hash(prover)}`;
+      assert.is((await answer(method, unknown, own))[0], 404);
+      assert.is((await answer(method, real, own))[0], 404);
+      assert.is((await answer(method, real, `?externalId=${prover}&identityHash=${hash('x')}`))[0], 403);
+    }
+    const still = (await api.get(`/v1/subscribers/${holder}/subscriptions`, boot.keys.tenant)).body.data.items;
+    assert.equal(still.map((x: any) => [x.id, x.enabled]), [[real, true]], 'nothing refused changed the device');
+    // the holder's own proof works, by id alone or with its externalId
+    assert.is((await api.patch(`/v1/client/subscriptions/${real}?identityHash=${hash(holder)}`, pk, { enabled: false })).status, 200);
+    assert.is((await api.del(`/v1/client/subscriptions/${real}?externalId=${holder}&identityHash=${hash(holder)}`, pk)).status, 200);
+  } finally {
+    await setIdentityRequired(service.redis, service.keys, boot.workspace, boot.tenant, false, BY_TEST);
+  }
+});
+
 c('anonymousId in an optional tenant: a verified subscriber is merged only with anonymousIdentityHash (403 forbidden otherwise), a never-verified one without', async (ctx) => {
   const { api, pk, service, boot } = ctx;
   const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
