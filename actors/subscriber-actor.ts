@@ -13,7 +13,7 @@ import { orderTimers } from './timer-order.js';
 export const ACTOR_GROUP = 'actors';
 /**
  * The actors read their partitions at most every ACTOR_LINGER_MS unless a read comes back at least
- * half full (a backlog): an applyEvents call costs Redis ~45 µs however few events it carries plus
+ * half full, or one partition's batch full (a backlog): an applyEvents call costs Redis ~45 µs however few events it carries plus
  * ~20 µs per event, so a batch of 16 costs 40 % per event of a batch of one (`npm run bench --
  * scripts`). It adds at most this much to the read-model lag.
  */

@@ -317,4 +317,43 @@ test('with batchesPerStream, a stream\'s held batch does not hold up its later e
   }
 });
 
+/**
+ * Probe C1: the linger (a read less than half full waits before the next) looked at the read as a
+ * whole, so one stream's backlog among many idle streams was read one small batch per linger: one
+ * subscriber's burst drained at ~430 events/s, and its partition's other subscribers waited behind
+ * it. A stream whose batch comes back full is read again at once.
+ */
+test('one stream\'s backlog among idle streams is read without lingering', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const prefix = uniquePrefix('consumer-linger');
+  const streams = Array.from({ length: 64 }, (_, i) => `${prefix}p${i}`);
+  const hot = streams[7]!;
+  const pipeline = redis.pipeline();
+  for (let i = 0; i < 320; i++) pipeline.xadd(hot, '*', 'n', String(i));
+  await pipeline.exec();
+  const batches: number[] = [];
+  // 64 streams sharing a budget of 256: 16 per stream per read; 320 entries are 20 reads, which
+  // lingering 500 ms after each would take 10 s
+  const c = new StreamConsumer({
+    redis, blocking, group: 'linger', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, lingerMs: 500, readBudget: 256,
+    source: { mode: 'exclusive', streams: () => streams },
+    handle: async (_stream, entries) => void batches.push(entries.length),
+  });
+  try {
+    const started = Date.now();
+    c.start();
+    await waitFor('the backlog handled', async () => batches.reduce((a, b) => a + b, 0) === 320, 15_000, 20);
+    const took = Date.now() - started;
+    assert.ok(batches.length >= 20, `read in batches of at most 16 (${batches.length} batches)`);
+    assert.ok(took < 4_000, `handled in ${took} ms (lingering after each read: ~10 s)`);
+  } finally {
+    await c.stop();
+    await redis.del(...streams);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
