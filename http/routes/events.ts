@@ -87,7 +87,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events', read, async (ctx) => {
     const { limit, after, query } = pageRequest<{ name?: string; source?: string; provider?: string; after?: string }>(ctx, 'EventsListQuery');
     let position = null;
-    if (after) {
+    if (after !== null) {
       const match = /^(\d+)\/((?:evt_[0-9a-z]+)?)$/.exec(after);
       if (!match || !Number.isSafeInteger(Number(match[1]))) throw badCursor(); // past that, no stream id
       position = { ms: Number(match[1]), id: match[2]! };
@@ -242,8 +242,11 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     // 404 first, whatever the query holds (spec 2.3)
     if (!(await redis.hexists(keys.subscribers(p), `${tenantId}|${externalId}`))) throw notFound('Subscriber');
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
+    // a position is a sequence the list gave (1 or more, digits only): "", "-1", "0x10" or "1e3" are
+    // no positions, not the end of the list (probe C1)
+    if (after !== null && !/^[1-9]\d{0,15}$/.test(after)) throw badCursor();
     const before = after === null ? null : Number(after);
-    if (before !== null && !Number.isInteger(before)) throw badCursor();
+    if (before !== null && !Number.isSafeInteger(before)) throw badCursor();
     const page = await timelinePage(redis, keys, p, tenantId, externalId, limit, before);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)) });
   });

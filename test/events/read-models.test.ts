@@ -112,12 +112,19 @@ reads('GET /v1/events answers a time before 1970 and a forged cursor beyond any 
     assert.equal(res.body.data.items.map((e: any) => e.id), all.map((e: any) => e.id), `after=${after} filters nothing out`);
   }
   const forged = (position: string) => Buffer.from(JSON.stringify({ v: 1, p: position })).toString('base64url');
-  for (const position of ['18446744073709551615/', '99999999999999999999999/evt_x']) {
+  for (const position of ['18446744073709551615/', '99999999999999999999999/evt_x', '']) {
     const res = await api.get(`/v1/events?cursor=${forged(position)}`, key);
     assert.is(res.status, 400, position);
     assert.is(res.body.error.code, 'validation');
     assert.is(res.body.error.param, 'cursor');
   }
+  // probe C1: on a timeline these read as numbers, or as the end of the list (an empty last page)
+  for (const position of ['', '-1', '0', '0x10', ' 7', '1e3', '1.5', '99999999999999999999']) {
+    const res = await api.get(`/v1/subscribers/buyer-0/timeline?cursor=${forged(position)}`, key);
+    assert.is(res.status, 400, `timeline position ${JSON.stringify(position)}`);
+    assert.is(res.body.error.param, 'cursor');
+  }
+  assert.is((await api.get(`/v1/subscribers/buyer-0/timeline?cursor=${forged('2')}`, key)).status, 200, 'a sequence is a position');
 });
 
 reads('the catalog counts every window, orders by 7-day volume and counts distinct subscribers', async ({ api, key }) => {
