@@ -14,7 +14,7 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import {
-  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, rescoreLegacyDeliveries,
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
 import { allEndpoints, findEndpoint, isActiveAt, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
@@ -279,10 +279,16 @@ class WebhookDispatcher {
       run: async () => {
         if (this.stopping) return;
         // The endpoint as it is now, not as it was at the claim: one disabled or deleted meanwhile
-        // gets nothing more (the attempt is left to its lease: it expires back into the endpoint's
-        // queue, where it waits for a re-enable, or goes with the endpoint); a new URL or secret is used.
+        // gets nothing more, and the attempt's lease is given back at once: the next claim puts it
+        // back in the endpoint's queue, where it waits for a re-enable (which sends it at once), or
+        // goes with the endpoint. Left to its lease, a re-enable within it skipped the attempt as in
+        // flight, and it went out ~90 s later (probe A1). A new URL or secret is used.
         const target = (await this.currentEndpoints(workspaceId)).find((e) => e.id === endpointId);
-        if (!target?.enabled) return;
+        if (!target?.enabled) {
+          await releaseAttempt(this.ctx.redis, this.ctx.keys, workspaceId, attempt.member, attempt.token, now())
+            .catch((err: Error) => this.ctx.log.warn('could not give back a webhook attempt; its lease will expire', { err: err.message }));
+          return;
+        }
         // An attempt starts only with more than a timeout of lease left, so the lease outlives it.
         if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return;
         // the one place secrets are chosen: first sends, retries and replays all pass here

@@ -251,6 +251,14 @@ export type ClaimedEndpoint = {
 
 type ClaimReply = [number, [string, number, [string, string, string, string, number, string][]][]];
 
+/**
+ * Gives back a claimed attempt that will not be sent (lua/releaseWebhookAttempt): its lease expires
+ * now, so the next claim re-queues it. Only while `token` still holds the lease.
+ */
+export async function releaseAttempt(redis: Redis, keys: Keys, workspaceId: string, member: string, token: string, atMs: number): Promise<boolean> {
+  return (await callScript<number>(redis, 'releaseWebhookAttempt', [keys.webhookInflight(workspaceId), keys.webhookLeases(workspaceId)], [member, token, atMs])) === 1;
+}
+
 /** Adds a claim of a workspace's due attempts (lua/claimWebhookAttempts) to `pipeline`. */
 export function claimAttempts(pipeline: ChainableCommander, keys: Keys, workspaceId: string, capacity: Map<string, number>, defaultCapacity: number, lease: LeaseOptions): ChainableCommander {
   const args: (string | number)[] = [keys.webhookBase(workspaceId), lease.atMs, lease.leaseMs, lease.token, defaultCapacity, capacity.size];
