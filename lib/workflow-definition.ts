@@ -4,7 +4,7 @@ import { ApiError, type ErrorDetail } from './errors.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
 import { EXPRESSION_EVENT_PATTERN, validateExpression, type Expression } from './expressions.js';
 import { checkBody } from './validator.js';
-import { MAX_NESTING, MAX_STEPS, STEP_TYPES } from './workflow-limits.js';
+import { MAX_DEFINITION_BYTES, MAX_NESTING, MAX_STEPS, STEP_TYPES } from './workflow-limits.js';
 
 /**
  * The workflow definition language (docs/workflows.md): a trigger, a tree of steps, and an
@@ -66,6 +66,16 @@ export function validateWorkflowDefinition(def: unknown, base = '', options: { p
   else if (!options.partial) ctx.details.push({ param: steps, message: 'is required' });
   if (ctx.steps > MAX_STEPS) ctx.details.unshift({ param: steps, message: `holds ${ctx.steps} steps counting nested ones; at most ${MAX_STEPS}` });
   return ctx.details;
+}
+
+/**
+ * The problem of a whole definition (`{ trigger, steps, cancelOn }`, as stored: a PATCH's parts
+ * merged with the current version's) over MAX_DEFINITION_BYTES serialized, or null.
+ */
+export function definitionSizeProblem(def: unknown): ErrorDetail | null {
+  const bytes = Buffer.byteLength(JSON.stringify(def), 'utf8');
+  if (bytes <= MAX_DEFINITION_BYTES) return null;
+  return { param: 'body', message: `trigger, steps and cancelOn together are ${bytes} bytes serialized; at most ${MAX_DEFINITION_BYTES}` };
 }
 
 function eventName(value: unknown, param: string, ctx: Ctx): void {

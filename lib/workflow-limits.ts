@@ -9,3 +9,12 @@ export const STEP_TYPES = ['sleep', 'wait', 'branch', 'send', 'exit'] as const;
 export const MAX_STEPS = 50;
 /** Deepest step list: the top-level `steps` is level 1, a branch's `then` inside it level 2... */
 export const MAX_NESTING = 5;
+/**
+ * Most bytes of a definition (`trigger`, `steps` and `cancelOn`) serialized as JSON. Each part has
+ * its own bounds (an expression 16 KB, a send's APNs payload 4 KB), but 50 steps of them added up to
+ * 838 KB, and every change of such a workflow put three copies in its `workflow.updated` webhook
+ * payload (the workflow, `changes`, `previousAttributes`: 2.45 MB, probe D1), stored for the
+ * retention and sent on every retry. 64 KB keeps that payload under ~200 KB and holds 50 steps
+ * of over a kilobyte each.
+ */
+export const MAX_DEFINITION_BYTES = 65_536;

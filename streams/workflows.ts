@@ -1,10 +1,10 @@
 import type { Redis } from 'ioredis';
 import { GONE_NAMES_KEEP_MS, MAX_GONE_NAMES, MAX_VERSIONS, MAX_WORKFLOWS, watchedNames } from './automation-definitions.js';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
+import { ApiError, lockTimeout, notFound, validationError } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
-import type { WorkflowDefinition } from '../lib/workflow-definition.js';
+import { definitionSizeProblem, type WorkflowDefinition } from '../lib/workflow-definition.js';
 import type { Writer } from './identity.js';
 import type { Keys } from './keys.js';
 import { auditIntent, settleAudit, writeScope, type AuditDraft, type AuditIntent } from './audit-outbox.js';
@@ -127,6 +127,8 @@ export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   const versionId = newId('workflowVersion');
   const at = isoNow();
   const definition = definitionOf(input);
+  const tooLarge = definitionSizeProblem(definition);
+  if (tooLarge) throw validationError([tooLarge]);
   const enabled = input.enabled ?? true;
   const workflow: Workflow = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, enabled, version: 1, versionId,
@@ -161,6 +163,9 @@ export async function updateWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
       cancelOn: patch.cancelOn === undefined ? current.cancelOn : patch.cancelOn,
     });
     const changesDefinition = !sameJson(next, definitionOf(current));
+    // the parts a PATCH leaves out are the current version's: the whole is bounded, not each part
+    const tooLarge = changesDefinition ? definitionSizeProblem(next) : null;
+    if (tooLarge) throw validationError([tooLarge]);
     const versionId = changesDefinition ? newId('workflowVersion') : '';
     const at = isoNow();
     const fields: [string, string][] = [];

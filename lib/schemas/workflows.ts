@@ -31,7 +31,8 @@ const trigger = eventSpec('Starts a run for the subscriber of each matching even
 const cancelOn: Schema = { ...eventSpec('Cancels the subscriber\'s active runs of the workflow when a matching event arrives; null for none.'), nullable: true };
 const steps: Schema = {
   type: 'array', minItems: 1, maxItems: MAX_STEPS, items: { $ref: '#/components/schemas/WorkflowStep' },
-  description: '1 to 50 steps in all, nested ones counted, nested at most 5 levels deep.',
+  description: '1 to 50 steps in all, nested ones counted, nested at most 5 levels deep. `trigger`, `steps` and `cancelOn` together are at most '
+    + '65536 bytes serialized as JSON (a PATCH with the parts it leaves out taken from the current version; 400 `validation` on `body`).',
 };
 const time: Schema = { type: 'string', format: 'date-time' };
 const nullableTime: Schema = { ...time, nullable: true };

@@ -90,6 +90,34 @@ workflows('the definition language: waits with timeouts, reserved triggers, nest
   assert.is((await api.post('/v1/workflows', key, { slug: 'fifty', trigger: { event: 'x' }, steps: fifty })).status, 201);
 });
 
+workflows('a definition is at most 64 KB serialized, a PATCH\'s merged with the current version; a refused one stores nothing (probe D1: 838 KB, a 2.45 MB webhook payload)', async ({ api, key }) => {
+  // sends of ~4 KB payloads: each step within its own bounds, 50 steps in all over the whole
+  const send = (n: number) => ({ type: 'send', message: { title: 't', body: 'b', data: { pad: 'x'.repeat(n) } } });
+  const steps = (count: number, n: number) => Array.from({ length: count }, () => send(n));
+  const sizeOf = (def: unknown) => Buffer.byteLength(JSON.stringify(def));
+  // find the largest padding that fits exactly, then one byte over
+  const fixed = sizeOf({ trigger: { event: 'x' }, steps: steps(20, 0) });
+  const pad = Math.floor((65_536 - fixed) / 20);
+  const fits = { trigger: { event: 'x' }, steps: steps(20, pad) };
+  assert.ok(sizeOf(fits) <= 65_536 && sizeOf(fits) > 65_536 - 20);
+  assert.is((await api.post('/v1/workflows', key, { slug: 'big-fits', ...fits })).status, 201);
+  const over = { trigger: { event: 'x' }, steps: [...steps(19, pad), send(pad + 20)] };
+  assert.ok(sizeOf(over) > 65_536);
+  const refused = await api.post('/v1/workflows', key, { slug: 'big-over', ...over });
+  assert.is(refused.status, 400);
+  assert.is(refused.body.error.code, 'validation');
+  assert.equal(refused.body.error.details.map((d: any) => d.param), ['body']);
+  assert.match(refused.body.error.details[0].message, /at most 65536/);
+  assert.is((await api.get('/v1/workflows/big-over', key)).status, 404);
+  // a PATCH of the trigger alone, with a where that takes the stored steps over the bound
+  const where = { all: Array.from({ length: 40 }, (_, i) => ({ attribute: `a${i}`, in: Array.from({ length: 20 }, (_, k) => `value-${i}-${k}`) })) };
+  const patched = await api.patch('/v1/workflows/big-fits', key, { trigger: { event: 'x', where } });
+  assert.is(patched.status, 400, patched.text);
+  assert.equal(patched.body.error.details.map((d: any) => d.param), ['body']);
+  const stored = (await api.get('/v1/workflows/big-fits', key)).body.data;
+  assert.equal([stored.version, stored.trigger], [1, { event: 'x' }], 'nothing changed');
+});
+
 workflows('problems in a definition are validation details with exact paths, all of them at once', async ({ api, key }) => {
   const cases: [unknown, string][] = [
     [{ trigger: { event: 'a', where: { all: [{ attribute: 'plan', eq: 'pro' }, { attribute: 'seats', eq: { many: true } }] } }, steps: WELCOME }, 'trigger.where.all[1].eq'],
