@@ -20,7 +20,9 @@ export class RoutesBySegment {
     const segment = path.split('/')[2] ?? '';
     let router = this.routers.get(segment);
     if (!router) {
-      router = new Router();
+      // paths are case-sensitive (RFC 3986 6.2.2.1): `/V1/events` is not `/v1/events` (probe D1: the
+      // `/V1` prefix matched, since @koa/router ignores case by default, while `/v1/Events` did not)
+      router = new Router({ sensitive: true });
       this.routers.set(segment, router);
     }
     return router;

@@ -37,7 +37,7 @@ core('health answers without a credential, with redis latency, version and live 
   }
 });
 
-core('an unknown route is 404 not_found in the envelope', async ({ api }) => {
+core('an unknown route is 404 not_found in the envelope', async ({ api, keys }) => {
   const res = await api.get('/v1/nothing-here');
   assert.is(res.status, 404);
   assert.is(res.body.success, false);
@@ -45,6 +45,13 @@ core('an unknown route is 404 not_found in the envelope', async ({ api }) => {
   assert.is(res.body.error.code, 'not_found');
   assert.ok(res.body.metadata.timestamp);
   assert.is(res.headers.get('request-id'), res.body.metadata.requestId);
+  // paths are case-sensitive, the /v1 prefix too (probe D1: /V1/whoami answered 200)
+  for (const path of ['/V1/whoami', '/v1/WhoAmI', '/V1/WHOAMI']) {
+    const other = await api.get(path, keys.tenant);
+    assert.is(other.status, 404, path);
+    assert.is(other.body.error.code, 'not_found', path);
+  }
+  assert.is((await api.get('/v1/whoami', keys.tenant)).status, 200);
 });
 
 core('another method on a known path is 405 method_not_allowed in the envelope', async ({ api, keys }) => {
