@@ -119,6 +119,9 @@ export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
       message = 'is not an allowed field';
     } else if (e.keyword === 'enum') {
       message = `must be one of ${(e.params.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}`;
+    } else if (e.keyword === 'pattern' && typeof (e.parentSchema as Record<string, unknown> | undefined)?.['x-errorMessage'] === 'string') {
+      // a pattern said in words (a raw regex left callers to work out a length bound: probe D1)
+      message = (e.parentSchema as Record<string, string>)['x-errorMessage']!;
     } else if (e.keyword === 'if') {
       continue; // the branch errors that caused it say more
     }

@@ -125,14 +125,14 @@ export function parsedJsonProblem(value: unknown): ErrorDetail | null {
 }
 
 /** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
-function bodyError(err: unknown): ApiError {
+function bodyError(err: unknown, limitBytes: number): ApiError {
   if (err instanceof ApiError) return err;
   const e = err as { status?: number; type?: string; body?: unknown; message?: string };
   if (typeof e?.body === 'string' && /prototype property/.test(e.message ?? '')) {
     const path = protoKeyPath(e.body);
     if (path) return validationError([{ param: path, message: 'is not an allowed field' }]);
   }
-  if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', 'Request body is larger than the limit');
+  if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', `Request body is larger than the limit of ${limitBytes} bytes`);
   if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br', { param: 'Content-Encoding' });
   return new ApiError(400, 'parse', 'Request body is not valid JSON', { param: 'body' });
 }
@@ -166,7 +166,7 @@ export function jsonBody(limitBytes: number) {
     try {
       await parse(ctx, async () => {});
     } catch (err) {
-      throw bodyError(err);
+      throw bodyError(err, limitBytes);
     }
     // a chunked body with nothing in it reads as an empty object, as a Content-Length: 0 one does
     if (ctx.request.body === undefined || ctx.request.body === '') ctx.request.body = {};

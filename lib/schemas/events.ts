@@ -10,6 +10,7 @@ const name: Schema = {
   // a `$` name of any length or characters passes the schema, so that it is answered `reserved_event`
   // (spec Part 7: "A `$` name sent to `POST /v1/events`"), never `validation`; the body limit bounds it
   pattern: '^(?:\\$[\\s\\S]*|[a-z0-9][a-z0-9_.-]{0,99})$',
+  'x-errorMessage': 'must be 1 to 100 characters of a-z, 0-9, "_", "." and "-", the first a letter or digit (matching [a-z0-9][a-z0-9_.-]{0,99})',
   description: 'Matches `[a-z0-9][a-z0-9_.-]{0,99}`. Names beginning with `$` are reserved: `POST /v1/events` answers any of them 400 `reserved_event`; the app may send only the SDK\'s own (spec 6.1), any other `$` name is 400 `reserved_event` too.',
 };
 const eventFields: Record<string, Schema> = {

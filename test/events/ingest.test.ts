@@ -142,6 +142,8 @@ ingest('a batch with any invalid event is refused whole with details per item', 
   const params = res.body.error.details.map((d: any) => d.param);
   assert.ok(params.includes('events[3].name'));
   assert.ok(params.includes('events[4].externalId'));
+  // the name rule in words, its length bound included, not a raw regex (probe D1)
+  assert.match(res.body.error.details.find((d: any) => d.param === 'events[3].name').message, /^must be 1 to 100 characters of a-z, 0-9/);
   assert.is(await inboxLength(service), before, 'nothing of the batch is stored');
 });
 

@@ -228,6 +228,7 @@ core('a body over the limit is 413 payload_too_large', async ({ api, keys }) => 
   const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
   assert.is(res.status, 413);
   assert.is(res.body.error.code, 'payload_too_large');
+  assert.match(res.body.error.message, /limit of \d+ bytes/, 'the message says the limit (probe D1)');
 });
 
 core('a body in another media type (a form) is 400 bad_request naming Content-Type', async ({ api, keys }) => {
