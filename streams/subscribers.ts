@@ -4,6 +4,7 @@ import { notFound, validationError } from '../lib/errors.js';
 import { partitionOf } from '../lib/partition.js';
 import { recordOf } from '../lib/field-list.js';
 import { timeZoneAsNamed } from '../lib/time-zones.js';
+import { MAX_EVENT_DATA_BYTES } from '../lib/track-events.js';
 import type { AuditDraft } from './audit-outbox.js';
 import type { Keys } from './keys.js';
 import { diff, sameJson } from './ledger.js';
@@ -94,6 +95,36 @@ function nextAttributes(current: Subscriber | null, input: Attributes): Omit<Sub
 }
 
 /**
+ * The data of a `$subscriber.updated` event, `{ changes, previousAttributes }`, within the 8 KB of
+ * event data (spec 2.4). Properties are bounded at 8 KB each side, so replacing them whole made
+ * 16 KB of data (probe D1). Over the bound, values give way, largest first, previous values before
+ * new ones (property keys one by one, then whole fields), each named in `truncated` by its path
+ * (`previousAttributes.properties.bio`): the subscriber's record and the audit `subscriber.updated`
+ * keep every value.
+ */
+export function boundedUpdateData(changes: Record<string, unknown>, previous: Record<string, unknown>, maxBytes = MAX_EVENT_DATA_BYTES): Record<string, unknown> {
+  const data = { changes: { ...changes }, previousAttributes: { ...previous } } as Record<string, Record<string, unknown>>;
+  const size = (value: unknown) => Buffer.byteLength(JSON.stringify(value) ?? '', 'utf8');
+  if (size(data) <= maxBytes) return data;
+  const truncated: string[] = [];
+  for (const side of ['previousAttributes', 'changes'] as const) {
+    const part = data[side]!;
+    if (part.properties && typeof part.properties === 'object') part.properties = { ...(part.properties as Record<string, unknown>) };
+    // the largest first: property values one by one, then whole fields
+    const cuts = [
+      ...Object.entries((part.properties ?? {}) as Record<string, unknown>).map(([key, value]) => ({ path: `${side}.properties.${key}`, bytes: size(value), cut: () => delete (part.properties as Record<string, unknown>)[key] })),
+      ...Object.entries(part).filter(([field]) => field !== 'properties').map(([field, value]) => ({ path: `${side}.${field}`, bytes: size(value), cut: () => delete part[field] })),
+    ].sort((a, b) => b.bytes - a.bytes);
+    for (const c of cuts) {
+      if (size({ ...data, truncated }) <= maxBytes) return { ...data, truncated };
+      c.cut();
+      truncated.push(c.path);
+    }
+  }
+  return { ...data, truncated };
+}
+
+/**
  * Record operations and the `$subscriber.updated` event for an attribute change (none when nothing
  * changes). `properties` of the event carry only the changed keys. Throws 400 `validation` on
  * `<base>properties` when the merged `properties` would go over 8 KB and grow: computed from the
@@ -135,7 +166,7 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
     if (before.email) ops.push(['zrem', keys.subscriberEmailIndex(snapshot.partition, scope.tenantId, before.email.toLowerCase()), member]);
     if (next.email) ops.push(['zadd', keys.subscriberEmailIndex(snapshot.partition, scope.tenantId, next.email.toLowerCase()), 0, member]);
   }
-  const events: EngineEvent[] = current && Object.keys(changes).length ? [{ name: '$subscriber.updated', data: { changes, previousAttributes: previous } }] : [];
+  const events: EngineEvent[] = current && Object.keys(changes).length ? [{ name: '$subscriber.updated', data: boundedUpdateData(changes, previous) }] : [];
   if (ops.length) ops.push(['hset', record, 'updatedAt', isoNow()]);
   return { ops, events, changes, previous };
 }

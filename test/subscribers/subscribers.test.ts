@@ -88,7 +88,8 @@ subs('the 8 KB bound of properties holds for the merged result: an update that w
   assert.is(swap.status, 200);
   assert.equal(Object.keys(swap.body.data.properties), ['b']);
   const events = await inboxEvents(service, tenantId, 'grow');
-  assert.equal(events[1]!.data, { changes: { properties: { a: null, b: half } }, previousAttributes: { properties: { a: half, b: null } } });
+  // 10 KB of changes and previous values: the previous value gives way, within the 8 KB of event data
+  assert.equal(events[1]!.data, { changes: { properties: { a: null, b: half } }, previousAttributes: { properties: { b: null } }, truncated: ['previousAttributes.properties.a'] });
 });
 
 subs('a $subscriber.updated for one changed property carries that key only, not the whole object twice', async ({ api, key, service, tenantId }) => {
@@ -97,6 +98,22 @@ subs('a $subscriber.updated for one changed property carries that key only, not 
   await api.patch('/v1/subscribers/small-diff', key, { properties: { k3: 'changed' } });
   const [, updated] = await inboxEvents(service, tenantId, 'small-diff');
   assert.equal(updated!.data, { changes: { properties: { k3: 'changed' } }, previousAttributes: { properties: { k3: 'v'.repeat(1000) } } });
+});
+
+subs('a $subscriber.updated stays within 8 KB of data: values give way, previous ones first, named in truncated; the audit keeps them all (probe D1: 16 KB)', async ({ api, key, service, tenantId, workspaceId }) => {
+  const a = 'a'.repeat(7900), b = 'b'.repeat(7900);
+  await api.post('/v1/subscribers', key, { externalId: 'big-swap', email: 'old@example.com', properties: { bio: a } });
+  assert.is((await api.patch('/v1/subscribers/big-swap', key, { email: 'new@example.com', properties: { bio: b } })).status, 200);
+  const [, updated] = await inboxEvents(service, tenantId, 'big-swap');
+  assert.ok(Buffer.byteLength(JSON.stringify(updated!.data)) <= 8192, `${Buffer.byteLength(JSON.stringify(updated!.data))} bytes`);
+  assert.equal(updated!.data, {
+    changes: { email: 'new@example.com', properties: { bio: b } },
+    previousAttributes: { email: 'old@example.com', properties: {} },
+    truncated: ['previousAttributes.properties.bio'],
+  });
+  // the audit entry is no event: it keeps both values
+  const audit = await waitFor('the audit entry', async () => (await auditEntries(service, workspaceId)).find((e: any) => e.type === 'subscriber.updated' && e.data.object.externalId === 'big-swap') ?? null, 5_000, 50);
+  assert.equal([audit.changes.properties.bio, audit.previousAttributes.properties.bio], [b, a]);
 });
 
 subs('a null attribute removes it', async ({ api, key }) => {
