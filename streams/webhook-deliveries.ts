@@ -61,6 +61,15 @@ function toDelivery(h: Record<string, string>): WebhookDelivery | null {
   };
 }
 
+/**
+ * A delivery as its endpoint's state makes it: while the endpoint is disabled nothing is attempted
+ * and a waiting delivery goes out on the re-enable, so its `nextAttemptAt` (a time already past, or
+ * one that will pass unattempted) is null (probe A1: it showed a past time as the next attempt).
+ */
+export function asOfEndpoint<T extends WebhookDelivery>(delivery: T, endpoint: { enabled: boolean }): T {
+  return endpoint.enabled || delivery.nextAttemptAt === null ? delivery : { ...delivery, nextAttemptAt: null };
+}
+
 function attemptsOf(h: Record<string, string>): (AttemptRecord & { attempt: number })[] {
   const out: (AttemptRecord & { attempt: number })[] = [];
   for (let n = 1; n <= Number(h.n ?? 0); n++) {

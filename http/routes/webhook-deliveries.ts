@@ -2,7 +2,7 @@ import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context, Middleware } from 'koa';
 import { now } from '../../lib/clock.js';
 import { ApiError, notFound } from '../../lib/errors.js';
-import { findDelivery, loadDeliveries, replayDelivery, unscoredCursorScore, type DeliveryStatus } from '../../streams/webhook-deliveries.js';
+import { asOfEndpoint, findDelivery, loadDeliveries, replayDelivery, unscoredCursorScore, type DeliveryStatus } from '../../streams/webhook-deliveries.js';
 import type { WebhookEndpoint } from '../../streams/webhook-endpoints.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
@@ -42,7 +42,8 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const page = pageRequest<{ status?: DeliveryStatus }>(ctx, 'WebhookDeliveriesQuery');
     const workspaceId = workspaceIdOf(ctx);
     const index = keys.webhookDeliveries(workspaceId, endpoint.id, page.query.status);
-    respond(ctx, 200, await pageRecords(redis, index, page, 'webhookDelivery', (ids) => loadDeliveries(redis, keys, workspaceId, ids), {
+    const load = async (ids: string[]) => (await loadDeliveries(redis, keys, workspaceId, ids)).map((d) => d && asOfEndpoint(d, endpoint));
+    respond(ctx, 200, await pageRecords(redis, index, page, 'webhookDelivery', load, {
       unscored: (id) => unscoredCursorScore(redis, keys, workspaceId, endpoint.id, id),
     }));
   });
@@ -70,7 +71,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const endpoint = await endpointOr404(ctx);
     const delivery = await findDelivery(redis, keys, workspaceIdOf(ctx), endpoint.id, ctx.params.deliveryId!);
     if (!delivery) throw notFound('Webhook delivery');
-    respond(ctx, 200, delivery);
+    respond(ctx, 200, asOfEndpoint(delivery, endpoint));
   });
 
   /**

@@ -137,7 +137,7 @@ const deliveryProperties: Record<string, Schema> = {
   status: { type: 'string', enum: ['pending', 'success', 'failed', 'exhausted'] },
   attemptCount: { type: 'integer', minimum: 0, description: 'Scheduled attempts made, out of ten (replays not counted).' },
   replayCount: { type: 'integer', minimum: 0 },
-  nextAttemptAt: { type: 'string', format: 'date-time', nullable: true },
+  nextAttemptAt: { type: 'string', format: 'date-time', nullable: true, description: 'When the next scheduled attempt is due; null when none is queued, and while the endpoint is disabled (it goes out on the re-enable).' },
   lastAttemptAt: { type: 'string', format: 'date-time', nullable: true },
   lastStatusCode: { type: 'integer', nullable: true },
   createdAt: { type: 'string', format: 'date-time', description: 'When the delivery was made (its event reached a dispatcher); lists are newest first by it.' },

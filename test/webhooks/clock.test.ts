@@ -106,6 +106,10 @@ clock('three days of continuous failure disable the endpoint; its attempts then 
   const waiting = await attemptsOf(ctx, ws, e.id, one);
   assert.is(waiting.status, 'failed');
   assert.is(waiting.attempts.length, sent, 'waiting attempts are not consumed');
+  // nothing is attempted while disabled: no next attempt time is shown, in the detail or the list (probe A1: a past one was)
+  assert.is(waiting.nextAttemptAt, null);
+  const listed = (await ctx.api.get(`/v1/workspaces/whc-disable/webhooks/${e.id}/deliveries`, ws.keys.workspace)).body.data.items;
+  assert.equal(listed.filter((d: any) => d.status === 'failed').map((d: any) => d.nextAttemptAt), [null]);
 
   status = 204;
   const enabled = await ctx.api.patch(`/v1/workspaces/whc-disable/webhooks/${e.id}`, ws.keys.workspace, { enabled: true });
