@@ -17,7 +17,7 @@ import {
   claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
-import { allEndpoints, findEndpoint, isActiveAt, leaveRegistryIfEmpty, publicEndpoint, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
+import { activeFromMs, allEndpoints, findEndpoint, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
 import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
 
 /** The consumer group of the dispatchers on every workspace ledger. */
@@ -175,10 +175,11 @@ class WebhookDispatcher {
   private async handle(stream: string, entries: StreamEntry[]): Promise<void> {
     const workspaceId = this.workspaceOfLedger.get(stream);
     if (!workspaceId) return;
-    // a disabled endpoint still gets the events from before its disable (their deliveries wait)
-    const endpoints = (await this.endpointsOf(workspaceId)).filter((e) => e.enabled || (e.activeUntilMs ?? 0) > e.activeSinceMs);
+    // a disabled endpoint still gets the events from before its disable (their deliveries wait), and
+    // an edited or re-enabled one those of the windows the change ended, as it was then
+    const endpoints = (await this.endpointsOf(workspaceId)).filter((e) => e.enabled || (e.activeUntilMs ?? 0) > e.activeSinceMs || e.pastWindows.length > 0);
     if (endpoints.length === 0) return;
-    const floor = Math.min(...endpoints.map((e) => e.activeSinceMs)) - CLOCK_SKEW_MS;
+    const floor = Math.min(...endpoints.map(activeFromMs)) - CLOCK_SKEW_MS;
     const events: EnqueueEvent[] = [];
     for (const entry of entries) {
       if (idMs(entry.id) < floor) continue;
@@ -193,7 +194,7 @@ class WebhookDispatcher {
       }
       const eventMs = Date.parse(payload.createdAt);
       const tenantId: string | null = payload.tenant?.id ?? null;
-      const targets = endpoints.filter((e) => isActiveAt(e, eventMs) && (e.tenantId === null || e.tenantId === tenantId) && isDeliverable(kind, payload.type, e.events));
+      const targets = endpoints.filter((e) => wantsEvent(e, eventMs, tenantId, (patterns) => isDeliverable(kind, payload.type, patterns)));
       if (targets.length === 0) continue;
       const body = await this.body(workspaceId, kind, raw, payload);
       if (body === null) continue;

@@ -3,7 +3,8 @@
   re-forwarded or redelivered ledger entry keeps the first bytes) and makes one delivery per
   (event, endpoint) whose id the caller derives from both, so a second call creates nothing.
   An endpoint that no longer exists, became active after the event, or was disabled before it gets
-  nothing (spec 3.3); one disabled after the event (`activeUntil`, set by the disable) gets its
+  nothing (spec 3.3), unless the event falls in a window an edit or re-enable ended (`past`, see
+  lua/updateWebhookEndpoint); one disabled after the event (`activeUntil`, set by the disable) gets its
   delivery, which waits in its queue with its retries until it is enabled again (and re-queued).
   Up to the caller's free capacity per enabled endpoint the first attempts are claimed at once
   (leased to the caller, as claimWebhookAttempts does); the others wait in the endpoint's queue.
@@ -44,11 +45,22 @@ local endpoints = {}
 local function endpoint(id)
   local e = endpoints[id]
   if e == nil then
-    local h = rcall('HMGET', base .. ':whk:' .. id, 'enabled', 'activeSince', 'activeUntil')
-    e = { enabled = h[1] == '1', activeSince = tonumber(h[2] or '0') or 0, activeUntil = tonumber(h[3] or '0') or 0 }
+    local h = rcall('HMGET', base .. ':whk:' .. id, 'enabled', 'activeSince', 'activeUntil', 'past')
+    e = { enabled = h[1] == '1', activeSince = tonumber(h[2] or '0') or 0, activeUntil = tonumber(h[3] or '0') or 0,
+      past = (h[4] and h[4] ~= '') and cjson.decode(h[4]) or {} }
     endpoints[id] = e
   end
   return e
+end
+
+-- whether the endpoint was active at `ms`: its current window, or one an edit or re-enable ended
+-- (`past`; the caller matched the event against that window's patterns and tenant)
+local function activeAt(e, ms)
+  if ms >= e.activeSince and (e.enabled or ms < e.activeUntil) then return true end
+  for _, w in ipairs(e.past) do
+    if ms >= w.since and ms < w['until'] then return true end
+  end
+  return false
 end
 
 -- the next free score of this millisecond in an endpoint's delivery index, then one more per delivery
@@ -77,7 +89,7 @@ for _ = 1, events do
     at = at + 2
     local e = endpoint(endpointId)
     local d = base .. ':whd:' .. deliveryId
-    if eventMs >= e.activeSince and (e.enabled or eventMs < e.activeUntil) and rcall('EXISTS', d) == 0 then
+    if activeAt(e, eventMs) and rcall('EXISTS', d) == 0 then
       if not stored then
         stored = true
         if not rcall('SET', payloadKey, body, 'NX', 'PX', retention) then

@@ -5,6 +5,14 @@
   - `enabled` from 0 to 1 (re-enable) clears the failure streak (`failingSince`), `disabledAt` and
     `activeUntil`, and moves `activeSince` to now; from 1 to 0 sets `disabledAt` and `activeUntil`
     (ms: events from before it, read by a dispatcher only later, still get their deliveries).
+  - when `activeSince` moves, the window that ends (from the old `activeSince` to now, or to
+    `activeUntil` when disabled) is kept in `past` with the patterns and tenant it had, so an event
+    from inside it that a dispatcher reads only after the change still gets its delivery, as the
+    endpoint was then (probe A1: an edit or a re-enable while dispatchers were behind lost it). At
+    most PAST_WINDOWS, none ended more than PAST_WINDOW_DAYS ago.
+
+  Endpoint fields read: enabled, activeSince, activeUntil, events, tenantId, past (JSON list of
+  { since, until, events, tenantId }; ms and the patterns as a list).
 
   KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
   KEYS[2] the endpoints' version counter   ({w:<ws>}:whks:v)
@@ -17,8 +25,10 @@
   after are the record as HGETALL lists and reenabled is 1 when this call enabled it again.
 ]]
 local rcall = redis.call
+local PAST_WINDOWS, PAST_WINDOW_DAYS = 10, 7
 if rcall('EXISTS', KEYS[1]) == 0 then return {} end
 local before = rcall('HGETALL', KEYS[1])
+local was = rcall('HMGET', KEYS[1], 'enabled', 'activeSince', 'activeUntil', 'events', 'tenantId', 'past')
 local changed, moveActive, reenabled = false, false, 0
 local n = tonumber(ARGV[3])
 for i = 0, n - 1 do
@@ -37,7 +47,22 @@ for i = 0, n - 1 do
     end
   end
 end
-if moveActive then rcall('HSET', KEYS[1], 'activeSince', ARGV[1]) end
+if moveActive then
+  local nowMs = tonumber(ARGV[1])
+  local since = tonumber(was[2] or '0') or 0
+  local untilMs = was[1] == '1' and nowMs or (tonumber(was[3] or '') or 0)
+  local past = {}
+  if was[6] and was[6] ~= '' then
+    for _, w in ipairs(cjson.decode(was[6])) do
+      if w['until'] >= nowMs - PAST_WINDOW_DAYS * 86400000 then past[#past + 1] = w end
+    end
+  end
+  if untilMs > since then
+    past[#past + 1] = { since = since, ['until'] = untilMs, events = cjson.decode(was[4] or '["*"]'), tenantId = was[5] or '' }
+  end
+  while #past > PAST_WINDOWS do table.remove(past, 1) end
+  rcall('HSET', KEYS[1], 'activeSince', ARGV[1], 'past', #past > 0 and cjson.encode(past) or '')
+end
 if changed then
   rcall('HSET', KEYS[1], 'updatedAt', ARGV[2])
   rcall('INCR', KEYS[2])

@@ -34,7 +34,12 @@ export type WebhookEndpoint = {
   activeSinceMs: number;
   /** when it was disabled (by PATCH or the failure streak); null while enabled. Events from before it still get deliveries, which wait */
   activeUntilMs: number | null;
+  /** windows an edit or re-enable ended, with the patterns and tenant the endpoint had then (lua/updateWebhookEndpoint) */
+  pastWindows: PastWindow[];
 };
+
+/** A time the endpoint was active, `[sinceMs, untilMs)`, as it was then. */
+export type PastWindow = { sinceMs: number; untilMs: number; events: string[]; tenantId: string | null };
 
 /** What the API shows of an endpoint: never a secret (create and rotate add it, once). */
 export type PublicWebhookEndpoint = {
@@ -75,6 +80,8 @@ export function toEndpoint(h: Record<string, string>): WebhookEndpoint | null {
     failingSinceMs: numberOrNull(h.failingSince),
     activeSinceMs: Number(h.activeSince ?? 0),
     activeUntilMs: numberOrNull(h.activeUntil),
+    pastWindows: h.past ? (JSON.parse(h.past) as { since: number; until: number; events: string[]; tenantId: string }[])
+      .map((w) => ({ sinceMs: w.since, untilMs: w.until, events: w.events, tenantId: w.tenantId || null })) : [],
   };
 }
 
@@ -83,8 +90,24 @@ export function toEndpoint(h: Record<string, string>): WebhookEndpoint | null {
  * last edit or re-enable, nor from after its disable. lua/enqueueWebhookDeliveries decides the same
  * from the stored record.
  */
-export function isActiveAt(e: WebhookEndpoint, eventMs: number): boolean {
+function isActiveAt(e: WebhookEndpoint, eventMs: number): boolean {
   return eventMs >= e.activeSinceMs && (e.enabled || eventMs < (e.activeUntilMs ?? 0));
+}
+
+/**
+ * Whether the endpoint gets an event of `tenantId` at `eventMs` (spec 3.3): as it is now when the
+ * event is from its current window, or as it was then when the event is from a window an edit or
+ * re-enable ended, so that a change never delivers an event from before it and never takes away
+ * one the endpoint wanted when it happened (`accepts` says whether patterns take the event).
+ */
+export function wantsEvent(e: WebhookEndpoint, eventMs: number, tenantId: string | null, accepts: (patterns: readonly string[]) => boolean): boolean {
+  if (isActiveAt(e, eventMs) && (e.tenantId === null || e.tenantId === tenantId) && accepts(e.events)) return true;
+  return e.pastWindows.some((w) => eventMs >= w.sinceMs && eventMs < w.untilMs && (w.tenantId === null || w.tenantId === tenantId) && accepts(w.events));
+}
+
+/** The earliest event time the endpoint may still get: its current window's start, or a past window's. */
+export function activeFromMs(e: WebhookEndpoint): number {
+  return Math.min(e.activeSinceMs, ...e.pastWindows.map((w) => w.sinceMs));
 }
 
 /** A record from an HGETALL reply of a script (a flat list). */

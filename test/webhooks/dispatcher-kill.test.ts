@@ -124,4 +124,46 @@ kill('an event from while the endpoint was enabled, read by a dispatcher only af
   assert.is((await api.get(`/v1/workspaces/whk-late/webhooks/events/${wheOf(during)}`, ws.keys.workspace)).status, 404);
 });
 
+kill('an edit or a re-enable made while no dispatcher read the ledger keeps the events the endpoint wanted when they happened, and adds none from before it (probe A1: both lost them)', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-edit');
+  const edited = (ctx.receiver = await startReceiver());
+  const toggled = await startReceiver();
+  try {
+    const make = async (r: Receiver) => {
+      const res = await api.post('/v1/workspaces/whk-edit/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['ed.*'] });
+      assert.is(res.status, 201, res.text);
+      r.secrets.push(res.body.data.secret);
+      return `/v1/workspaces/whk-edit/webhooks/${res.body.data.id}`;
+    };
+    const [editedPath, toggledPath] = [await make(edited), await make(toggled)];
+    const ledger = ctx.service.keys.ledger(ws.workspace.id);
+    const inLedger = (type: string) => waitFor(`${type} in the ledger`, async () =>
+      (await ctx.service.redis.xrange(ledger, '-', '+')).some(([, f]) => f.join(' ').includes(`"type":"${type}"`)), 10_000, 50);
+    // no dispatcher: the events wait in the ledger while the endpoints change
+    await api.post('/v1/events', ws.keys.tenant, { events: [{ externalId: 'ed-1', name: 'ed.one' }, { externalId: 'ed-1', name: 'new.early' }] });
+    await inLedger('new.early');
+    await new Promise((res) => setTimeout(res, 20)); // the changes come strictly after the events
+    assert.is((await api.patch(editedPath, ws.keys.workspace, { events: ['ed.*', 'new.*'] })).status, 200);
+    assert.is((await api.patch(toggledPath, ws.keys.workspace, { enabled: false })).status, 200);
+    await api.post('/v1/events', ws.keys.tenant, { externalId: 'ed-1', name: 'ed.while-disabled' });
+    await inLedger('ed.while-disabled');
+    assert.is((await api.patch(toggledPath, ws.keys.workspace, { enabled: true })).status, 200);
+    await api.post('/v1/events', ws.keys.tenant, { events: [{ externalId: 'ed-1', name: 'ed.after' }, { externalId: 'ed-1', name: 'new.after' }] });
+    await inLedger('new.after');
+
+    await running(ctx, startDispatcher(ctx));
+    const types = (r: Receiver) => r.requests.map((q) => q.body.type as string).sort();
+    await waitFor('every delivery', async () => edited.requests.length >= 4 && toggled.requests.length >= 2, 15_000, 50);
+    await new Promise((res) => setTimeout(res, 1_000));
+    // edited: ed.one as it was then (ed.*), not new.early (new.* came after it); everything after the edit
+    assert.equal(types(edited), ['ed.after', 'ed.while-disabled', 'ed.one', 'new.after'].sort());
+    // toggled: ed.one from before the disable; never the event from while it was disabled
+    assert.equal(types(toggled), ['ed.after', 'ed.one']);
+    for (const q of [...edited.requests, ...toggled.requests]) assert.equal(q.failures, [], 'verified');
+  } finally {
+    await toggled.close();
+  }
+});
+
 kill.run();
