@@ -4,7 +4,7 @@ const nullableString = (maxLength: number, extra: Schema = {}): Schema => ({ typ
 
 /** Attributes a subscriber carries; `null` removes one. */
 const attributes: Record<string, Schema> = {
-  email: nullableString(254, { format: 'email' }),
+  email: nullableString(254, { format: 'idn-email' }),
   phone: nullableString(16, { pattern: '^\\+[1-9][0-9]{1,14}$', description: 'E.164, e.g. +14155550100.' }),
   locale: nullableString(35, { pattern: '^[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*$', description: 'BCP 47, e.g. en-US (extensions such as en-US-u-ca-gregory included). An `_` separator, as Apple and Java write locales (en_US), is stored as `-` (en-US).' }),
   timezone: nullableString(64, { 'x-timeZone': true, description: 'IANA time zone, e.g. Europe/Paris.' }),
@@ -128,7 +128,7 @@ export const SubscriptionRegister: Schema = {
     anonymousIdentityHash,
     channel: { type: 'string', enum: ['push', 'email'], description: 'Default: `push` with a `token` and no `address`, `email` with an `address` and no `token`; required otherwise.' },
     token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push). An APNs token (hex; not on `platform` android) is kept in lowercase, without spaces or angle brackets, so `AB12…`, `ab12…` and `<ab12 …>` are one device.' },
-    address: { type: 'string', minLength: 3, maxLength: 254, format: 'email', description: 'Email address (email).' },
+    address: { type: 'string', minLength: 3, maxLength: 254, format: 'idn-email', description: 'Email address (email): ASCII or internationalised (RFC 6531).' },
     platform: { type: 'string', enum: ['ios', 'android'] },
     environment: { type: 'string', enum: ['production', 'sandbox'], description: 'APNs environment of the token; default production.' },
     authorizationStatus: { type: 'string', enum: ['notDetermined', 'denied', 'authorized', 'provisional', 'ephemeral'] },
