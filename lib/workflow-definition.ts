@@ -4,7 +4,7 @@ import { ApiError, type ErrorDetail } from './errors.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
 import { EXPRESSION_EVENT_PATTERN, validateExpression, type Expression } from './expressions.js';
 import { checkBody } from './validator.js';
-import { MAX_DEFINITION_BYTES, MAX_NESTING, MAX_STEPS, STEP_TYPES } from './workflow-limits.js';
+import { MAX_DEFINITION_BYTES, MAX_NESTING, MAX_STEPS, STEP_NAME_PATTERN, STEP_TYPES } from './workflow-limits.js';
 
 /**
  * The workflow definition language (docs/workflows.md): a trigger, a tree of steps, and an
@@ -30,7 +30,6 @@ export type WorkflowDefinition = { trigger: { event: string; where?: Expression 
 
 export const MIN_STEP_DURATION_MS = 1_000;
 export const MAX_STEP_DURATION_MS = 90 * 86_400_000;
-export const STEP_NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,47}$';
 
 /** The fields each step type takes besides `type` and `name`, and those it requires. */
 const FIELDS: Record<Step['type'], readonly string[]> = {

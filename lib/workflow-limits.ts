@@ -18,3 +18,5 @@ export const MAX_NESTING = 5;
  * of over a kilobyte each.
  */
 export const MAX_DEFINITION_BYTES = 65_536;
+/** A step's `name`: unique in the workflow, for runs to report where they are. */
+export const STEP_NAME_PATTERN = '^[a-z0-9][a-z0-9_-]{0,47}$';

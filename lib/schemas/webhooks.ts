@@ -7,6 +7,9 @@ const pattern: Schema = {
   type: 'string',
   minLength: 1,
   maxLength: 103,
+  // the shape lib/webhook-events.ts patternProblem checks, in the document too (probe F1: `*.completed` passed it)
+  pattern: '^(?:\\*|\\$?[a-z0-9][a-z0-9_.-]{0,99}|\\$?[a-z0-9](?:[a-z0-9_.-]{0,98}[a-z0-9_-])?\\.\\*)$',
+  'x-errorMessage': 'must be *, an event name, or an event name prefix followed by .*',
   description: '`*` (every public event), an exact event name, or a name prefix followed by `.*` (`subscriber.*`, `$subscription.*`, `order.*`).',
 };
 const events: Schema = {

@@ -2,7 +2,7 @@ import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from '../slugs.js';
 import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
 import { MessageCreate } from './messages.js';
 import { EXPRESSION_EVENT_PATTERN } from '../expressions.js';
-import { MAX_STEPS, STEP_TYPES } from '../workflow-limits.js';
+import { MAX_STEPS, STEP_NAME_PATTERN, STEP_TYPES } from '../workflow-limits.js';
 
 // Every export of this module is a schema: lib/schemas/index.ts registers them all.
 // The definition (trigger, steps, cancelOn) is checked in full by lib/workflow-definition.ts, whose
@@ -61,7 +61,7 @@ export const WorkflowStep: Schema = {
     + 'a `name`, unique in the workflow. Durations are 1s to 90d (`30s`, `15m`, `24h`, `7d`).',
   properties: {
     type: { type: 'string', enum: [...STEP_TYPES] },
-    name: { type: 'string', description: '`^[a-z0-9][a-z0-9_-]{0,47}$`, unique within the workflow.' },
+    name: { type: 'string', pattern: STEP_NAME_PATTERN, 'x-errorMessage': `must match ${STEP_NAME_PATTERN}`, description: 'Unique within the workflow.' },
     duration: { type: 'string', description: 'sleep: how long.' },
     event: { ...eventName, description: 'wait: the event awaited; reserved `$` names (spec 6.1) included.' },
     where: { ...expression, description: 'wait: what the awaited event must satisfy.' },

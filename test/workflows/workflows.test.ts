@@ -118,7 +118,8 @@ workflows('a definition is at most 64 KB serialized, a PATCH\'s merged with the 
   assert.equal([stored.version, stored.trigger], [1, { event: 'x' }], 'nothing changed');
 });
 
-workflows('problems in a definition are validation details with exact paths, all of them at once', async ({ api, key }) => {
+workflows('problems in a definition are validation details with exact paths, all of them at once', async (ctx) => {
+  const { api, key } = ctx;
   const cases: [unknown, string][] = [
     [{ trigger: { event: 'a', where: { all: [{ attribute: 'plan', eq: 'pro' }, { attribute: 'seats', eq: { many: true } }] } }, steps: WELCOME }, 'trigger.where.all[1].eq'],
     [{ trigger: { event: 'Not A Name' }, steps: WELCOME }, 'trigger.event'],
@@ -163,6 +164,9 @@ workflows('problems in a definition are validation details with exact paths, all
     assert.is(res.body.error.code, 'validation');
     assert.ok(res.body.error.details.some((d: any) => d.param === param), `${param} in ${JSON.stringify(res.body.error.details)}`);
   }
+  // the document states the step name rule as a pattern, not only in words (probe F1)
+  const doc = (await (await fetch(`${ctx.service.url}/v1/openapi.json`)).json()) as any;
+  assert.is(doc.components.schemas.WorkflowStep.properties.name.pattern, '^[a-z0-9][a-z0-9_-]{0,47}$');
   const nest = (n: number): unknown[] => (n === 0 ? [{ type: 'exit' }] : [{ type: 'branch', if: { attribute: 'a', eq: 1 }, then: nest(n - 1) }]);
   const deep = await api.post('/v1/workflows', key, { slug: 'invalid', trigger: { event: 'a' }, steps: nest(5) });
   assert.equal(deep.body.error.details.map((d: any) => d.param), ['steps[0].then[0].then[0].then[0].then[0].then']);
