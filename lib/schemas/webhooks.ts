@@ -115,7 +115,7 @@ export const WebhookEvent: Schema = {
     apiVersion: { type: 'string', enum: ['v1'] },
     createdAt: { type: 'string', format: 'date-time' },
     workspace: ref,
-    tenant: { ...ref, nullable: true },
+    tenant: { ...ref, description: 'The tenant the event belongs to (spec 2.6). Every event delivered has one: the one workspace-level event, `workspace.created`, is written before any endpoint of its workspace can exist, so none receives it.' },
     data: { type: 'object', required: ['object'], properties: { object: { type: 'object' } } },
     actor: {
       type: 'object', required: ['type', 'id'], description: 'Audit events: who made the change (an API key, the operator CLI, or the service itself).',
