@@ -73,7 +73,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
    *       - { name: provider, in: query, description: 'Only events a source turned from this provider''s webhooks (source `webhook`, such as `stripe`; exact match; docs/sources.md).' }
-   *       - { name: after, in: query, description: Only events received after this time }
+   *       - { name: after, in: query, description: "Only events received after this time (ISO 8601; URL-encode a + offset as %2B: a bare + in a query string reads as a space)" }
    *     responses:
    *       '200':
    *         description: A page of events
