@@ -26,7 +26,8 @@ async function roleRun(role: string, env: Record<string, string>): Promise<{ cod
   });
   let stderr = '';
   child.stderr!.on('data', (d) => (stderr += d));
-  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  // a role gives up on Redis after ~11 s of retries; tsx's start-up on a loaded machine adds seconds (a CI run under load: killed at 20 s)
+  const timer = setTimeout(() => child.kill('SIGKILL'), 45_000);
   const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
   clearTimeout(timer);
   return { code, stderr };
