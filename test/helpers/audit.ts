@@ -129,7 +129,7 @@ export function startSweeper(service: TestService): RoleProcess {
 /** Waits until every outbox in `outboxes` is empty (a sweeper settled what killed writers left). */
 export async function outboxesEmptied(service: TestService, outboxes: string[]): Promise<void> {
   const pending = async () => (await Promise.all(outboxes.map((key) => service.redis.hlen(key)))).reduce((a, b) => a + b, 0);
-  await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 20_000, 100);
+  await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 45_000, 100);
 }
 
 /**
@@ -139,7 +139,7 @@ export async function outboxesEmptied(service: TestService, outboxes: string[]):
 export async function sweepWithWorker(env: Record<string, string>, redis: Redis, outbox: string): Promise<{ worker: RoleProcess; left: number }> {
   const left = await redis.hlen(outbox);
   const worker = startRoleProcess('worker', { ...env, AUDIT_OUTBOX_SWEEP_MS: '200' });
-  await waitFor('the sweeper to empty the outbox', async () => (await redis.hlen(outbox)) === 0, 20_000, 100);
+  await waitFor('the sweeper to empty the outbox', async () => (await redis.hlen(outbox)) === 0, 45_000, 100);
   return { worker, left };
 }
 

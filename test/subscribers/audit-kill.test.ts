@@ -159,7 +159,7 @@ kill('after a SIGKILL under concurrent subscriber, subscription, preference and 
   const port = await freePort();
   ctx.web = startRoleProcess('web', { ...env, PORT: String(port) });
   const api = client(`http://127.0.0.1:${port}`);
-  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 20_000);
+  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 45_000);
 
   let killed = false;
   const iterations = { n: 0 };
