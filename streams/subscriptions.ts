@@ -210,6 +210,28 @@ export async function registerSubscription(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
   options: { enabled?: boolean; audit?: AuditTrail; /** tests: runs between the claim and the write */ afterClaim?: () => Promise<void> } = {},
 ): Promise<Registered> {
+  try {
+    return await registerOnce(redis, keys, scope, externalId, input, options);
+  } catch (err) {
+    // At the limit, a device APNs has declared gone (410, BadDeviceToken: `invalidatedAt`) makes room,
+    // the longest gone first; live devices never do. Reinstalls and token changes otherwise filled the
+    // 50 with dead tokens, and the user's next device was refused for good (probe B1).
+    if (!(err instanceof ApiError && limitRefusals.has(err))) throw err;
+    const dead = (await listSubscriptions(redis, keys, scope, externalId))
+      .filter((s) => s.invalidatedAt !== null)
+      .sort((a, b) => a.invalidatedAt!.localeCompare(b.invalidatedAt!))[0];
+    if (!dead) throw err;
+    await removeSubscription(redis, keys, scope, externalId, dead.id, options.audit).catch((gone: unknown) => {
+      if (!(gone instanceof ApiError && gone.status === 404)) throw gone; // removed meanwhile: room all the same
+    });
+    return registerOnce(redis, keys, scope, externalId, input, options);
+  }
+}
+
+async function registerOnce(
+  redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
+  options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
+): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
   const tokens = tokenKeys(keys, scope.tenantId);
@@ -398,7 +420,13 @@ async function leftToMover(redis: Redis, keys: Keys, scope: TenantScope, field: 
   return theirs !== owner;
 }
 
-const tooMany = () => new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
+/** The refusals of the per-subscriber limit (a registration then makes room by removing a dead device, `registerSubscription`). */
+const limitRefusals = new WeakSet<ApiError>();
+const tooMany = () => {
+  const err = new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; remove one first`);
+  limitRefusals.add(err);
+  return err;
+};
 
 /** The stored record of a new subscription: its holder, stamped with the number of the claim that wrote it. */
 const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number; holder: string }) => ({ id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp), holder: make.holder });

@@ -113,8 +113,9 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       and `address` (then `email`); otherwise it is required (400 `validation`). Registering a token this externalId holds updates it (200; the fields given
    *       replace the stored ones, and platform, environment, authorizationStatus and device left out keep theirs); a token another
    *       subscriber holds moves to this externalId (201, same subscription id, `$subscription.removed` on the previous one). `environment` is the APNs environment of
-   *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; beyond, the
-   *       answer is 409 `conflict` and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
+   *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; at the limit the one
+   *       APNs declared gone longest ago (`invalidatedAt`), if any, is removed to make room, else the answer is 409 `conflict`
+   *       and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
    *       that subscriber is first merged into this one, with the proof and limits of `POST /v1/client/identify` (the device
    *       registered here counts towards the 50), all checked before any write.
    *     tags: [Client]

@@ -3,6 +3,7 @@ import * as assert from 'uvu/assert';
 import { identityHash } from '../../lib/identity-hash.js';
 import { partitionOf } from '../../lib/partition.js';
 import { setIdentityRequired, tenantIdentity } from '../../streams/identity.js';
+import { invalidateSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -119,6 +120,30 @@ function placed(service: TestService, tenantId: string, prefix: string, count: n
   }
   return out;
 }
+
+c('at the 50-subscription limit a device APNs declared gone makes room, the longest gone first; live ones never do (probe B1: dead tokens filled the 50 for good)', async ({ api, pk, service, boot }) => {
+  const full = 'full-with-dead';
+  const ids: string[] = [];
+  for (let i = 0; i < 50; i++) ids.push((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe000 + i), platform: 'ios' })).body.data.id);
+  const scope = { tenantId: boot.tenant.id, workspaceId: boot.workspace.id, partitions: service.config.partitions };
+  // all live: the 51st is refused, as before
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe100), platform: 'ios' })).status, 409);
+  // APNs answered 410 for two of them (the fan-out's invalidation), the 8th first
+  await invalidateSubscription(service.redis, service.keys, scope, full, ids[7]!, 'Unregistered');
+  await new Promise((r) => setTimeout(r, 5));
+  await invalidateSubscription(service.redis, service.keys, scope, full, ids[3]!, 'BadDeviceToken');
+  const added = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe100), platform: 'ios' });
+  assert.is(added.status, 201, added.text);
+  const held = (await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data;
+  assert.is(held.total, 50);
+  assert.ok(!held.items.some((x: any) => x.id === ids[7]), 'the longest gone made room');
+  assert.ok(held.items.some((x: any) => x.id === ids[3]), 'the other dead one is still there');
+  const removed = (await inboxEvents(service, boot.tenant.id, full)).filter((e) => e.name === '$subscription.removed');
+  assert.equal(removed.map((e) => e.data.subscription.id), [ids[7]]);
+  // the next one takes the other dead one's place; then the limit holds again
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe101), platform: 'ios' })).status, 201);
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe102), platform: 'ios' })).status, 409);
+});
 
 for (const same of [false, true]) {
   const where = same ? 'in one partition' : 'in two partitions';
