@@ -5,7 +5,7 @@ import Bottleneck from 'bottleneck';
 import { isoNow, now } from '../lib/clock.js';
 import { checkWebhookUrl, guardedLookup, type AllowList } from '../lib/ssrf-guard.js';
 import { VERSION } from '../lib/version.js';
-import { RESPONSE_EXCERPT_BYTES } from '../lib/webhook-policy.js';
+import { RESPONSE_EXCERPT_BYTES, WEBHOOK_USER_AGENT_PRODUCT } from '../lib/webhook-policy.js';
 import { utf8Prefix } from '../lib/code-points.js';
 import { webhookLookup } from '../lib/webhook-resolver.js';
 import { webhookHeaders } from '../lib/webhook-signing.js';
@@ -13,7 +13,7 @@ import type { AttemptRecord } from '../streams/webhook-deliveries.js';
 
 export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList };
 
-const USER_AGENT = `Herald-Webhooks/${VERSION}`;
+const USER_AGENT = `${WEBHOOK_USER_AGENT_PRODUCT}/${VERSION}`;
 /** Linger of an idle lane before it ends (bottleneck starts lanes slowly; a steady flow keeps them). */
 const LANE_LINGER_MS = 50;
 

@@ -37,3 +37,16 @@ export function retryDelayMs(schedule: readonly number[], failedAttempts: number
 export function leaseMsFor(attemptTimeoutMs: number): number {
   return 3 * attemptTimeoutMs;
 }
+
+/** The `User-Agent` of every outbound webhook request (`Herald-Webhooks/<version>`). */
+export const WEBHOOK_USER_AGENT_PRODUCT = 'Herald-Webhooks';
+
+/**
+ * Whether an inbound delivery is one of the workspace's own outbound webhooks coming back (a
+ * source of `workspaceId` given as an endpoint's URL): Herald's user agent and the payload's
+ * `workspace.id` that workspace. Stored, each such event would be delivered and come back again.
+ */
+export function isOwnWebhook(userAgent: string | undefined, payload: Record<string, unknown>, workspaceId: string): boolean {
+  const workspace = payload.workspace as { id?: unknown } | null | undefined;
+  return (userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`) && typeof workspace === 'object' && workspace !== null && workspace.id === workspaceId;
+}

@@ -4,6 +4,7 @@ import { now } from '../../lib/clock.js';
 import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { generatedSecret, readDelivery, secretProblem, verifyDelivery } from '../../lib/source-formats.js';
 import { MAX_INBOUND_BYTES } from '../../lib/source-limits.js';
+import { isOwnWebhook } from '../../lib/webhook-policy.js';
 import { checkBody } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import {
@@ -192,7 +193,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *
    *       202 `accepted` with the stored event, or `duplicate` with the original one when the delivery's dedupe key
    *       was seen before (nothing stored). 200 `ignored` (a disabled source, no externalId or no name in the
-   *       payload): the provider need not retry. 401 `missing_authorization` without the signature header,
+   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks): the provider need not retry. 401 `missing_authorization` without the signature header,
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
    *       404 for an unknown or deleted source.
@@ -243,6 +244,10 @@ export function registerSources(router: Router, deps: AppDeps): void {
     const problem = parsedJsonProblem(payload);
     if (problem) return refuse(source, validationError([problem]), true);
     if (!source.enabled) return ignore(ctx, source, 'disabled');
+    // Herald's own webhook of this workspace coming back: each event stored would be delivered again
+    // and come back again, for ever with no namePrefix (probe F1: 126 in a few seconds until names
+    // outgrew 100 characters)
+    if (isOwnWebhook(ctx.req.headers['user-agent'], payload as Record<string, unknown>, source.workspaceId)) return ignore(ctx, source, 'loop');
     const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers, body);
     if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);
     if (reading.kind === 'rejected') {
@@ -264,7 +269,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
     throw err;
   }
 
-  async function ignore(ctx: Context, source: InboundSource, reason: 'disabled' | 'no_external_id' | 'no_name'): Promise<void> {
+  async function ignore(ctx: Context, source: InboundSource, reason: 'disabled' | 'no_external_id' | 'no_name' | 'loop'): Promise<void> {
     await countDelivery(redis, keys, source, 'ignored', true);
     respond(ctx, 200, { status: 'ignored', reason, event: null });
   }

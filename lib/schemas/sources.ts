@@ -94,7 +94,7 @@ export const SourceDelivery: Schema = {
   required: ['status', 'reason', 'event'],
   properties: {
     status: { type: 'string', enum: ['accepted', 'duplicate', 'ignored'] },
-    reason: { type: 'string', nullable: true, enum: ['disabled', 'no_external_id', 'no_name', null], description: 'Why it was ignored; null otherwise.' },
+    reason: { type: 'string', nullable: true, enum: ['disabled', 'no_external_id', 'no_name', 'loop', null], description: 'Why it was ignored; null otherwise.' },
     event: { ...Event, nullable: true, description: 'The stored event (the original one for a duplicate); null when ignored.' },
   },
 };

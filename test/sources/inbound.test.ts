@@ -73,6 +73,21 @@ const secs = (ms: number) => Math.floor(ms / 1000);
 /** `hex` with its last digit changed: a signature one bit-group off. */
 const flipLast = (hex: string) => hex.slice(0, -1) + (hex.endsWith('0') ? '1' : '0');
 
+inbound('a delivery of this workspace\'s own outbound webhooks is ignored (loop): an endpoint pointed at its own source would feed itself for ever (probe F1)', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Self', provider: 'self', format: 'standard-webhooks', mapping: { externalId: 'data.object.subscriber.externalId', name: 'type' } });
+  const workspaceId = (await ctx.api.get('/v1/whoami', ctx.key)).body.data.workspace.id as string;
+  const payload = (ws: string) => JSON.stringify({ id: `whe_${randomUUID().replace(/-/g, '')}`, type: 'page.viewed', apiVersion: 'v1', createdAt: new Date().toISOString(), workspace: { id: ws, slug: 'x' }, tenant: { id: 'tnt_x', slug: 'default' }, data: { object: { subscriber: { externalId: 'self-1' } } } });
+  const own = payload(workspaceId);
+  const looped = await deliver(ctx, s.id, own, { ...swHeaders(s.secret, own), 'user-agent': 'Herald-Webhooks/1.0.0' });
+  assertIgnored(looped, 'loop', 'its own workspace, from Herald');
+  // another workspace's Herald (two deployments chained), or the same body from another sender, is stored
+  const other = payload('ws_someoneelse');
+  assertAccepted(await deliver(ctx, s.id, other, { ...swHeaders(s.secret, other), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'another workspace');
+  const relayed = payload(workspaceId);
+  assertAccepted(await deliver(ctx, s.id, relayed, { ...swHeaders(s.secret, relayed), 'user-agent': 'curl/8' }), 'not from Herald');
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 2, ignored: 1 });
+});
+
 inbound('standard-webhooks: each outcome answers as documented and is counted, with lastError and lastReceivedAt', async (ctx) => {
   const s = await createSource(ctx, { name: 'Clerk', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
   assert.match(s.secret, /^whsec_/);
