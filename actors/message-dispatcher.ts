@@ -33,8 +33,14 @@ export const TENANTS_IN_FLIGHT: Record<MessageLane, number> = { one: 16, audienc
  * that is retried for long (a device that never answers: five attempts of the request timeout, about
  * 30 s; probe V) no longer holds up the tenant's later messages: they are read and sent beside it.
  * An audience walk stays one batch at a time per queue (its batch is already worked side by side).
+ * A queue is read again only once its latest batch has run SLOW_BATCH_MS: batches that end quickly
+ * keep it one at a time. Reading every busy queue again at once moved the 2-core machine's CPU from
+ * the web role to the dispatcher (send bench, alternating, acceptance ÷ hello-world: 0.072–0.102
+ * against 0.124–0.146 with one batch); with the threshold 0.107 and 0.123 against 0.108 and 0.150,
+ * within the noise of that spell (hello-world 11–21k req/s), web and dispatcher CPU unchanged.
  */
 export const BATCHES_PER_TENANT: Record<MessageLane, number> = { one: 4, audience: 1 };
+export const SLOW_BATCH_MS = 1_000;
 
 /**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
@@ -92,7 +98,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     // kept claimed (the consumer keeps a batch's claims fresh) but waits, where another dispatcher
     // could have walked it
     const batchSize = inFlight;
-    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane], batchesPerStream: BATCHES_PER_TENANT[lane] });
+    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane], batchesPerStream: BATCHES_PER_TENANT[lane], slowBatchMs: SLOW_BATCH_MS });
   });
   for (const consumer of consumers) consumer.start();
 

@@ -283,7 +283,7 @@ test('with batchesPerStream, a stream\'s held batch does not hold up its later e
   const releases = new Map<string, () => void>();
   const handled: string[] = [];
   const c = new StreamConsumer({
-    redis, blocking, group: 'overlap', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, overlapStreams: 4, batchesPerStream: 2,
+    redis, blocking, group: 'overlap', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 1_000, overlapStreams: 4, batchesPerStream: 2, slowBatchMs: 400,
     source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [stream] },
     handle: async (_stream, entries) => {
       for (const e of entries) {
@@ -296,8 +296,11 @@ test('with batchesPerStream, a stream\'s held batch does not hold up its later e
     await redis.xadd(stream, '*', 'n', '1', 'hold', '1');
     c.start();
     await waitFor('the first batch held', async () => releases.has('1'), 3_000, 10);
+    const heldAt = Date.now();
     await redis.xadd(stream, '*', 'n', '2');
     await waitFor('a later entry worked beside the held batch', async () => handled.includes('2'), 3_000, 10);
+    // only once the held batch has run slowBatchMs: batches that end quickly keep their stream one at a time
+    assert.ok(Date.now() - heldAt >= 300, `read again after ${Date.now() - heldAt} ms`);
     await redis.xadd(stream, '*', 'n', '3', 'hold', '1');
     await waitFor('a second batch held', async () => releases.has('3'), 3_000, 10);
     await redis.xadd(stream, '*', 'n', '4');
