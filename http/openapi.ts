@@ -42,6 +42,11 @@ export function buildOpenApi(): Record<string, unknown> {
         },
         responses: {
           Error: { description: 'An error in the envelope; branch on error.code.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } } },
+          Unavailable: {
+            description: 'Temporarily unable to take the request (unavailable: event processing behind, Redis unreachable or refusing writes); retry after Retry-After.',
+            headers: { 'Retry-After': { description: 'Seconds to wait before the retry (5).', required: true, schema: { type: 'integer' } } },
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+          },
           Unauthorized: {
             description: 'No credential, or one refused (missing_authorization, invalid_api_key, api_key_expired, invalid_session); branch on error.code.',
             headers: { 'WWW-Authenticate': { description: '`Bearer`, or `Bearer error="invalid_token"` when a credential was presented and refused.', required: true, schema: { type: 'string' } } },

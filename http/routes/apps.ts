@@ -35,7 +35,7 @@ export function registerApps(router: Router, deps: AppDeps): void {
    *       '200': { description: Replaced (or unchanged), content: { application/json: { schema: { $ref: '#/components/schemas/ApnsCredentialsResponse' } } } }
    *       '201': { description: Stored, content: { application/json: { schema: { $ref: '#/components/schemas/ApnsCredentialsResponse' } } } }
    *       '400': { $ref: '#/components/responses/Error' }
-   *       '503': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: getApnsCredentials

@@ -72,7 +72,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
-   *       '503': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/identify', client, async (ctx) => {

@@ -60,7 +60,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '400': { $ref: '#/components/responses/Error' }
    *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
-   *       '503': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listEvents
@@ -270,7 +270,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '202':
    *         description: The stored events, in input order
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
-   *       '503': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/events', authorize(deps, 'client', 'client'), async (ctx) => {

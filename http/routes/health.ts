@@ -29,7 +29,7 @@ export function registerHealth(router: Router, deps: AppDeps): void {
    *       '200':
    *         description: Healthy
    *         content: { application/json: { schema: { $ref: '#/components/schemas/HealthResponse' } } }
-   *       '503': { $ref: '#/components/responses/Error' }
+   *       '503': { $ref: '#/components/responses/Unavailable' }
    */
   router.get('/v1/health', async (ctx) => {
     const started = process.hrtime.bigint();

@@ -34,6 +34,8 @@ backlog('every route that ingests answers 503 unavailable over the backlog, and 
     assert.is(res.headers.get('retry-after'), '5', `${operation} says when to retry`);
     const [method, path] = operation.split(' ') as [string, string];
     assert.ok(doc.paths[path][method.toLowerCase()].responses['503'], `${operation} declares 503`);
+    const declared = doc.paths[path][method.toLowerCase()].responses['503'].$ref.split('/').pop();
+    assert.ok(doc.components.responses[declared].headers['Retry-After'], `${operation} declares its Retry-After`);
   }
 });
 
