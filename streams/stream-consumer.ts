@@ -52,9 +52,9 @@ export type ConsumerOptions = {
   /**
    * Shared mode: up to this many streams' batches are worked at once without the next read waiting
    * for them; the next read names the other streams (a stream's batches stay one at a time, in
-   * order, unless `batchesPerStream` allows more). Unset: a read's batches are all worked before the next read. The message dispatcher
-   * sets it, so one tenant's slow batch (a cold or unreachable push provider) does not hold up the
-   * others' messages.
+   * order, unless `batchesPerStream` allows more). Unset: a read's batches are all worked before the
+   * next read. The message dispatcher sets it, so one tenant's slow batch (a cold or unreachable
+   * push provider) does not hold up the others' messages.
    */
   overlapStreams?: number;
   /**
@@ -389,7 +389,8 @@ export class StreamConsumer {
             // the source lists meanwhile (a tenant's first message) must not wait for one of those
             // batches to end (probe V: 25 s, and minutes behind a push that never ended)
             const waits: Promise<unknown>[] = this.working();
-            if (room || soonest < Infinity) waits.push(new Promise((r) => setTimeout(r, Math.min(room ? IDLE_SLEEP_MS : Infinity, Math.ceil(soonest)))));
+            const sleepMs = Math.min(room ? IDLE_SLEEP_MS : Infinity, soonest);
+            if (sleepMs < Infinity) waits.push(new Promise((r) => setTimeout(r, Math.ceil(sleepMs))));
             await Promise.race(waits);
             continue;
           }
