@@ -1,5 +1,5 @@
 /**
- * The numbers of outbound webhook delivery (spec 3.2, 3.3, 8), in one place.
+ * The numbers of outbound webhook delivery (spec 3.2, 3.3, 8), and how a delivery of one is known (its user agent), in one place.
  */
 
 /** Scheduled attempts of one delivery before it is `exhausted` (spec 8: ten attempts in all). */
