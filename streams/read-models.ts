@@ -1,9 +1,10 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import type { EventSource } from '../lib/event-names.js';
+import { EVENT_SOURCES, type EventSource } from '../lib/event-names.js';
 import type { StoredEvent } from './ingest.js';
 import type { Keys } from './keys.js';
 import { recordOf } from '../lib/field-list.js';
+import { firstInOrder } from '../lib/first-in-order.js';
 
 /**
  * Reads of the read models the subscriber actors keep per partition. A subscriber lives in one
@@ -13,6 +14,8 @@ const HOUR = 3_600_000;
 const DAY = 86_400_000;
 const SCAN_CHUNK = 200;
 const SCAN_BUDGET = 2_000;
+/** HSCAN rounds (of COUNT 1,000) over one partition's catalog hash: 100 million fields */
+const HSCAN_ROUNDS = 100_000;
 
 export function eventFromLog(fields: string[]): StoredEvent {
   return eventOfRecord(recordOf(fields));
@@ -128,6 +131,8 @@ export async function timelinePage(redis: Redis, keys: Keys, p: number, tenantId
   return { items, next: ids.length > limit ? pageIds[pageIds.length - 1]!.seq : null };
 }
 
+/** What the catalog's order needs of an entry, and what a catalog cursor holds: a page is picked from entries of this shape. */
+export type CatalogOrdered = { name: string; counts: { last7d: number; allTime: number } };
 export type CatalogCounts = { last24h: number; last7d: number; last30d: number; allTime: number };
 export type CatalogEntry = {
   name: string;
@@ -169,16 +174,22 @@ function windowOf(days: number): { hours: number[]; days: number[] } {
  * distinct subscribers over 7 days (by day: the window's oldest day is counted whole), sources,
  * providers, first and last timestamps. `only` restricts it to one name.
  *
- * `pick` chooses, from the entries in catalog order, those the caller returns (a page). The order
- * needs only the 7-day and all-time counts, so every name gets those (the catalog hashes and the
- * week's volume buckets); the 24-hour and 30-day counts and `subscribers7d` (one PFCOUNT per name
- * and partition) are read for the picked entries only. With thousands of names that is most of the
- * reading: a page of 50 of 5,000 names over 64 partitions went from ~700 to ~200 ms.
+ * `page` asks for the `limit` entries that follow `after` in catalog order (all of them without
+ * it), and `hasMore` says whether others follow. The order needs only the 7-day and all-time
+ * counts, so every name gets just those: the `|all` fields of
+ * the catalog hashes (HSCAN MATCH, so the other fields stay in Redis) and the week's volume buckets
+ * read whole (a bucket holds only the names counted in it, so the reply is as large as the week's
+ * data, not names × buckets). The 24-hour and 30-day counts, `subscribers7d` (one PFCOUNT per name
+ * and partition), first and last times, sources and providers are read for the page's entries
+ * only, and only the page is sorted (`firstInOrder`). A page of 50 of 60,000 names over 64
+ * partitions, each name counted once this week, took ~3 s of the web's event loop when every name
+ * was read with HMGET from every bucket, the catalog hashes whole, and every entry sorted
+ * (docs/events.md gives the figure since).
  */
 export async function readCatalog(
-  redis: Redis, keys: Keys, partitions: number, tenantId: string, options: { only?: string; pick?: (sorted: CatalogEntry[]) => CatalogEntry[] } = {},
-): Promise<CatalogEntry[]> {
-  const { only, pick = (sorted: CatalogEntry[]) => sorted } = options;
+  redis: Redis, keys: Keys, partitions: number, tenantId: string, options: { only?: string; page?: { after: CatalogOrdered | null; limit: number } } = {},
+): Promise<{ items: CatalogEntry[]; hasMore: boolean }> {
+  const { only, page } = options;
   const day = bucketsSince(now() - DAY, HOUR);
   const week = windowOf(7);
   const month = windowOf(30);
@@ -192,87 +203,118 @@ export async function readCatalog(
     })),
     ...month.days.map((d) => ({ unit: 'd' as const, start: d, windows: ['last30d' as const] })),
   ];
-  const entries = new Map<string, CatalogEntry & { first: number; last: number }>();
-  /** the partitions each name was seen in: where its other counts are read */
-  const seenIn = new Map<string, number[]>();
-  const entry = (name: string) => {
-    let e = entries.get(name);
-    if (!e) {
-      e = { name, counts: { last24h: 0, last7d: 0, last30d: 0, allTime: 0 }, subscribers7d: 0, sources: [], providers: [], firstAt: '', lastAt: '', first: Infinity, last: 0 };
-      entries.set(name, e);
-    }
-    return e;
-  };
-  /** Adds the counts of `buckets` in partition `p` to the entries of `names` (found by `of`). */
-  const addCounts = async (p: number, names: string[], buckets: Bucket[], of: (name: string) => CatalogEntry) => {
+  /** per name: its counts, and the partitions its catalog fields are in (where its other counts are read) */
+  const entries = new Map<string, CatalogOrdered & { counts: CatalogCounts; partitions: Set<number> }>();
+  /**
+   * Adds the counts of `buckets` in partition `p` to the entries of `names`, or, without `names`,
+   * of every name of the partition: then each bucket is read whole (its fields are the names
+   * counted in it, and `*`, which is no name).
+   */
+  const addCounts = async (p: number, buckets: Bucket[], names?: string[]) => {
     const pipeline = redis.pipeline();
-    for (const { unit, start } of buckets) pipeline.hmget(keys.volume(p, tenantId, unit, start), ...names);
+    for (const { unit, start } of buckets) {
+      if (names) pipeline.hmget(keys.volume(p, tenantId, unit, start), ...names);
+      else pipeline.hgetall(keys.volume(p, tenantId, unit, start));
+    }
     const replies = (await pipeline.exec()) ?? [];
+    const add = (windows: Bucket['windows'], name: string, value: string | null) => {
+      const e = value === null ? undefined : entries.get(name);
+      if (e?.partitions.has(p)) for (const w of windows) e.counts[w] += Number(value);
+    };
     buckets.forEach(({ windows }, b) => {
-      (replies[b]![1] as (string | null)[]).forEach((v, k) => {
-        if (v === null) return;
-        const counts = of(names[k]!).counts;
-        for (const w of windows) counts[w] += Number(v);
-      });
+      const [err, reply] = replies[b]!;
+      if (err) throw err;
+      if (names) (reply as (string | null)[]).forEach((v, k) => add(windows, names[k]!, v));
+      else for (const [name, v] of Object.entries(reply as Record<string, string>)) add(windows, name, v);
     });
   };
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {
-    const cat = await redis.hgetall(keys.catalog(p, tenantId));
-    const names = new Set<string>();
-    for (const [field, value] of Object.entries(cat)) {
-      const bar = field.indexOf('|');
-      const name = field.slice(0, bar);
-      if (only !== undefined && name !== only) continue;
-      const what = field.slice(bar + 1);
-      const e = entry(name);
-      names.add(name);
-      if (what === 'all') e.counts.allTime += Number(value);
-      else if (what === 'first') e.first = Math.min(e.first, Number(value));
-      else if (what === 'last') e.last = Math.max(e.last, Number(value));
-      else if (what.startsWith('src:') && !e.sources.includes(what.slice(4))) e.sources.push(what.slice(4));
-      else if (what.startsWith('prv:') && !e.providers.includes(what.slice(4))) e.providers.push(what.slice(4));
+    const key = keys.catalog(p, tenantId);
+    const all = only === undefined ? await scanFields(redis, key, '*|all') : [`${only}|all`, await redis.hget(key, `${only}|all`)];
+    let seen = 0;
+    for (let i = 0; i < all.length; i += 2) {
+      if (all[i + 1] === null) continue;
+      const name = all[i]!.slice(0, -'|all'.length);
+      let e = entries.get(name);
+      if (!e) {
+        e = { name, counts: { last24h: 0, last7d: 0, last30d: 0, allTime: 0 }, partitions: new Set() };
+        entries.set(name, e);
+      }
+      if (e.partitions.has(p)) continue; // HSCAN may return a field twice
+      e.partitions.add(p);
+      e.counts.allTime += Number(all[i + 1]);
+      seen++;
     }
-    if (names.size === 0) return;
-    const list = [...names];
-    for (const name of list) {
-      const where = seenIn.get(name);
-      if (where) where.push(p);
-      else seenIn.set(name, [p]);
-    }
-    await addCounts(p, list, weekBuckets, entry);
+    if (seen) await addCounts(p, weekBuckets, only === undefined ? undefined : [only]);
   }));
-  const picked = pick([...entries.values()]
-    .map(({ first, last, ...e }) => ({ ...e, sources: e.sources.sort(), providers: e.providers.sort(), firstAt: isoNow(first), lastAt: isoNow(last) }))
-    .sort((a, b) => catalogOrder({ name: a.name, last7d: a.counts.last7d, allTime: a.counts.allTime }, b)));
-  // the picked entries' other counts, per partition they were seen in; a subscriber lives in one
-  // partition, so the partitions' distinct counts add up
-  const pickedByName = new Map(picked.map((e) => [e.name, e]));
+  const after = page?.after;
+  const rest = after ? [...entries.values()].filter((e) => catalogOrder(after, e) < 0) : [...entries.values()];
+  const picked = page ? firstInOrder(rest, page.limit, catalogOrder) : rest.sort(catalogOrder);
+  // the picked entries' other counts and fields, per partition they were seen in; a subscriber
+  // lives in one partition, so the partitions' distinct counts add up
   const byPartition = new Map<number, string[]>();
   for (const e of picked) {
-    for (const p of seenIn.get(e.name) ?? []) {
+    for (const p of e.partitions) {
       const names = byPartition.get(p);
       if (names) names.push(e.name);
       else byPartition.set(p, [e.name]);
     }
   }
-  const returned = (name: string) => pickedByName.get(name)!;
+  const details = new Map(picked.map((e) => [e.name, { subscribers7d: 0, sources: new Set<string>(), providers: new Set<string>(), first: Infinity, last: 0 }]));
   await Promise.all([...byPartition].map(async ([p, names]) => {
-    const uniques = redis.pipeline();
-    for (const name of names) uniques.pfcount(...weekUniques.map((d) => keys.uniques(p, tenantId, 'd', d, name)));
-    const [, replies] = await Promise.all([addCounts(p, names, otherBuckets, returned), uniques.exec()]);
-    names.forEach((name, i) => (returned(name).subscribers7d += Number(replies?.[i]?.[1] ?? 0)));
+    const key = keys.catalog(p, tenantId);
+    const reads = redis.pipeline();
+    for (const name of names) {
+      reads.pfcount(...weekUniques.map((d) => keys.uniques(p, tenantId, 'd', d, name)));
+      reads.hmget(key, `${name}|first`, `${name}|last`, ...EVENT_SOURCES.map((o) => `${name}|src:${o}`));
+    }
+    const [, replies] = await Promise.all([addCounts(p, otherBuckets, names), reads.exec()]);
+    await Promise.all(names.map(async (name, i) => {
+      const d = details.get(name)!;
+      const [[e1, uniques], [e2, fields]] = [replies![2 * i]!, replies![2 * i + 1]!];
+      if (e1 || e2) throw e1 ?? e2;
+      d.subscribers7d += Number(uniques);
+      const [first, last, ...sources] = fields as (string | null)[];
+      if (first !== null) d.first = Math.min(d.first, Number(first));
+      if (last !== null) d.last = Math.max(d.last, Number(last));
+      sources.forEach((v, k) => v !== null && d.sources.add(EVENT_SOURCES[k]!));
+      // only events from sources (source `webhook`) name a provider
+      if (sources[EVENT_SOURCES.indexOf('webhook')] === null) return;
+      const prefix = `${name}|prv:`;
+      const found = await scanFields(redis, key, `${globEscape(prefix)}*`);
+      for (let k = 0; k < found.length; k += 2) d.providers.add(found[k]!.slice(prefix.length));
+    }));
   }));
-  return picked;
+  const items = picked.map((e) => {
+    const d = details.get(e.name)!;
+    return {
+      name: e.name, counts: e.counts, subscribers7d: d.subscribers7d,
+      sources: [...d.sources].sort(), providers: [...d.providers].sort(), firstAt: isoNow(d.first), lastAt: isoNow(d.last),
+    };
+  });
+  return { items, hasMore: rest.length > picked.length };
+}
+
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
+
+/** The fields of hash `key` matching `pattern` and their values, flat (a field may come twice: HSCAN's rule). */
+async function scanFields(redis: Redis, key: string, pattern: string): Promise<(string | null)[]> {
+  const out: string[] = [];
+  let cursor = '0';
+  for (let round = 0; round < HSCAN_ROUNDS; round++) {
+    const [next, flat] = await redis.hscan(key, cursor, 'MATCH', pattern, 'COUNT', 1_000);
+    for (const item of flat) out.push(item);
+    cursor = next;
+    if (cursor === '0') return out;
+  }
+  throw new Error(`hash ${key} still unscanned after ${HSCAN_ROUNDS} rounds`);
 }
 
 type Bucket = { unit: 'h' | 'd'; start: number; windows: (keyof CatalogCounts)[] };
 
-/** An entry's place in the catalog's order: what a catalog cursor holds. */
-export type CatalogPosition = { last7d: number; allTime: number; name: string };
-
 /** The catalog's order: 7-day count, then all-time count, descending, then name: < 0 when `a` comes before `b`. */
-export function catalogOrder(a: CatalogPosition, b: { name: string; counts: { last7d: number; allTime: number } }): number {
-  return b.counts.last7d - a.last7d || b.counts.allTime - a.allTime || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+export function catalogOrder(a: CatalogOrdered, b: CatalogOrdered): number {
+  return b.counts.last7d - a.counts.last7d || b.counts.allTime - a.counts.allTime || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 }
 
 export type VolumeBucket = { start: string; count: number; subscribers: number };

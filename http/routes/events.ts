@@ -6,7 +6,7 @@ import { partitionOf } from '../../lib/partition.js';
 import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
 import { checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
-import { catalogOrder, readCatalog, readSamples, type CatalogPosition, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
+import { readCatalog, readSamples, type CatalogOrdered, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
 import type { AppDeps } from '../deps.js';
 import { verifyClient, markVerified } from '../client-identity.js';
 import { respond } from '../envelope.js';
@@ -119,20 +119,13 @@ export function registerEvents(router: Router, deps: AppDeps): void {
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
     // keyset (spec 2.2): the cursor is the last entry's place in the order (7-day count, all-time
     // count, name), so an entry that climbs or a new name never makes the next page repeat one
-    let position: CatalogPosition | null = null;
+    let position: CatalogOrdered | null = null;
     if (after !== null) {
       const match = /^(\d+)\/(\d+)\/(.+)$/s.exec(after);
       if (!match || !Number.isSafeInteger(Number(match[1])) || !Number.isSafeInteger(Number(match[2]))) throw badCursor();
-      position = { last7d: Number(match[1]), allTime: Number(match[2]), name: match[3]! };
+      position = { name: match[3]!, counts: { last7d: Number(match[1]), allTime: Number(match[2]) } };
     }
-    let hasMore = false;
-    const items = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id, {
-      pick: (sorted) => {
-        const rest = position ? sorted.filter((entry) => catalogOrder(position!, entry) < 0) : sorted;
-        hasMore = rest.length > limit;
-        return rest.slice(0, limit);
-      },
-    });
+    const { items, hasMore } = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id, { page: { after: position, limit } });
     const last = items[items.length - 1];
     respond(ctx, 200, { items, hasMore, nextCursor: hasMore && last ? encodeCursor(`${last.counts.last7d}/${last.counts.allTime}/${last.name}`) : null });
   });
@@ -209,7 +202,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events/names/:name', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const name = ctx.params.name!;
-    const [entry] = await readCatalog(redis, keys, config.partitions, tenantId, { only: name });
+    const { items: [entry] } = await readCatalog(redis, keys, config.partitions, tenantId, { only: name });
     if (!entry) throw notFound('Event name');
     const [series, samples] = await Promise.all([readVolume(redis, keys, config.partitions, tenantId, '30d', name), readSamples(redis, keys, config.partitions, tenantId, name)]);
     respond(ctx, 200, { entry, series: { range: '30d', unit: series.unit, name, buckets: series.buckets }, samples });

@@ -76,7 +76,7 @@ workers('a worker killed with SIGKILL mid-batch loses nothing and counts nothing
   const second = startRoleProcess('worker', workerEnv(service));
   ctx.workers.push(second);
   await waitFor('the second worker to finish', async () => (await appliedTotal(service)) === total, 30_000);
-  const catalog = await readCatalog(service.redis, service.keys, service.config.partitions, tenant.id);
+  const { items: catalog } = await readCatalog(service.redis, service.keys, service.config.partitions, tenant.id);
   assert.is(catalog.find((e) => e.name === 'tick')!.counts.allTime, 6_000);
   assert.is(catalog.find((e) => e.name === '$subscriber.created')!.counts.allTime, SUBSCRIBERS);
   await assertExactlyOnce(service, tenant.id, perSubscriber);
@@ -153,7 +153,7 @@ workers('entries a stale worker read after losing its lease are applied by the h
   holder.child.kill('SIGCONT');
   await waitFor('every event applied', async () => Number(await service.redis.hget(service.keys.applied(p), `${tenant.id}|${x}`)) === 16, 20_000, 50);
   await assertExactlyOnce(service, tenant.id, new Map([[x, 15]]));
-  const catalog = await readCatalog(service.redis, service.keys, service.config.partitions, tenant.id);
+  const { items: catalog } = await readCatalog(service.redis, service.keys, service.config.partitions, tenant.id);
   assert.is(catalog.find((e) => e.name === 'step')!.counts.allTime, 15);
   assert.is(Number((await service.redis.xpending(service.keys.inbox(p), ACTOR_GROUP))[0]), 0, 'nothing left pending');
 });
