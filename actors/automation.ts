@@ -6,7 +6,7 @@ import { derivedIdAlong, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
 import { writeScope } from '../streams/audit-outbox.js';
 import { DefinitionsCache, needsOf, versionNumber, workflowExpressions, type Definitions, type KeptCondition, type VersionDef } from '../streams/automation-definitions.js';
-import { IdentityRefs } from '../streams/identity.js';
+import { IdentityRefs, SYSTEM_WRITER } from '../streams/identity.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
@@ -32,12 +32,6 @@ export const MAX_ACTIVE_RUNS = 100;
  * workflow starting the next) while a loop costs at most four runs per workflow it goes through.
  */
 export const MAX_RUN_DEPTH = 3;
-
-/**
- * Who a workflow run's messages are from in their `message.created` entries: the engine, not a
- * caller, so no request either; the entry's message carries its `run` (run, step, workflow, version).
- */
-export const WORKFLOW_SENDER = { actor: { type: 'system', id: null }, request: null } as const;
 
 type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
@@ -214,13 +208,14 @@ export class Automation {
       evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
       send: async (run, step, content) => {
         // announced by message.created like a caller's message: the intent goes into the tenant's
-        // outbox with the message (none on the replay of a step retried after a crash)
+        // outbox with the message (none on the replay of a step retried after a crash); its actor is
+        // the engine (`system`), with no request, and the message carries its `run`
         const refs = await this.refs.scope(workspaceId, tenantId);
         if (!refs) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
           to: { externalId: x }, content, sendAt: null,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
-        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, WORKFLOW_SENDER), this.log);
+        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, SYSTEM_WRITER), this.log);
         return message.id;
       },
       transient: isRedisUnavailable,

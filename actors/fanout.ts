@@ -17,6 +17,9 @@ import { invalidateSubscription, toSubscription, type Subscription } from '../st
 import { topicMemberPage, type MemberPosition } from '../streams/topic-members.js';
 import { findTopic } from '../streams/topics.js';
 import { indexedExternalId } from '../streams/subscriber-list.js';
+import { writeScope } from '../streams/audit-outbox.js';
+import { SYSTEM_WRITER, type IdentityRefs } from '../streams/identity.js';
+import { AuditTrail } from '../streams/subscriber-audit.js';
 
 /** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
 type PushAnswer = { outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number };
@@ -27,6 +30,8 @@ export type Pusher = {
 
 export type FanoutContext = {
   redis: Redis; keys: Keys; partitions: number; maxBacklog: number; pusher: Pusher; log: Logger; chunkSize: number;
+  /** the workspace and tenant refs of Herald's own audit entries (a token APNs declared dead) */
+  refs: IdentityRefs;
   /**
    * Aborts when another dispatcher took the queue entry over (this one stalled past the claim's
    * idle limit; the consumer runtime keeps the claim fresh otherwise): no push is sent and no
@@ -35,7 +40,8 @@ export type FanoutContext = {
   signal?: AbortSignal;
 };
 
-type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null };
+/** A delivery planned; one to send names its subscription and the claim number of the registration read (`PushedTo`). */
+type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null; claim?: number };
 
 /** Why a subscription does not get a push of this message, or null when it does. */
 function skipReason(s: Subscription, optOut: string | null): string | null {
@@ -113,17 +119,18 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
       }
       existing.push(externalId);
       const optOut = pushOptOut(readPreferences(subscriber.preferences ?? undefined), message.content.category ?? null);
-      const subscriptions = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId).map((h) => toSubscription(externalId, h));
-      if (subscriptions.length === 0) {
+      const records = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId);
+      if (records.length === 0) {
         skip(null, 'no_subscription');
         continue;
       }
-      for (const s of subscriptions) {
+      for (const h of records) {
+        const s = toSubscription(externalId, h);
         const reason = skipReason(s, optOut);
         if (reason) skip(s.id, reason, s.channel);
         else {
           const d = base(externalId, s.id, s.channel);
-          planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s });
+          planned.push({ id: d.id, status: 'pending', fields: { ...d.fields, id: d.id }, subscription: s, claim: Number(h.claim ?? 0) });
         }
       }
     }
@@ -149,6 +156,12 @@ async function settle(ctx: FanoutContext, tenantId: string, outcomes: Outcome[])
     }
   }
   await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, outcomes[0]!.messageId)], args);
+}
+
+/** The audit trail of Herald's own changes in the tenant (actor `system`), or none when the tenant is gone. */
+async function systemAudit(ctx: FanoutContext, scope: TenantScope): Promise<AuditTrail | undefined> {
+  const refs = await ctx.refs.scope(scope.workspaceId, scope.tenantId);
+  return refs ? new AuditTrail(ctx.redis, ctx.keys, writeScope(refs, SYSTEM_WRITER), ctx.log) : undefined;
 }
 
 /**
@@ -215,8 +228,9 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   })), (i, result) => {
     const outcome = outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result);
     if (!result.tokenInvalid) return record(outcome);
-    const s = toSend[i]!.d.subscription!;
-    invalidations.push(invalidateSubscription(redis, keys, scope, s.externalId, s.id, result.reason ?? 'invalid_token')
+    const { subscription: s, claim } = toSend[i]!.d;
+    invalidations.push(systemAudit(ctx, scope)
+      .then((audit) => invalidateSubscription(redis, keys, scope, s!.externalId, s!.id, result.reason ?? 'invalid_token', { claim: claim ?? 0, unregisteredAt: result.timestamp }, audit))
       .then(() => record(outcome), (err: unknown) => void (failure ??= err)));
   }, ctx.signal);
   await Promise.all(invalidations);

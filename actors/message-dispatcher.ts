@@ -6,6 +6,7 @@ import { readRegistry } from '../streams/registry.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import { fanOut, type Pusher } from './fanout.js';
+import { IdentityRefs } from '../streams/identity.js';
 
 export const FANOUT_GROUP = 'fanout';
 const REFRESH_TENANTS_MS = 2_000;
@@ -55,6 +56,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
   const { redis, keys, config, log } = ctx;
   const owner = `dispatcher:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
   const pusher = makePusher(ctx);
+  const refs = new IdentityRefs(redis, keys);
   let tenants: { tenantId: string; workspaceId: string }[] = [];
   const refresh = async () => {
     const members = await readRegistry(redis, keys.messageTenants);
@@ -76,7 +78,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
       if (!tenant) return;
       const scope = { tenantId: tenant.tenantId, workspaceId: tenant.workspaceId, partitions: config.partitions };
       const context = () => ({
-        redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize, signal,
+        redis, keys, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, pusher, log, chunkSize: config.fanoutChunkSize, refs, signal,
       });
       if (lane === 'one') {
         const chunks: string[][] = [];

@@ -6,7 +6,7 @@ import { createAllowList } from '../lib/ssrf-guard.js';
 import { isDeliverable } from '../lib/webhook-events.js';
 import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
 import { signingSecrets } from '../lib/webhook-signing.js';
-import { IdentityRefs, findWorkspace } from '../streams/identity.js';
+import { IdentityRefs, SYSTEM_WRITER, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
 import { connectRedis } from '../streams/redis.js';
 import { readRegistry } from '../streams/registry.js';
@@ -504,7 +504,7 @@ async function announceDisabled(ctx: RoleContext, workspace: Ref, endpointId: st
     await appendAudit(redis, keys, {
       id: derivedId('webhookEvent', Date.parse(disabledAt), `webhook.disabled|${endpointId}|${disabledAt}`),
       type: 'webhook.disabled', workspace, tenant: endpoint.tenantId ? { id: endpoint.tenantId, slug: endpoint.tenantSlug! } : null,
-      actor: { type: 'system', id: null }, target: { type: 'webhook_endpoint', id: endpointId }, request: null,
+      ...SYSTEM_WRITER, target: { type: 'webhook_endpoint', id: endpointId },
       object: { ...publicEndpoint(endpoint) }, changes: { enabled: false, disabledAt }, previousAttributes: { enabled: true, disabledAt: null },
     });
   }

@@ -29,13 +29,13 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
     { name: 'tenant.identity_secret_rotated', description: 'A tenant\'s identity-verification secret was replaced (the secret is never in the event).' },
   ],
   subscriber: [
-    { name: 'subscriber.created', description: 'A subscriber was created.' },
+    { name: 'subscriber.created', description: 'A subscriber was created through the API (one created by its first event or registration has `$subscriber.created` on the stream instead).' },
     { name: 'subscriber.updated', description: 'A subscriber\'s attributes changed (with changes and previousAttributes).' },
     { name: 'subscriber.deleted', description: 'A subscriber was deleted.' },
   ],
   subscription: [
     { name: 'subscription.created', description: 'A device or address was registered.' },
-    { name: 'subscription.updated', description: 'A subscription changed (with changes and previousAttributes).' },
+    { name: 'subscription.updated', description: 'A subscription changed (with changes and previousAttributes), also when Herald turns it off for a token APNs declared dead (actor system).' },
     { name: 'subscription.deleted', description: 'A subscription was removed, or went with its deleted subscriber (one each, before that subscriber.deleted).' },
   ],
   apns: [

@@ -27,6 +27,8 @@ export type ApiKeyRecord = {
 };
 
 export type Writer = { actor: AuditActor; request: AuditRequest };
+/** Herald's own writes (a workflow's send, a token APNs declared dead): no actor, no request. */
+export const SYSTEM_WRITER: Writer = Object.freeze({ actor: Object.freeze({ type: 'system', id: null }), request: null });
 
 const ref = (r: { id: string; slug: string }): Ref => ({ id: r.id, slug: r.slug });
 

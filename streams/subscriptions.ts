@@ -357,7 +357,9 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     const revived = Boolean(current.invalidatedAt);
     if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
     if (changed.length) changed.push(['updatedAt', at]);
-    if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)]);
+    // the time of the latest registration, which a provider's word on the token is weighed against
+    // (invalidateSubscription); it is not public, so it moves no `updatedAt`
+    if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)], ['registeredAt', String(Date.parse(at))]);
     if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
@@ -429,7 +431,9 @@ const tooMany = () => {
 };
 
 /** The stored record of a new subscription: its holder, stamped with the number of the claim that wrote it. */
-const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number; holder: string }) => ({ id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp), holder: make.holder });
+const newRecord = (id: string, fields: Record<string, string>, at: string, make: { enabled: boolean; stamp: number; holder: string }) => ({
+  id, ...fields, enabled: make.enabled ? '1' : '0', createdAt: at, updatedAt: at, claim: String(make.stamp), registeredAt: String(Date.parse(at)), holder: make.holder,
+});
 
 /**
  * Writes the subscription record of a token claimed as new in one script call, without reading the
@@ -542,18 +546,34 @@ export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, e
 }
 
 /**
- * Disables a subscription whose token the push provider reports dead (BadDeviceToken,
- * Unregistered) and writes `$subscription.invalidated`, once.
+ * What a push knew of the subscription it went to: the claim number of the registration it read
+ * (lua/claimToken: every registration call gets a new one), and, from an APNs 410, the time (ms)
+ * since which APNs holds the token unregistered.
  */
-export async function invalidateSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string): Promise<void> {
+export type PushedTo = { claim: number; unregisteredAt: number | null };
+
+/**
+ * Disables a subscription whose token the push provider reports dead (BadDeviceToken,
+ * Unregistered) and writes `$subscription.invalidated`, once, with its `subscription.updated`
+ * (actor `system`: Herald's own change). Not when the app registered the token again after the push
+ * read the subscription (a later claim number: the answer speaks of a registration that is over,
+ * say a push in flight while the app re-registered), nor, for a 410, when the latest registration
+ * is later than the time APNs gives (Apple: stop pushing "until the device registers a token with a
+ * later timestamp").
+ */
+export async function invalidateSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, pushed: PushedTo, audit?: AuditTrail): Promise<void> {
   await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
     if (!snapshot.exists || !h.id || h.invalidatedAt) return { skip: null };
+    if (Number(h.claim ?? 0) > pushed.claim) return { skip: null };
+    if (pushed.unregisteredAt !== null && Number(h.registeredAt ?? 0) > pushed.unregisteredAt) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const at = isoNow();
+    const after = { ...h, enabled: '0', invalidatedAt: at, updatedAt: at };
     return {
       create: false,
       events: [{ name: '$subscription.invalidated', data: { subscription: publicOf({ ...toSubscription(externalId, h), enabled: false }), reason } }],
       ops: [['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at]],
+      audit: audit && updatedAudit(audit, externalId, h, after, 'subscription.update'),
       result: null,
     };
   }, readRecord(redis, keys, scope, externalId, id));
@@ -562,12 +582,12 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
 const createdAudit = (trail: AuditTrail, subscription: Subscription) =>
   draftedAudit(trail, 'subscription.register', [{ type: 'subscription.created', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
 
-/** `subscription.updated` of a registration that changed a public field of the record, else no audit. */
-function updatedAudit(trail: AuditTrail, externalId: string, before: Record<string, string>, after: Record<string, string>) {
+/** `subscription.updated` of a write (a registration by default) that changed a public field of the record, else no audit. */
+function updatedAudit(trail: AuditTrail, externalId: string, before: Record<string, string>, after: Record<string, string>, op = 'subscription.register') {
   const subscription = toSubscription(externalId, after);
   const { changes, previousAttributes } = diffOf(toSubscription(externalId, before), subscription);
   if (Object.keys(changes).length === 0) return null;
-  return draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
+  return draftedAudit(trail, op, [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
 }
 
 /** `subscription.updated` of a move whose previous copy this write did not find: the owner change alone. */

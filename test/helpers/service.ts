@@ -2,12 +2,12 @@ import type { Role } from '../../lib/config.js';
 import { loadConfig } from '../../lib/config.js';
 import { createLogger } from '../../lib/log.js';
 import { startService, type Service } from '../../bin/service.js';
-import { createApiKey, ensureWorkspace, createTenant, type Writer } from '../../streams/identity.js';
+import { createApiKey, ensureWorkspace, createTenant, SYSTEM_WRITER, type Writer } from '../../streams/identity.js';
 import type { KeyKind } from '../../lib/key-kinds.js';
 import { client } from './api.js';
 import { testRedisUrl, uniquePrefix } from './redis.js';
 
-export const BY_TEST: Writer = { actor: { type: 'system', id: null }, request: null };
+export const BY_TEST: Writer = SYSTEM_WRITER;
 
 export type TestService = Service & { url: string; env: Record<string, string> };
 

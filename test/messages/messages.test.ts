@@ -1,5 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { auditEntries } from '../helpers/audit.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
 import { startTestService } from '../helpers/service.js';
@@ -210,6 +211,43 @@ m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates t
   assert.is(names(await inboxEvents(ctx.service, ctx.tenantId, 'gone-device')).filter((n) => n === '$subscription.invalidated').length, 2);
   const next = await ctx.api.post('/v1/messages', ctx.key, { to: 'gone-device', title: 't', body: 'b' });
   assert.is((await finished(ctx, next.body.data.id)).counts.skipped, 2, 'invalidated tokens are skipped afterwards');
+});
+
+m('an invalidation is audited: subscription.updated by the system, enabled and invalidatedAt with their previous values (probe H2)', async (ctx) => {
+  const dead = await device(ctx, 'audited-gone');
+  ctx.peer.respondWith({ token: dead.token, status: 410, reason: 'Unregistered' });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'audited-gone', title: 't', body: 'b' });
+  await finished(ctx, res.body.data.id);
+  const entry = await waitFor('the audit entry', async () => (await auditEntries(ctx.service, ctx.workspaceId))
+    .find((e) => e.type === 'subscription.updated' && e.target.id === dead.id) ?? null);
+  assert.equal([entry.actor, entry.request], [{ type: 'system', id: null }, null]);
+  const stored = (await ctx.api.get('/v1/subscribers/audited-gone/subscriptions', ctx.key)).body.data.items[0];
+  assert.equal(entry.changes, { enabled: false, invalidatedAt: stored.invalidatedAt });
+  assert.equal(entry.previousAttributes, { enabled: true, invalidatedAt: null });
+  assert.equal([entry.data.object.enabled, entry.data.object.invalidatedAt], [false, stored.invalidatedAt]);
+});
+
+m('a dead-token answer about a registration that is over leaves the token on: the app registered it again while the push was out, or after the time a 410 gives (probe H1)', async (ctx) => {
+  // BadDeviceToken (no time given) answered 1.5 s late, while the app registers the token again
+  const raced = await device(ctx, 'raced-410');
+  ctx.peer.respondWith({ token: raced.token, status: 400, reason: 'BadDeviceToken', delayMs: 1_500, times: 1 });
+  const first = await ctx.api.post('/v1/messages', ctx.key, { to: 'raced-410', title: 't', body: 'b' });
+  await waitFor('the push out', async () => ctx.peer.requests.some((r) => r.token === raced.token) || null, 5_000, 20);
+  const again = await ctx.api.post('/v1/client/subscriptions', ctx.pk, { externalId: 'raced-410', channel: 'push', token: raced.token, platform: 'ios' });
+  assert.is(again.status, 200);
+  assert.is((await finished(ctx, first.body.data.id)).counts.failed, 1, 'the push itself failed');
+  // a 410 saying the token has been unregistered since an hour before its latest registration
+  const older = await device(ctx, 'old-410');
+  ctx.peer.respondWith({ token: older.token, status: 410, reason: 'Unregistered', timestamp: Date.now() - 3_600_000, times: 1 });
+  const second = await ctx.api.post('/v1/messages', ctx.key, { to: 'old-410', title: 't', body: 'b' });
+  assert.is((await finished(ctx, second.body.data.id)).counts.failed, 1);
+  for (const x of ['raced-410', 'old-410']) {
+    const [s] = (await ctx.api.get(`/v1/subscribers/${x}/subscriptions`, ctx.key)).body.data.items;
+    assert.equal([s.enabled, s.invalidatedAt], [true, null], x);
+    assert.not.ok(names(await inboxEvents(ctx.service, ctx.tenantId, x)).includes('$subscription.invalidated'), x);
+    const next = await ctx.api.post('/v1/messages', ctx.key, { to: x, title: 't', body: 'b' });
+    assert.is((await finished(ctx, next.body.data.id)).counts.sent, 1, `${x}: the next message reaches the device`);
+  }
 });
 
 m('a dead token is invalidated as soon as APNs says so, before the delivery is recorded, not when the slowest push of its chunk answers (probe V)', async (ctx) => {

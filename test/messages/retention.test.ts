@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { WORKFLOW_SENDER } from '../../actors/automation.js';
+import { SYSTEM_WRITER } from '../../streams/identity.js';
 import { sweepRetention } from '../../actors/retention-sweeper.js';
 import { writeScope } from '../../streams/audit-outbox.js';
 import { setClockOffset } from '../../lib/clock.js';
@@ -118,7 +118,7 @@ r('a workflow step\'s message takes its engine idempotency key with it', async (
   const engineKey = runStepIdempotencyKey(run.runId, run.step);
   const { message } = await createMessage(ctx.service.redis, ctx.service.keys, { workspaceId: ctx.workspaceId, tenantId: ctx.tenantId },
     { to: { externalId: 'ret-nobody' }, content: { title: 't', body: 'b' }, sendAt: null, run }, { key: engineKey, request: { run: run.runId, step: run.step } },
-    writeScope({ workspace: { id: ctx.workspaceId, slug: 'message-retention' }, tenant: { id: ctx.tenantId, slug: 'default' } }, WORKFLOW_SENDER), console);
+    writeScope({ workspace: { id: ctx.workspaceId, slug: 'message-retention' }, tenant: { id: ctx.tenantId, slug: 'default' } }, SYSTEM_WRITER), console);
   await finished(ctx, message.id);
   assert.ok(await ctx.service.redis.hexists(ctx.service.keys.idempotency(ctx.tenantId), engineKey));
   setClockOffset(31 * DAY);

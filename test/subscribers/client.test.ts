@@ -129,9 +129,9 @@ c('at the 50-subscription limit a device APNs declared gone makes room, the long
   // all live: the 51st is refused, as before
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe100), platform: 'ios' })).status, 409);
   // APNs answered 410 for two of them (the fan-out's invalidation), the 8th first
-  await invalidateSubscription(service.redis, service.keys, scope, full, ids[7]!, 'Unregistered');
+  await invalidateSubscription(service.redis, service.keys, scope, full, ids[7]!, 'Unregistered', { claim: Number.MAX_SAFE_INTEGER, unregisteredAt: null });
   await new Promise((r) => setTimeout(r, 5));
-  await invalidateSubscription(service.redis, service.keys, scope, full, ids[3]!, 'BadDeviceToken');
+  await invalidateSubscription(service.redis, service.keys, scope, full, ids[3]!, 'BadDeviceToken', { claim: Number.MAX_SAFE_INTEGER, unregisteredAt: null });
   const added = await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe100), platform: 'ios' });
   assert.is(added.status, 201, added.text);
   const held = (await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data;
