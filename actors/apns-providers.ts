@@ -8,7 +8,8 @@ import type { SecretBox } from '../lib/secret-box.js';
 import { ApnsCredentialsUnreadable, apnsCredentialsVersion, getApnsCredentials } from '../streams/apns-credentials.js';
 import type { Keys } from '../streams/keys.js';
 
-export type ApnsEnvironment = 'production' | 'sandbox';
+export const APNS_ENVIRONMENTS = ['production', 'sandbox'] as const;
+export type ApnsEnvironment = (typeof APNS_ENVIRONMENTS)[number];
 
 /** A ready connection to APNs for one tenant app in one environment. */
 export type ApnsConnection = { provider: apn.Provider; bundleId: string; host: string; port: number; version: string };
@@ -92,6 +93,21 @@ export class ApnsProviders {
     if (!failed) return connections;
     this.release(connections);
     throw failed.reason;
+  }
+
+  /**
+   * Whether the credentials `connection` was made from were replaced or deleted since (one HGET);
+   * if so, the tenant's cached providers are checked again on their next `get`. A push APNs refused
+   * with 403 `InvalidProviderToken` is tried again when they were (push-sender): a key replaced
+   * because Apple revoked the old one serves the next attempt, not only after the check interval.
+   */
+  async replaced(tenantId: string, connection: ApnsConnection): Promise<boolean> {
+    if ((await apnsCredentialsVersion(this.redis, this.keys, tenantId)) === connection.version) return false;
+    for (const environment of APNS_ENVIRONMENTS) {
+      const entry = this.#entries.get(`${tenantId}|${environment}`);
+      if (entry) entry.checkedAt = 0;
+    }
+    return true;
   }
 
   async #get(tenantId: string, environment: ApnsEnvironment): Promise<ApnsConnection | ApnsUnavailable> {

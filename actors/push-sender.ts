@@ -179,7 +179,9 @@ export class PushSender {
               const answer = await this.#attempt(connection, requests[i]!, jobs[i]!.token);
               answers[i]!.push(answer);
               this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
-              if (!retryable(answer) || attempt >= this.#config.apnsMaxAttempts) finish(i, resultOf(answer, attempt, answers[i]!));
+              // a key APNs refuses is tried again only when the tenant's credentials changed since this connection was made
+              const again = retryable(answer) || (answer.httpStatus === 403 && answer.reason === 'InvalidProviderToken' && await this.#providers.replaced(tenantId, connection).catch(() => false));
+              if (!again || attempt >= this.#config.apnsMaxAttempts) finish(i, resultOf(answer, attempt, answers[i]!));
               else retry.push(i);
               return answer;
             }));

@@ -38,5 +38,5 @@ export async function startPushService(name: string, overrides: Record<string, s
   const boot = await bootstrapWorkspace(service, name);
   const res = await api.call('PUT', '/v1/apps/apns', { key: boot.keys.tenant, body: apnsCredentials(key) });
   if (res.status !== 200 && res.status !== 201) throw new Error(`PUT /v1/apps/apns: ${res.status} ${JSON.stringify(res.body)}`);
-  return { peer, service, api, key: boot.keys.tenant, pk: boot.keys.client, tenantId: boot.tenant.id, workspaceId: boot.workspace.id };
+  return { peer, service, api, key: boot.keys.tenant, pk: boot.keys.client, tenantId: boot.tenant.id, workspaceId: boot.workspace.id, providerKey: key };
 }

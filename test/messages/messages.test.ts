@@ -2,7 +2,7 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { auditEntries } from '../helpers/audit.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
-import { BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
+import { apnsCredentials, BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
 import { startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { messageTimerPartition } from '../../streams/messages.js';
@@ -266,6 +266,27 @@ m('a dead token is invalidated as soon as APNs says so, before the delivery is r
   const done = await finished(ctx, res.body.data.id);
   assert.equal([done.counts.sent, done.counts.failed], [1, 1]);
   assert.is(names(await inboxEvents(ctx.service, ctx.tenantId, 'half-gone')).filter((n) => n === '$subscription.invalidated').length, 1);
+});
+
+m('a push refused for its provider key (403 InvalidProviderToken) is tried again when the credentials were saved again since, not failed until the next check (probe H1)', async (ctx) => {
+  const d = await device(ctx, 'rekeyed');
+  // a send now makes the dispatcher's cached connection fresh: the next seconds' sends use it unchecked
+  const warm = await ctx.api.post('/v1/messages', ctx.key, { to: 'rekeyed', title: 't', body: 'b' });
+  assert.is((await finished(ctx, warm.body.data.id)).counts.sent, 1);
+  // Apple refuses the key the connection holds (revoked); the operator stores credentials again
+  ctx.peer.respondWith({ token: d.token, status: 403, reason: 'InvalidProviderToken', times: 1 });
+  assert.is((await ctx.api.del('/v1/apps/apns', ctx.key)).status, 200);
+  assert.is((await ctx.api.call('PUT', '/v1/apps/apns', { key: ctx.key, body: apnsCredentials(ctx.providerKey) })).status, 201);
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'rekeyed', title: 't', body: 'b' });
+  assert.is((await finished(ctx, res.body.data.id)).counts.sent, 1, 'sent with the credentials stored since');
+  const [delivery] = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  assert.is(delivery.attempts, 2);
+  // refused again with the credentials unchanged: failed at once, as before
+  ctx.peer.respondWith({ token: d.token, status: 403, reason: 'InvalidProviderToken', times: 1 });
+  const again = await ctx.api.post('/v1/messages', ctx.key, { to: 'rekeyed', title: 't', body: 'b' });
+  assert.is((await finished(ctx, again.body.data.id)).counts.failed, 1);
+  const [refused] = (await ctx.api.get(`/v1/messages/${again.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  assert.equal([refused.attempts, refused.provider.reason], [1, 'InvalidProviderToken']);
 });
 
 m('APNs 429 and 5xx are retried with backoff', async (ctx) => {
