@@ -296,8 +296,15 @@ export class Automation {
         state.counters = new Counters();
         for (const k of kept.values()) ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, versionNumber(defs.version))]);
         if (state.history) state.history = [];
+        // the subscriber's stream ends with `$subscriber.deleted`: what its runs emitted earlier in
+        // this batch, and their cancels, would be appended after it, where commitAutomation drops
+        // them while the subscriber is gone, but onto the new subscriber's stream when one of the
+        // same externalId was created meanwhile (probe H3: `$run.canceled` of the deleted
+        // subscriber's run under the new one's id). So none is written.
+        events.length = 0;
+        const silent: EngineHost = { ...host, emit: () => undefined };
         for (const run of runs) {
-          cancelRun(run, host, 'subscriber_deleted');
+          cancelRun(run, silent, 'subscriber_deleted');
           changed.add(run);
         }
         continue;
