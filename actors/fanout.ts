@@ -15,7 +15,7 @@ import { allows, readPreferences } from '../streams/preferences.js';
 import type { TenantScope } from '../streams/subscriber-writes.js';
 import { invalidateSubscription, toSubscription, type Subscription } from '../streams/subscriptions.js';
 import { topicMemberPage, type MemberPosition } from '../streams/topic-members.js';
-import { findTopic } from '../streams/topics.js';
+import { findTopic, findTopicById } from '../streams/topics.js';
 import { indexedExternalId } from '../streams/subscriber-list.js';
 import { writeScope } from '../streams/audit-outbox.js';
 import { SYSTEM_WRITER, type IdentityRefs } from '../streams/identity.js';
@@ -258,20 +258,25 @@ function outcomeOf(messageId: string, id: string, result: PushAnswer): Outcome {
 }
 
 type PartitionCursor = { p: number; after: string | null };
-type Selector = { index: (p: number) => string; pick: (p: number, members: string[]) => Promise<string[]> };
+type Selector = { index: (p: number) => string; pick: (p: number, members: string[]) => Promise<string[]>; there: () => Promise<boolean> };
 
 const definitionsCaches = new WeakMap<Redis, DefinitionsCache>();
 
 /**
- * How a segment or `where` audience is walked: the index read per partition and how its members
- * become externalIds. Null when the segment is gone.
+ * How a segment or `where` audience is walked: the index read per partition, how its members
+ * become externalIds, and whether the audience is still there (the segment not deleted since).
+ * Null when the segment is gone.
  */
 async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Target): Promise<Selector | null> {
   const { redis, keys } = ctx;
   if ('segment' in to) {
     const id = await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment);
     if (!id) return null;
-    return { index: (p) => keys.segmentMembers(p, scope.tenantId, id), pick: async (_p, members) => members.map(indexedExternalId) };
+    return {
+      index: (p) => keys.segmentMembers(p, scope.tenantId, id),
+      pick: async (_p, members) => members.map(indexedExternalId),
+      there: async () => (await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment)) === id,
+    };
   }
   const where = (to as { where: Expression }).where;
   let cache = definitionsCaches.get(redis);
@@ -282,6 +287,7 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   return {
     index: (p) => keys.subscriberIndex(p, scope.tenantId),
     pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map(indexedExternalId), where, kept, { ...needs.needs, topicSlugs: needs.topicSlugs }),
+    there: async () => true,
   };
 }
 
@@ -320,6 +326,21 @@ async function walk(ctx: FanoutContext, scope: TenantScope, message: Message, re
   while (inFlight.length) if (!(await settleHead())) sending = false;
   if (failures.length) throw failures[0];
   return sending;
+}
+
+/**
+ * The pages of an audience walk while its topic or segment is still there (checked before each page
+ * and once the pages end: one HGET a chunk); `gone.at` says the walk ended because it was deleted.
+ */
+async function* whileThere(pages: AsyncGenerator<Page>, there: () => Promise<boolean>, gone: { at: boolean }): AsyncGenerator<Page> {
+  for await (const page of pages) {
+    if (!(await there())) {
+      gone.at = true;
+      return;
+    }
+    yield page;
+  }
+  gone.at = !(await there());
 }
 
 async function* topicPages(ctx: FanoutContext, scope: TenantScope, topicId: string, cursor: string | undefined): AsyncGenerator<Page> {
@@ -384,20 +405,25 @@ async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Re
   const recordKey = keys.message(scope.tenantId, messageId);
   if (record.fanout !== 'done' && record.cursor !== 'done') {
     const cursor = record.cursor || undefined;
+    const what = 'topic' in message.to ? 'topic' : 'segment';
+    const gone = { at: false };
     if ('topic' in message.to) {
       const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
-      if (!topic) {
-        await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'topic_not_found', completedAt: isoNow() });
-        return;
-      }
-      if (!(await walk(ctx, scope, message, recordKey, topicPages(ctx, scope, topic.id, cursor)))) return;
+      if (!topic) gone.at = true;
+      else if (!(await walk(ctx, scope, message, recordKey, whileThere(topicPages(ctx, scope, topic.id, cursor), async () => (await findTopicById(redis, keys, scope.tenantId, topic.id)) !== null, gone)))) return;
     } else {
       const select = await audienceSelector(ctx, scope, message.to);
-      if (!select) {
-        await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: 'segment_not_found', completedAt: isoNow() });
+      if (!select) gone.at = true;
+      else if (!(await walk(ctx, scope, message, recordKey, whileThere(partitionPages(ctx, scope, select, cursor), select.there, gone)))) return;
+    }
+    // the topic or segment was deleted before or while the audience was walked: a message that
+    // reached nobody yet fails, one that reached part of it completes with that part and says why
+    if (gone.at) {
+      if (Number((await redis.hget(recordKey, 'n:total')) ?? 0) === 0) {
+        await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: `${what}_not_found`, completedAt: isoNow() });
         return;
       }
-      if (!(await walk(ctx, scope, message, recordKey, partitionPages(ctx, scope, select, cursor)))) return;
+      await redis.hset(recordKey, 'error', `${what}_deleted`);
     }
   }
   // also sets the cursor to `done`: a dispatcher killed before this call walks the last pages again

@@ -72,7 +72,7 @@ export const Message: Schema = {
     to: { type: 'object', description: 'The target, normalised to an object.' },
     content: { type: 'object', description: 'title, body and every push option of the request.' },
     counts,
-    error: { type: 'string', nullable: true, description: 'Why a message failed as a whole (e.g. topic_not_found).' },
+    error: { type: 'string', nullable: true, description: 'Why a message failed as a whole (topic_not_found, segment_not_found: its audience was deleted before it reached anyone), or, on a completed message, why it reached only part of its audience (topic_deleted, segment_deleted: deleted while the message was sent). Null otherwise.' },
     createdAt: { type: 'string', format: 'date-time' },
     sendAt: { type: 'string', format: 'date-time', nullable: true },
     startedAt: { type: 'string', format: 'date-time', nullable: true },

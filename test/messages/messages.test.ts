@@ -150,6 +150,26 @@ m('a broadcast being walked does not hold up a one-user message sent after it (s
   assert.is(all.counts.sent, 60);
 });
 
+m('a topic deleted while its message fans out ends the walk: the message completes with the part it reached and error topic_deleted (probe H3: completed, nothing said)', async (ctx) => {
+  // 200 members in chunks of 40, each push answered after 1 s: the walk takes a few seconds
+  const members = Array.from({ length: 200 }, (_, i) => `cut-${i}`);
+  for (const id of members) {
+    const { token } = await device(ctx, id);
+    ctx.peer.respondWith({ token, delayMs: 1_000, times: 1 });
+  }
+  await ctx.api.post('/v1/topics', ctx.key, { slug: 'cut-short' });
+  await ctx.api.post('/v1/topics/cut-short/subscribers', ctx.key, { externalIds: members });
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'cut-short' }, title: 'News', body: 'b' });
+  await waitFor('the first deliveries', async () => (await ctx.api.get(`/v1/messages/${res.body.data.id}`, ctx.key)).body.data.counts.total > 0 || null, 10_000, 20);
+  assert.is((await ctx.api.del('/v1/topics/cut-short', ctx.key)).status, 200);
+  const done = await finished(ctx, res.body.data.id);
+  assert.equal([done.status, done.error], ['completed', 'topic_deleted']);
+  assert.ok(done.counts.total > 0 && done.counts.total < 200, `reached part of the audience: ${done.counts.total}`);
+  assert.is(done.counts.sent, done.counts.total);
+  const listed = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=100`, ctx.key)).body.data;
+  assert.is(listed.total, done.counts.total);
+});
+
 m('a one-user message held by a device that does not answer does not hold up the tenant\'s later one-user messages (probe V: ~29 s)', async (ctx) => {
   const stuck = await device(ctx, 'stuck-user');
   ctx.peer.respondWith({ token: stuck.token, delayMs: 4_000, times: 1 });
