@@ -7,15 +7,25 @@ import type { ErrorDetail } from './errors.js';
  * `apns-*` headers. Pure: no I/O, time from lib/clock.
  */
 
-/** A message's push content, as `POST /v1/messages` stores it. */
+/** A message's push content, as `POST /v1/messages` stores it (and a workflow's `send` step holds). */
 export type PushContent = {
   title: string;
   body: string;
+  /** Shown under the title (`aps.alert.subtitle`). */
+  subtitle?: string;
   /** Custom keys, copied to the top level of the payload (never `aps` or `herald`). */
   data?: Record<string, unknown>;
+  /** The preference category (subscribers who turned it off are skipped); the app reads it in `herald.category`. */
+  category?: string;
+  /** `aps.category`: the identifier of a notification category the app registered (its action buttons). */
+  actionCategory?: string;
   badge?: number;
   sound?: string;
   threadId?: string;
+  /** `aps.interruption-level` (iOS 15+): `passive`, `active` (Apple's default) or `time-sensitive`. */
+  interruptionLevel?: 'passive' | 'active' | 'time-sensitive';
+  /** `aps.content-available`: the app is also woken in the background to fetch content. */
+  contentAvailable?: boolean;
   /** `apns-collapse-id`: 1 to 64 printable ASCII characters (the message schema's rule). */
   collapseId?: string;
   /** An image URL for a notification service extension (sets `mutable-content`). */
@@ -28,17 +38,26 @@ export type PushContent = {
   ttl?: number;
 };
 
+/** The content fields of a message, in the order the API documents them (a workflow's `send` step takes the same). */
+export const CONTENT_FIELDS = [
+  'title', 'subtitle', 'body', 'data', 'category', 'actionCategory', 'badge', 'sound', 'threadId', 'interruptionLevel', 'contentAvailable',
+  'collapseId', 'image', 'url', 'priority', 'ttl',
+] as const satisfies readonly (keyof PushContent)[];
+
 export type DeliveryIds = { messageId: string; deliveryId: string };
 
 export type ApnsPayload = {
   aps: {
-    alert: { title: string; body: string };
+    alert: { title: string; subtitle?: string; body: string };
+    category?: string;
     badge?: number;
     sound?: string;
     'thread-id'?: string;
+    'interruption-level'?: 'passive' | 'active' | 'time-sensitive';
+    'content-available'?: 1;
     'mutable-content'?: 1;
   };
-  herald: { messageId: string; deliveryId: string; url?: string; image?: string };
+  herald: { messageId: string; deliveryId: string; category?: string; url?: string; image?: string };
   [key: string]: unknown;
 };
 
@@ -74,12 +93,17 @@ export function apnsIdFor(deliveryId: string): string {
 
 /** The APNs payload of one delivery of `content` (what `buildApnsRequest` sends). */
 function buildApnsPayload(content: PushContent, ids: DeliveryIds): ApnsPayload {
-  const aps: ApnsPayload['aps'] = { alert: { title: content.title, body: content.body } };
+  const alert: ApnsPayload['aps']['alert'] = content.subtitle === undefined ? { title: content.title, body: content.body } : { title: content.title, subtitle: content.subtitle, body: content.body };
+  const aps: ApnsPayload['aps'] = { alert };
+  if (content.actionCategory !== undefined) aps.category = content.actionCategory;
   if (content.badge !== undefined) aps.badge = content.badge;
   if (content.sound !== undefined) aps.sound = content.sound;
   if (content.threadId !== undefined) aps['thread-id'] = content.threadId;
+  if (content.interruptionLevel !== undefined) aps['interruption-level'] = content.interruptionLevel;
+  if (content.contentAvailable) aps['content-available'] = 1;
   if (content.image !== undefined) aps['mutable-content'] = 1;
   const herald: ApnsPayload['herald'] = { messageId: ids.messageId, deliveryId: ids.deliveryId };
+  if (content.category !== undefined) herald.category = content.category;
   if (content.url !== undefined) herald.url = content.url;
   if (content.image !== undefined) herald.image = content.image;
   const custom: Record<string, unknown> = {};

@@ -1,4 +1,4 @@
-import { apnsContentProblems, reservedDataProblems } from './apns-payload.js';
+import { apnsContentProblems, reservedDataProblems, type PushContent } from './apns-payload.js';
 import { parseDuration } from './durations.js';
 import { ApiError, type ErrorDetail } from './errors.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
@@ -14,10 +14,7 @@ import { MAX_DEFINITION_BYTES, MAX_NESTING, MAX_STEPS, STEP_NAME_PATTERN, STEP_T
  */
 
 /** A `send` step's message: exactly the content `POST /v1/messages` accepts (schema `SendContent`). */
-export type SendContent = {
-  title: string; body: string; data?: Record<string, unknown>; category?: string; badge?: number; sound?: string;
-  threadId?: string; collapseId?: string; image?: string; url?: string; priority?: 'high' | 'normal'; ttl?: number;
-};
+export type SendContent = PushContent;
 
 export type Step =
   | { type: 'sleep'; name?: string; duration: string }

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
+import type { PushContent } from '../lib/apns-payload.js';
 import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Logger } from '../lib/log.js';
@@ -21,10 +22,7 @@ const DEFAULT_PRIORITY = 'high';
 export type Target = { externalId: string } | { topic: string } | { segment: string } | { where: Record<string, unknown> };
 /** The workflow run step a message was sent from (its `$send` carries `runId` and `step`). */
 export type RunRef = { runId: string; step: string; workflowId: string; workflow: string; versionId: string };
-export type MessageContent = {
-  title: string; body: string; data?: Record<string, unknown>; category?: string; badge?: number; sound?: string; threadId?: string;
-  collapseId?: string; image?: string; url?: string; priority?: 'high' | 'normal'; ttl?: number;
-};
+export type MessageContent = PushContent;
 export type Message = {
   id: string; status: MessageStatus; to: Target; content: MessageContent; counts: Record<'total' | DeliveryStatus, number>; error: string | null;
   createdAt: string; sendAt: string | null; startedAt: string | null; completedAt: string | null; canceledAt: string | null; updatedAt: string;

@@ -4,7 +4,7 @@ import { now } from '../../lib/clock.js';
 import { validationError } from '../../lib/errors.js';
 import { validateExpression } from '../../lib/expressions.js';
 import { bodyProblems } from '../../lib/validator.js';
-import { apnsContentProblems, reservedDataProblems } from '../../lib/apns-payload.js';
+import { apnsContentProblems, CONTENT_FIELDS, reservedDataProblems } from '../../lib/apns-payload.js';
 import type { ErrorDetail } from '../../lib/errors.js';
 import {
   cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
@@ -17,7 +17,6 @@ import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
 
 type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
-const CONTENT_FIELDS = ['title', 'body', 'data', 'category', 'badge', 'sound', 'threadId', 'collapseId', 'image', 'url', 'priority', 'ttl'] as const;
 
 /** `to` as an object (an inline `where` is checked by the expression validator, with its path). */
 function targetOf(to: CreateBody['to']): Target {

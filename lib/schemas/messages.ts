@@ -21,12 +21,16 @@ export const MessageCreate: Schema = {
   properties: {
     to: { $ref: '#/components/schemas/MessageTarget' },
     title: { type: 'string', minLength: 1, maxLength: 256 },
+    subtitle: { type: 'string', minLength: 1, maxLength: 256, description: 'Shown under the title (`aps.alert.subtitle`).' },
     body: { type: 'string', minLength: 1, maxLength: 4096 },
     data: { type: 'object', description: 'Custom payload keys delivered with the notification (not `aps`, not `herald`).' },
-    category: { type: 'string', pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$', description: 'Preference category: subscribers who turned it off are skipped.' },
+    category: { type: 'string', pattern: '^[a-z0-9][a-z0-9_.-]{0,63}$', description: 'Preference category: subscribers who turned it off are skipped; the app reads it in the payload\'s `herald.category`.' },
+    actionCategory: { type: 'string', minLength: 1, maxLength: 64, pattern: '^[!-~](?:[ -~]*[!-~])?$', description: '`aps.category`: the identifier of a notification category the app registered (UNNotificationCategory: its action buttons); printable ASCII.' },
     badge: { type: 'integer', minimum: 0, maximum: 99999 },
     sound: { type: 'string', minLength: 1, maxLength: 128 },
     threadId: { type: 'string', minLength: 1, maxLength: 64 },
+    interruptionLevel: { type: 'string', enum: ['passive', 'active', 'time-sensitive'], description: '`aps.interruption-level` (iOS 15+); absent: Apple\'s default, `active`. `time-sensitive` needs the app\'s Time Sensitive Notifications capability.' },
+    contentAvailable: { type: 'boolean', description: 'true: `aps.content-available` 1, the app is also woken in the background to fetch content.' },
     // an HTTP/2 header value: printable ASCII, no space at either end (probe I: an emoji broke every delivery, a control character dropped the header)
     collapseId: { type: 'string', minLength: 1, maxLength: 64, pattern: '^[!-~](?:[ -~]*[!-~])?$', description: 'apns-collapse-id: 1 to 64 printable ASCII characters (64 bytes), no space at either end (400 validation otherwise); defaults to the message id.' },
     image: { type: 'string', format: 'uri', maxLength: 2048 },

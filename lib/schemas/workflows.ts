@@ -1,6 +1,7 @@
 import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from '../slugs.js';
 import { LIST_QUERY_PROPERTIES, type Schema } from './common.js';
 import { MessageCreate } from './messages.js';
+import { CONTENT_FIELDS } from '../apns-payload.js';
 import { EXPRESSION_EVENT_PATTERN } from '../expressions.js';
 import { MAX_STEPS, STEP_NAME_PATTERN, STEP_TYPES } from '../workflow-limits.js';
 
@@ -38,8 +39,6 @@ const time: Schema = { type: 'string', format: 'date-time' };
 const nullableTime: Schema = { ...time, nullable: true };
 const version: Schema = { type: 'integer', minimum: 1 };
 
-/** The content fields of `MessageCreate`: a send step's message is what `POST /v1/messages` takes as content. */
-const CONTENT_FIELDS = ['title', 'body', 'data', 'category', 'badge', 'sound', 'threadId', 'collapseId', 'image', 'url', 'priority', 'ttl'];
 
 export const SendContent: Schema = {
   type: 'object',

@@ -1,8 +1,10 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
-  APNS_MAX_PAYLOAD_BYTES, apnsContentProblems, apnsIdFor, apnsPayloadSize, buildApnsRequest, payloadSize, type PushContent,
+  APNS_MAX_PAYLOAD_BYTES, apnsContentProblems, apnsIdFor, apnsPayloadSize, buildApnsRequest, CONTENT_FIELDS, payloadSize, type PushContent,
 } from '../../lib/apns-payload.js';
+import { MessageCreate } from '../../lib/schemas/messages.js';
+import { SendContent } from '../../lib/schemas/workflows.js';
 
 const IDS = { messageId: 'msg_01hzzzzzzzzzzzzzzzzzzzzzzz', deliveryId: 'dlv_01hzzzzzzzzzzzzzzzzzzzzzzz' };
 const AT = Date.UTC(2030, 0, 1, 12, 0, 0, 500);
@@ -30,6 +32,25 @@ payload('every field lands where APNs and the SDK expect it', () => {
   });
   assert.is(Object.keys(p)[0], 'aps', 'aps comes first');
   assert.equal(headers, { pushType: 'alert', priority: 5, expiration: Math.floor(AT / 1000) + 3600, collapseId: 'order-o_1', apnsId: apnsIdFor(IDS.deliveryId) });
+});
+
+payload('subtitle, action category, interruption level and content-available go into aps; the preference category into herald (probe H1)', () => {
+  const content: PushContent = {
+    title: 'Standup', subtitle: 'in 5 minutes', body: 'Room 4', category: 'reminders', actionCategory: 'MEETING_INVITATION',
+    interruptionLevel: 'time-sensitive', contentAvailable: true,
+  };
+  const { payload: p } = buildApnsRequest(content, IDS, AT);
+  assert.equal(p.aps, {
+    alert: { title: 'Standup', subtitle: 'in 5 minutes', body: 'Room 4' }, category: 'MEETING_INVITATION', 'interruption-level': 'time-sensitive', 'content-available': 1,
+  });
+  assert.equal(p.herald, { messageId: IDS.messageId, deliveryId: IDS.deliveryId, category: 'reminders' });
+  assert.not.ok('content-available' in buildApnsRequest({ title: 't', body: 'b', contentAvailable: false }, IDS, AT).payload.aps, 'false sends nothing');
+});
+
+payload('every content field of POST /v1/messages is one the payload knows, and a workflow send step takes the same', () => {
+  const create = Object.keys(MessageCreate.properties as object).filter((k) => k !== 'to' && k !== 'sendAt');
+  assert.equal(create.sort(), [...CONTENT_FIELDS].sort());
+  assert.equal(Object.keys(SendContent.properties as object), [...CONTENT_FIELDS]);
 });
 
 payload('badge 0 clears the badge and is kept; no image means no mutable-content', () => {

@@ -216,6 +216,23 @@ m('the same Idempotency-Key and body replays the original; another body is 409; 
   assert.equal([fresh.status, fresh.body.error.param], [400, 'to.topic']);
 });
 
+m('subtitle, actionCategory, interruptionLevel, contentAvailable and the preference category reach the device; a bad value is 400 naming it (probe H1)', async (ctx) => {
+  const d = await device(ctx, 'rich-user');
+  const res = await ctx.api.post('/v1/messages', ctx.key, {
+    to: 'rich-user', title: 'Standup', subtitle: 'in 5 minutes', body: 'Room 4', category: 'reminders', actionCategory: 'MEETING_INVITATION',
+    interruptionLevel: 'time-sensitive', contentAvailable: true,
+  });
+  assert.is(res.status, 202, res.text);
+  assert.is((await finished(ctx, res.body.data.id)).counts.sent, 1);
+  const [seen] = ctx.peer.requests.filter((r) => r.token === d.token) as any[];
+  assert.equal(seen.payload.aps, {
+    alert: { title: 'Standup', subtitle: 'in 5 minutes', body: 'Room 4' }, category: 'MEETING_INVITATION', 'interruption-level': 'time-sensitive', 'content-available': 1,
+  });
+  assert.is(seen.payload.herald.category, 'reminders');
+  const bad = await ctx.api.post('/v1/messages', ctx.key, { to: 'rich-user', title: 't', body: 'b', interruptionLevel: 'critical', actionCategory: ' x', subtitle: '' });
+  assert.equal([bad.status, bad.body.error.details.map((x: any) => x.param).sort()], [400, ['actionCategory', 'interruptionLevel', 'subtitle']]);
+});
+
 m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates the subscription', async (ctx) => {
   const dead = await device(ctx, 'gone-device');
   const bad = await device(ctx, 'gone-device');
