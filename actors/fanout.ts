@@ -49,6 +49,9 @@ function skipReason(s: Subscription, optOut: string | null): string | null {
   if (s.platform === 'android') return 'platform_not_supported';
   if (s.invalidatedAt) return 'token_invalidated';
   if (!s.enabled) return 'subscription_disabled';
+  // the user said no to notifications on that device: iOS would show nothing (the app reports a
+  // change of mind on its next registration)
+  if (s.authorizationStatus === 'denied') return 'notifications_denied';
   return optOut;
 }
 

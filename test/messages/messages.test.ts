@@ -233,6 +233,19 @@ m('subtitle, actionCategory, interruptionLevel, contentAvailable and the prefere
   assert.equal([bad.status, bad.body.error.details.map((x: any) => x.param).sort()], [400, ['actionCategory', 'interruptionLevel', 'subtitle']]);
 });
 
+m('a device whose notification permission is denied is skipped (notifications_denied) until the app reports another status (probe H1: counted sent)', async (ctx) => {
+  const d = await device(ctx, 'said-no', { authorizationStatus: 'denied' });
+  const first = await ctx.api.post('/v1/messages', ctx.key, { to: 'said-no', title: 't', body: 'b' });
+  const skipped = await finished(ctx, first.body.data.id);
+  assert.equal([skipped.counts.skipped, skipped.counts.sent], [1, 0]);
+  const [delivery] = (await ctx.api.get(`/v1/messages/${first.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  assert.is(delivery.reason, 'notifications_denied');
+  assert.not.ok(ctx.peer.requests.some((r) => r.token === d.token), 'nothing went to APNs');
+  await device(ctx, 'said-no', { token: d.token, authorizationStatus: 'provisional' });
+  const second = await ctx.api.post('/v1/messages', ctx.key, { to: 'said-no', title: 't', body: 'b' });
+  assert.is((await finished(ctx, second.body.data.id)).counts.sent, 1);
+});
+
 m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates the subscription', async (ctx) => {
   const dead = await device(ctx, 'gone-device');
   const bad = await device(ctx, 'gone-device');
