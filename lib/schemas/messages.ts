@@ -37,7 +37,7 @@ export const MessageCreate: Schema = {
     url: { type: 'string', format: 'uri', maxLength: 2048, description: 'A link (or deep link) to open on tap.' },
     priority: { type: 'string', enum: ['high', 'normal'], default: 'high' },
     ttl: { type: 'integer', minimum: 0, maximum: 2419200, description: 'Seconds APNs keeps trying an offline device (0: only now).' },
-    sendAt: { type: 'string', format: 'date-time', description: 'Send later (at most 30 days ahead); cancelable until due.' },
+    sendAt: { type: 'string', format: 'date-time', description: 'Send later (at most 30 days ahead); cancelable until due. A time already past sends now (the message is queued, its sendAt null).' },
   },
 };
 
@@ -78,7 +78,7 @@ export const Message: Schema = {
     counts,
     error: { type: 'string', nullable: true, description: 'Why a message failed as a whole (topic_not_found, segment_not_found: its audience was deleted before it reached anyone), or, on a completed message, why it reached only part of its audience (topic_deleted, segment_deleted: deleted while the message was sent). Null otherwise.' },
     createdAt: { type: 'string', format: 'date-time' },
-    sendAt: { type: 'string', format: 'date-time', nullable: true },
+    sendAt: { type: 'string', format: 'date-time', nullable: true, description: 'When a scheduled message is due; null for one sent at once (a sendAt already past included).' },
     startedAt: { type: 'string', format: 'date-time', nullable: true },
     completedAt: { type: 'string', format: 'date-time', nullable: true },
     canceledAt: { type: 'string', format: 'date-time', nullable: true },
