@@ -38,7 +38,7 @@ export type PushResult = {
   reason: string | null;
   /** From a 410 answer: when APNs last knew the token valid (ms since the epoch). */
   timestamp: number | null;
-  /** The token is gone for good (410, BadDeviceToken, DeviceTokenNotForTopic): disable the subscription. */
+  /** The token is gone for good (410, BadDeviceToken): disable the subscription. */
   tokenInvalid: boolean;
   /** Requests made to APNs (0 when refused before sending). */
   attempts: number;
@@ -49,7 +49,12 @@ export type PushResult = {
 /** Statuses APNs may answer differently a moment later. */
 const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
 /** 400 reasons that mean the token itself is wrong for this app. */
-const INVALID_TOKEN_REASONS = new Set(['BadDeviceToken', 'DeviceTokenNotForTopic']);
+/**
+ * 400 reasons that say the token itself is dead. Not `DeviceTokenNotForTopic`: it also answers every
+ * push of a tenant whose `bundleId` names another app of the team, and taking it as the token's
+ * fault disabled every device of that tenant until each app registered again (probe H1).
+ */
+const INVALID_TOKEN_REASONS = new Set(['BadDeviceToken']);
 /** Longest wait between two attempts, whatever the base and attempt number. */
 const MAX_BACKOFF_MS = 30_000;
 /** An attempt's whole deadline: the request timeout (node-apn's, of inactivity) and this much more. */

@@ -149,13 +149,13 @@ sends('410 Unregistered fails at once with tokenInvalid and the timestamp APNs g
   assert.is(ctx.production.requests.length, 1, 'not retried');
 });
 
-sends('400 BadDeviceToken and DeviceTokenNotForTopic mark the token invalid; another 400 does not', async (ctx) => {
+sends('400 BadDeviceToken marks the token invalid; DeviceTokenNotForTopic (also a wrong bundleId) and another 400 do not', async (ctx) => {
   const bad = await ctx.sender.send(job(ctx, { token: 'not-a-device-token' }));
   assert.equal([bad.outcome, bad.httpStatus, bad.reason, bad.tokenInvalid, bad.attempts, bad.timestamp], ['failed', 400, 'BadDeviceToken', true, 1, null]);
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 400, reason: 'DeviceTokenNotForTopic' });
   const wrongApp = await ctx.sender.send(j);
-  assert.equal([wrongApp.httpStatus, wrongApp.reason, wrongApp.tokenInvalid], [400, 'DeviceTokenNotForTopic', true]);
+  assert.equal([wrongApp.outcome, wrongApp.httpStatus, wrongApp.reason, wrongApp.tokenInvalid], ['failed', 400, 'DeviceTokenNotForTopic', false]);
   const collapse = await ctx.sender.send(job(ctx, {}, { title: 't', body: 'b', collapseId: 'c'.repeat(65) }));
   assert.equal([collapse.outcome, collapse.httpStatus, collapse.reason, collapse.tokenInvalid, collapse.attempts], ['failed', 400, 'BadCollapseId', false, 1]);
 });
