@@ -92,7 +92,7 @@ export const EventsListQuery: Schema = {
     name: eventNameFilter,
     source: { type: 'string', enum: ['server', 'ios', 'android', 'web', 'system', 'webhook'] },
     provider: { type: 'string', minLength: 1, maxLength: 64 },
-    after: { type: 'string', format: 'date-time', description: 'Only events received after this time.' },
+    after: { type: 'string', format: 'date-time', description: 'Only events received (receivedAt) strictly after this time. Events appear as the worker applies them, not in receivedAt order, so to follow the list poll with `after` a few seconds before the newest receivedAt seen and drop the ids already seen (docs/events.md).' },
   },
 };
 

@@ -86,7 +86,7 @@ export async function startWebProcess(service: TestService, extra: Record<string
   const web = startRoleProcess('web', { ...env, ...extra, PORT: String(port) });
   const url = `http://127.0.0.1:${port}`;
   const api = client(url);
-  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 20_000);
+  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 45_000);
   return { web, api, url, env };
 }
 

@@ -244,7 +244,7 @@ kill('a dispatcher stopped between a message\'s $send and its deliveries leaves 
   const sends = async () => (await inboxEvents(ctx.service, boot.tenant.id, externalId)).filter((e) => e.name === '$send');
   const first = startRoleProcess('dispatcher', { ...dispatcherEnv(ctx), INBOX_MAX_BACKLOG: '100' });
   ctx.dispatchers.push(first);
-  await waitFor('the first dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${first.child.pid}`)) === 1, 20_000, 50);
+  await waitFor('the first dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${first.child.pid}`)) === 1, 45_000, 50);
   await new Promise((r) => setTimeout(r, 2_000)); // it reads the message and is refused
   first.child.kill('SIGKILL');
   await first.exited;

@@ -34,7 +34,7 @@ function startDispatcher(ctx: Ctx): RoleProcess {
 }
 
 const running = (ctx: Ctx, d: RoleProcess) =>
-  waitFor('the dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${d.child.pid}`)) === 1, 20_000, 50);
+  waitFor('the dispatcher to start', async () => (await ctx.service.redis.hexists(ctx.service.keys.processes, `dispatcher:${hostname()}:${d.child.pid}`)) === 1, 45_000, 50);
 
 kill('a dispatcher killed with SIGKILL mid-delivery: another sends every delivery, same webhook-id and identical bytes, each recorded once', async (ctx) => {
   const api = client(ctx.service.url);
