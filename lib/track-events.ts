@@ -47,12 +47,18 @@ function serializeData(event: unknown): string | null {
  */
 function checkBatch(schema: string, body: unknown, events: unknown[], paramOf: (i: number, field: string) => string, from: 'server' | 'app'): string[] {
   const found = new Map<ErrorCode, ErrorDetail[]>();
-  const add = (code: ErrorCode, param: string, message: string) => found.set(code, [...(found.get(code) ?? []), { param, message }]);
+  const add = (code: ErrorCode, param: string, message: string) => {
+    const list = found.get(code);
+    if (list) list.push({ param, message });
+    else found.set(code, [{ param, message }]);
+  };
   const malformed = new Set<string>();
   for (const detail of bodyProblems(schema, body)) {
     add('validation', detail.param, detail.message);
     malformed.add(detail.param);
   }
+  // a batch over the limit is refused for that alone (the schema's detail): its items are not read
+  if (events.length > MAX_EVENTS_PER_CALL && found.size > 0) events = [];
   const at = now();
   const serialized = events.map((event, i) => {
     const { name, timestamp } = (event ?? {}) as { name?: unknown; timestamp?: unknown };

@@ -129,6 +129,12 @@ function stepList(value: unknown, path: string, depth: number, ctx: Ctx): void {
     ctx.details.push({ param: path, message: depth === 1 ? 'must hold at least one step' : 'is empty: a step list references nothing; leave it out instead' });
     return;
   }
+  // a list longer than a definition may be is refused for that alone: its steps are not read (probe
+  // K2: 40,000 of them each with its own detail)
+  if (value.length > MAX_STEPS) {
+    ctx.details.push({ param: path, message: `holds ${value.length} steps; at most ${MAX_STEPS} counting nested ones` });
+    return;
+  }
   // said once, at the first list too deep; its steps are still checked and counted, so every problem
   // comes at once (a body nests 64 levels at most, docs/architecture.md, which bounds this recursion)
   if (depth === MAX_NESTING + 1) ctx.details.push({ param: path, message: `nests steps deeper than ${MAX_NESTING} levels` });
