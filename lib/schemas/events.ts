@@ -164,7 +164,7 @@ export const EventsToken: Schema = {
   required: ['token', 'url', 'expiresAt'],
   properties: {
     token: { type: 'string', description: 'A JWT to send as `Authorization: Bearer <token>`.' },
-    url: { type: 'string', description: 'Base URL of the event read endpoints.' },
+    url: { type: 'string', description: 'The URL of `GET /v1/events` on this service (its origin as the request reached it); the token also reads `/v1/events/names`, `/v1/events/volume` and `/v1/subscribers/{externalId}/timeline` on that origin.' },
     expiresAt: { type: 'string', format: 'date-time' },
   },
 };
