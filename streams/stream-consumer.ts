@@ -74,6 +74,9 @@ export type ConsumerOptions = {
 };
 
 const CLAIM_PAGE = 500;
+/** Entries one XTRIM call may remove (whole stream nodes of 100, about 2 ms of Redis), and calls one trim makes at most. */
+const TRIM_LIMIT = 10_000;
+const TRIM_ROUNDS = 100;
 /** Entries lua/ownedEntries checks per call (one XPENDING each). */
 const OWNED_PER_CALL = 500;
 /** Longest a stop waits to leave its streams' groups (`stop`). */
@@ -332,7 +335,15 @@ export class StreamConsumer {
     ]);
     const mine = groups.map((g) => Object.fromEntries(Array.from({ length: g.length / 2 }, (_, i) => [g[2 * i], g[2 * i + 1]]))).find((g) => g.name === this.o.group);
     const floor = pending[0] > 0 ? pending[1] : (mine?.['last-delivered-id'] as string | undefined);
-    if (floor && floor !== '0-0') await this.o.redis.xtrim(stream, 'MINID', '~', floor);
+    if (!floor || floor === '0-0') return;
+    // an approximate trim removes at most TRIM_LIMIT entries a call (Redis's own default cap is
+    // 10,000): after a burst, one call a trim left the applied entries there, and once the stream
+    // went quiet (no ack, no trim) for good, where they counted against INBOX_MAX_BACKLOG and
+    // refused every tenant's events in that partition (probe K1: 280,879 applied entries kept)
+    for (let round = 0; round < TRIM_ROUNDS; round++) {
+      if (Number(await this.o.redis.xtrim(stream, 'MINID', '~', floor, 'LIMIT', TRIM_LIMIT)) === 0) return;
+    }
+    this.untrimmed.add(stream); // more than TRIM_ROUNDS calls' worth: the next trim goes on
   }
 
   private async loop(): Promise<void> {

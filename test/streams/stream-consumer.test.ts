@@ -359,4 +359,35 @@ test('one stream\'s backlog among idle streams is read without lingering', async
   }
 });
 
+/**
+ * An approximate XTRIM removes at most 10,000 entries a call (Redis's default LIMIT): after a burst
+ * of 25,000, one trim left 15,000 applied entries, and with no later ack no later trim (probe K1:
+ * 280,879 applied entries kept in a quiet partition, where they counted against INBOX_MAX_BACKLOG).
+ */
+test('a trim after a burst removes every acked entry, not 10,000 of them', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-trim')}burst`;
+  try {
+    const pipeline = redis.pipeline();
+    for (let i = 0; i < 25_000; i++) pipeline.xadd(stream, '*', 'n', String(i));
+    await pipeline.exec();
+    let handled = 0;
+    const c = new StreamConsumer({
+      redis, blocking, group: 'trimmers', consumer: `test:${process.pid}`, log: createLogger('error'), blockMs: 100, trimEveryMs: 1_000,
+      source: { mode: 'shared', claimIdleMs: 60_000, streams: () => [stream] },
+      handle: async (_stream, entries) => void (handled += entries.length),
+    });
+    c.start();
+    await waitFor('every entry handled', async () => handled === 25_000, 30_000, 20);
+    await waitFor('the acked entries trimmed', async () => (await redis.xlen(stream)) < 200, 10_000, 50);
+    await c.stop();
+  } finally {
+    await redis.del(stream);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
 test.run();
