@@ -15,7 +15,7 @@ let tokenCounter = 1000;
 const nextToken = () => hex(tokenCounter++);
 
 m.before(async (ctx) => { try {
-  Object.assign(ctx, await startPushService('messages', { FANOUT_CHUNK_SIZE: '40' }, ['web', 'dispatcher', 'scheduler']));
+  Object.assign(ctx, await startPushService('messages', { FANOUT_CHUNK_SIZE: '40', APNS_CREDENTIALS_CHECK_SECONDS: '600' }, ['web', 'dispatcher', 'scheduler']));
   } catch (err) {
     console.error('setup failed', err); // uvu reports a failing hook without its error
     throw err;
@@ -320,7 +320,8 @@ m('a dead token is invalidated as soon as APNs says so, before the delivery is r
 
 m('a push refused for its provider key (403 InvalidProviderToken) is tried again when the credentials were saved again since, not failed until the next check (probe H1)', async (ctx) => {
   const d = await device(ctx, 'rekeyed');
-  // a send now makes the dispatcher's cached connection fresh: the next seconds' sends use it unchecked
+  // a send now makes sure the dispatcher holds a connection; the suite's credentials check interval
+  // (10 minutes) keeps it from seeing the change below on its own
   const warm = await ctx.api.post('/v1/messages', ctx.key, { to: 'rekeyed', title: 't', body: 'b' });
   assert.is((await finished(ctx, warm.body.data.id)).counts.sent, 1);
   // Apple refuses the key the connection holds (revoked); the operator stores credentials again
