@@ -79,8 +79,8 @@ export async function tenantEventsPage(
   // a time before 1970 (a negative millisecond, which is no stream id) keeps every event
   const minId = filter.afterMs !== undefined && filter.afterMs >= 0 ? `${filter.afterMs + 1}-0` : '-';
   const want = limit + 1;
-  /** the newest `want` matches read so far, newest first */
-  let found: { pos: LogPosition; record: Record<string, string> }[] = [];
+  /** the matches read so far; at each round's start, the newest `want` of them, newest first */
+  const found: { pos: LogPosition; record: Record<string, string> }[] = [];
   let scanned = 0;
   const take = (chunk: [string, string[]][]) => {
     for (const [logId, fields] of chunk) {
@@ -118,8 +118,9 @@ export async function tenantEventsPage(
   let count = filtered ? FIRST_FILTERED_CHUNK : Math.min(SCAN_CHUNK, Math.ceil((2 * want) / partitions) + 2);
   let floor: LogPosition | null = null; // where an unfinished scan stopped: nothing older is known
   for (let round = 0; round < MAX_PAGE_ROUNDS; round++) {
-    if (found.length > want) found = found.sort(newestFirst).slice(0, want);
-    const threshold = found.length === want ? found.sort(newestFirst)[want - 1]!.pos : null;
+    found.sort(newestFirst);
+    if (found.length > want) found.length = want;
+    const threshold = found.length === want ? found[want - 1]!.pos : null;
     // a partition whose unread entries (all older than its lastMs) could still beat the threshold
     const open = parts.filter((part) => !part.done && (threshold === null || part.lastMs > threshold.ms));
     if (open.length === 0) break;
