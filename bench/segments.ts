@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { partitionOf } from '../lib/partition.js';
-import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
+import { createApiKey, ensureWorkspace, SYSTEM_WRITER } from '../streams/identity.js';
 import { createKeys } from '../streams/keys.js';
 import { createTopic } from '../streams/topics.js';
 import { numberOption, UsageError } from './lib/args.js';
@@ -29,7 +29,7 @@ export const usage = `segments [--subscribers 100000] [--events 100000] [--histo
   --setup-concurrency  subscribers written at a time by the set-up
   --cpu-prof           write V8 CPU profiles of the service children into <dir>/segments/ (one worker per drain)`;
 
-const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
+const BY_BENCH = SYSTEM_WRITER;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 

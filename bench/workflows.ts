@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
-import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
+import { createApiKey, ensureWorkspace, SYSTEM_WRITER } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { api, automationBodies, createAudience, percentile } from './lib/automation-fixture.js';
@@ -33,7 +33,7 @@ export const usage = `workflows [--runs 100000] [--sleep 10] [--rate 0] [--memor
                        command, per call and per run (the last 200,000 top-level calls; logging slows Redis: for where
                        the time goes, not for the figures)`;
 
-const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
+const BY_BENCH = SYSTEM_WRITER;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
