@@ -47,6 +47,11 @@ export function buildOpenApi(): Record<string, unknown> {
             headers: { 'Retry-After': { description: 'Seconds to wait before the retry (5).', required: true, schema: { type: 'integer' } } },
             content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
           },
+          RateLimited: {
+            description: 'Too many requests for now (rate_limited: this tenant has more than TENANT_INBOX_MAX_BACKLOG events waiting to be processed in a partition the request writes to; nothing of the request is stored); retry after Retry-After.',
+            headers: { 'Retry-After': { description: 'Seconds to wait before the retry (1).', required: true, schema: { type: 'integer' } } },
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+          },
           Unauthorized: {
             description: 'No credential, or one refused (missing_authorization, invalid_api_key, api_key_expired, invalid_session); branch on error.code.',
             headers: { 'WWW-Authenticate': { description: '`Bearer`, or `Bearer error="invalid_token"` when a credential was presented and refused.', required: true, schema: { type: 'string' } } },

@@ -59,6 +59,12 @@ export type Config = {
   logLevel: LogLevel;
   /** Largest partition inbox backlog before ingest answers 503. `INBOX_MAX_BACKLOG`, default 1,000,000. */
   inboxMaxBacklog: number;
+  /**
+   * Most unprocessed events one tenant may hold in one partition inbox before its event requests
+   * answer 429 `rate_limited` (the other tenants' go on): one tenant's flood cannot push the others'
+   * events far behind it. `TENANT_INBOX_MAX_BACKLOG`, default 500.
+   */
+  tenantInboxMaxBacklog: number;
   /** Secret that signs events tokens (`GET /v1/events/token`). `HERALD_TOKEN_SECRET`; default: one per Redis, generated and stored at first start. */
   tokenSecret: string | null;
   /** How long a partition lease lasts unrenewed; a dead worker's partitions move after it. `PARTITION_LEASE_MS`, default 10000. */
@@ -214,6 +220,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     logLevel,
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
+    tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
     tokenSecret: e.HERALD_TOKEN_SECRET || null,
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),
     fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),

@@ -23,7 +23,7 @@
   ARGV[3] now (ms)
   ARGV[4] number of entries N
   then N inbox entry ids, in stream order; an entry gone from the inbox, or a timer entry, is skipped
-  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, pv, and k to skip timers)
+  (inbox fields used: t, x, id, q, u, n, o, ts, r, d, c, ru, m, st, pv, tc, and k to skip timers)
   then, the guard of a worker's batch ('' each for a caller outside a consumer group: tests, benches):
   ARGV[5 + N] the worker's owner id: nothing is applied unless it holds the partition's lease
   ARGV[6 + N] the consumer group of the inbox
@@ -125,8 +125,8 @@ end
 
 -- An inbox event as lua/includes/appendInboxEvent writes it (always the same fields in the same
 -- order) is read by position into a table built whole; anything else (a timer entry) field by field.
--- (entries appended before `pv` existed take the field-by-field path)
-local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st', 'pv' }
+-- (entries appended before `pv` or `tc` existed take the field-by-field path)
+local LAYOUT = { 't', 'w', 'id', 'q', 'x', 'u', 'n', 'o', 'ts', 'r', 'd', 'c', 'ru', 'm', 'st', 'pv', 'tc' }
 local function fieldsOf(list)
   local usual = #list == 2 * #LAYOUT
   if usual then
@@ -139,15 +139,17 @@ local function fieldsOf(list)
   end
   if usual then
     return { t = list[2], id = list[6], q = list[8], x = list[10], u = list[12], n = list[14], o = list[16],
-      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30], pv = list[32] }
+      ts = list[18], r = list[20], d = list[22], c = list[24], ru = list[26], m = list[28], st = list[30], pv = list[32], tc = list[34] }
   end
   local f = {}
   for j = 1, #list, 2 do f[list[j]] = list[j + 1] end
   return f
 end
 
--- pass 1: the entries' fields, and the distinct subscribers' last applied sequences in one HMGET
+-- pass 1: the entries' fields, and the distinct subscribers' last applied sequences in one HMGET;
+-- each tenant's highest ordinal processed (`tc`, see lua/ingestEvents), applied or skipped alike
 local records, fieldsWanted, seenField = {}, {}, {}
+local processed, processedOrder = {}, {}
 for i = 1, n do
   local list = byId[ARGV[4 + i]]
   if not list then
@@ -157,6 +159,12 @@ for i = 1, n do
   local f = list and fieldsOf(list) or {}
   local q = tonumber(f.q or '')
   if f.t and f.x and q and f.k ~= 'timer' then
+    local tc = tonumber(f.tc or '')
+    if tc then
+      local top = processed[f.t]
+      if not top then processedOrder[#processedOrder + 1] = f.t end
+      if not top or tc > top then processed[f.t] = tc end
+    end
     f.field, f.seq, f.inboxId = f.t .. '|' .. f.x, q, ARGV[4 + i]
     records[#records + 1] = f
     if not seenField[f.field] then
@@ -166,6 +174,21 @@ for i = 1, n do
   end
 end
 if #records == 0 then return 0 end
+-- the tenants' backlog here goes down (never back: a batch read again after a crash holds lower ordinals)
+if #processedOrder > 0 then
+  local backlogKey = base .. ':backlog'
+  local doneFields = {}
+  for k, t in ipairs(processedOrder) do doneFields[k] = 'd|' .. t end
+  local done = rcall('HMGET', backlogKey, unpack(doneFields))
+  local sets = {}
+  for k, t in ipairs(processedOrder) do
+    if processed[t] > tonumber(done[k] or '0') then
+      sets[#sets + 1] = doneFields[k]
+      sets[#sets + 1] = processed[t]
+    end
+  end
+  if #sets > 0 then rcall('HSET', backlogKey, unpack(sets)) end
+end
 local lastApplied = {}
 local found = rcall('HMGET', KEYS[1], unpack(fieldsWanted))
 for i, field in ipairs(fieldsWanted) do lastApplied[field] = tonumber(found[i] or '0') end

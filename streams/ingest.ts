@@ -25,9 +25,14 @@ export type StoredEvent = {
   step: string | null;
 };
 export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' };
-export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number };
+/**
+ * Where a group of events goes and the limits it is written under: `maxBacklog` the partition
+ * inbox's (503), `tenantMaxBacklog` the tenant's own unprocessed events in one partition (429; left
+ * out for the engine's own events, which are never refused for it).
+ */
+export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number; tenantMaxBacklog?: number };
 
-type ScriptItem = [1, number, string, number] | [2, string] | [3, number];
+type ScriptItem = [1, number, string, number] | [2, string] | [3, number, number];
 
 const orNull = (s: string | undefined) => (s ? s : null);
 
@@ -45,12 +50,19 @@ function fromOriginal(externalId: string, original: string): StoredEvent {
 const MAX_EVENTS_PER_CALL = 500;
 
 type Request = { scope: Scope; events: NewEvent[]; done: (items: IngestedEvent[]) => void; fail: (err: unknown) => void };
-/** `lengths`: each partition inbox's length as the last script call on it answered (lua/ingestEvents). */
-type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number> };
+/**
+ * `lengths`: each partition inbox's length as the last script call on it answered (lua/ingestEvents).
+ * `pending`: `tenant|partition` → the tenant's unprocessed events there as last answered or measured,
+ * kept only while near the tenant limit (at most MAX_NEAR_KEPT of them).
+ */
+type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number>; pending: Map<string, number> };
 
-/** A partition whose last known inbox length is past this share of the limit is measured before a write. */
+/** A partition whose last known inbox length (or a tenant's backlog in it) is past this share of the limit is measured before a write. */
 const NEAR_BACKLOG = 0.9;
+const MAX_NEAR_KEPT = 10_000;
 const behind = () => new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
+const tenantBehind = (limit: number) => new ApiError(429, 'rate_limited',
+  `This tenant has more than ${limit} events waiting to be processed in a partition this request writes to; retry the request later`);
 
 // Requests waiting for the next flush, per client and key prefix.
 const queues = new WeakMap<Redis, Map<string, Queue>>();
@@ -69,7 +81,7 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
   let byPrefix = queues.get(redis);
   if (!byPrefix) queues.set(redis, (byPrefix = new Map()));
   let queue = byPrefix.get(keys.prefix);
-  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false, lengths: new Map() }));
+  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false, lengths: new Map(), pending: new Map() }));
   const q = queue;
   return new Promise<IngestedEvent[]>((done, fail) => {
     q.requests.push({ scope, events, done, fail });
@@ -79,7 +91,7 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
       const requests = q.requests;
       q.requests = [];
       q.scheduled = false;
-      refuseBehind(redis, q, requests)
+      refuseOverLimits(redis, q, requests)
         .then((kept) => flush(redis, q, kept))
         .catch((err) => requests.forEach((r) => r.fail(err)));
     });
@@ -89,40 +101,72 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
 type Slot = { request: number; index: number };
 
 /**
- * The inbox backlog refusal (503) of a whole request, before anything of it is written. The script
- * refuses per partition, so a request spanning partitions would otherwise be stored in part when
- * one of them is over the limit (probe X: 18 of 20 events of a refused batch stored; a retry without
- * `id`s then stores them twice). The partitions a request touches whose last answered length is near
- * the limit are measured first (one `XLEN` pipeline, only then), and a request touching one over it
- * is refused whole. The script's own check stays, for what another web process filled meanwhile.
- * Returns the requests to write.
+ * The limits' refusals of a whole request, before anything of it is written: 503 when a partition
+ * it touches holds more than `maxBacklog` entries, 429 `rate_limited` when its tenant holds more than
+ * `tenantMaxBacklog` unprocessed events in one of them (one tenant's flood, or one hot subscriber,
+ * then waits for itself while the other tenants' events go on). Each script call is atomic per
+ * partition only, so a request spanning partitions would otherwise be stored in part when one of them
+ * is over (probe X: 18 of 20 events of a refused batch stored; a retry without `id`s then stores them
+ * twice). What the last answers said is known per partition and per tenant near its limit: only
+ * those near a limit are measured, in one pipeline, and only then. The inbox limit is also checked by
+ * the script, for what another web process filled meanwhile; the tenant limit only here (another
+ * process's writes can pass it by one flush each, which is all a fairness limit needs). Returns the
+ * requests to write.
  */
-async function refuseBehind(redis: Redis, q: Queue, requests: Request[]): Promise<Request[]> {
-  // the usual case, no partition near the limit, costs a look at the known lengths (one per partition)
+async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Promise<Request[]> {
+  // the usual case, nothing near a limit, costs a look at the known lengths (one per partition)
   const least = Math.min(...requests.map(({ scope }) => scope.maxBacklog)) * NEAR_BACKLOG;
-  let anyNear = false;
-  for (const length of q.lengths.values()) if (length >= least) { anyNear = true; break; }
+  let anyNear = q.pending.size > 0;
+  if (!anyNear) for (const length of q.lengths.values()) if (length >= least) { anyNear = true; break; }
   if (!anyNear) return requests;
   const touched = requests.map(({ scope, events }) => new Set(events.map((e) => partitionOf(scope.tenantId, e.externalId, scope.partitions))));
   const near = new Set<number>();
+  const nearTenant = new Map<string, { tenantId: string; p: number }>();
   requests.forEach(({ scope }, i) => {
-    for (const p of touched[i]!) if ((q.lengths.get(p) ?? 0) >= scope.maxBacklog * NEAR_BACKLOG) near.add(p);
+    for (const p of touched[i]!) {
+      if ((q.lengths.get(p) ?? 0) >= scope.maxBacklog * NEAR_BACKLOG) near.add(p);
+      const key = `${scope.tenantId}|${p}`;
+      if (scope.tenantMaxBacklog !== undefined && q.pending.has(key)) nearTenant.set(key, { tenantId: scope.tenantId, p });
+    }
   });
-  if (near.size === 0) return requests;
+  if (near.size === 0 && nearTenant.size === 0) return requests;
   const measured = [...near];
+  const tenants = [...nearTenant.entries()];
   const pipeline = redis.pipeline();
   for (const p of measured) pipeline.xlen(q.keys.inbox(p));
+  for (const [, { tenantId, p }] of tenants) pipeline.xlen(q.keys.inbox(p)).hmget(q.keys.tenantBacklog(p), `i|${tenantId}`, `d|${tenantId}`);
   const replies = (await pipeline.exec()) ?? [];
-  measured.forEach((p, k) => {
-    const [err, length] = replies[k] ?? [new Error('no reply from Redis'), null];
+  const reply = (k: number) => {
+    const [err, value] = replies[k] ?? [new Error('no reply from Redis'), null];
     if (err) throw err;
-    q.lengths.set(p, Number(length));
+    return value;
+  };
+  measured.forEach((p, k) => q.lengths.set(p, Number(reply(k))));
+  tenants.forEach(([key, { tenantId }], k) => {
+    const length = Number(reply(measured.length + 2 * k));
+    const [appended, done] = reply(measured.length + 2 * k + 1) as [string | null, string | null];
+    const limit = requests.find((r) => r.scope.tenantId === tenantId && r.scope.tenantMaxBacklog !== undefined)!.scope.tenantMaxBacklog!;
+    notePending(q, key, Math.min(length, Math.max(0, Number(appended ?? 0) - Number(done ?? 0))), limit);
   });
   return requests.filter((request, i) => {
-    const over = [...touched[i]!].some((p) => (q.lengths.get(p) ?? 0) > request.scope.maxBacklog);
+    const { scope } = request;
+    const over = [...touched[i]!].some((p) => (q.lengths.get(p) ?? 0) > scope.maxBacklog);
     if (over) request.fail(behind());
-    return !over;
+    const limit = scope.tenantMaxBacklog;
+    const tenantOver = !over && limit !== undefined && [...touched[i]!].some((p) => (q.pending.get(`${scope.tenantId}|${p}`) ?? 0) >= limit);
+    if (tenantOver) request.fail(tenantBehind(limit));
+    return !over && !tenantOver;
   });
+}
+
+/** Keeps a tenant's backlog in a partition while it is near `limit` (the only ones measured before a write), and forgets it below. */
+function notePending(q: Queue, key: string, pending: number, limit: number): void {
+  if (pending < limit * NEAR_BACKLOG) {
+    q.pending.delete(key);
+    return;
+  }
+  if (!q.pending.has(key) && q.pending.size >= MAX_NEAR_KEPT) q.pending.clear();
+  q.pending.set(key, pending);
 }
 
 async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void> {
@@ -144,7 +188,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void>
   // ids in input order, each event's `$subscriber.created` id just before its own (that event is
   // written first when the subscriber is new): the tenant log lists by (ms, id) (read-models.ts)
   const ids = requests.map(({ events }) => events.map(() => ({ created: newId('event', receivedMs), event: newId('event', receivedMs) })));
-  const calls: { p: number; keys: string[]; args: (string | number)[]; slots: Slot[] }[] = [];
+  const calls: { p: number; scope: Scope; keys: string[]; args: (string | number)[]; slots: Slot[] }[] = [];
   for (const { scope, p, slots } of groups.values()) {
     for (let from = 0; from < slots.length; from += MAX_EVENTS_PER_CALL) {
       const part = slots.slice(from, from + MAX_EVENTS_PER_CALL);
@@ -154,7 +198,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void>
         const { created, event } = ids[request]![index]!;
         args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
       }
-      calls.push({ p, keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p)], args, slots: part });
+      calls.push({ p, scope, keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p), keys.tenantBacklog(p)], args, slots: part });
     }
   }
   // One call (a single event, or one subscriber's batch): no pipeline; an ioredis pipeline costs
@@ -172,7 +216,12 @@ async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void>
   calls.forEach((call, c) => {
     const [err, reply] = replies[c] ?? [new Error('no reply from Redis'), null];
     const items = reply as ScriptItem[] | [-1, number];
-    if (!err) q.lengths.set(call.p, items[0] === -1 ? (items[1] as number) : (items[items.length - 1] as ScriptItem)[1] as number);
+    if (!err && items[0] === -1) q.lengths.set(call.p, items[1] as number);
+    else if (!err) {
+      const [, length, pending] = items[items.length - 1] as [3, number, number];
+      q.lengths.set(call.p, length);
+      if (call.scope.tenantMaxBacklog !== undefined) notePending(q, `${call.scope.tenantId}|${call.p}`, pending, call.scope.tenantMaxBacklog);
+    }
     const problem = err ?? (items[0] === -1 ? behind() : null);
     if (problem) {
       for (const { request } of call.slots) if (!failed.has(request)) failed.set(request, problem);

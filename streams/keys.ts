@@ -99,6 +99,13 @@ export function createKeys(prefix: string) {
     dedupe: (n: number) => `${p(n)}:dedupe`,
     /** zset dedupe field → receivedAt ms, to expire dedupe entries with the retention */
     dedupeAge: (n: number) => `${p(n)}:dedupe-age`,
+    /**
+     * hash of each tenant's place in this partition's inbox: `i|<tenant>` → ordinal of the tenant's
+     * last event ingested here (lua/ingestEvents stamps it on the entry as `tc`), `d|<tenant>` → the
+     * highest ordinal the worker has processed (lua/applyEvents); their difference is the tenant's
+     * unprocessed events here, held under `TENANT_INBOX_MAX_BACKLOG` by streams/ingest.ts
+     */
+    tenantBacklog: (n: number) => `${p(n)}:backlog`,
     /** hash `tenant|externalId` → last sequence the subscriber actor applied */
     applied: (n: number) => `${p(n)}:applied`,
     /** zset `tenant|externalId` → ms of its deletion: deleted subscribers whose sequences and automation state the retention sweeper forgets (lua/forgetDeletedSubscribers) */

@@ -23,7 +23,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   async function track(ctx: Context, events: NewEvent[]) {
     const auth = ctx.state.auth as AuthState;
     const tenant = tenantOf(ctx);
-    const items = await ingestEvents(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenant.id, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog }, events);
+    const items = await ingestEvents(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenant.id, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, tenantMaxBacklog: config.tenantInboxMaxBacklog }, events);
     respond(ctx, 202, { items, hasMore: false, nextCursor: null });
   }
 
@@ -43,6 +43,9 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       An unknown `externalId` creates the subscriber and writes `$subscriber.created` first.
    *       503 `unavailable` when a partition the batch touches holds more than `INBOX_MAX_BACKLOG` entries:
    *       retry the whole request (with event `id`s a retry is exact whatever was stored before).
+   *       429 `rate_limited` when the tenant has more than `TENANT_INBOX_MAX_BACKLOG` (default 500) events
+   *       not yet processed in a partition the batch touches (a flood, or one subscriber's burst): nothing of
+   *       the request is stored; retry it after `Retry-After`. The other tenants' events go on meanwhile.
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:
@@ -60,6 +63,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '400': { $ref: '#/components/responses/Error' }
    *       '401': { $ref: '#/components/responses/Unauthorized' }
    *       '403': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/RateLimited' }
    *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
@@ -254,7 +258,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       with 1 to 100 events and `source` one of `ios`, `android`, `web`. Of the reserved names only the SDK's own
    *       (spec 6.1) are accepted; engine names are `reserved_event`. Same answer and rules as `POST /v1/events`.
    *       `identityHash` is checked as on every client call (see `docs/client.md`). 503 `unavailable` when event
-   *       processing is behind (`INBOX_MAX_BACKLOG`); retry the whole request.
+   *       processing is behind (`INBOX_MAX_BACKLOG`), 429 `rate_limited` when the tenant's own events are
+   *       (`TENANT_INBOX_MAX_BACKLOG`, as on `POST /v1/events`); retry the whole request after `Retry-After`.
    *     tags: [Client]
    *     requestBody:
    *       required: true
@@ -263,6 +268,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '202':
    *         description: The stored events, in input order
    *         content: { application/json: { schema: { $ref: '#/components/schemas/TrackedEventListResponse' } } }
+   *       '429': { $ref: '#/components/responses/RateLimited' }
    *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */

@@ -141,4 +141,28 @@ apply('every 8th event of a subscriber drops its timeline entries older than the
   assert.equal(left, [5, 6, 7, 8], 'the four entries older than a day are gone');
 });
 
+apply('each tenant\'s backlog in the partition: ordinals stamped at ingest, the highest processed recorded, never lowered, skipped entries counted as processed', async (ctx) => {
+  const { redis, keys } = ctx;
+  const U = 'tnt_other';
+  const backlog = async () => redis.hgetall(keys.tenantBacklog(0));
+  // T: 3 events (plus $subscriber.created entries, not counted), U: 2
+  await ingestEvents(redis, keys, scope, [event('f', 'open'), event('g', 'open'), event('f', 'buy')]);
+  await ingestEvents(redis, keys, { ...scope, tenantId: U }, [event('f', 'open'), event('f', 'open')]);
+  assert.equal(await backlog(), { [`i|${T}`]: '3', [`i|${U}`]: '2' }, 'only the callers\' events are numbered');
+  const entries = (await redis.xrange(keys.inbox(0), '-', '+')) as [string, string[]][];
+  const tcs = entries.map(([, f]) => f[f.indexOf('tc') + 1]);
+  assert.equal(tcs, ['', '1', '', '2', '3', '', '1', '2'], 'stamped on each entry ($subscriber.created: none)');
+  const ids = entries.map(([id]) => id);
+  // the first four entries: T's ordinals 1 and 2 processed
+  assert.is(await applyIds(ctx, ids.slice(0, 4)), 4);
+  assert.equal(await backlog(), { [`i|${T}`]: '3', [`i|${U}`]: '2', [`d|${T}`]: '2' });
+  // the same batch again (a redelivery after a crash): nothing applied, nothing lowered
+  assert.is(await applyIds(ctx, ids.slice(0, 2)), 0);
+  assert.is((await backlog())[`d|${T}`], '2');
+  // entries skipped as already applied still count as processed: U's subscriber f applied past them by hand
+  await redis.hset(keys.applied(0), `${U}|f`, '10');
+  assert.is(await applyIds(ctx, ids.slice(4)), 1, 'T\'s last event applied, U\'s skipped');
+  assert.equal(await backlog(), { [`i|${T}`]: '3', [`i|${U}`]: '2', [`d|${T}`]: '3', [`d|${U}`]: '2' });
+});
+
 apply.run();

@@ -15,7 +15,8 @@ const workers = suite<Ctx>('worker processes');
 const SUBSCRIBERS = 40;
 
 workers.before.each(async (ctx) => {
-  ctx.service = await startTestService('workers', { PARTITION_LEASE_MS: '1000' });
+  // 6,000 events are queued before any worker runs (750 a partition): no tenant limit (docs/events.md, Fairness)
+  ctx.service = await startTestService('workers', { PARTITION_LEASE_MS: '1000', TENANT_INBOX_MAX_BACKLOG: '1000000' });
   ctx.workers = [];
 });
 workers.after.each(async (ctx) => {

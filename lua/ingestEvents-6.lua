@@ -11,6 +11,9 @@
                                                           'l' .. tenant-log entry id (lua/applyEvents rewrites it);
                                                           a pointer, not a copy: the event is stored once
   KEYS[5] dedupe age zset               ({pN}:dedupe-age) member = dedupe field, score = receivedAt ms
+  KEYS[6] tenant backlog hash           ({pN}:backlog)    field i|tenant -> ordinal of the tenant's last event appended
+                                                          here (stamped on the entry as `tc`); d|tenant -> the highest
+                                                          ordinal the worker processed (lua/applyEvents)
 
   ARGV[1] tenant id
   ARGV[2] workspace id
@@ -27,8 +30,10 @@
   event, then one more:
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
-    { 3, length }                                   last: the inbox's length after the append (the caller keeps it
-                                                    to check a partition near the limit before its next write)
+    { 3, length, pending }                          last: the inbox's length after the append, and the tenant's
+                                                    events not yet processed here (i - d, at most the length): the
+                                                    caller keeps both to check a partition or a tenant near its
+                                                    limit before its next write (streams/ingest.ts)
   A dedupe entry whose original is gone (its tenant-log entry trimmed out of the retention before the
   sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it. So
   has one whose original belongs to a deleted subscriber (spec 2.4: the id is unique per subscriber;
@@ -62,6 +67,9 @@ end
 
 local out = {}
 local n = tonumber(ARGV[7])
+local ordinalField, doneField = 'i|' .. tenant, 'd|' .. tenant
+local ordinal = tonumber(rcall('HGET', KEYS[6], ordinalField) or '0')
+local firstOrdinal = ordinal
 for i = 0, n - 1 do
   local b = 8 + i * 13
   local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step, provider =
@@ -83,8 +91,9 @@ for i = 0, n - 1 do
   else
     local sub, createdSeq = ensureSubscriber(part, externalId, newSub, createdId)
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
+    ordinal = ordinal + 1
     local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
-      ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step, pv = provider })
+      ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step, pv = provider, tc = ordinal })
     if callerId ~= '' then
       dedupe = dedupe or dedupeField(tenant, externalId, callerId, source)
       rcall('HSET', KEYS[4], dedupe, 'i' .. inboxId)
@@ -93,5 +102,10 @@ for i = 0, n - 1 do
     out[#out + 1] = { 1, seq, sub, createdSeq }
   end
 end
-out[#out + 1] = { 3, rcall('XLEN', KEYS[1]) }
+if ordinal > firstOrdinal then rcall('HSET', KEYS[6], ordinalField, ordinal) end
+local length = rcall('XLEN', KEYS[1])
+-- every unprocessed entry is still in the inbox (entries are trimmed once acked): the length bounds
+-- the count, should the hash ever disagree with the stream
+local pending = math.min(length, math.max(0, ordinal - tonumber(rcall('HGET', KEYS[6], doneField) or '0')))
+out[#out + 1] = { 3, length, pending }
 return out
