@@ -175,6 +175,10 @@ export function createKeys(prefix: string) {
     eventsTokenSecret: `${prefix}secret:events-token`,
     // --- tenant keys ---
     /** hash push token or address → `<subscription id>|<externalId>[|<previous externalId while moving>]` */
+    /** list: the catalog's names after a first page, in its order then (streams/catalog-order.ts), 10 minutes */
+    catalogOrder: (tenantId: string, id: string) => `${t(tenantId)}:cat-order:${id}`,
+    /** zset id → ms: the tenant's kept catalog orders, at most 20 */
+    catalogOrders: (tenantId: string) => `${t(tenantId)}:cat-orders`,
     tokens: (tenantId: string) => `${t(tenantId)}:tokens`,
     /** hash push token or address → previous externalId, while a token moving between subscribers is not settled */
     tokenMoves: (tenantId: string) => `${t(tenantId)}:token-moves`,

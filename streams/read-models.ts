@@ -199,7 +199,7 @@ function windowOf(days: number): { hours: number[]; days: number[] } {
  * hours, 7 and 30 days (by the event's timestamp; each window starts at the hour holding its
  * start, so it is exact to the hour and reaches the future hour timestamps may name), all time,
  * distinct subscribers over 7 days (by day: the window's oldest day is counted whole), sources,
- * providers, first and last timestamps. `only` restricts it to one name.
+ * providers, first and last timestamps. `only` restricts it to those names (the ones seen).
  *
  * `page` asks for the `limit` entries that follow `after` in catalog order (all of them without
  * it), and `hasMore` says whether others follow. The order needs only the 7-day and all-time
@@ -212,10 +212,15 @@ function windowOf(days: number): { hours: number[]; days: number[] } {
  * partitions, each name counted once this week, took ~3 s of the web's event loop when every name
  * was read with HMGET from every bucket, the catalog hashes whole, and every entry sorted
  * (docs/events.md gives the figure since).
+ *
+ * `page.keepOrder`: when the entries from the page on (the page included) are at most that many
+ * and more than the page, all of them are sorted and the names after the page come back as `rest`,
+ * in order (what streams/catalog-order.ts keeps for the next pages of the walk).
  */
 export async function readCatalog(
-  redis: Redis, keys: Keys, partitions: number, tenantId: string, options: { only?: string; page?: { after: CatalogOrdered | null; limit: number } } = {},
-): Promise<{ items: CatalogEntry[]; hasMore: boolean }> {
+  redis: Redis, keys: Keys, partitions: number, tenantId: string,
+  options: { only?: readonly string[]; page?: { after: CatalogOrdered | null; limit: number; keepOrder?: number } } = {},
+): Promise<{ items: CatalogEntry[]; hasMore: boolean; rest?: string[] }> {
   const { only, page } = options;
   const day = bucketsSince(now() - DAY, HOUR);
   const week = windowOf(7);
@@ -257,7 +262,7 @@ export async function readCatalog(
   };
   await Promise.all(Array.from({ length: partitions }, async (_, p) => {
     const key = keys.catalog(p, tenantId);
-    const all = only === undefined ? await scanFields(redis, key, '*|all') : [`${only}|all`, await redis.hget(key, `${only}|all`)];
+    const all = only === undefined ? await scanFields(redis, key, '*|all') : await allTimeOf(redis, key, only);
     let seen = 0;
     for (let i = 0; i < all.length; i += 2) {
       if (all[i + 1] === null) continue;
@@ -272,11 +277,12 @@ export async function readCatalog(
       e.counts.allTime += Number(all[i + 1]);
       seen++;
     }
-    if (seen) await addCounts(p, weekBuckets, only === undefined ? undefined : [only]);
+    if (seen) await addCounts(p, weekBuckets, only === undefined ? undefined : [...only]);
   }));
   const after = page?.after;
   const rest = after ? [...entries.values()].filter((e) => catalogOrder(after, e) < 0) : [...entries.values()];
-  const picked = page ? firstInOrder(rest, page.limit, catalogOrder) : rest.sort(catalogOrder);
+  const sortAll = !page || (rest.length > page.limit && rest.length <= (page.keepOrder ?? 0));
+  const picked = sortAll ? rest.sort(catalogOrder).slice(0, page?.limit ?? rest.length) : firstInOrder(rest, page.limit, catalogOrder);
   // the picked entries' other counts and fields, per partition they were seen in; a subscriber
   // lives in one partition, so the partitions' distinct counts add up
   const byPartition = new Map<number, string[]>();
@@ -319,7 +325,15 @@ export async function readCatalog(
       sources: [...d.sources].sort(), providers: [...d.providers].sort(), firstAt: isoNow(d.first), lastAt: isoNow(d.last),
     };
   });
-  return { items, hasMore: rest.length > picked.length };
+  return { items, hasMore: rest.length > picked.length, ...(page && sortAll ? { rest: rest.slice(picked.length).map((e) => e.name) } : {}) };
+}
+
+/** The all-time counts of `names` in one partition's catalog hash, flat as HSCAN gives them (null for a name not there). */
+async function allTimeOf(redis: Redis, key: string, names: readonly string[]): Promise<(string | null)[]> {
+  if (names.length === 0) return [];
+  const fields = names.map((name) => `${name}|all`);
+  const values = await redis.hmget(key, ...fields);
+  return fields.flatMap((field, i) => [field, values[i] ?? null]);
 }
 
 const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');

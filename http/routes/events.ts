@@ -6,6 +6,7 @@ import { partitionOf } from '../../lib/partition.js';
 import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
 import { checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
+import { CATALOG_ORDER_MAX_NAMES, keepCatalogOrder, readCatalogOrder } from '../../streams/catalog-order.js';
 import { readCatalog, readSamples, type CatalogOrdered, readVolume, tenantEventsPage, timelinePage, type VolumeRange } from '../../streams/read-models.js';
 import type { AppDeps } from '../deps.js';
 import { verifyClient, markVerified } from '../client-identity.js';
@@ -109,7 +110,12 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *     x-query: CatalogQuery
    *     summary: The event catalog
    *     description: Scope `events:read` (or an events token). One entry per event name the tenant has seen,
-   *       ordered by 7-day volume (then all-time volume, then name).
+   *       ordered by 7-day volume (then all-time volume, then name). A walk through the pages lists the names in
+   *       their order at its first page, each once, with the counts of the moment each page is read (so a later
+   *       page may hold a name whose count has since grown past an earlier page's); a name first seen after the
+   *       first page appears from the next walk. The order is kept 10 minutes for catalogs of at most 10,000
+   *       names; past that, or for a larger catalog, the walk goes on from its last entry's place in the order
+   *       as it is then.
    *     tags: [Events]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
@@ -121,17 +127,40 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/events/names', read, async (ctx) => {
     const { limit, after } = pageRequest(ctx, 'CatalogQuery');
-    // keyset (spec 2.2): the cursor is the last entry's place in the order (7-day count, all-time
-    // count, name), so an entry that climbs or a new name never makes the next page repeat one
+    const tenantId = tenantOf(ctx).id;
+    // A walk's first page keeps the order of the names after it (streams/catalog-order.ts), and the
+    // cursor says where the walk is in it: `o/<order id>/<offset>/` then the last entry's place in the
+    // catalog order (7-day count, all-time count, name), the keyset the walk goes on by when the kept
+    // order is gone, or when the catalog was too large to keep one (then without the `o/…/` part).
     let position: CatalogOrdered | null = null;
+    let kept: { id: string; offset: number } | null = null;
     if (after !== null) {
-      const match = /^(\d+)\/(\d+)\/(.+)$/s.exec(after);
-      if (!match || !Number.isSafeInteger(Number(match[1])) || !Number.isSafeInteger(Number(match[2]))) throw badCursor();
-      position = { name: match[3]!, counts: { last7d: Number(match[1]), allTime: Number(match[2]) } };
+      const match = /^(?:o\/([A-Za-z0-9_-]{1,32})\/(\d{1,9})\/)?(\d+)\/(\d+)\/(.+)$/s.exec(after);
+      if (!match || !Number.isSafeInteger(Number(match[3])) || !Number.isSafeInteger(Number(match[4]))) throw badCursor();
+      position = { name: match[5]!, counts: { last7d: Number(match[3]), allTime: Number(match[4]) } };
+      if (match[1] !== undefined) kept = { id: match[1], offset: Number(match[2]) };
     }
-    const { items, hasMore } = await readCatalog(redis, keys, config.partitions, tenantOf(ctx).id, { page: { after: position, limit } });
-    const last = items[items.length - 1];
-    respond(ctx, 200, { items, hasMore, nextCursor: hasMore && last ? encodeCursor(`${last.counts.last7d}/${last.counts.allTime}/${last.name}`) : null });
+    const place = (e: CatalogOrdered) => `${e.counts.last7d}/${e.counts.allTime}/${e.name}`;
+    const order = kept ? await readCatalogOrder(redis, keys, tenantId, kept.id, kept.offset, limit) : null;
+    if (kept && order) {
+      // the kept order's next names, counted now; a name whose every count has expired meanwhile is left out
+      const { items: found } = await readCatalog(redis, keys, config.partitions, tenantId, { only: order.names });
+      const byName = new Map(found.map((e) => [e.name, e]));
+      const items = order.names.flatMap((name) => byName.get(name) ?? []);
+      const offset = kept.offset + order.names.length;
+      const hasMore = offset < order.length;
+      const last = items[items.length - 1] ?? position!;
+      respond(ctx, 200, { items, hasMore, nextCursor: hasMore ? encodeCursor(`o/${kept.id}/${offset}/${place(last)}`) : null });
+      return;
+    }
+    const page = await readCatalog(redis, keys, config.partitions, tenantId, { page: { after: position, limit, keepOrder: after === null ? CATALOG_ORDER_MAX_NAMES : 0 } });
+    const last = page.items[page.items.length - 1];
+    let nextCursor: string | null = null;
+    if (page.hasMore && last) {
+      const id = page.rest ? await keepCatalogOrder(redis, keys, tenantId, page.rest) : null;
+      nextCursor = encodeCursor(`${id ? `o/${id}/0/` : ''}${place(last)}`);
+    }
+    respond(ctx, 200, { items: page.items, hasMore: page.hasMore, nextCursor });
   });
 
   /**
@@ -206,7 +235,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events/names/:name', read, async (ctx) => {
     const tenantId = tenantOf(ctx).id;
     const name = ctx.params.name!;
-    const { items: [entry] } = await readCatalog(redis, keys, config.partitions, tenantId, { only: name });
+    const { items: [entry] } = await readCatalog(redis, keys, config.partitions, tenantId, { only: [name] });
     if (!entry) throw notFound('Event name');
     const [series, samples] = await Promise.all([readVolume(redis, keys, config.partitions, tenantId, '30d', name), readSamples(redis, keys, config.partitions, tenantId, name)]);
     respond(ctx, 200, { entry, series: { range: '30d', unit: series.unit, name, buckets: series.buckets }, samples });
