@@ -65,6 +65,13 @@ export type Config = {
    * events far behind it. `TENANT_INBOX_MAX_BACKLOG`, default 500.
    */
   tenantInboxMaxBacklog: number;
+  /**
+   * Most event requests (`POST /v1/events`, `POST /v1/client/events`) of one tenant a web process
+   * handles at once; another is answered 429 `rate_limited` before its body is read, so one tenant's
+   * many connections cannot queue the others' requests behind theirs. `TENANT_INGEST_CONCURRENCY`,
+   * default 32.
+   */
+  tenantIngestConcurrency: number;
   /** Secret that signs events tokens (`GET /v1/events/token`). `HERALD_TOKEN_SECRET`; default: one per Redis, generated and stored at first start. */
   tokenSecret: string | null;
   /** How long a partition lease lasts unrenewed; a dead worker's partitions move after it. `PARTITION_LEASE_MS`, default 10000. */
@@ -221,6 +228,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
+    tenantIngestConcurrency: integer(e, 'TENANT_INGEST_CONCURRENCY', 32, 1, 1_000_000),
     tokenSecret: e.HERALD_TOKEN_SECRET || null,
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),
     fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),

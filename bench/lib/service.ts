@@ -14,12 +14,23 @@ export type ServiceOptions = {
 };
 
 /**
+ * The per-tenant limits of event ingest off (docs/events.md, Fairness between tenants), unless the
+ * shell or the bench sets them: every bench but `fairness` measures one tenant's peak, which those
+ * limits would cut short with 429s by design (a backlog, or more connections than
+ * TENANT_INGEST_CONCURRENCY). `fairness` sets them itself.
+ */
+const UNLIMITED_TENANT: Record<string, string> = Object.fromEntries(
+  Object.entries({ TENANT_INBOX_MAX_BACKLOG: '1000000000', TENANT_INGEST_CONCURRENCY: '1000000' }).filter(([name]) => process.env[name] === undefined),
+);
+
+/**
  * Starts Herald in a child process (`node --import tsx bin/web.ts`) on a free port against
  * `redisUrl`, and resolves once `GET /v1/health` answers 200.
  */
 export async function startService(options: ServiceOptions): Promise<{ url: string; stop: () => Promise<void> }> {
   const port = await freePort();
   const env: Record<string, string> = {
+    ...UNLIMITED_TENANT,
     REDIS_URL: options.redisUrl,
     REDIS_KEY_PREFIX: options.keyPrefix,
     PORT: String(port),

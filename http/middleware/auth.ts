@@ -25,7 +25,37 @@ export type AuthState = { principal: Principal | null; workspace: Workspace; ten
 export type AuthOptions = {
   /** the route also accepts an events token (`GET /v1/events/token`), which holds `events:read` for one tenant */
   eventsToken?: boolean;
+  /**
+   * At most this many requests of one tenant on the route's group (`group`, e.g. `ingest`) are
+   * handled at once in this process; another is 429 `rate_limited` before its body is read.
+   */
+  perTenant?: { group: string; limit: number };
 };
+
+/** Requests in progress per `group|tenant id` (only while some are). */
+const inProgress = new Map<string, number>();
+
+/** How many requests of `group` the tenant has in progress in this process (tests wait on it). */
+export function tenantRequestsInProgress(group: string, tenantId: string): number {
+  return inProgress.get(`${group}|${tenantId}`) ?? 0;
+}
+
+/** Runs `handle` counted against the tenant's limit of `group`: 429 at the limit, nothing read. */
+async function withinTenantLimit(group: string, limit: number, tenantId: string, handle: () => Promise<void>): Promise<void> {
+  const slot = `${group}|${tenantId}`;
+  const running = inProgress.get(slot) ?? 0;
+  if (running >= limit) {
+    throw new ApiError(429, 'rate_limited', `This tenant already has ${limit} such requests in progress on this server; retry the request later`);
+  }
+  inProgress.set(slot, running + 1);
+  try {
+    await handle();
+  } finally {
+    const left = (inProgress.get(slot) ?? 1) - 1;
+    if (left > 0) inProgress.set(slot, left);
+    else inProgress.delete(slot);
+  }
+}
 
 /** Authenticates an events token: 401 `invalid_session` when it is invalid or expired. */
 async function authenticateToken(ctx: Context, deps: AppDeps, token: string, options: AuthOptions, scope: string | null): Promise<AuthState> {
@@ -137,7 +167,9 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     if (scope !== null && !hasScope(principal.key.scopes, scope)) throw new ApiError(403, 'missing_permission', `This key lacks the scope ${scope}`);
     const state: AuthState = { principal, workspace: principal.workspace, tenant };
     ctx.state.auth = state;
-    await body(ctx, next);
+    const { perTenant } = options;
+    if (perTenant && tenant) await withinTenantLimit(perTenant.group, perTenant.limit, tenant.id, () => body(ctx, next));
+    else await body(ctx, next);
   };
 }
 

@@ -20,6 +20,8 @@ import { requestOrigin } from '../origin.js';
 export function registerEvents(router: Router, deps: AppDeps): void {
   const { redis, keys, config } = deps;
   const read = authorize(deps, 'tenant', 'events:read', { eventsToken: true });
+  // one tenant's event requests in progress in this process, both routes together (TENANT_INGEST_CONCURRENCY)
+  const ingestLimit = { group: 'ingest', limit: config.tenantIngestConcurrency };
 
   async function track(ctx: Context, events: NewEvent[]) {
     const auth = ctx.state.auth as AuthState;
@@ -45,8 +47,9 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       503 `unavailable` when a partition the batch touches holds more than `INBOX_MAX_BACKLOG` entries:
    *       retry the whole request (with event `id`s a retry is exact whatever was stored before).
    *       429 `rate_limited` when the tenant has more than `TENANT_INBOX_MAX_BACKLOG` (default 500) events
-   *       not yet processed in a partition the batch touches (a flood, or one subscriber's burst): nothing of
-   *       the request is stored; retry it after `Retry-After`. The other tenants' events go on meanwhile.
+   *       not yet processed in a partition the batch touches (a flood, or one subscriber's burst), or already
+   *       `TENANT_INGEST_CONCURRENCY` (default 32) event requests in progress on the server that took this one:
+   *       nothing of the request is stored; retry it after `Retry-After`. The other tenants' events go on meanwhile.
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:
@@ -85,7 +88,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/EventListResponse' } } }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.post('/v1/events', authorize(deps, 'tenant', 'events:write'), async (ctx) => {
+  router.post('/v1/events', authorize(deps, 'tenant', 'events:write', { perTenant: ingestLimit }), async (ctx) => {
     await track(ctx, readServerEvents(ctx.request.body));
   });
 
@@ -288,7 +291,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       (spec 6.1) are accepted; engine names are `reserved_event`. Same answer and rules as `POST /v1/events`.
    *       `identityHash` is checked as on every client call (see `docs/client.md`). 503 `unavailable` when event
    *       processing is behind (`INBOX_MAX_BACKLOG`), 429 `rate_limited` when the tenant's own events are
-   *       (`TENANT_INBOX_MAX_BACKLOG`, as on `POST /v1/events`); retry the whole request after `Retry-After`.
+   *       (`TENANT_INBOX_MAX_BACKLOG`) or it has too many event requests in progress (`TENANT_INGEST_CONCURRENCY`),
+   *       as on `POST /v1/events`; retry the whole request after `Retry-After`.
    *     tags: [Client]
    *     requestBody:
    *       required: true
@@ -301,7 +305,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.post('/v1/client/events', authorize(deps, 'client', 'client'), async (ctx) => {
+  router.post('/v1/client/events', authorize(deps, 'client', 'client', { perTenant: ingestLimit }), async (ctx) => {
     const { request, events } = readClientEvents(ctx.request.body);
     const verified = await verifyClient(deps, ctx, request.externalId, request.identityHash);
     await track(ctx, events);

@@ -6,6 +6,7 @@ import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestServic
 import { waitFor } from '../helpers/wait.js';
 import { createTenant, ensureWorkspace } from '../../streams/identity.js';
 import { swHeaders } from '../sources/signing.js';
+import { tenantRequestsInProgress } from '../../http/middleware/auth.js';
 
 // TENANT_INBOX_MAX_BACKLOG (docs/events.md, Fairness between tenants): a tenant holding that many
 // unprocessed events in one partition gets 429 rate_limited for requests writing there, while
@@ -106,3 +107,60 @@ fair('a tenant over its backlog in one partition is refused there (429, whole re
 });
 
 fair.run();
+
+// TENANT_INGEST_CONCURRENCY: requests held open mid-body are in progress; past the limit a tenant's
+// next event request is 429 at once (its body unread), another tenant's is not.
+type Held = { finish: () => Promise<number> };
+/** An event request whose body is sent in part: it stays in progress until `finish`. */
+async function holdOpen(url: string, key: string, body: string): Promise<Held> {
+  const { request } = await import('node:http');
+  const target = new URL('/v1/events', url);
+  const req = request({ host: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent: false,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) } });
+  const answered = new Promise<number>((done, fail) => {
+    req.on('response', (res) => { res.resume(); res.on('end', () => done(res.statusCode ?? 0)); });
+    req.on('error', fail);
+  });
+  answered.catch(() => {}); // awaited by `finish`
+  req.write(body.slice(0, 10));
+  return { finish: () => { req.end(body.slice(10)); return answered; } };
+}
+
+const concurrency = suite<{ service: TestService; api: ReturnType<typeof client>; a: string; b: string; aClient: string; tenantA: string }>('tenant ingest concurrency (TENANT_INGEST_CONCURRENCY)');
+concurrency.before(async (ctx) => {
+  ctx.service = await startTestService('tenant-concurrency', { TENANT_INGEST_CONCURRENCY: '2' });
+  ctx.api = client(ctx.service.url);
+  const { keys } = await bootstrapWorkspace(ctx.service, 'conc');
+  ctx.a = keys.tenant;
+  ctx.aClient = keys.client;
+  ctx.tenantA = (await ctx.api.get('/v1/whoami', keys.tenant)).body.data.tenant.id;
+  const { workspace } = await ensureWorkspace(ctx.service.redis, ctx.service.keys, 'conc', BY_TEST);
+  await createTenant(ctx.service.redis, ctx.service.keys, workspace, 'other', BY_TEST);
+  ctx.b = (await makeKey(ctx.service, 'conc', 'tenant', ['*'], { tenant: 'other' })).key;
+});
+concurrency.after(async (ctx) => ctx.service.stop());
+
+concurrency('past the limit of requests in progress a tenant gets 429 at once; another tenant does not; finished requests free their place', async ({ service, api, a, b, aClient, tenantA }) => {
+  const body = JSON.stringify({ externalId: 'slow-1', name: 'page.viewed' });
+  /** Two requests of tenant A held mid-body, once the server counts both in progress. */
+  const holdTwo = async () => {
+    const held = [await holdOpen(service.url, a, body), await holdOpen(service.url, a, body)];
+    await waitFor('two requests in progress', async () => tenantRequestsInProgress('ingest', tenantA) === 2, 5_000, 5);
+    return held;
+  };
+  const held = await holdTwo();
+  assertLimited(await api.post('/v1/events', a, { externalId: 'fast-1', name: 'page.viewed' }), 'a third request of tenant A');
+  assertLimited(await api.post('/v1/client/events', aClient, { externalId: 'fast-1', source: 'ios', events: [{ name: 'page.viewed' }] }), 'its app\'s events count with them');
+  assert.is((await api.post('/v1/events', b, { externalId: 'fast-1', name: 'page.viewed' })).status, 202, 'tenant B goes on');
+  assert.equal(await Promise.all(held.map((h) => h.finish())), [202, 202], 'the held requests complete');
+  assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
+  assert.is((await api.post('/v1/events', a, { externalId: 'fast-1', name: 'page.viewed' })).status, 202, 'their places are free again');
+  // refused requests (400) free their places too
+  for (let i = 0; i < 3; i++) assert.is((await api.post('/v1/events', a, { externalId: 'fast-1', name: '$bad' })).status, 400);
+  assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
+  const again = await holdTwo();
+  assertLimited(await api.post('/v1/events', a, { externalId: 'fast-2', name: 'page.viewed' }), 'at the limit again');
+  assert.equal(await Promise.all(again.map((h) => h.finish())), [202, 202]);
+});
+
+concurrency.run();
