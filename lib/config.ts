@@ -66,6 +66,12 @@ export type Config = {
    */
   tenantInboxMaxBacklog: number;
   /**
+   * Most unprocessed events one subscriber may hold before event requests naming it answer 429
+   * `rate_limited`: a hot subscriber (an app looping on an event) is held back before it fills its
+   * tenant's share of the partition. `SUBSCRIBER_INBOX_MAX_BACKLOG`, default 250.
+   */
+  subscriberInboxMaxBacklog: number;
+  /**
    * Most event requests (`POST /v1/events`, `POST /v1/client/events`) of one tenant a web process
    * handles at once; another is answered 429 `rate_limited` before its body is read, so one tenant's
    * many connections cannot queue the others' requests behind theirs. `TENANT_INGEST_CONCURRENCY`,
@@ -228,6 +234,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
+    subscriberInboxMaxBacklog: integer(e, 'SUBSCRIBER_INBOX_MAX_BACKLOG', 250, 1, 1_000_000_000),
     tenantIngestConcurrency: integer(e, 'TENANT_INGEST_CONCURRENCY', 32, 1, 1_000_000),
     tokenSecret: e.HERALD_TOKEN_SECRET || null,
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),

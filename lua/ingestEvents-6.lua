@@ -22,6 +22,8 @@
   ARGV[5] partition key base ({pN} with the key prefix): the subscriber record and index are built from it
   ARGV[6] receivedAt (ISO 8601)
   ARGV[7] number of events N
+  ARGV[8] subscriber report threshold: a subscriber of the call with at least this many events not yet
+          processed (its last sequence minus its last applied one) is named in the last item; 0 for none
   then N groups of 13: evt id, evt id for a $subscriber.created, sub_ id if new, externalId, name,
        source, timestamp (ms), data (JSON text), caller id ('' for none), runId, messageId, step,
        provider ('' for none: only a Source's events, source webhook, have one)
@@ -30,10 +32,11 @@
   event, then one more:
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
-    { 3, length, pending }                          last: the inbox's length after the append, and the tenant's
-                                                    events not yet processed here (i - d, at most the length): the
-                                                    caller keeps both to check a partition or a tenant near its
-                                                    limit before its next write (streams/ingest.ts)
+    { 3, length, pending, x, n, ... }               last: the inbox's length after the append, the tenant's
+                                                    events not yet processed here (i - d, at most the length), and
+                                                    each subscriber of the call at the report threshold with its
+                                                    own: the caller keeps them to check a partition, a tenant or a
+                                                    subscriber near its limit before its next write (streams/ingest.ts)
   A dedupe entry whose original is gone (its tenant-log entry trimmed out of the retention before the
   sweeper forgot the entry) has expired: the event is accepted as new and the entry points at it. So
   has one whose original belongs to a deleted subscriber (spec 2.4: the id is unique per subscriber;
@@ -70,8 +73,10 @@ local n = tonumber(ARGV[7])
 local ordinalField, doneField = 'i|' .. tenant, 'd|' .. tenant
 local ordinal = tonumber(rcall('HGET', KEYS[6], ordinalField) or '0')
 local firstOrdinal = ordinal
+-- the last sequence of each subscriber that got an event here, for the report
+local lastSeq, seqOrder = {}, {}
 for i = 0, n - 1 do
-  local b = 8 + i * 13
+  local b = 9 + i * 13
   local id, createdId, newSub, externalId, name, source, ts, data, callerId, runId, messageId, step, provider =
     ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5], ARGV[b + 6], ARGV[b + 7], ARGV[b + 8], ARGV[b + 9], ARGV[b + 10], ARGV[b + 11], ARGV[b + 12]
   local field = tenant .. '|' .. externalId
@@ -91,6 +96,8 @@ for i = 0, n - 1 do
   else
     local sub, createdSeq = ensureSubscriber(part, externalId, newSub, createdId)
     local seq = rcall('HINCRBY', KEYS[2], field, 1)
+    if not lastSeq[externalId] then seqOrder[#seqOrder + 1] = externalId end
+    lastSeq[externalId] = seq
     ordinal = ordinal + 1
     local inboxId = appendInboxEvent(KEYS[1], { t = tenant, w = workspace, id = id, q = seq, x = externalId, u = sub, n = name, o = source,
       ts = ts, r = received, d = data, c = callerId, ru = runId, m = messageId, st = step, pv = provider, tc = ordinal })
@@ -107,5 +114,19 @@ local length = rcall('XLEN', KEYS[1])
 -- every unprocessed entry is still in the inbox (entries are trimmed once acked): the length bounds
 -- the count, should the hash ever disagree with the stream
 local pending = math.min(length, math.max(0, ordinal - tonumber(rcall('HGET', KEYS[6], doneField) or '0')))
-out[#out + 1] = { 3, length, pending }
+local last = { 3, length, pending }
+local threshold = tonumber(ARGV[8])
+if threshold > 0 and #seqOrder > 0 then
+  local fields = {}
+  for k, x in ipairs(seqOrder) do fields[k] = tenant .. '|' .. x end
+  local applied = rcall('HMGET', ARGV[5] .. ':applied', unpack(fields))
+  for k, x in ipairs(seqOrder) do
+    local waiting = lastSeq[x] - tonumber(applied[k] or '0')
+    if waiting >= threshold then
+      last[#last + 1] = x
+      last[#last + 1] = waiting
+    end
+  end
+end
+out[#out + 1] = last
 return out

@@ -27,12 +27,13 @@ export type StoredEvent = {
 export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' };
 /**
  * Where a group of events goes and the limits it is written under: `maxBacklog` the partition
- * inbox's (503), `tenantMaxBacklog` the tenant's own unprocessed events in one partition (429; left
- * out for the engine's own events, which are never refused for it).
+ * inbox's (503), `tenantMaxBacklog` the tenant's own unprocessed events in one partition and
+ * `subscriberMaxBacklog` one subscriber's (429; left out for the engine's own events, which are
+ * never refused for them).
  */
-export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number; tenantMaxBacklog?: number };
+export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number; tenantMaxBacklog?: number; subscriberMaxBacklog?: number };
 
-type ScriptItem = [1, number, string, number] | [2, string] | [3, number, number];
+type ScriptItem = [1, number, string, number] | [2, string] | [3, number, number, ...(string | number)[]];
 
 const orNull = (s: string | undefined) => (s ? s : null);
 
@@ -52,10 +53,11 @@ const MAX_EVENTS_PER_CALL = 500;
 type Request = { scope: Scope; events: NewEvent[]; done: (items: IngestedEvent[]) => void; fail: (err: unknown) => void };
 /**
  * `lengths`: each partition inbox's length as the last script call on it answered (lua/ingestEvents).
- * `pending`: `tenant|partition` → the tenant's unprocessed events there as last answered or measured,
- * kept only while near the tenant limit (at most MAX_NEAR_KEPT of them).
+ * `pending`: `tenant|partition` → the tenant's unprocessed events there, and `hot`:
+ * `tenant|externalId` → the subscriber's, as last answered or measured, kept only while near their
+ * limit (at most MAX_NEAR_KEPT of each).
  */
-type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number>; pending: Map<string, number> };
+type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number>; pending: Map<string, number>; hot: Map<string, number> };
 
 /** A partition whose last known inbox length (or a tenant's backlog in it) is past this share of the limit is measured before a write. */
 const NEAR_BACKLOG = 0.9;
@@ -63,6 +65,8 @@ const MAX_NEAR_KEPT = 10_000;
 const behind = () => new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
 const tenantBehind = (limit: number) => new ApiError(429, 'rate_limited',
   `This tenant has more than ${limit} events waiting to be processed in a partition this request writes to; retry the request later`);
+const subscriberBehind = (limit: number, externalId: string) => new ApiError(429, 'rate_limited',
+  `The subscriber ${JSON.stringify(externalId)} has ${limit} or more events waiting to be processed; retry the request later`);
 
 // Requests waiting for the next flush, per client and key prefix.
 const queues = new WeakMap<Redis, Map<string, Queue>>();
@@ -81,7 +85,7 @@ export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: New
   let byPrefix = queues.get(redis);
   if (!byPrefix) queues.set(redis, (byPrefix = new Map()));
   let queue = byPrefix.get(keys.prefix);
-  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false, lengths: new Map(), pending: new Map() }));
+  if (!queue) byPrefix.set(keys.prefix, (queue = { keys, requests: [], scheduled: false, lengths: new Map(), pending: new Map(), hot: new Map() }));
   const q = queue;
   return new Promise<IngestedEvent[]>((done, fail) => {
     q.requests.push({ scope, events, done, fail });
@@ -116,25 +120,33 @@ type Slot = { request: number; index: number };
 async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Promise<Request[]> {
   // the usual case, nothing near a limit, costs a look at the known lengths (one per partition)
   const least = Math.min(...requests.map(({ scope }) => scope.maxBacklog)) * NEAR_BACKLOG;
-  let anyNear = q.pending.size > 0;
+  let anyNear = q.pending.size > 0 || q.hot.size > 0;
   if (!anyNear) for (const length of q.lengths.values()) if (length >= least) { anyNear = true; break; }
   if (!anyNear) return requests;
   const touched = requests.map(({ scope, events }) => new Set(events.map((e) => partitionOf(scope.tenantId, e.externalId, scope.partitions))));
   const near = new Set<number>();
-  const nearTenant = new Map<string, { tenantId: string; p: number }>();
-  requests.forEach(({ scope }, i) => {
+  const nearTenant = new Map<string, { tenantId: string; p: number; limit: number }>();
+  const nearSubscriber = new Map<string, { tenantId: string; externalId: string; p: number; limit: number }>();
+  requests.forEach(({ scope, events }, i) => {
     for (const p of touched[i]!) {
       if ((q.lengths.get(p) ?? 0) >= scope.maxBacklog * NEAR_BACKLOG) near.add(p);
       const key = `${scope.tenantId}|${p}`;
-      if (scope.tenantMaxBacklog !== undefined && q.pending.has(key)) nearTenant.set(key, { tenantId: scope.tenantId, p });
+      if (scope.tenantMaxBacklog !== undefined && q.pending.has(key)) nearTenant.set(key, { tenantId: scope.tenantId, p, limit: scope.tenantMaxBacklog });
+    }
+    if (scope.subscriberMaxBacklog === undefined || q.hot.size === 0) return;
+    for (const { externalId } of events) {
+      const key = `${scope.tenantId}|${externalId}`;
+      if (q.hot.has(key)) nearSubscriber.set(key, { tenantId: scope.tenantId, externalId, p: partitionOf(scope.tenantId, externalId, scope.partitions), limit: scope.subscriberMaxBacklog });
     }
   });
-  if (near.size === 0 && nearTenant.size === 0) return requests;
+  if (near.size === 0 && nearTenant.size === 0 && nearSubscriber.size === 0) return requests;
   const measured = [...near];
   const tenants = [...nearTenant.entries()];
+  const subscribers = [...nearSubscriber.entries()];
   const pipeline = redis.pipeline();
   for (const p of measured) pipeline.xlen(q.keys.inbox(p));
   for (const [, { tenantId, p }] of tenants) pipeline.xlen(q.keys.inbox(p)).hmget(q.keys.tenantBacklog(p), `i|${tenantId}`, `d|${tenantId}`);
+  for (const [key, { p }] of subscribers) pipeline.hget(q.keys.sequences(p), key).hget(q.keys.applied(p), key);
   const replies = (await pipeline.exec()) ?? [];
   const reply = (k: number) => {
     const [err, value] = replies[k] ?? [new Error('no reply from Redis'), null];
@@ -142,31 +154,46 @@ async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Pr
     return value;
   };
   measured.forEach((p, k) => q.lengths.set(p, Number(reply(k))));
-  tenants.forEach(([key, { tenantId }], k) => {
-    const length = Number(reply(measured.length + 2 * k));
-    const [appended, done] = reply(measured.length + 2 * k + 1) as [string | null, string | null];
-    const limit = requests.find((r) => r.scope.tenantId === tenantId && r.scope.tenantMaxBacklog !== undefined)!.scope.tenantMaxBacklog!;
-    notePending(q, key, Math.min(length, Math.max(0, Number(appended ?? 0) - Number(done ?? 0))), limit);
-  });
+  let k = measured.length;
+  for (const [key, { limit }] of tenants) {
+    const length = Number(reply(k++));
+    const [appended, done] = reply(k++) as [string | null, string | null];
+    keepNear(q.pending, key, Math.min(length, Math.max(0, Number(appended ?? 0) - Number(done ?? 0))), limit);
+  }
+  for (const [key, { limit }] of subscribers) {
+    const sequence = Number(reply(k++) ?? 0);
+    keepNear(q.hot, key, Math.max(0, sequence - Number(reply(k++) ?? 0)), limit);
+  }
   return requests.filter((request, i) => {
-    const { scope } = request;
+    const { scope, events } = request;
     const over = [...touched[i]!].some((p) => (q.lengths.get(p) ?? 0) > scope.maxBacklog);
-    if (over) request.fail(behind());
-    const limit = scope.tenantMaxBacklog;
-    const tenantOver = !over && limit !== undefined && [...touched[i]!].some((p) => (q.pending.get(`${scope.tenantId}|${p}`) ?? 0) >= limit);
-    if (tenantOver) request.fail(tenantBehind(limit));
-    return !over && !tenantOver;
+    if (over) {
+      request.fail(behind());
+      return false;
+    }
+    const tenantLimit = scope.tenantMaxBacklog;
+    if (tenantLimit !== undefined && [...touched[i]!].some((p) => (q.pending.get(`${scope.tenantId}|${p}`) ?? 0) >= tenantLimit)) {
+      request.fail(tenantBehind(tenantLimit));
+      return false;
+    }
+    const subscriberLimit = scope.subscriberMaxBacklog;
+    const hot = subscriberLimit === undefined ? undefined : events.find((e) => (q.hot.get(`${scope.tenantId}|${e.externalId}`) ?? 0) >= subscriberLimit);
+    if (hot) {
+      request.fail(subscriberBehind(subscriberLimit!, hot.externalId));
+      return false;
+    }
+    return true;
   });
 }
 
-/** Keeps a tenant's backlog in a partition while it is near `limit` (the only ones measured before a write), and forgets it below. */
-function notePending(q: Queue, key: string, pending: number, limit: number): void {
+/** Keeps a backlog (a tenant's in a partition, or a subscriber's) while it is near `limit`, the only ones measured before a write, and forgets it below. */
+function keepNear(map: Map<string, number>, key: string, pending: number, limit: number): void {
   if (pending < limit * NEAR_BACKLOG) {
-    q.pending.delete(key);
+    map.delete(key);
     return;
   }
-  if (!q.pending.has(key) && q.pending.size >= MAX_NEAR_KEPT) q.pending.clear();
-  q.pending.set(key, pending);
+  if (!map.has(key) && map.size >= MAX_NEAR_KEPT) map.clear();
+  map.set(key, pending);
 }
 
 async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void> {
@@ -192,7 +219,8 @@ async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void>
   for (const { scope, p, slots } of groups.values()) {
     for (let from = 0; from < slots.length; from += MAX_EVENTS_PER_CALL) {
       const part = slots.slice(from, from + MAX_EVENTS_PER_CALL);
-      const args: (string | number)[] = [scope.tenantId, scope.workspaceId, receivedMs, scope.maxBacklog, keys.partitionBase(p), receivedIso, part.length];
+      const report = scope.subscriberMaxBacklog === undefined ? 0 : Math.max(1, Math.ceil(scope.subscriberMaxBacklog * NEAR_BACKLOG));
+      const args: (string | number)[] = [scope.tenantId, scope.workspaceId, receivedMs, scope.maxBacklog, keys.partitionBase(p), receivedIso, part.length, report];
       for (const { request, index } of part) {
         const e = requests[request]!.events[index]!;
         const { created, event } = ids[request]![index]!;
@@ -218,9 +246,11 @@ async function flush(redis: Redis, q: Queue, requests: Request[]): Promise<void>
     const items = reply as ScriptItem[] | [-1, number];
     if (!err && items[0] === -1) q.lengths.set(call.p, items[1] as number);
     else if (!err) {
-      const [, length, pending] = items[items.length - 1] as [3, number, number];
+      const [, length, pending, ...hot] = items[items.length - 1] as [3, number, number, ...(string | number)[]];
       q.lengths.set(call.p, length);
-      if (call.scope.tenantMaxBacklog !== undefined) notePending(q, `${call.scope.tenantId}|${call.p}`, pending, call.scope.tenantMaxBacklog);
+      const { tenantId, tenantMaxBacklog, subscriberMaxBacklog } = call.scope;
+      if (tenantMaxBacklog !== undefined) keepNear(q.pending, `${tenantId}|${call.p}`, pending, tenantMaxBacklog);
+      if (subscriberMaxBacklog !== undefined) for (let h = 0; h < hot.length; h += 2) keepNear(q.hot, `${tenantId}|${hot[h]}`, Number(hot[h + 1]), subscriberMaxBacklog);
     }
     const problem = err ?? (items[0] === -1 ? behind() : null);
     if (problem) {

@@ -182,7 +182,7 @@ export class SlowlogProfile {
         const rest = argc - 3 - numKeys;
         // by the script's SHA-1 (writeSubscriber's first key is the inbox too: keys alone cannot tell)
         kind = this.scriptNames.get(String(argv[1] ?? '')) ?? 'unknown script';
-        if (kind === 'ingestEvents') events = Math.floor((rest - 7) / 13); // 7 fixed ARGV, then 13 per event (lua/ingestEvents)
+        if (kind === 'ingestEvents') events = Math.floor((rest - 8) / 13); // 8 fixed ARGV, then 13 per event (lua/ingestEvents)
         else if (kind === 'applyEvents') events = Math.max(0, rest - 7); // 4 fixed ARGV, one inbox entry id per entry, then the 3 of the batch guard (lua/applyEvents)
       }
       const row = rows.get(kind) ?? { kind, calls: 0, usec: 0, events: 0 };

@@ -14,13 +14,13 @@ export type ServiceOptions = {
 };
 
 /**
- * The per-tenant limits of event ingest off (docs/events.md, Fairness between tenants), unless the
+ * The per-tenant (and per-subscriber) limits of event ingest off (docs/events.md, Fairness between tenants), unless the
  * shell or the bench sets them: every bench but `fairness` measures one tenant's peak, which those
  * limits would cut short with 429s by design (a backlog, or more connections than
  * TENANT_INGEST_CONCURRENCY). `fairness` sets them itself.
  */
 const UNLIMITED_TENANT: Record<string, string> = Object.fromEntries(
-  Object.entries({ TENANT_INBOX_MAX_BACKLOG: '1000000000', TENANT_INGEST_CONCURRENCY: '1000000' }).filter(([name]) => process.env[name] === undefined),
+  Object.entries({ TENANT_INBOX_MAX_BACKLOG: '1000000000', SUBSCRIBER_INBOX_MAX_BACKLOG: '1000000000', TENANT_INGEST_CONCURRENCY: '1000000' }).filter(([name]) => process.env[name] === undefined),
 );
 
 /**

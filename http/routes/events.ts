@@ -26,7 +26,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   async function track(ctx: Context, events: NewEvent[]) {
     const auth = ctx.state.auth as AuthState;
     const tenant = tenantOf(ctx);
-    const items = await ingestEvents(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenant.id, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, tenantMaxBacklog: config.tenantInboxMaxBacklog }, events);
+    const items = await ingestEvents(redis, keys, { workspaceId: auth.workspace.id, tenantId: tenant.id, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, tenantMaxBacklog: config.tenantInboxMaxBacklog, subscriberMaxBacklog: config.subscriberInboxMaxBacklog }, events);
     respond(ctx, 202, { items, hasMore: false, nextCursor: null });
   }
 
@@ -47,8 +47,10 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       503 `unavailable` when a partition the batch touches holds more than `INBOX_MAX_BACKLOG` entries:
    *       retry the whole request (with event `id`s a retry is exact whatever was stored before).
    *       429 `rate_limited` when the tenant has more than `TENANT_INBOX_MAX_BACKLOG` (default 500) events
-   *       not yet processed in a partition the batch touches (a flood, or one subscriber's burst), or already
-   *       `TENANT_INGEST_CONCURRENCY` (default 32) event requests in progress on the server that took this one:
+   *       not yet processed in a partition the batch touches (a flood), when a subscriber it names has
+   *       `SUBSCRIBER_INBOX_MAX_BACKLOG` (default 250) waiting (one subscriber's burst; the message names it), or
+   *       when the tenant already has `TENANT_INGEST_CONCURRENCY` (default 32) event requests in progress on the
+   *       server that took this one:
    *       nothing of the request is stored; retry it after `Retry-After`. The other tenants' events go on meanwhile.
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
@@ -291,7 +293,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       (spec 6.1) are accepted; engine names are `reserved_event`. Same answer and rules as `POST /v1/events`.
    *       `identityHash` is checked as on every client call (see `docs/client.md`). 503 `unavailable` when event
    *       processing is behind (`INBOX_MAX_BACKLOG`), 429 `rate_limited` when the tenant's own events are
-   *       (`TENANT_INBOX_MAX_BACKLOG`) or it has too many event requests in progress (`TENANT_INGEST_CONCURRENCY`),
+   *       (`TENANT_INBOX_MAX_BACKLOG`, `SUBSCRIBER_INBOX_MAX_BACKLOG`) or it has too many event requests in progress (`TENANT_INGEST_CONCURRENCY`),
    *       as on `POST /v1/events`; retry the whole request after `Retry-After`.
    *     tags: [Client]
    *     requestBody:

@@ -197,7 +197,8 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
    *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has more than
-   *       `TENANT_INBOX_MAX_BACKLOG` events waiting to be processed in the event's partition, 503 `unavailable` while
+   *       `TENANT_INBOX_MAX_BACKLOG` events waiting to be processed in the event's partition (or its subscriber
+   *       `SUBSCRIBER_INBOX_MAX_BACKLOG`), 503 `unavailable` while
    *       the partition's inbox is over `INBOX_MAX_BACKLOG`: nothing stored, and providers retry such answers.
    *     tags: [Sources]
    *     security: []
@@ -257,7 +258,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
     if (reading.kind === 'rejected') {
       return refuse(source, validationError([{ param: reading.param, message: reading.message }], reading.code), true);
     }
-    const [event] = await ingestEvents(redis, keys, { workspaceId: source.workspaceId, tenantId: source.tenantId, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, tenantMaxBacklog: config.tenantInboxMaxBacklog }, [{
+    const [event] = await ingestEvents(redis, keys, { workspaceId: source.workspaceId, tenantId: source.tenantId, partitions: config.partitions, maxBacklog: config.inboxMaxBacklog, tenantMaxBacklog: config.tenantInboxMaxBacklog, subscriberMaxBacklog: config.subscriberInboxMaxBacklog }, [{
       externalId: reading.externalId, name: reading.name, source: 'webhook', timestampMs: reading.timestampMs, data: reading.data,
       // dedupe keys are the source's own: two sources (or a backend's ids) never match
       callerId: reading.dedupeId === null ? null : `${source.id}:${reading.dedupeId}`, provider: source.provider, runId: null, messageId: null, step: null,

@@ -44,8 +44,9 @@ type Ctx = { service: TestService; roles: RoleProcess[]; boot: Awaited<ReturnTyp
 const order = suite<Ctx>('fired timers and the event backlog');
 
 order.before(async (ctx) => {
-  // backlogs of 1,000 events in one partition are built on purpose: no tenant limit (docs/events.md, Fairness)
-  ctx.service = await startTestService('timer-order', { PARTITION_LEASE_MS: '1000', TENANT_INBOX_MAX_BACKLOG: '1000000' });
+  // backlogs of 1,000 events in one partition (some of one subscriber) are built on purpose: no tenant or
+  // subscriber limit (docs/events.md, Fairness)
+  ctx.service = await startTestService('timer-order', { PARTITION_LEASE_MS: '1000', TENANT_INBOX_MAX_BACKLOG: '1000000', SUBSCRIBER_INBOX_MAX_BACKLOG: '1000000' });
   ctx.boot = await bootstrapWorkspace(ctx.service, 'timer-order');
   ctx.roles = [];
 });

@@ -164,3 +164,52 @@ concurrency('past the limit of requests in progress a tenant gets 429 at once; a
 });
 
 concurrency.run();
+
+// SUBSCRIBER_INBOX_MAX_BACKLOG: one subscriber holding that many unprocessed events ($subscriber.created
+// included) is refused (429) while its tenant's other subscribers in the same partition go on.
+const hot = suite<{ service: TestService; api: ReturnType<typeof client>; key: string; clientKey: string; tenantId: string }>('subscriber backlog (SUBSCRIBER_INBOX_MAX_BACKLOG)');
+hot.before(async (ctx) => {
+  ctx.service = await startTestService('subscriber-backlog', { SUBSCRIBER_INBOX_MAX_BACKLOG: '3', TENANT_INBOX_MAX_BACKLOG: '100' });
+  ctx.api = client(ctx.service.url);
+  const { keys } = await bootstrapWorkspace(ctx.service, 'hot');
+  ctx.key = keys.tenant;
+  ctx.clientKey = keys.client;
+  ctx.tenantId = (await ctx.api.get('/v1/whoami', keys.tenant)).body.data.tenant.id;
+});
+hot.after(async (ctx) => ctx.service.stop());
+
+hot('a subscriber at its backlog is refused (whole request, named); its neighbours in the partition are not; processed, it is accepted again', async (ctx) => {
+  const { api, key, clientKey, tenantId, service } = ctx;
+  const { redis, keys, config } = service;
+  const p = partitionOf(tenantId, 'looping', config.partitions);
+  let accepted = 0;
+  for (; accepted < 10; accepted++) {
+    const res = await api.post('/v1/events', key, { externalId: 'looping', name: 'app.opened' });
+    if (res.status !== 202) {
+      assertLimited(res, 'the looping subscriber');
+      assert.match(res.body.error.message, /"looping"/);
+      break;
+    }
+  }
+  assert.is(accepted, 2, 'its $subscriber.created and 2 events make 3 waiting');
+  let neighbour = 0;
+  while (partitionOf(tenantId, `n-${neighbour}`, config.partitions) !== p) neighbour++;
+  const lengthBefore = await redis.xlen(keys.inbox(p));
+  assertLimited(await api.post('/v1/events', key, { events: [{ externalId: `n-${neighbour}`, name: 'app.opened' }, { externalId: 'looping', name: 'app.opened' }] }), 'a batch naming it');
+  assert.is(await redis.xlen(keys.inbox(p)), lengthBefore, 'nothing of the batch stored');
+  assertLimited(await api.post('/v1/client/events', clientKey, { externalId: 'looping', source: 'ios', events: [{ name: 'app.opened' }] }), 'from the app');
+  // the neighbour has a limit of its own ($subscriber.created and 2 events)
+  for (let i = 0; i < 2; i++) assert.is((await api.post('/v1/events', key, { externalId: `n-${neighbour}`, name: 'app.opened' })).status, 202, `its neighbour, event ${i}`);
+  const worker = await startTestService('subscriber-backlog-worker', { REDIS_KEY_PREFIX: service.env.REDIS_KEY_PREFIX! }, ['worker']);
+  try {
+    const res = await waitFor('the subscriber accepted again', async () => {
+      const answer = await api.post('/v1/events', key, { externalId: 'looping', name: 'app.opened' });
+      return answer.status === 202 ? answer : null;
+    }, 20_000, 100);
+    assert.is(res.body.data.items[0].sequence, 4, 'no refused event took a sequence');
+  } finally {
+    await worker.stop();
+  }
+});
+
+hot.run();
