@@ -1,14 +1,14 @@
 import { mkdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { Redis } from 'ioredis';
 import { partitionOf } from '../lib/partition.js';
 import { createApiKey, ensureWorkspace, type Writer } from '../streams/identity.js';
-import { createKeys, type Keys } from '../streams/keys.js';
+import { createKeys } from '../streams/keys.js';
 import { numberOption, UsageError } from './lib/args.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { eventBodies } from './lib/event-bodies.js';
 import { commandStats, commandStatsDelta, HeraldState, SlowlogProfile, waitUntil } from './lib/herald-state.js';
+import { LagSampler, percentile } from './lib/lag-sampler.js';
 import { postAll } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
@@ -42,70 +42,6 @@ const LAG_WAIT_MS = 25_000;
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function percentile(sorted: number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
-
-type Sample = { p: number; field: string; seq: number; t0: number };
-
-/** Follows sampled events until the worker has applied them (`keys.applied(p)` field ≥ their sequence). */
-class LagSampler {
-  readonly lagsMs: number[] = [];
-  private pending: Sample[] = [];
-  private lastPick = -Infinity;
-  private running = true;
-  private loop: Promise<void>;
-  picked = 0;
-
-  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly tenantId: string, private readonly partitions: number, private readonly everyMs: number) {
-    this.loop = this.poll();
-  }
-
-  /** Hands one 202 answer to the sampler; every `everyMs` one of its accepted events is followed. */
-  offer(status: number, body: string, at: number): void {
-    if (status !== 202 || at - this.lastPick < this.everyMs) return;
-    const items = (JSON.parse(body) as { data: { items: { externalId: string; sequence: number; status: string }[] } }).data.items.filter((i) => i.status === 'accepted');
-    if (items.length === 0) return;
-    this.lastPick = at;
-    const item = items[Math.floor(Math.random() * items.length)]!;
-    this.picked++;
-    this.pending.push({ p: partitionOf(this.tenantId, item.externalId, this.partitions), field: `${this.tenantId}|${item.externalId}`, seq: item.sequence, t0: at });
-  }
-
-  private async poll(): Promise<void> {
-    while (this.running || this.pending.length > 0) {
-      if (this.pending.length > 0) {
-        const batch = this.pending;
-        this.pending = [];
-        const pipeline = this.redis.pipeline();
-        for (const s of batch) pipeline.hget(this.keys.applied(s.p), s.field);
-        const replies = (await pipeline.exec()) ?? [];
-        const at = performance.now();
-        const still: Sample[] = [];
-        batch.forEach((s, i) => {
-          if (Number(replies[i]?.[1] ?? 0) >= s.seq) this.lagsMs.push(at - s.t0);
-          else still.push(s);
-        });
-        this.pending = still.concat(this.pending); // with those offered meanwhile
-      }
-      await sleep(2);
-    }
-  }
-
-  /** Stops sampling; waits (at most `timeoutMs`) for the samples still followed; resolves to how many never showed. */
-  async finish(timeoutMs: number): Promise<number> {
-    this.lastPick = Infinity;
-    const deadline = performance.now() + timeoutMs;
-    while (this.pending.length > 0 && performance.now() < deadline) await sleep(20);
-    const lost = this.pending.length;
-    this.running = false;
-    this.pending = [];
-    await this.loop;
-    return lost;
-  }
-}
 
 type MemoryPhase = {
   label: string;
