@@ -48,7 +48,7 @@ export function buildOpenApi(): Record<string, unknown> {
             content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
           },
           RateLimited: {
-            description: 'Too many requests for now (rate_limited: this tenant has more than TENANT_INBOX_MAX_BACKLOG events waiting to be processed in a partition the request writes to, a subscriber it names SUBSCRIBER_INBOX_MAX_BACKLOG, or the tenant TENANT_INGEST_CONCURRENCY event requests in progress on the server; nothing of the request is stored); retry after Retry-After.',
+            description: 'Too many requests for now (rate_limited: this tenant has TENANT_INBOX_MAX_BACKLOG or more events waiting to be processed in a partition the request writes to, a subscriber it names SUBSCRIBER_INBOX_MAX_BACKLOG or more, or (event routes) the tenant TENANT_INGEST_CONCURRENCY event requests in progress on the server; nothing of the request is stored); retry after Retry-After.',
             headers: { 'Retry-After': { description: 'Seconds to wait before the retry (1).', required: true, schema: { type: 'integer' } } },
             content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
           },

@@ -64,7 +64,7 @@ const NEAR_BACKLOG = 0.9;
 const MAX_NEAR_KEPT = 10_000;
 const behind = () => new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
 const tenantBehind = (limit: number) => new ApiError(429, 'rate_limited',
-  `This tenant has more than ${limit} events waiting to be processed in a partition this request writes to; retry the request later`);
+  `This tenant has ${limit} or more events waiting to be processed in a partition this request writes to; retry the request later`);
 const subscriberBehind = (limit: number, externalId: string) => new ApiError(429, 'rate_limited',
   `The subscriber ${JSON.stringify(externalId)} has ${limit} or more events waiting to be processed; retry the request later`);
 

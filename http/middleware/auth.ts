@@ -27,7 +27,9 @@ export type AuthOptions = {
   eventsToken?: boolean;
   /**
    * At most this many requests of one tenant on the route's group (`group`, e.g. `ingest`) are
-   * handled at once in this process; another is 429 `rate_limited` before its body is read.
+   * handled at once in this process, counted from when the body is read (a slow upload holds no
+   * place: probe L1, 32 client-key uploads trickling their bodies held the backend's events off
+   * for 30 s); another is 429 `rate_limited`.
    */
   perTenant?: { group: string; limit: number };
 };
@@ -40,8 +42,8 @@ export function tenantRequestsInProgress(group: string, tenantId: string): numbe
   return inProgress.get(`${group}|${tenantId}`) ?? 0;
 }
 
-/** Runs `handle` counted against the tenant's limit of `group`: 429 at the limit, nothing read. */
-async function withinTenantLimit(group: string, limit: number, tenantId: string, handle: () => Promise<void>): Promise<void> {
+/** Runs `handle` counted against the tenant's limit of `group`: 429 at the limit. */
+export async function withinTenantLimit(group: string, limit: number, tenantId: string, handle: () => Promise<void>): Promise<void> {
   const slot = `${group}|${tenantId}`;
   const running = inProgress.get(slot) ?? 0;
   if (running >= limit) {
@@ -168,7 +170,8 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     const state: AuthState = { principal, workspace: principal.workspace, tenant };
     ctx.state.auth = state;
     const { perTenant } = options;
-    if (perTenant && tenant) await withinTenantLimit(perTenant.group, perTenant.limit, tenant.id, () => body(ctx, next));
+    // counted once the body is in: a slow upload (a client key's, whoever holds it) holds no place
+    if (perTenant && tenant) await body(ctx, () => withinTenantLimit(perTenant.group, perTenant.limit, tenant.id, next));
     else await body(ctx, next);
   };
 }

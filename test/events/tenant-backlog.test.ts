@@ -6,7 +6,7 @@ import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestServic
 import { waitFor } from '../helpers/wait.js';
 import { createTenant, ensureWorkspace } from '../../streams/identity.js';
 import { swHeaders } from '../sources/signing.js';
-import { tenantRequestsInProgress } from '../../http/middleware/auth.js';
+import { tenantRequestsInProgress, withinTenantLimit } from '../../http/middleware/auth.js';
 
 // TENANT_INBOX_MAX_BACKLOG (docs/events.md, Fairness between tenants): a tenant holding that many
 // unprocessed events in one partition gets 429 rate_limited for requests writing there, while
@@ -108,10 +108,12 @@ fair('a tenant over its backlog in one partition is refused there (429, whole re
 
 fair.run();
 
-// TENANT_INGEST_CONCURRENCY: requests held open mid-body are in progress; past the limit a tenant's
-// next event request is 429 at once (its body unread), another tenant's is not.
+// TENANT_INGEST_CONCURRENCY: with its places taken (in this process, as requests in progress take
+// them) a tenant's next event request is 429 at once, another tenant's is not; a request
+// whose body is still arriving holds no place (probe L1: a client key's slow uploads held the
+// backend's events off).
 type Held = { finish: () => Promise<number> };
-/** An event request whose body is sent in part: it stays in progress until `finish`. */
+/** An event request whose body is sent in part: it stays unread until `finish`. */
 async function holdOpen(url: string, key: string, body: string): Promise<Held> {
   const { request } = await import('node:http');
   const target = new URL('/v1/events', url);
@@ -140,27 +142,41 @@ concurrency.before(async (ctx) => {
 });
 concurrency.after(async (ctx) => ctx.service.stop());
 
-concurrency('past the limit of requests in progress a tenant gets 429 at once; another tenant does not; finished requests free their place', async ({ service, api, a, b, aClient, tenantA }) => {
-  const body = JSON.stringify({ externalId: 'slow-1', name: 'page.viewed' });
-  /** Two requests of tenant A held mid-body, once the server counts both in progress. */
+concurrency('past the limit of requests in progress a tenant gets 429 at once; another tenant does not; finished requests free their place; slow uploads hold none', async ({ service, api, a, b, aClient, tenantA }) => {
+  const event = (externalId: string) => ({ externalId, name: 'page.viewed' });
+  /** Two places of tenant A's ingest group taken, in this process, the way a request in progress takes one; resolves to a release. */
   const holdTwo = async () => {
-    const held = [await holdOpen(service.url, a, body), await holdOpen(service.url, a, body)];
-    await waitFor('two requests in progress', async () => tenantRequestsInProgress('ingest', tenantA) === 2, 5_000, 5);
-    return held;
+    let release = () => {};
+    const held = new Promise<void>((done) => (release = done));
+    const taken = [withinTenantLimit('ingest', 2, tenantA, () => held), withinTenantLimit('ingest', 2, tenantA, () => held)];
+    assert.is(tenantRequestsInProgress('ingest', tenantA), 2);
+    return async () => {
+      release();
+      await Promise.all(taken);
+      return [202, 202];
+    };
   };
-  const held = await holdTwo();
-  assertLimited(await api.post('/v1/events', a, { externalId: 'fast-1', name: 'page.viewed' }), 'a third request of tenant A');
-  assertLimited(await api.post('/v1/client/events', aClient, { externalId: 'fast-1', source: 'ios', events: [{ name: 'page.viewed' }] }), 'its app\'s events count with them');
-  assert.is((await api.post('/v1/events', b, { externalId: 'fast-1', name: 'page.viewed' })).status, 202, 'tenant B goes on');
-  assert.equal(await Promise.all(held.map((h) => h.finish())), [202, 202], 'the held requests complete');
-  assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
-  assert.is((await api.post('/v1/events', a, { externalId: 'fast-1', name: 'page.viewed' })).status, 202, 'their places are free again');
-  // refused requests (400) free their places too
-  for (let i = 0; i < 3; i++) assert.is((await api.post('/v1/events', a, { externalId: 'fast-1', name: '$bad' })).status, 400);
-  assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
-  const again = await holdTwo();
-  assertLimited(await api.post('/v1/events', a, { externalId: 'fast-2', name: 'page.viewed' }), 'at the limit again');
-  assert.equal(await Promise.all(again.map((h) => h.finish())), [202, 202]);
+  let release: (() => Promise<number[]>) | undefined;
+  try {
+    release = await holdTwo();
+    assertLimited(await api.post('/v1/events', a, event('fast-1')), 'a third request of tenant A');
+    assertLimited(await api.post('/v1/client/events', aClient, { externalId: 'fast-1', source: 'ios', events: [{ name: 'page.viewed' }] }), 'its app\'s events count with them');
+    assert.is((await api.post('/v1/events', b, event('fast-1'))).status, 202, 'tenant B goes on');
+    await release();
+    assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
+    assert.is((await api.post('/v1/events', a, event('fast-1'))).status, 202, 'their places are free again');
+    // refused requests (400) free their places too
+    for (let i = 0; i < 3; i++) assert.is((await api.post('/v1/events', a, { externalId: 'fast-1', name: '$bad' })).status, 400);
+    assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
+    // bodies still arriving hold no place: three slow uploads, and tenant A's next request goes through
+    const body = JSON.stringify(event('slow-1'));
+    const slow = [await holdOpen(service.url, a, body), await holdOpen(service.url, a, body), await holdOpen(service.url, a, body)];
+    assert.is((await api.post('/v1/events', a, event('fast-2'))).status, 202, 'not refused for uploads in progress');
+    assert.is(tenantRequestsInProgress('ingest', tenantA), 0);
+    for (const h of slow) assert.is(await h.finish(), 202, 'each, its body complete'); // one after the other: 3 at once would pass the limit of 2
+  } finally {
+    release?.();
+  }
 });
 
 concurrency.run();
