@@ -73,8 +73,9 @@ export type Config = {
   subscriberInboxMaxBacklog: number;
   /**
    * Most event requests (`POST /v1/events`, `POST /v1/client/events`) of one tenant a web process
-   * handles at once; another is answered 429 `rate_limited` before its body is read, so one tenant's
-   * many connections cannot queue the others' requests behind theirs. `TENANT_INGEST_CONCURRENCY`,
+   * handles at once, counted from when a request's body is read (a slow upload holds no place);
+   * another is answered 429 `rate_limited`, so one tenant's many connections cannot queue the others'
+   * requests behind theirs. `TENANT_INGEST_CONCURRENCY`,
    * default 32.
    */
   tenantIngestConcurrency: number;

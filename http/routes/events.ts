@@ -46,7 +46,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       An unknown `externalId` creates the subscriber and writes `$subscriber.created` first.
    *       503 `unavailable` when a partition the batch touches holds more than `INBOX_MAX_BACKLOG` entries:
    *       retry the whole request (with event `id`s a retry is exact whatever was stored before).
-   *       429 `rate_limited` when the tenant has more than `TENANT_INBOX_MAX_BACKLOG` (default 500) events
+   *       429 `rate_limited` when the tenant has `TENANT_INBOX_MAX_BACKLOG` (default 500) or more events
    *       not yet processed in a partition the batch touches (a flood), when a subscriber it names has
    *       `SUBSCRIBER_INBOX_MAX_BACKLOG` (default 250) waiting (one subscriber's burst; the message names it), or
    *       when the tenant already has `TENANT_INGEST_CONCURRENCY` (default 32) event requests in progress on the

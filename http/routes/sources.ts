@@ -196,8 +196,8 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       payload, or `loop`: a delivery of this workspace's own outbound webhooks): the provider need not retry. 401 `missing_authorization` without the signature header,
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
-   *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has more than
-   *       `TENANT_INBOX_MAX_BACKLOG` events waiting to be processed in the event's partition (or its subscriber
+   *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has
+   *       `TENANT_INBOX_MAX_BACKLOG` or more events waiting to be processed in the event's partition (or its subscriber
    *       `SUBSCRIBER_INBOX_MAX_BACKLOG`), 503 `unavailable` while
    *       the partition's inbox is over `INBOX_MAX_BACKLOG`: nothing stored, and providers retry such answers.
    *     tags: [Sources]
