@@ -229,3 +229,46 @@ hot('a subscriber at its backlog is refused (whole request, named); its neighbou
 });
 
 hot.run();
+
+// A burst of requests arriving together is counted against itself (probe L1: 16 concurrent
+// 100-event batches for one new subscriber were all admitted at limit 250, leaving 1,601 waiting):
+// requests are admitted in order while the backlog plus what was admitted before them is under the
+// limit, whether they share a flush or come in several, so a limit is passed by one request at most.
+const burst = suite<{ service: TestService; api: ReturnType<typeof client>; key: string; tenantId: string }>('backlog limits against a burst');
+burst.before(async (ctx) => {
+  ctx.service = await startTestService('backlog-burst', { SUBSCRIBER_INBOX_MAX_BACKLOG: '250', TENANT_INBOX_MAX_BACKLOG: '500' });
+  ctx.api = client(ctx.service.url);
+  const { keys } = await bootstrapWorkspace(ctx.service, 'burst');
+  ctx.key = keys.tenant;
+  ctx.tenantId = (await ctx.api.get('/v1/whoami', keys.tenant)).body.data.tenant.id;
+});
+burst.after(async (ctx) => ctx.service.stop());
+
+const statuses = (replies: Reply[]) => replies.map((r) => r.status).sort().join(',');
+
+burst('16 concurrent 100-event batches for one new subscriber: 3 accepted (301 waiting at limit 250), 13 refused, nothing of them stored', async ({ api, key, tenantId, service }) => {
+  const { redis, keys, config } = service;
+  const batch = (b: number) => ({ events: Array.from({ length: 100 }, (_, i) => ({ externalId: 'importing', name: 'history.imported', id: `b${b}-${i}` })) });
+  const replies = await Promise.all(Array.from({ length: 16 }, (_, b) => api.post('/v1/events', key, batch(b))));
+  assert.is(statuses(replies), [...Array(3).fill(202), ...Array(13).fill(429)].join(','), replies.map((r) => r.status).join(','));
+  for (const res of replies.filter((r) => r.status === 429)) assertLimited(res, 'a batch past the limit');
+  const p = partitionOf(tenantId, 'importing', config.partitions);
+  assert.is(Number(await redis.hget(keys.sequences(p), `${tenantId}|importing`)), 301, '$subscriber.created and 3 batches');
+  assert.is(await redis.xlen(keys.inbox(p)), 301, 'nothing of the refused batches stored');
+});
+
+burst('30 concurrent 100-event batches of one tenant over one partition: 5 accepted (500 waiting at limit 500), 25 refused', async (ctx) => {
+  const { api, key, tenantId, service } = ctx;
+  const { redis, keys, config } = service;
+  const p = (partitionOf(tenantId, 'importing', config.partitions) + 1) % config.partitions;
+  const subscribers: string[] = [];
+  for (let i = 0; subscribers.length < 10 && i < 10_000; i++) if (partitionOf(tenantId, `user-${i}`, config.partitions) === p) subscribers.push(`user-${i}`);
+  const batch = () => ({ events: Array.from({ length: 100 }, (_, i) => ({ externalId: subscribers[i % 10]!, name: 'order.placed' })) });
+  const replies = await Promise.all(Array.from({ length: 30 }, () => api.post('/v1/events', key, batch())));
+  assert.is(statuses(replies), [...Array(5).fill(202), ...Array(25).fill(429)].join(','), replies.map((r) => r.status).join(','));
+  assert.match(replies.find((r) => r.status === 429)!.body.error.message, /This tenant has 500 or more events waiting/);
+  assert.equal(await redis.hmget(keys.tenantBacklog(p), `i|${tenantId}`, `d|${tenantId}`), ['500', null], 'the tenant\'s ordinal there: 5 batches');
+  assert.is(await redis.xlen(keys.inbox(p)), 510, '500 events and 10 $subscriber.created');
+});
+
+burst.run();
