@@ -292,15 +292,16 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
     for (const [externalId, n] of call.subscribers) q.subscribers.count(`${call.scope.tenantId}|${externalId}`, sign * (n + 1));
   };
   calls.forEach((call) => counted(call, 1));
-  // One call (a single event, or one subscriber's batch): no pipeline; an ioredis pipeline costs
-  // more to set up than it saves for one command.
+  // The writes must reach the connection before the next flush's measure (the turn passes once they
+  // have), and a pipeline is written at once; so is a lone command on a connection without
+  // auto-pipelining (the web role's, bin/service.ts `commandsOf`), which then needs no pipeline (an
+  // ioredis pipeline costs more to set up than it saves for one command). With auto-pipelining (the
+  // worker's connections, tests) a lone command waits for the previous batch's replies first.
   let replies: [Error | null, unknown][];
   try {
-    if (calls.length === 1) {
+    if (calls.length === 1 && !redis.options.enableAutoPipelining) {
       const answer = callScript<unknown>(redis, 'ingestEvents', calls[0]!.keys, calls[0]!.args);
-      // with auto-pipelining (the worker's connections, streams/redis.ts) a lone command is written
-      // from a setImmediate queued before this one: the turn passes after it is written
-      setImmediate(sent);
+      sent();
       replies = [await answer.then((r) => [null, r] as [null, unknown], (err: Error) => [err, null] as [Error, null])];
     } else {
       const pipeline = redis.pipeline();

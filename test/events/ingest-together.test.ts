@@ -76,4 +76,32 @@ together('a partition over its backlog refuses only the calls that write to it',
   assert.is(await redis.xlen(keys.inbox(0)), 3, 'nothing appended to the full partition');
 });
 
+// Calls of successive turns, each written before the previous one is answered: a flush counts the
+// events sent and not yet answered, and measures after they are written, so a burst spread over
+// turns is counted against itself too (a lone call goes through auto-pipelining, written from a
+// setImmediate: the next flush's measure must still come after it).
+together('sixteen 100-event calls for one subscriber in sixteen turns: 3 accepted at limit 250, 13 refused 429', async ({ redis, keys }) => {
+  const limited = { ...scope(4), subscriberMaxBacklog: 250, tenantMaxBacklog: 1_000_000 };
+  const answers: Promise<number>[] = [];
+  for (let c = 0; c < 16; c++) {
+    answers.push(ingestEvents(redis, keys, limited, Array.from({ length: 100 }, (_, i) => event('turns', `c${c}`, `c${c}-${i}`))).then(() => 202, (err: ApiError) => err.status));
+    await new Promise((next) => setImmediate(next));
+  }
+  assert.equal(await Promise.all(answers), [202, 202, 202, ...Array(13).fill(429)]);
+  const p = partitionOf('tnt_tog', 'turns', 4);
+  assert.is(await redis.hget(keys.sequences(p), 'tnt_tog|turns'), '301');
+});
+
+together('forty 100-event calls of one tenant over one partition in forty turns: 5 accepted at limit 500', async ({ redis, keys }) => {
+  const limited = { ...scope(4), tenantMaxBacklog: 500, subscriberMaxBacklog: 1_000_000 };
+  const ids: string[] = [];
+  for (let n = 0; ids.length < 4 && n < 1_000; n++) if (partitionOf('tnt_tog', `u${n}`, 4) === 1) ids.push(`u${n}`);
+  const answers: Promise<number>[] = [];
+  for (let c = 0; c < 40; c++) {
+    answers.push(ingestEvents(redis, keys, limited, Array.from({ length: 100 }, (_, i) => event(ids[i % 4]!, `c${c}`))).then(() => 202, (err: ApiError) => err.status));
+    await new Promise((next) => setImmediate(next));
+  }
+  assert.equal(await Promise.all(answers), [...Array(5).fill(202), ...Array(35).fill(429)]);
+});
+
 together.run();
