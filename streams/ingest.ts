@@ -296,7 +296,8 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
   // have), and a pipeline is written at once; so is a lone command on a connection without
   // auto-pipelining (the web role's, bin/service.ts `commandsOf`), which then needs no pipeline (an
   // ioredis pipeline costs more to set up than it saves for one command). With auto-pipelining (the
-  // worker's connections, tests) a lone command waits for the previous batch's replies first.
+  // dispatcher's connection, whose fan-out writes `$send` events; tests) a lone command waits for the
+  // previous batch's replies first.
   let replies: [Error | null, unknown][];
   try {
     if (calls.length === 1 && !redis.options.enableAutoPipelining) {
