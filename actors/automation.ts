@@ -104,7 +104,8 @@ export class Automation {
         const defs = await this.definitions.get(tenantId, version);
         if (defs.pendingBackfills.length && !this.requeued.has(defs)) {
           this.requeued.add(defs);
-          await queueBackfills(this.redis, this.keys, { workspace: { id: tenant.workspaceId }, tenant: { id: tenantId } }, defs.pendingBackfills);
+          const queued = await queueBackfills(this.redis, this.keys, { workspace: { id: tenant.workspaceId }, tenant: { id: tenantId } }, defs.pendingBackfills);
+          if (!queued) this.requeued.delete(defs); // tried again at the tenant's next batch
         }
         commits.push(...(await this.handleTenant(p, tenantId, tenant.workspaceId, defs, tenant.subscribers)));
       } catch (err) {

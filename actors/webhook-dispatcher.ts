@@ -17,7 +17,7 @@ import {
   claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
-import { activeFromMs, allEndpoints, findEndpoint, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
+import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
 import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
 
 /** The consumer group of the dispatchers on every workspace ledger. */
@@ -422,7 +422,8 @@ class WebhookDispatcher {
     }
     const { redis, keys } = this.ctx;
     if ((await redis.set(keys.lock('webhook-sweep'), this.owner, 'PX', SWEEP_EVERY_MS - 1_000, 'NX')) !== 'OK') return;
-    await sweepWebhooks(this.ctx);
+    const { joined } = await sweepWebhooks(this.ctx);
+    if (joined) this.ctx.log.warn('workspaces with endpoints left out of the dispatchers\' registry joined it', { joined });
   }
 }
 
@@ -432,11 +433,12 @@ class WebhookDispatcher {
  * attempts due before it (`dropped`: a disabled endpoint's, which no claim reads), workspaces without
  * endpoints leave the registry, ledgers nobody reads are trimmed to the last
  * `UNREAD_LEDGER_WINDOW_MS`, and endpoints disabled by a dispatcher that stopped before appending
- * their `webhook.disabled` audit event get it (`announceDisabled`). Deliveries indexed before the
+ * their `webhook.disabled` audit event get it (`announceDisabled`), and workspaces with endpoints
+ * left out of the registry join it (`joinLeftOut`). Deliveries indexed before the
  * indexes were scored by createdAt get their score first (`rescoreLegacyDeliveries`; nothing to do
  * once that is done).
  */
-export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number }> {
+export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; joined: number }> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
   let announced = 0;
@@ -447,6 +449,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
   // delivery indexes are scored by createdAt, as records expire: everything below this is past the retention
   const floor = `(${scoreAt(now() - config.retentionMs)}`;
   const registered = new Set(await readRegistry(redis, keys.webhookWorkspaces));
+  const joined = await joinLeftOut(ctx, registered);
   for (const ws of registered) {
     const endpoints = await redis.zrange(keys.webhookEndpoints(ws), 0, -1);
     if (endpoints.length === 0) {
@@ -485,7 +488,36 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
     for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
   } while (cursor !== '0');
-  return { rescored, pruned, dropped, unregistered, trimmed, announced };
+  return { rescored, pruned, dropped, unregistered, trimmed, announced, joined };
+}
+
+/**
+ * Workspaces with endpoints left out of the registry, which the dispatchers read: a writer stopped
+ * between an endpoint's script and `joinRegistry` (killed, or Redis out of memory: probe O), and until
+ * this sweep its endpoints were never sent anything. Looked for among the workspaces that ever made
+ * an endpoint (`webhookForwarding`, joined before the script), 500 at a time; each found joins
+ * `registered` too. Returns how many joined.
+ */
+async function joinLeftOut(ctx: RoleContext, registered: Set<string>): Promise<number> {
+  const { redis, keys } = ctx;
+  let joined = 0;
+  let cursor = '0';
+  do {
+    const [next, members] = await redis.sscan(keys.webhookForwarding, cursor, 'COUNT', 500);
+    cursor = next;
+    const out = members.filter((ws) => !registered.has(ws));
+    if (out.length === 0) continue;
+    const counts = redis.pipeline();
+    for (const ws of out) counts.zcard(keys.webhookEndpoints(ws));
+    const replies = (await counts.exec()) ?? [];
+    for (const [k, ws] of out.entries()) {
+      if (!(Number(replies[k]?.[1] ?? 0) > 0)) continue;
+      await joinRegistry(redis, keys, ws);
+      registered.add(ws);
+      joined++;
+    }
+  } while (cursor !== '0');
+  return joined;
 }
 
 /**

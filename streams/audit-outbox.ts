@@ -67,13 +67,15 @@ export function recordIntent(multi: ChainableCommander, intent: AuditIntent): Ch
 
 /**
  * Appends the write's entries to the workspace ledger, then, once every append succeeded, removes
- * its intent from the outbox (a failed append leaves the intent to the sweeper; a crash in between
- * repeats the append, under the same ids).
+ * its intent from the outbox (a crash in between repeats the append, under the same ids). Never
+ * rejects: the write it settles is made, its intent with it, so a failed append or delete (Redis out
+ * of memory, the connection lost) leaves the intent to the outbox sweeper, which logs what it settles,
+ * and the write is answered as made. Until session 48 the failure was thrown, and a delete made under
+ * a full memory was answered 503 "retry later" (probe O: topics, segments, workflows, sources,
+ * webhook endpoints, message cancels), its retry then 404.
  */
 export async function settleAudit(redis: Redis, keys: Keys, intent: AuditIntent, drafts: AuditDraft[]): Promise<void> {
-  const failures: unknown[] = [];
-  await settleBatch(redis, [{ keys, intent, drafts, onFailure: (err) => failures.push(err), done: () => undefined }]);
-  if (failures.length) throw failures[0];
+  await settleBatch(redis, [{ keys, intent, drafts, onFailure: () => undefined, done: () => undefined }]);
 }
 
 /** The settles `settleAuditLater` left under way in this process (none of them rejects). */

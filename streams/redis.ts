@@ -80,8 +80,12 @@ export function describeTarget(target: RedisTarget): string {
 /**
  * True when `err` says Redis could not be reached or cannot take writes for now (as opposed to a
  * command or script error): its memory is full (`maxmemory` with `noeviction`: `OOM`), its snapshots
- * fail (`MISCONF`), it is a replica (`READONLY`) or loading. Answered 503 `unavailable`, retried.
+ * fail (`MISCONF`), it has fewer replicas than `min-replicas-to-write` (`NOREPLICAS`), it is a replica
+ * (`READONLY`), one cut off from its primary (`MASTERDOWN`), loading, or running a script past its
+ * time limit (`BUSY`). Answered 503 `unavailable`, retried. (Until session 48 `NOREPLICAS` was a
+ * 500 on every write, probe O.)
  */
 export function isRedisUnavailable(err: unknown): boolean {
-  return (err as { code?: string })?.code === 'ECONNREFUSED' || /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF/i.test(String((err as Error)?.message));
+  return (err as { code?: string })?.code === 'ECONNREFUSED' || UNAVAILABLE.test(String((err as Error)?.message));
 }
+const UNAVAILABLE = /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF|NOREPLICAS|MASTERDOWN|BUSY Redis is busy/i;

@@ -65,9 +65,17 @@ export function backfillMember(scope: BackfillScope, segmentId: string): string 
   return `${scope.tenant.id}|${scope.workspace.id}|${segmentId}`;
 }
 
-/** Queues the backfill of each segment (the runner of actors/segment-backfill.ts takes it from there). */
-export async function queueBackfills(redis: Redis, keys: Keys, scope: BackfillScope, segmentIds: string[]): Promise<void> {
-  if (segmentIds.length) await redis.zadd(keys.segmentBackfills, ...segmentIds.flatMap((id) => [0, backfillMember(scope, id)]));
+/**
+ * Queues the backfill of each segment (the runner of actors/segment-backfill.ts takes it from there);
+ * false when Redis did not take it. Never rejects: it follows a write already made (the segments'
+ * backfill set pending and the tenant's automation version bumped in the write's script), which is
+ * answered as made, and a worker loading the tenant's definitions (at its next event) queues every
+ * pending backfill again (`pendingBackfills`). Until session 48 a failure here (Redis out of memory)
+ * answered a topic delete or a segment write that had been made 503, and the retry 404 or 409 (probe O).
+ */
+export async function queueBackfills(redis: Redis, keys: Keys, scope: BackfillScope, segmentIds: string[]): Promise<boolean> {
+  if (segmentIds.length === 0) return true;
+  return redis.zadd(keys.segmentBackfills, ...segmentIds.flatMap((id) => [0, backfillMember(scope, id)])).then(() => true, () => false);
 }
 
 /** Ids of the tenant's segments whose rule names topic `slug` (a tenant has at most MAX_SEGMENTS). */

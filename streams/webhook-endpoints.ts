@@ -131,8 +131,14 @@ export function publicEndpoint(e: WebhookEndpoint): PublicWebhookEndpoint {
   };
 }
 
-function audit(redis: Redis, keys: Keys, workspace: Workspace, type: string, e: WebhookEndpoint, by: Writer, change?: ReturnType<typeof diff>) {
-  return appendAudit(redis, keys, {
+/**
+ * Appends the endpoint's audit entry after its write. Never rejects: the write is made and is answered
+ * as made (a 503 invited a retry, which created a second endpoint or was answered 404; probe O, Redis
+ * out of memory); an entry Redis refuses is lost, one of the private `webhook.*` names that no
+ * endpoint is ever sent (docs/webhooks.md).
+ */
+async function audit(redis: Redis, keys: Keys, workspace: Workspace, type: string, e: WebhookEndpoint, by: Writer, change?: ReturnType<typeof diff>): Promise<void> {
+  await appendAudit(redis, keys, {
     type,
     workspace: { id: workspace.id, slug: workspace.slug },
     tenant: e.tenantId ? { id: e.tenantId, slug: e.tenantSlug! } : null,
@@ -141,7 +147,7 @@ function audit(redis: Redis, keys: Keys, workspace: Workspace, type: string, e: 
     request: by.request,
     object: { ...publicEndpoint(e) },
     ...(change ?? {}),
-  });
+  }).catch(() => undefined);
 }
 
 /**

@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
+import { createLogger } from '../../lib/log.js';
 import { answersPing } from '../../streams/embedded-redis.js';
 import { client, type Reply } from '../helpers/api.js';
 import { freePort } from '../helpers/redis.js';
@@ -130,6 +132,55 @@ outage('a Redis whose memory is full answers writes 503 unavailable, health says
   const health = await api.get('/v1/health');
   assert.equal([health.body.data.redis.writable, health.body.data.redis.writeError], [true, null]);
   assert.is((await api.post('/v1/events', key, { externalId: 'full-1', name: 'after.full' })).status, 202);
+});
+
+outage('a write made under a full memory, only its audit append refused, is answered as made, and the sweeper appends the entry once there is room (probe O)', async (ctx) => {
+  const { api } = ctx;
+  const { keys: k, workspace } = await bootstrapWorkspace(ctx.service, 'outage-del');
+  assert.is((await api.post('/v1/topics', k.tenant, { slug: 'full-topic', name: 'Full' })).status, 201);
+  const hook = await api.post('/v1/workspaces/outage-del/webhooks', k.workspace, { url: 'https://8.8.8.8/hooks' });
+  assert.is(hook.status, 201);
+  const admin = ctx.service.redis;
+  const ledger = ctx.service.keys.ledger(workspace.id);
+  const deletedInLedger = async () => (await admin.xrange(ledger, '-', '+')).filter(([, f]) => f.join(' ').includes('"topic.deleted"')).length;
+  await admin.config('SET', 'maxmemory-policy', 'noeviction');
+  await admin.config('SET', 'maxmemory', '1');
+  try {
+    // the deletes' scripts are let through (their first writes free memory); the ledger appends after them are not
+    const topic = await within(5_000, 'DELETE topic', () => api.del('/v1/topics/full-topic', k.tenant));
+    assert.is(topic.status, 200, topic.text);
+    assert.is(topic.body.data.slug, 'full-topic');
+    const endpoint = await within(5_000, 'DELETE webhook endpoint', () => api.del(`/v1/workspaces/outage-del/webhooks/${hook.body.data.id}`, k.workspace));
+    assert.is(endpoint.status, 200, endpoint.text);
+    assert.is(await deletedInLedger(), 0, 'not appended while memory is full');
+  } finally {
+    await admin.config('SET', 'maxmemory', '0');
+  }
+  assert.is((await api.get('/v1/topics/full-topic', ctx.key)).status, 404);
+  // the intent stayed in the outbox with the delete: the worker's sweeper (run here) appends it
+  const { config, keys } = ctx.service;
+  const swept = await sweepAuditOutboxes({ config, redis: admin, keys, log: createLogger('error'), target: { url: ctx.service.env.REDIS_URL! } }, 0);
+  assert.is(swept.settled, 1);
+  assert.is(await deletedInLedger(), 1);
+});
+
+outage('a Redis refusing writes for want of replicas (NOREPLICAS) answers writes 503 unavailable, not 500 (probe O)', async (ctx) => {
+  const { api, key } = ctx;
+  const admin = ctx.service.redis;
+  await admin.config('SET', 'min-replicas-to-write', '1');
+  try {
+    for (const [what, call] of [
+      ['POST /v1/events', () => api.post('/v1/events', key, { externalId: 'norepl-1', name: 'during.norepl' })],
+      ['POST /v1/topics', () => api.post('/v1/topics', key, { slug: 'norepl-topic' })],
+    ] as const) {
+      const reply = await within(5_000, what, call);
+      assert.equal([reply.status, reply.body.error?.code, reply.headers.get('retry-after')], [503, 'unavailable', '5'], `${what}: ${reply.text}`);
+    }
+    assert.is((await api.get('/v1/events', key)).status, 200, 'reads go on');
+  } finally {
+    await admin.config('SET', 'min-replicas-to-write', '0');
+  }
+  assert.is((await api.post('/v1/topics', key, { slug: 'norepl-topic' })).status, 201);
 });
 
 outage('a Redis that stalls with its connection open (paused) is answered 503 after the web\'s 5 s command limit, not for the whole stall', async (ctx) => {

@@ -44,6 +44,21 @@ sweep('a workspace without endpoints leaves the registry; one with endpoints sta
   assert.equal(await redis.zrange(keys.webhookWorkspaces, 0, -1), [b.workspace.id]);
 });
 
+sweep('a workspace whose endpoint was made but not registered (its writer stopped in between) joins the registry', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const d = await bootstrapWorkspace(ctx.service, 'sw-d');
+  await endpoint(ctx, 'sw-d', d.keys.workspace);
+  await redis.zrem(keys.webhookWorkspaces, d.workspace.id); // as if the writer had stopped before joinRegistry
+  const e = await bootstrapWorkspace(ctx.service, 'sw-e');
+  await redis.sadd(keys.webhookForwarding, e.workspace.id); // joined forwarding, then stopped before its script: no endpoint
+  const result = await sweepWebhooks(ctx.role);
+  assert.is(result.joined, 1);
+  const registry = await redis.zrange(keys.webhookWorkspaces, 0, -1);
+  assert.ok(registry.includes(d.workspace.id), 'the workspace with an endpoint is registered');
+  assert.not.ok(registry.includes(e.workspace.id), 'the one without is not');
+  assert.is((await sweepWebhooks(ctx.role)).joined, 0, 'once');
+});
+
 sweep('ledgers of workspaces without endpoints keep the last hour only; read ledgers are left to their group', async (ctx) => {
   const { redis, keys } = ctx.service;
   const c = await bootstrapWorkspace(ctx.service, 'sw-c');
