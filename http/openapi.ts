@@ -43,7 +43,7 @@ export function buildOpenApi(): Record<string, unknown> {
         responses: {
           Error: { description: 'An error in the envelope; branch on error.code.', content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } } },
           Unavailable: {
-            description: 'Temporarily unable to take the request (unavailable: event processing behind, Redis unreachable or refusing writes); retry after Retry-After.',
+            description: 'Temporarily unable to take the request (unavailable: Redis unreachable or refusing writes, or on the event routes event processing behind); retry after Retry-After.',
             headers: { 'Retry-After': { description: 'Seconds to wait before the retry (5).', required: true, schema: { type: 'integer' } } },
             content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
           },
@@ -90,6 +90,7 @@ type Paths = Record<string, Record<string, Operation | unknown>>;
 const METHODS = new Set(['get', 'put', 'post', 'patch', 'delete', 'head', 'options']);
 const ERROR = { $ref: '#/components/responses/Error' };
 const UNAUTHORIZED = { $ref: '#/components/responses/Unauthorized' };
+const UNAVAILABLE = { $ref: '#/components/responses/Unavailable' };
 
 /** Methods whose request body is read (http/middleware/json-body.ts): a body over the limit is 413. */
 const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
@@ -98,7 +99,7 @@ const BODY_METHODS = new Set(['post', 'put', 'patch', 'delete']);
  * Lists on every credentialed operation the error statuses it can answer (spec 4: "the errors of
  * Part 7 for 401, 403 and 404 apply to every credentialed endpoint", so those three everywhere, 404
  * included where the path names no resource; 400 where it takes a body or query; 413
- * `payload_too_large` where a body is read; 503 `unavailable` everywhere: Redis unreachable), so a client reading the document sees each status
+ * `payload_too_large` where a body is read; 503 `unavailable` everywhere, with its Retry-After: Redis unreachable or refusing writes), so a client reading the document sees each status
  * it may get, not only `default`. Statuses an `@openapi` block already lists are left as written.
  */
 function listErrorAnswers(paths: Paths): void {
@@ -115,7 +116,7 @@ function listErrorAnswers(paths: Paths): void {
       // Redis unreachable (http/middleware/redis-gate.ts), on every route that reads it
       statuses.push('503');
       op.responses ??= {};
-      for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : ERROR;
+      for (const status of statuses) op.responses[status] ??= status === '401' ? UNAUTHORIZED : status === '503' ? UNAVAILABLE : ERROR;
     }
   }
 }

@@ -399,6 +399,8 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
     for (const [method, op] of Object.entries<any>(item)) {
       if (!op?.responses || (Array.isArray(op.security) && op.security.length === 0)) continue;
       for (const status of ['401', '403', '404']) assert.ok(op.responses[status], `${method} ${path} declares ${status}`);
+      // every 503 carries Retry-After (the redis gate's and the error middleware's alike), and the document says so (probe O)
+      assert.is(op.responses['503']?.$ref, '#/components/responses/Unavailable', `${method} ${path} declares 503 with Retry-After`);
     }
   }
   // a body over HTTP_BODY_LIMIT_BYTES is 413 wherever a body is read, and only there
