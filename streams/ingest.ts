@@ -52,8 +52,13 @@ const MAX_EVENTS_PER_CALL = 500;
 
 type Request = { scope: Scope; events: NewEvent[]; parts: number[]; done: (items: IngestedEvent[]) => void; fail: (err: unknown) => void };
 
-/** A backlog counted against a limit whose figure this process keeps while it is at least this share of the limit. */
-const KEEP_BACKLOG = 0.5;
+/**
+ * A backlog counted against a limit whose figure this process keeps while it is at least this share
+ * of the limit; one not kept is taken to be just under it. So a process admits blind (without a
+ * measure) at most the rest, 20 %, past what another process filled: at 0.5 two web processes let
+ * 700 wait at tenant limit 500 (probe N). A flush with that many events for one key measures it.
+ */
+const KEEP_BACKLOG = 0.8;
 /** A partition whose last known inbox length is past this share of `maxBacklog` is measured before a write. */
 const NEAR_INBOX = 0.9;
 const MAX_NEAR_KEPT = 10_000;

@@ -272,3 +272,44 @@ burst('30 concurrent 100-event batches of one tenant over one partition: 5 accep
 });
 
 burst.run();
+
+// Two web processes on one Redis: one that has no figure kept for a key takes it to be under
+// KEEP_BACKLOG of the limit, so it may admit blind only what keeps that bound under the limit (probe
+// N: at KEEP 0.5 a process that had not written there admitted two 100-event requests past a limit
+// the other process had filled, 700 waiting at 500).
+const twoWebs = suite<{ one: TestService; two: TestService; api1: ReturnType<typeof client>; api2: ReturnType<typeof client>; key: string; tenantId: string }>('backlog limits with two web processes');
+twoWebs.before(async (ctx) => {
+  ctx.one = await startTestService('backlog-web-1', { TENANT_INBOX_MAX_BACKLOG: '500', SUBSCRIBER_INBOX_MAX_BACKLOG: '250' });
+  ctx.two = await startTestService('backlog-web-2', { REDIS_KEY_PREFIX: ctx.one.env.REDIS_KEY_PREFIX!, TENANT_INBOX_MAX_BACKLOG: '500', SUBSCRIBER_INBOX_MAX_BACKLOG: '250' });
+  ctx.api1 = client(ctx.one.url);
+  ctx.api2 = client(ctx.two.url);
+  const { keys } = await bootstrapWorkspace(ctx.one, 'twowebs');
+  ctx.key = keys.tenant;
+  ctx.tenantId = (await ctx.api1.get('/v1/whoami', keys.tenant)).body.data.tenant.id;
+});
+twoWebs.after(async (ctx) => {
+  await ctx.two?.stop();
+  await ctx.one?.stop();
+});
+
+twoWebs('a process with no figure for a partition or a subscriber the other filled admits no 100-event request there', async ({ one, api1, api2, key, tenantId }) => {
+  const { redis, keys, config } = one;
+  const p = partitionOf(tenantId, 'spread-0', config.partitions);
+  const inP: string[] = [];
+  for (let i = 0; inP.length < 10 && i < 10_000; i++) if (partitionOf(tenantId, `spread-${i}`, config.partitions) === p) inP.push(`spread-${i}`);
+  const batch = (ids: string[], n = 100) => ({ events: Array.from({ length: n }, (_, i) => ({ externalId: ids[i % ids.length]!, name: 'order.placed' })) });
+  // web 2 fills the tenant's share of the partition: 5 batches of 100
+  for (let b = 0; b < 5; b++) assert.is((await api2.post('/v1/events', key, batch(inP))).status, 202, `web 2, batch ${b}`);
+  assertLimited(await api2.post('/v1/events', key, batch(inP)), 'web 2 at the limit');
+  // web 1 never wrote there
+  for (let b = 0; b < 3; b++) assertLimited(await api1.post('/v1/events', key, batch(inP)), `web 1, batch ${b}`);
+  assert.equal(await redis.hmget(keys.tenantBacklog(p), `i|${tenantId}`), ['500']);
+  // a subscriber: web 2 brings it to 250, web 1 (no figure) admits no 100-event request for it
+  for (let b = 0; b < 3; b++) await api2.post('/v1/events', key, batch(['hot-sub'], b < 2 ? 100 : 49));
+  const q = partitionOf(tenantId, 'hot-sub', config.partitions);
+  assert.is(await redis.hget(keys.sequences(q), `${tenantId}|hot-sub`), '250');
+  for (let b = 0; b < 3; b++) assertLimited(await api1.post('/v1/events', key, batch(['hot-sub'])), `web 1, subscriber batch ${b}`);
+  assert.is(await redis.hget(keys.sequences(q), `${tenantId}|hot-sub`), '250');
+});
+
+twoWebs.run();
