@@ -1,7 +1,8 @@
 import { now } from '../lib/clock.js';
-import { appendDrafts, parseOutboxField } from '../streams/audit-outbox.js';
+import { appendDrafts, parseOutboxField, type AuditScope } from '../streams/audit-outbox.js';
 import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
+import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
@@ -32,7 +33,9 @@ async function outboxes(ctx: RoleContext): Promise<string[]> {
  * Settles the audit intents that their writers left behind (killed between the write and the
  * ledger append; streams/audit-outbox.ts): those older than `minAgeMs`, which a live writer has
  * long settled itself. An intent of an operation this version does not know, or whose reply it
- * cannot read, is kept and reported.
+ * cannot read, is kept and reported. An intent of a write that makes backfills pending
+ * (BACKFILL_AUDIT_OPS) first has its tenant's pending backfills queued: its writer settles it only
+ * after queueing them, so one left behind may not have.
  */
 export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Promise<{ settled: number; kept: number }> {
   const { redis, keys, log } = ctx;
@@ -41,6 +44,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
   await sweepHashes(redis, await outboxes(ctx), PER_OUTBOX, async (key, flat) => {
     const pipeline = redis.pipeline();
     const tokens: string[] = [];
+    const backfilling = new Map<string, AuditScope>();
     for (let f = 0; f + 1 < flat.length; f += 2) {
       const token = flat[f]!;
       try {
@@ -50,6 +54,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
         if (!op) throw new Error(`unknown audit op ${record.op}`);
         appendDrafts(pipeline, keys, record, op(record.input as never, reply));
         tokens.push(token);
+        if (BACKFILL_AUDIT_OPS.has(record.op) && record.scope.tenant) backfilling.set(record.scope.tenant.id, record.scope);
       } catch (err) {
         kept++;
         log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
@@ -59,6 +64,10 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
     // the intents go only once every append is in (a failed one leaves them all to the next sweep)
     const replies = (await pipeline.exec()) ?? [];
     for (const [err] of replies) if (err) throw err;
+    // the write's backfills may not have been queued (its writer stopped, or Redis refused the queueing)
+    for (const scope of backfilling.values()) {
+      if (!(await queuePendingBackfills(redis, keys, { workspace: scope.workspace, tenant: scope.tenant! }))) throw new Error('pending backfills not queued');
+    }
     await redis.hdel(key, ...tokens);
     settled += tokens.length;
   });

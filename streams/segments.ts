@@ -78,6 +78,26 @@ export async function queueBackfills(redis: Redis, keys: Keys, scope: BackfillSc
   return redis.zadd(keys.segmentBackfills, ...segmentIds.flatMap((id) => [0, backfillMember(scope, id)])).then(() => true, () => false);
 }
 
+/** The writes whose script makes backfills pending: an intent of one left in the outbox may leave them unqueued. */
+export const BACKFILL_AUDIT_OPS: ReadonlySet<string> = new Set(['segment.create', 'segment.update', 'topic.delete']);
+
+/**
+ * Queues every backfill of the tenant that is `pending` (at most MAX_SEGMENTS segments read); false
+ * when Redis did not take it. The audit outbox sweeper calls it for an intent of BACKFILL_AUDIT_OPS
+ * its writer left (a writer whose queueing failed leaves the intent for this), so a tenant that sends
+ * no event still gets its backfill run.
+ */
+export async function queuePendingBackfills(redis: Redis, keys: Keys, scope: BackfillScope): Promise<boolean> {
+  const tenantId = scope.tenant.id;
+  const ids = await redis.zrange(keys.segmentIndex(tenantId), 0, MAX_SEGMENTS - 1);
+  if (ids.length === 0) return true;
+  const pipeline = redis.pipeline();
+  for (const id of ids) pipeline.hget(keys.segment(tenantId, id), 'backfill');
+  const backfills = ((await pipeline.exec()) ?? []).map(([, b]) => b as string | null);
+  const pending = ids.filter((_, i) => backfills[i] && (JSON.parse(backfills[i]!) as Backfill).status === 'pending');
+  return queueBackfills(redis, keys, scope, pending);
+}
+
 /** Ids of the tenant's segments whose rule names topic `slug` (a tenant has at most MAX_SEGMENTS). */
 export async function segmentsNamingTopic(redis: Redis, keys: Keys, tenantId: string, slug: string): Promise<string[]> {
   const ids = await redis.zrange(keys.segmentIndex(tenantId), 0, MAX_SEGMENTS - 1);
@@ -150,8 +170,8 @@ export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScop
   );
   if (reply[0] === -1) throw new ApiError(400, 'bad_request', `A tenant has at most ${MAX_SEGMENTS} segments; delete one first`);
   if (reply[0] !== 1) throw new ApiError(409, 'conflict', `A segment with slug "${input.slug}" already exists`, { param: 'slug' });
-  await queueBackfills(redis, keys, scope, [id]);
-  await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.create'](segment, reply));
+  // a backfill not queued leaves the intent to the sweeper, which queues it (queuePendingBackfills)
+  if (await queueBackfills(redis, keys, scope, [id])) await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.create'](segment, reply));
   return segment;
 }
 
@@ -176,9 +196,9 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
   args.push(String(fields.length), ...fields.flat());
   const reply = await callScript<UpdateReply>(redis, 'updateSegment', [keys.segment(tenantId, current.id), keys.automationVersion(tenantId), intent.key], args);
   if (reply[0] !== 1) throw notFound('Segment');
-  if (reply[3] === 1) await queueBackfills(redis, keys, scope, [current.id]);
+  const queued = reply[3] !== 1 || await queueBackfills(redis, keys, scope, [current.id]);
   const drafts = SEGMENT_AUDITS['segment.update'](current.memberCount, reply);
-  if (drafts.length) await settleAudit(redis, keys, intent, drafts);
+  if (drafts.length && queued) await settleAudit(redis, keys, intent, drafts);
   return toSegment(recordOf(reply[2]!), current.memberCount);
 }
 

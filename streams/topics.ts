@@ -128,8 +128,8 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
     [id, JSON.stringify(PENDING), intent.token, intent.json, ...naming.map((segmentId) => keys.segment(tenantId, segmentId))],
   );
   if (reply[0] !== 1) throw notFound('Topic');
-  await queueBackfills(redis, keys, scope, naming);
-  await settleAudit(redis, keys, intent, TOPIC_AUDITS['topic.delete'](null, reply));
+  // a backfill not queued leaves the intent to the sweeper, which queues it (queuePendingBackfills)
+  if (await queueBackfills(redis, keys, scope, naming)) await settleAudit(redis, keys, intent, TOPIC_AUDITS['topic.delete'](null, reply));
   return toTopic(recordOf(reply[1]!), reply[2]!);
 }
 

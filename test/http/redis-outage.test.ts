@@ -138,10 +138,15 @@ outage('a write made under a full memory, only its audit append refused, is answ
   const { api } = ctx;
   const { keys: k, workspace } = await bootstrapWorkspace(ctx.service, 'outage-del');
   assert.is((await api.post('/v1/topics', k.tenant, { slug: 'full-topic', name: 'Full' })).status, 201);
+  const segment = await api.post('/v1/segments', k.tenant, { slug: 'full-readers', where: { topic: 'full-topic' } });
+  assert.is(segment.status, 201, segment.text);
   const hook = await api.post('/v1/workspaces/outage-del/webhooks', k.workspace, { url: 'https://8.8.8.8/hooks' });
   assert.is(hook.status, 201);
   const admin = ctx.service.redis;
   const ledger = ctx.service.keys.ledger(workspace.id);
+  const backfillQueued = async () => (await admin.zrange(ctx.service.keys.segmentBackfills, 0, -1)).some((m) => m.endsWith(`|${segment.body.data.id}`));
+  // no worker here: the create's queued backfill is taken out, as a backfill runner would
+  await admin.zremrangebyscore(ctx.service.keys.segmentBackfills, '-inf', '+inf');
   const deletedInLedger = async () => (await admin.xrange(ledger, '-', '+')).filter(([, f]) => f.join(' ').includes('"topic.deleted"')).length;
   await admin.config('SET', 'maxmemory-policy', 'noeviction');
   await admin.config('SET', 'maxmemory', '1');
@@ -156,12 +161,16 @@ outage('a write made under a full memory, only its audit append refused, is answ
   } finally {
     await admin.config('SET', 'maxmemory', '0');
   }
+  // the segment naming the topic was made pending again by the delete's script; its queueing was refused
+  assert.not.ok(await backfillQueued(), 'not queued while memory is full');
+  assert.is((await api.get('/v1/segments/full-readers', k.tenant)).body.data.backfill.status, 'pending');
   assert.is((await api.get('/v1/topics/full-topic', ctx.key)).status, 404);
   // the intent stayed in the outbox with the delete: the worker's sweeper (run here) appends it
   const { config, keys } = ctx.service;
   const swept = await sweepAuditOutboxes({ config, redis: admin, keys, log: createLogger('error'), target: { url: ctx.service.env.REDIS_URL! } }, 0);
   assert.is(swept.settled, 1);
   assert.is(await deletedInLedger(), 1);
+  assert.ok(await backfillQueued(), 'the sweeper queued the pending backfill');
 });
 
 outage('a Redis refusing writes for want of replicas (NOREPLICAS) answers writes 503 unavailable, not 500 (probe O)', async (ctx) => {
