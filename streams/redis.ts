@@ -1,4 +1,4 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import { Command, Redis, type RedisOptions } from 'ioredis';
 import { ConfigError } from '../lib/config.js';
 import { defineScripts } from './lua-scripts.js';
 
@@ -7,6 +7,26 @@ import { defineScripts } from './lua-scripts.js';
  * REDIS_TLS_REJECT_UNAUTHORIZED), or the unix socket of the embedded server.
  */
 export type RedisTarget = { url: string; verifyTls?: boolean } | { path: string };
+
+/**
+ * ioredis's `commandTimeout` (the web role's, bin/service.ts) rejects a command from a timer. A
+ * process stopped past the limit (SIGSTOP, a frozen VM, a long GC pause) runs its timers first when it
+ * resumes, before it reads the replies that arrived meanwhile, so commands Redis had carried out were
+ * rejected and their requests answered 503 (probe N: 15 event batches stored whole and answered 503;
+ * retried without caller ids, they would be stored twice). The rejection is checked again after the
+ * turn's I/O (`setImmediate`): a reply read meanwhile resolved the command, which is then left alone.
+ */
+function checkTimeoutsAfterIo(): void {
+  type Timed = { isResolved: boolean; reject: (err: Error) => void; _commandTimeoutTimer?: NodeJS.Timeout };
+  const proto = Command.prototype as unknown as Timed & { setTimeout(ms: number): void };
+  proto.setTimeout = function setTimeout(this: Timed, ms: number) {
+    if (this._commandTimeoutTimer) return;
+    this._commandTimeoutTimer = globalThis.setTimeout(() => setImmediate(() => {
+      if (!this.isResolved) this.reject(new Error('Command timed out'));
+    }), ms);
+  };
+}
+checkTimeoutsAfterIo();
 
 /**
  * A new ioredis client with every Lua script defined. Commands wait for the connection

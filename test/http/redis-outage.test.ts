@@ -11,6 +11,9 @@ import { client, type Reply } from '../helpers/api.js';
 import { freePort } from '../helpers/redis.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { startWebProcess } from '../helpers/audit.js';
+import { stopRoleProcess } from '../helpers/processes.js';
+import { partitionOf } from '../../lib/partition.js';
 
 /**
  * Redis stopped and started again under a running web role (an operator restarting Redis, a
@@ -205,6 +208,31 @@ outage('a Redis that stalls with its connection open (paused) is answered 503 af
     ctx.redis!.kill('SIGCONT');
   }
   await waitFor('the service to answer again', async () => (await within(8_000, 'POST /v1/events', () => api.post('/v1/events', key, { externalId: 'stall-1', name: 'after.stall' }))).status === 202, 15_000, 200);
+});
+
+outage('a web process stopped past its command limit while Redis answered reads the answers before its timers reject them: 202, stored once (probe N)', async (ctx) => {
+  const { web, api } = await startWebProcess(ctx.service);
+  const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
+  try {
+    assert.is((await api.post('/v1/events', ctx.key, { externalId: 'frozen-1', name: 'before.freeze' })).status, 202);
+    // the web's script call waits in a stopped Redis; the web stops; Redis answers into its socket
+    ctx.redis!.kill('SIGSTOP');
+    const answer = api.post('/v1/events', ctx.key, { externalId: 'frozen-1', name: 'during.freeze' });
+    await sleep(500);
+    web.child.kill('SIGSTOP');
+    ctx.redis!.kill('SIGCONT');
+    await sleep(6_000); // past the web's 5 s command limit
+    web.child.kill('SIGCONT');
+    const reply = await answer;
+    assert.is(reply.status, 202, reply.text);
+    const tenantId = (await api.get('/v1/whoami', ctx.key)).body.data.tenant.id as string;
+    const p = partitionOf(tenantId, 'frozen-1', ctx.service.config.partitions);
+    assert.is(await ctx.service.redis.hget(ctx.service.keys.sequences(p), `${tenantId}|frozen-1`), '3', '$subscriber.created and two events, each once');
+  } finally {
+    ctx.redis!.kill('SIGCONT');
+    web.child.kill('SIGCONT');
+    await stopRoleProcess(web);
+  }
 });
 
 outage('a web role stopped while Redis is down stops taking connections at once', async (ctx) => {
