@@ -20,6 +20,7 @@ import { indexedExternalId } from '../streams/subscriber-list.js';
 import { writeScope } from '../streams/audit-outbox.js';
 import { SYSTEM_WRITER, type IdentityRefs } from '../streams/identity.js';
 import { AuditTrail } from '../streams/subscriber-audit.js';
+import { retryWhileUnavailable } from '../streams/redis.js';
 
 /** What the fan-out needs from a push provider client (actors/push-sender.ts implements it). */
 type PushAnswer = { outcome: 'sent' | 'failed'; httpStatus: number | null; apnsId: string | null; reason: string | null; timestamp: number | null; tokenInvalid: boolean; attempts: number };
@@ -158,7 +159,8 @@ async function settle(ctx: FanoutContext, tenantId: string, outcomes: Outcome[])
       args.push(o.id, o.status, flat.length / 2, ...flat);
     }
   }
-  await callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, outcomes[0]!.messageId)], args);
+  // the answers are APNs's: a brief refusal is waited out rather than the pushes sent again
+  await retryWhileUnavailable(() => callScript(ctx.redis, 'settleDeliveries', [ctx.keys.message(tenantId, outcomes[0]!.messageId)], args), RECORD_ANSWERS_WITHIN_MS);
 }
 
 /** The audit trail of Herald's own changes in the tenant (actor `system`), or none when the tenant is gone. */
@@ -241,6 +243,9 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   await Promise.all(writes);
   if (failure) throw failure;
 }
+
+/** How long a settle of APNs answers is retried while Redis refuses it: well within the claim idle time (60 s by default), which the batch's claims are kept fresh through. */
+const RECORD_ANSWERS_WITHIN_MS = 15_000;
 
 /** Answers recorded together at most: one settleDeliveries call per this many, or per SETTLE_WITHIN_MS. */
 const SETTLE_EVERY = 64;

@@ -8,7 +8,7 @@ import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
 import { signingSecrets } from '../lib/webhook-signing.js';
 import { IdentityRefs, SYSTEM_WRITER, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
-import { connectRedis } from '../streams/redis.js';
+import { connectRedis, retryWhileUnavailable } from '../streams/redis.js';
 import { readRegistry } from '../streams/registry.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
@@ -20,6 +20,9 @@ import {
 import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
 import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
 
+
+/** How long recording receivers' answers is retried while Redis refuses it: well within an attempt's lease (`leaseMsFor`, 90 s with the 30 s timeout). */
+const RECORD_RESULTS_WITHIN_MS = 15_000;
 /** The consumer group of the dispatchers on every workspace ledger. */
 export const WEBHOOK_GROUP = 'webhooks';
 const POLL_EVERY_MS = 100;
@@ -377,19 +380,14 @@ class WebhookDispatcher {
     for (const [workspaceId, results] of batches) {
       for (let i = 0; i < results.length; i += RECORD_CHUNK) {
         const chunk = results.slice(i, i + RECORD_CHUNK);
-        for (let tries = 1; ; tries++) {
-          try {
-            const outcomes = await recordAttempts(redis, keys, workspaceId, chunk, { atMs: now(), retryScheduleMs: config.webhookRetryScheduleMs });
-            this.claimAt.set(workspaceId, 0); // a retry may have been queued: learn when it is due
-            for (const o of outcomes) if (o.disabledEndpointId) await this.announceDisabled(workspaceId, o.disabledEndpointId);
-            break;
-          } catch (err) {
-            if (tries >= 3) {
-              log.warn('webhook results not recorded; their leases will expire and the attempts run again', { workspace: workspaceId, count: chunk.length, err: (err as Error).message });
-              break;
-            }
-            await new Promise((r) => setTimeout(r, 100 * tries));
-          }
+        try {
+          // the receivers' answers: a brief refusal is waited out rather than the attempts run again
+          const atMs = now();
+          const outcomes = await retryWhileUnavailable(() => recordAttempts(redis, keys, workspaceId, chunk, { atMs, retryScheduleMs: config.webhookRetryScheduleMs }), RECORD_RESULTS_WITHIN_MS);
+          this.claimAt.set(workspaceId, 0); // a retry may have been queued: learn when it is due
+          for (const o of outcomes) if (o.disabledEndpointId) await this.announceDisabled(workspaceId, o.disabledEndpointId);
+        } catch (err) {
+          log.warn('webhook results not recorded; their leases will expire and the attempts run again', { workspace: workspaceId, count: chunk.length, err: (err as Error).message });
         }
       }
     }

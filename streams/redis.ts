@@ -108,4 +108,24 @@ export function describeTarget(target: RedisTarget): string {
 export function isRedisUnavailable(err: unknown): boolean {
   return (err as { code?: string })?.code === 'ECONNREFUSED' || UNAVAILABLE.test(String((err as Error)?.message));
 }
+/**
+ * Runs `write` again while Redis answers it as unavailable (`isRedisUnavailable`: memory full,
+ * NOREPLICAS, a failover, a dropped connection), after 100 ms and then twice as long each time up to
+ * 2 s, for at most `withinMs` in all; then (or at once, for any other error) throws. For a write that
+ * records what cannot be had again, a push provider's or a webhook receiver's answers: until session
+ * 48 a refusal of one second left them to a claim or lease, which sent them again a minute later
+ * (probe P: 200 pushes APNs had accepted, 32 webhook deliveries).
+ */
+export async function retryWhileUnavailable<T>(write: () => Promise<T>, withinMs: number): Promise<T> {
+  const until = Date.now() + withinMs;
+  for (let wait = 100; ; wait = Math.min(wait * 2, 2_000)) {
+    try {
+      return await write();
+    } catch (err) {
+      if (!isRedisUnavailable(err) || Date.now() + wait > until) throw err;
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+}
+
 const UNAVAILABLE = /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF|NOREPLICAS|MASTERDOWN|BUSY Redis is busy/i;

@@ -3,6 +3,7 @@ import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
 import { recordOf } from '../lib/field-list.js';
 import { callScript } from './lua-scripts.js';
+import { retryWhileUnavailable } from './redis.js';
 
 export type StreamEntry = { id: string; fields: Record<string, string> };
 /**
@@ -74,6 +75,12 @@ export type ConsumerOptions = {
 };
 
 const CLAIM_PAGE = 500;
+/** Shared mode: times a batch is worked before it is left to a claim, and the waits between (0.2, 0.4, … s, at most 5 s: ~6 s in all). */
+const SHARED_BATCH_TRIES = 6;
+const SHARED_RETRY_FIRST_MS = 200;
+const SHARED_RETRY_MAX_MS = 5_000;
+/** Shared mode: how long the ack of a worked batch is retried while Redis refuses it. */
+const ACK_WITHIN_MS = 15_000;
 /** Entries one XTRIM call may remove (whole stream nodes of 100, about 2 ms of Redis), and calls one trim makes at most. */
 const TRIM_LIMIT = 10_000;
 const TRIM_ROUNDS = 100;
@@ -298,7 +305,19 @@ export class StreamConsumer {
       }, (err: unknown) => this.o.log.warn('could not keep the claims of a batch fresh', { group: this.o.group, err: String((err as Error)?.message ?? err) }));
     }, Math.max(50, Math.floor(source.claimIdleMs / 3)));
     try {
-      await this.o.handle(stream, entries, controller.signal);
+      // a failed batch is worked again here, its claims kept fresh meanwhile, before it is left to a
+      // claim after `claimIdleMs` (until session 48 at once: a Redis refusing writes for one second
+      // held the dispatcher's messages 60-90 s, probe P); the handlers are idempotent
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.o.handle(stream, entries, controller.signal);
+          break;
+        } catch (err) {
+          if (this.stopped || controller.signal.aborted || attempt >= SHARED_BATCH_TRIES) throw err;
+          this.o.log.warn('batch failed; working it again', { group: this.o.group, stream, attempt, err: String((err as Error)?.message ?? err) });
+          await new Promise((r) => setTimeout(r, Math.min(SHARED_RETRY_FIRST_MS * 2 ** (attempt - 1), SHARED_RETRY_MAX_MS)));
+        }
+      }
     } finally {
       clearInterval(keep);
       await keeping;
@@ -307,7 +326,8 @@ export class StreamConsumer {
       this.o.log.warn('another process took over part of a batch; leaving it to them', { group: this.o.group, stream, entries: ids.length });
       return;
     }
-    await this.owned(stream, ids, 'ack');
+    // the batch's effects are made: a brief refusal of the ack is waited out rather than the batch worked again after a claim
+    await retryWhileUnavailable(() => this.owned(stream, ids, 'ack'), ACK_WITHIN_MS);
     this.untrimmed.add(stream);
   }
 
@@ -415,8 +435,8 @@ export class StreamConsumer {
           'STREAMS', ...readable, ...readable.map(() => '>'),
         )) as [string, [string, string[]][]][] | null;
         if (overlap > 0) {
-          // each stream's batch is worked on its own; one that fails stays pending and is claimed
-          // again after `claimIdleMs` (shared mode), as a failed read's batches are
+          // each stream's batch is worked on its own; one that fails (after `process`'s retries)
+          // stays pending and is claimed again after `claimIdleMs` (shared mode), as a failed read's batches are
           for (const [stream, raw] of reply ?? []) {
             let busy = this.busy.get(stream);
             if (!busy) this.busy.set(stream, (busy = { batches: new Set(), latestAt: 0 }));
