@@ -23,7 +23,7 @@ export const ErrorBody: Schema = {
     code: { type: 'string', pattern: '^[a-z][a-z0-9_]*$', description: 'Stable lowercase snake_case code; branch on it.' },
     message: { type: 'string', description: 'Human text; do not branch on it.' },
     param: { type: 'string', nullable: true, description: 'The field (or header, or `body`) the error is about, when there is one: the first failing one of the code answered.' },
-    details: { type: 'array', nullable: true, items: { $ref: '#/components/schemas/ErrorDetail' }, description: 'One `{param, message}` per failing field. Always a list for `validation`, `bad_request` and `parse` (a body that is not JSON names `body`); null for codes without fields.' },
+    details: { type: 'array', nullable: true, items: { $ref: '#/components/schemas/ErrorDetail' }, description: 'One `{param, message}` per failing field. Always a list for `validation`, `bad_request` and `parse` (a body that is not JSON names `body`; an empty body reads as `{}`, so its required fields are named); null for codes without fields.' },
   },
 };
 
