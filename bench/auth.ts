@@ -7,7 +7,7 @@ import { httpLoad, mergeLoads, type LoadOptions, type LoadResult } from './lib/h
 import { startKoaFloor } from './lib/koa-floor.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { redisBenchmark, startRedis } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt } from './lib/result.js';
 import { startService } from './lib/service.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { resolve } from 'node:path';
@@ -57,7 +57,6 @@ function parseRoute(raw: string, key: string | undefined, expect: string | undef
   return { ...route, key: (key as Route['key'] | undefined) ?? route.key, expect: numberOption(expect, 'expect', route.expect, 100, 599) };
 }
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (r: LoadResult) => Object.entries(r.statusCodes).map(([code, count]) => `${code}×${count}`).join(' ') || '-';
 
 export async function run(args: string[]): Promise<BenchResult> {

@@ -11,7 +11,7 @@ import { LagSampler } from './lib/lag-sampler.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad, type RateLoadResult } from './lib/rate-load.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startEventRoles, startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
 
@@ -47,7 +47,6 @@ const RECOVERED_MS = 1000;
 /** the worker's lease with a stall: longer than any stall, so that a stopped worker keeps its partitions */
 const STALL_LEASE_MS = 30_000;
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const msText = (v: number, isBound: boolean) => `${isBound ? '> ' : ''}${fmt(v, 1)} ms`;
@@ -221,11 +220,6 @@ export async function run(args: string[]): Promise<BenchResult> {
   const floodCreate = floodSet.bodies.slice(0, Math.ceil(floodSubscribers / batch));
   const victimCreate = eventBodies({ subscribers: victimSubscribers, batch: 100, bodies: Math.ceil(victimSubscribers / 100), seed: 13 });
   const victimSet = eventBodies({ subscribers: victimSubscribers, batch: 0, bodies: Math.ceil(victimRate * duration * 1.1) + 10, offset: 5, seed: 13 });
-  const out: string[] = [];
-  const say = (line = '') => {
-    out.push(line);
-    process.stdout.write(line + '\n');
-  };
 
   const stops: Array<() => Promise<void>> = [];
   try {

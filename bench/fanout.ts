@@ -11,7 +11,7 @@ import { commandStats, commandStatsDelta, HeraldState, waitUntil } from './lib/h
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { BUNDLE_ID, createPushTenant, getData, joinTopic, makeTopic, postData, putApnsCredentials, registerDevices, startPeerWithProvider, subscriberId } from './lib/push-fixture.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { RssSampler, startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
@@ -38,9 +38,7 @@ const TARGET_PER_S = 20_000;
 const TARGET_RSS_MB = 300;
 const CONTENT = { title: 'Bench', body: 'One message to everyone in the topic' };
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const mb = (bytes: number) => bytes / 1_048_576;
-const say = (line = '') => process.stdout.write(line + '\n');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 type MessageView = { id: string; status: string; counts: Record<string, number>; startedAt: string | null; completedAt: string | null; error: string | null };

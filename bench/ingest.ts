@@ -12,7 +12,7 @@ import { httpLoad, mergeLoads, type LoadResult } from './lib/http-load.js';
 import { postAll } from './lib/post-all.js';
 import { startKoaHello } from './lib/koa-hello.js';
 import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt } from './lib/result.js';
 import { cpuProfEnv } from './lib/cpu-prof.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { startEventRoles } from './lib/service.js';
@@ -39,7 +39,6 @@ const SLUG = 'bench-ingest';
 const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
 const ACCEPTED = '"status":"accepted"';
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (r: { statusCodes: Record<string, number> }) => Object.entries(r.statusCodes).map(([c, n]) => `${c}×${n}`).join(' ') || '-';
 
 type ModeResult = {

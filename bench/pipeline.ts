@@ -13,7 +13,7 @@ import { postAll } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
 import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startEventRoles } from './lib/service.js';
 
 export const description = 'worker events/s and read-model lag p50/p99 under a fixed ingest rate; Redis memory per stored event';
@@ -39,7 +39,6 @@ const ACCEPTED = '"status":"accepted"';
 /** how long after the load sampled events are waited for (a sample not applied by then is `lost`, its lag > this) */
 const LAG_WAIT_MS = 25_000;
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -101,11 +100,6 @@ export async function run(args: string[]): Promise<BenchResult> {
   const loadSet = eventBodies({ subscribers, batch, bodies: Math.max(1, Math.ceil((requestRate * duration * 1.05) + 10)), seed: 7 });
   const prefix = `bench-pipeline-${process.pid}:`;
   const keys = createKeys(prefix);
-  const out: string[] = [];
-  const say = (line = '') => {
-    out.push(line);
-    process.stdout.write(line + '\n');
-  };
 
   const stops: Array<() => Promise<void>> = [];
   try {

@@ -12,7 +12,7 @@ import { externalIdOf } from './lib/event-bodies.js';
 import { HeraldState, waitUntil } from './lib/herald-state.js';
 import { postAll } from './lib/post-all.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
@@ -30,7 +30,6 @@ export const usage = `segments [--subscribers 100000] [--events 100000] [--histo
   --cpu-prof           write V8 CPU profiles of the service children into <dir>/segments/ (one worker per drain)`;
 
 const BY_BENCH = SYSTEM_WRITER;
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 
 type SegmentView = { slug: string; memberCount: number; backfill: { status: string; processed: number; total: number | null } };
@@ -61,8 +60,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const prefix = `bench-segments-${process.pid}:`;
   const keys = createKeys(prefix);
-  const say = (line = '') => process.stdout.write(line + '\n');
-  const stops: Array<() => Promise<void>> = [];
+    const stops: Array<() => Promise<void>> = [];
   let worker: { pid: number; stop: () => Promise<void> } | null = null;
   const stopWorker = async () => {
     if (worker) await worker.stop();

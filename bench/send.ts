@@ -14,7 +14,7 @@ import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { BUNDLE_ID, createPushTenant, getData, postData, putApnsCredentials, registerDevices, startPeerWithProvider, subscriberId } from './lib/push-fixture.js';
 import { rateLoad, type RateLoadResult } from './lib/rate-load.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
@@ -41,8 +41,6 @@ const TARGET_PER_S = 5_000;
 const TARGET_P99_MS = 50;
 const QUEUED = '"status":"queued"';
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
-const say = (line = '') => process.stdout.write(line + '\n');
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 
 type MessageView = { id: string; status: string; counts: Record<string, number> };

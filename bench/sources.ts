@@ -16,7 +16,7 @@ import { startKoaHello } from './lib/koa-hello.js';
 import { postAll } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt } from './lib/result.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
 
@@ -39,7 +39,6 @@ const SIGNED_PER_SECOND = 15_000;
 const PAYLOAD_BYTES = 300;
 const TYPES = ['invoice.paid', 'invoice.created', 'customer.updated', 'subscription.renewed', 'payment.failed', 'user.signed_in'];
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (r: { statusCodes: Record<string, number> }) => Object.entries(r.statusCodes).map(([c, n]) => `${c}×${n}`).join(' ') || '-';
 
 /**

@@ -16,7 +16,7 @@ import { cpuProfEnv } from './lib/cpu-prof.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
 import { startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startService } from './lib/service.js';
 
 export const description = 'webhook deliveries/s of one dispatcher process to a local receiver; event-to-delivery latency p50/p99 at a fixed event rate';
@@ -31,7 +31,6 @@ export const usage = `webhooks [--deliveries 30000] [--rate 1000] [--duration 10
 
 const SLUG = 'bench-webhooks';
 const BY_BENCH: Writer = { actor: { type: 'system', id: null }, request: null };
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function percentile(sorted: number[], p: number): number {
@@ -115,8 +114,7 @@ export async function run(args: string[]): Promise<BenchResult> {
   if (values['cpu-prof']) mkdirSync(resolve(values['cpu-prof'], 'webhooks'), { recursive: true });
   const prefix = `bench-webhooks-${process.pid}:`;
   const keys = createKeys(prefix);
-  const say = (line = '') => process.stdout.write(line + '\n');
-  const stops: Array<() => Promise<void>> = [];
+    const stops: Array<() => Promise<void>> = [];
 
   try {
     const { server: redis, client: db } = await startRedisWithClient(stops);

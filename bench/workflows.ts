@@ -12,7 +12,7 @@ import { postAll, type PostAllResult } from './lib/post-all.js';
 import { cpuDelta, cpuSnapshot, formatCpu } from './lib/proc-cpu.js';
 import { rateLoad } from './lib/rate-load.js';
 import { redisBenchmark, startRedisWithClient } from './lib/redis.js';
-import { ratioOf, round, type BenchResult } from './lib/result.js';
+import { ratioOf, round, type BenchResult, fmt, say } from './lib/result.js';
 import { startRole } from './lib/role-process.js';
 import { startService } from './lib/service.js';
 import { startWorker } from './lib/worker.js';
@@ -34,7 +34,6 @@ export const usage = `workflows [--runs 100000] [--sleep 10] [--rate 0] [--memor
                        the time goes, not for the figures)`;
 
 const BY_BENCH = SYSTEM_WRITER;
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const codes = (c: Record<string, number>) => Object.entries(c).map(([k, n]) => `${k}×${n}`).join(' ') || '-';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const otherCores = (rows: { label: string; cores: number }[]) => rows.find((r) => r.label === 'other processes')?.cores ?? 0;
@@ -131,8 +130,7 @@ export async function run(args: string[]): Promise<BenchResult> {
 
   const prefix = `bench-workflows-${process.pid}:`;
   const keys = createKeys(prefix);
-  const say = (line = '') => process.stdout.write(line + '\n');
-  const stops: Array<() => Promise<void>> = [];
+    const stops: Array<() => Promise<void>> = [];
   try {
     const { server: redis, client } = await startRedisWithClient(stops);
     const state = new HeraldState(client, keys, partitions);

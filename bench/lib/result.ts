@@ -39,3 +39,9 @@ export function resultLine(result: BenchResult): string {
 export function printResult(result: BenchResult): Promise<void> {
   return new Promise((done) => process.stdout.write(resultLine(result) + '\n', () => done()));
 }
+
+/** A figure for the printed report: grouped thousands, `digits` decimals. */
+export const fmt = (n: number, digits = 0): string => n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** Prints one line of the report. */
+export const say = (line = ''): void => void process.stdout.write(line + '\n');
