@@ -20,7 +20,6 @@ import {
 import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
 import { EndpointLanes, postWebhook, type SendOptions } from './webhook-sender.js';
 
-
 /** How long recording receivers' answers is retried while Redis refuses it: well within an attempt's lease (`leaseMsFor`, 90 s with the 30 s timeout). */
 const RECORD_RESULTS_WITHIN_MS = 15_000;
 /** The consumer group of the dispatchers on every workspace ledger. */

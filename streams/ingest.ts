@@ -178,11 +178,7 @@ async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Pr
   // tenants' shares under `tenant|p`, subscribers' under `tenant|externalId`
   const tenantShares = new Map<string, Share>();
   const subscriberShares = new Map<string, Share>();
-  const share = (shares: Map<string, Share>, key: string, made: () => Share) => {
-    const s = shares.get(key);
-    if (s) s.events++;
-    else shares.set(key, made());
-  };
+
   requests.forEach(({ scope, events, parts }, i) => {
     for (const p of touched[i]!) if ((q.lengths.get(p) ?? 0) >= scope.maxBacklog * NEAR_INBOX) near.add(p);
     const { tenantId, tenantMaxBacklog, subscriberMaxBacklog } = scope;
@@ -190,11 +186,15 @@ async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Pr
       const p = parts[j]!;
       if (tenantMaxBacklog !== undefined) {
         const key = `${tenantId}|${p}`;
-        share(tenantShares, key, () => ({ key, tenantId, p, limit: tenantMaxBacklog, events: 1 }));
+        const s = tenantShares.get(key);
+        if (s) s.events++;
+        else tenantShares.set(key, { key, tenantId, p, limit: tenantMaxBacklog, events: 1 });
       }
       if (subscriberMaxBacklog !== undefined) {
         const key = `${tenantId}|${externalId}`;
-        share(subscriberShares, key, () => ({ key, tenantId, p, externalId, limit: subscriberMaxBacklog, events: 1 }));
+        const s = subscriberShares.get(key);
+        if (s) s.events++;
+        else subscriberShares.set(key, { key, tenantId, p, externalId, limit: subscriberMaxBacklog, events: 1 });
       }
     });
   });

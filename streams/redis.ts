@@ -97,6 +97,9 @@ export function describeTarget(target: RedisTarget): string {
   return url.toString();
 }
 
+/** Redis's and ioredis's messages for "not now" (`isRedisUnavailable`). */
+const UNAVAILABLE = /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF|NOREPLICAS|MASTERDOWN|BUSY Redis is busy/i;
+
 /**
  * True when `err` says Redis could not be reached or cannot take writes for now (as opposed to a
  * command or script error): its memory is full (`maxmemory` with `noeviction`: `OOM`), its snapshots
@@ -108,6 +111,7 @@ export function describeTarget(target: RedisTarget): string {
 export function isRedisUnavailable(err: unknown): boolean {
   return (err as { code?: string })?.code === 'ECONNREFUSED' || UNAVAILABLE.test(String((err as Error)?.message));
 }
+
 /**
  * Runs `write` again while Redis answers it as unavailable (`isRedisUnavailable`: memory full,
  * NOREPLICAS, a failover, a dropped connection), after 100 ms and then twice as long each time up to
@@ -127,5 +131,3 @@ export async function retryWhileUnavailable<T>(write: () => Promise<T>, withinMs
     }
   }
 }
-
-const UNAVAILABLE = /Connection is closed|Command aborted due to connection close|max retries|ECONNRESET|ETIMEDOUT|LOADING|READONLY|Command timed out|OOM command not allowed|MISCONF|NOREPLICAS|MASTERDOWN|BUSY Redis is busy/i;
