@@ -28,13 +28,14 @@ function parseCursor(cursor: string): CursorFields | null {
 
 /**
  * The list a request reads: its path (decoded: a client may encode an externalId's characters
- * either way) in the credential's workspace and tenant. A cursor carries its list's tag, so one list's
+ * either way; a trailing slash or none) in the credential's workspace and tenant. A cursor carries its list's tag, so one list's
  * cursor given to another (another tenant's events, another subscriber's timeline, another
  * endpoint's deliveries) is refused instead of read as a position there. Filters are not part of
  * it: a cursor is a position in the list's order, which filters do not change.
  */
 export function listTag(ctx: Context): string {
-  let path = ctx.path;
+  // without a trailing slash: the router serves `/v1/topics/` as `/v1/topics`, so their cursors are one list's (probe T)
+  let path = ctx.path.replace(/\/+$/, '');
   try {
     path = decodeURIComponent(path);
   } catch {
@@ -71,7 +72,7 @@ export function badCursor(): ApiError {
  * the query with schema `schemaName` (which must include the ListQuery properties).
  */
 export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery'): PageRequest & { query: Q } {
-  const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.query as Record<string, unknown>);
+  const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.querystring);
   return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor, listTag(ctx)) : null, query };
 }
 

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { Context } from 'koa';
 import { codePoints } from '../lib/code-points.js';
 import { notFound } from '../lib/errors.js';
@@ -15,4 +16,21 @@ export function externalIdParam(ctx: Context): string {
   const length = codePoints(value);
   if (length < 1 || length > MAX_EXTERNAL_ID_LENGTH) throw notFound('Subscriber');
   return value;
+}
+
+/**
+ * Whether a request carries header `name` (lowercase) on more than one line. Node joins most
+ * repeated headers with ", " and keeps the first of some others; a proxy in front may read the
+ * last. For a header that holds one value (`Host`, `Authorization`, `Idempotency-Key`) a request
+ * with several lines is refused rather than guessed at: two `Idempotency-Key` lines read as one
+ * new key "k, k" sent a retried message again (probe T).
+ */
+export function repeatsHeader(req: IncomingMessage, name: string): boolean {
+  const raw = req.rawHeaders;
+  let seen = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const line = raw[i]!;
+    if (line.length === name.length && line.toLowerCase() === name && ++seen > 1) return true;
+  }
+  return false;
 }

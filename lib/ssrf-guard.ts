@@ -186,6 +186,8 @@ export function checkWebhookUrl(raw: string, options: { production: boolean; all
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return { ok: false, reason: 'must use http or https' };
   if (options.production && url.protocol !== 'https:') return { ok: false, reason: 'must use https' };
   if (url.username !== '' || url.password !== '') return { ok: false, reason: 'must not contain credentials' };
+  // port 0 reaches nothing: no attempt could ever connect (probe S)
+  if (url.port === '0') return { ok: false, reason: 'must not use port 0' };
   // WHATWG URL has already turned 2130706433, 0x7f.1 and 0177.0.0.1 into 127.0.0.1.
   const host = url.hostname.replace(/^\[(.*)\]$/, '$1');
   if (host === '') return { ok: false, reason: 'has no host' };

@@ -191,27 +191,75 @@ function integersOf(name: string): Set<string> {
   return found;
 }
 
+/** One name or value of a query string, decoded as a form does (`+` is a space); null when its percent-encoding is not UTF-8. */
+function decodeQueryPart(raw: string): string | null {
+  try {
+    return decodeURIComponent(raw.replace(/\+/g, ' '));
+  } catch {
+    return null;
+  }
+}
+
 /**
- * Validates (and coerces) query parameters against schema `name`. An integer parameter is written
- * in decimal digits (`limit=10`, not `1e1`, `0x0a` or `10.0`). Every parameter is given at most
- * once: `?limit=500&limit=1` is 400 naming `limit`, not the last value read and the others unchecked.
+ * The parameters of a raw query string (`ctx.querystring`), every one of them: a name given twice
+ * is an array, so it can be refused. Node's `querystring.parse` (what Koa's `ctx.query` is) keeps
+ * the first 1,000 pairs only, so a filter sent after 1,000 others (`&` repeated) went unread and
+ * the list came back wider (probe T); it also reads malformed or non-UTF-8 percent-encoding as
+ * U+FFFD or as the raw text, so `?externalId=%FF` addressed the subscriber "\uFFFD". The URL is
+ * bounded by the header size limit, and so is the number of pairs. Empty pairs (`a=1&&b=2`) are
+ * nothing; a pair without a name (`?=x`) or with an encoding that is not UTF-8 is a problem.
  */
-export function checkQuery<T>(name: string, value: Record<string, unknown>): T {
+export function parseQuery(querystring: string): { params: Map<string, string | string[]>; problems: ErrorDetail[] } {
+  const params = new Map<string, string | string[]>();
+  const problems: ErrorDetail[] = [];
+  for (const pair of querystring.split('&')) {
+    if (pair === '') continue;
+    const eq = pair.indexOf('=');
+    const rawName = eq < 0 ? pair : pair.slice(0, eq);
+    const name = decodeQueryPart(rawName);
+    const value = decodeQueryPart(eq < 0 ? '' : pair.slice(eq + 1));
+    if (name === null || name === '') {
+      problems.push({ param: 'query', message: name === '' ? 'holds a parameter without a name' : 'holds a parameter name that is not percent-encoded UTF-8' });
+      continue;
+    }
+    if (value === null) {
+      problems.push({ param: name, message: 'is not percent-encoded UTF-8' });
+      continue;
+    }
+    const before = params.get(name);
+    params.set(name, before === undefined ? value : Array.isArray(before) ? [...before, value] : [before, value]);
+  }
+  return { params, problems };
+}
+
+/**
+ * Validates (and coerces) the parameters of a raw query string (`ctx.querystring`, read by
+ * `parseQuery`) against schema `name`. An integer parameter is written in decimal digits
+ * (`limit=10`, not `1e1`, `0x0a` or `10.0`). Every parameter is given at most once:
+ * `?limit=500&limit=1` is 400 naming `limit`, not the last value read and the others unchecked.
+ */
+export function checkQuery<T>(name: string, querystring: string): T {
   // no prototype: `copy.__proto__ = v` on a plain object would set its prototype (ignored for a
   // string) instead of keeping the key, and `?__proto__=1` would pass unnamed
   const copy: Record<string, unknown> = Object.create(null);
+  const { params, problems } = parseQuery(querystring);
   const details: ErrorDetail[] = [];
+  const named = new Set<string>();
+  const add = (d: ErrorDetail) => {
+    if (!named.has(d.param)) details.push(d);
+    named.add(d.param);
+  };
+  problems.forEach(add);
   const integers = integersOf(name);
-  for (const [k, v] of Object.entries(value)) {
-    if (Array.isArray(v)) {
-      details.push({ param: k, message: 'must be given once' });
-      continue;
+  for (const [k, v] of params) {
+    if (Array.isArray(v)) add({ param: k, message: 'must be given once' });
+    else if (!named.has(k)) {
+      copy[k] = v;
+      if (integers.has(k) && !/^-?\d+$/.test(v)) add({ param: k, message: 'must be an integer, in decimal digits' });
     }
-    copy[k] = v;
-    if (integers.has(k) && typeof copy[k] === 'string' && !/^-?\d+$/.test(copy[k] as string)) details.push({ param: k, message: 'must be an integer, in decimal digits' });
   }
   const fn = compiled(queries, name, 'query');
-  if (!fn(copy)) for (const d of errorDetails(fn.errors ?? [])) if (!details.some((x) => x.param === d.param)) details.push(d);
-  if (details.length) throw validationError(details);
+  if (!fn(copy)) errorDetails(fn.errors ?? []).forEach(add);
+  if (details.length) throw validationError(details.slice(0, MAX_DETAILS));
   return copy as T;
 }

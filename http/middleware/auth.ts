@@ -10,6 +10,7 @@ import type { Principal } from '../../streams/key-cache.js';
 import type { Ref } from '../../streams/ledger.js';
 import type { AppDeps } from '../deps.js';
 import { jsonBody } from './json-body.js';
+import { repeatsHeader } from '../params.js';
 
 /**
  * Which credentials reach a route:
@@ -94,20 +95,6 @@ function hashOf(presented: string): string {
   return hash;
 }
 
-/**
- * Whether a request carries more than one `Authorization` line. Node keeps the first and drops the
- * others; a proxy in front may read the last: two parties disagreeing on who calls. RFC 9110 allows
- * one such line, so a request with several is refused rather than guessed at.
- */
-function repeatsAuthorization(rawHeaders: string[]): boolean {
-  let seen = 0;
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]!;
-    if (name.length === 13 && name.toLowerCase() === 'authorization' && ++seen > 1) return true;
-  }
-  return false;
-}
-
 async function authenticate(ctx: Context, deps: AppDeps, presented: string): Promise<Principal> {
   if (!ctx.get('Authorization')) throw new ApiError(401, 'missing_authorization', 'Send Authorization: Bearer <API key>');
   const kind = kindOfPresentedKey(presented);
@@ -143,7 +130,7 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
   const body = jsonBody(deps.config.bodyLimitBytes);
   const sessionOnly = scope !== null && isSessionOnly(scope);
   return async function auth(ctx: Context, next: Next): Promise<void> {
-    if (repeatsAuthorization(ctx.req.rawHeaders)) throw new ApiError(400, 'bad_request', 'Send one Authorization header, not several', { param: 'Authorization' });
+    if (repeatsHeader(ctx.req, 'authorization')) throw new ApiError(400, 'bad_request', 'Send one Authorization header, not several', { param: 'Authorization' });
     const credential = BEARER.exec(ctx.get('Authorization'))?.[1] ?? '';
     if (looksLikeToken(credential)) {
       ctx.state.auth = await authenticateToken(ctx, deps, credential, options, scope);

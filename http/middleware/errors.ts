@@ -5,6 +5,7 @@ import { ApiError } from '../../lib/errors.js';
 import { newRequestId } from '../../lib/ids.js';
 import type { Logger } from '../../lib/log.js';
 import { errorEnvelope, respondError } from '../envelope.js';
+import { repeatsHeader } from '../params.js';
 import { isRedisUnavailable } from '../../streams/redis.js';
 import { CROSS_ORIGIN_HEADERS } from './cross-origin.js';
 
@@ -20,18 +21,11 @@ function toApiError(err: unknown): ApiError | null {
 
 /**
  * RFC 9112 3.2: an HTTP/1.1 request carries exactly one `Host`. Node checks only its absence, and
- * answers that outside the envelope (probe M), so both are checked here; two hosts are refused as two
- * `Authorization` lines are: a proxy in front may read the other one.
+ * answers that outside the envelope (probe M), so both are checked here.
  */
 function hostProblem(req: IncomingMessage): string | null {
   if (req.headers.host === undefined) return req.httpVersionMajor === 1 && req.httpVersionMinor >= 1 ? 'An HTTP/1.1 request needs a Host header' : null;
-  const raw = req.rawHeaders;
-  let seen = 0;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 4 && name.toLowerCase() === 'host' && ++seen > 1) return 'Send one Host header, not several';
-  }
-  return null;
+  return repeatsHeader(req, 'host') ? 'Send one Host header, not several' : null;
 }
 
 /**

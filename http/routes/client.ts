@@ -1,7 +1,7 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { notFound } from '../../lib/errors.js';
-import { checkBody, checkQuery } from '../../lib/validator.js';
+import { checkBody, checkQuery, parseQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
@@ -26,7 +26,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
 
   /** The externalId a client call on a subscription id acts for: its owner, checked against a presented identity. */
   async function subscriptionOwner(ctx: Context): Promise<string> {
-    const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.query as Record<string, unknown>);
+    const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.querystring);
     if (query.externalId !== undefined) {
       // the caller proves its own externalId before the lookup: an id that is not its own is then
       // 404, whoever holds it
@@ -213,7 +213,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/client/preferences', client, async (ctx) => {
-    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.querystring);
     await verifyExisting(deps, ctx, query.externalId, query.identityHash);
     respond(ctx, 200, await getPreferences(redis, keys, scopeOf(ctx, deps), query.externalId));
   });
@@ -297,8 +297,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    */
   router.delete('/v1/client/widgets/:id', client, async (ctx) => {
     // an id this tenant never held is 404 whatever else the request lacks (spec 4.4 lists only the path id)
-    if (ctx.query.externalId === undefined && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
-    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.query as Record<string, unknown>);
+    if (!parseQuery(ctx.querystring).params.has('externalId') && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
+    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.querystring);
     await verifyExisting(deps, ctx, query.externalId, query.identityHash);
     const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);
     if (deleted === 'not_found') throw notFound('Widget');

@@ -188,7 +188,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/events/volume', read, async (ctx) => {
-    const query = checkQuery<{ range: VolumeRange; name?: string }>('VolumeQuery', ctx.query as Record<string, unknown>);
+    const query = checkQuery<{ range: VolumeRange; name?: string }>('VolumeQuery', ctx.querystring);
     const volume = await readVolume(redis, keys, config.partitions, tenantOf(ctx).id, query.range, query.name);
     respond(ctx, 200, { range: query.range, unit: volume.unit, name: query.name ?? null, buckets: volume.buckets });
   });

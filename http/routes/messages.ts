@@ -15,6 +15,7 @@ import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
+import { repeatsHeader } from '../params.js';
 
 type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
 
@@ -59,6 +60,7 @@ function throwProblems(details: ErrorDetail[]): void {
  */
 function idempotencyKeyOf(ctx: Context): string | null {
   if (ctx.headers['idempotency-key'] === undefined) return null;
+  if (repeatsHeader(ctx.req, 'idempotency-key')) throw validationError([{ param: 'Idempotency-Key', message: 'must be sent once, not on several lines' }]);
   const key = ctx.get('Idempotency-Key');
   if (key.trim() === '') throw validationError([{ param: 'Idempotency-Key', message: 'must not be empty' }]);
   if (key.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
@@ -89,7 +91,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
    *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
    *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire. An empty (or blank) or
-   *       longer than 255 characters `Idempotency-Key` is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
+   *       longer than 255 characters `Idempotency-Key`, or one sent on several header lines (read as one, `k, k` would be a
+   *       new key), is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
    *       The whole APNs payload (title, body, data and the rest) must fit in 4 KB: over it is 400 `validation`
    *       naming `data` when there is some, else `body`; `collapseId` is 1 to 64 printable ASCII characters (an HTTP header).

@@ -140,7 +140,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *     summary: Create a webhook endpoint
    *     description: |
    *       Scope `webhooks:write`, workspace keys only (tenant keys 403). At most 50 endpoints per workspace
-   *       (`400 bad_request`). `url` must be http(s) without credentials and must not point to (or resolve
+   *       (`400 bad_request`). `url` must be http(s) without credentials or port 0 and must not point to (or resolve
    *       to) a private, loopback, link-local, CGNAT, multicast or reserved address; https only in production
    *       (`400 invalid_url`). A host name that does not resolve now is saved (each attempt resolves it again and
    *       refuses a private address then). `events` defaults to `["*"]`; private names (`key.*`, `webhook.*`, `profile.*`)

@@ -1,9 +1,9 @@
-import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
+import { rawRequest } from '../helpers/raw-request.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { actorsCaughtUp } from '../helpers/inbox.js';
@@ -202,20 +202,12 @@ wf('$subscription.removed starts a run when a device goes, but not when its subs
 
 /** What the service answers (status line to body) a raw request whose Idempotency-Key holds `value` (bytes as latin1). */
 async function rawAnswer(url: string, key: string, value: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => {
-      socket.end(Buffer.concat([
-        Buffer.from(`POST /v1/messages HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nIdempotency-Key: `),
-        Buffer.from(value, 'latin1'),
-        Buffer.from('\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'),
-      ]));
-    });
-    let answer = '';
-    socket.on('data', (chunk) => (answer += chunk));
-    socket.on('error', reject);
-    socket.on('close', () => resolve(answer));
-  });
+  const { hostname } = new URL(url);
+  return (await rawRequest(url, Buffer.concat([
+    Buffer.from(`POST /v1/messages HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\nIdempotency-Key: `),
+    Buffer.from(value, 'latin1'),
+    Buffer.from('\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}'),
+  ]))).text;
 }
 
 wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the run\'s send nor replays its message', async (ctx) => {

@@ -18,7 +18,8 @@ async function loadContract(baseUrl: string): Promise<Contract> {
   ajv.addSchema({ $id: 'openapi', components: doc.components });
   const operations: Operation[] = [];
   for (const [path, item] of Object.entries<any>(doc.paths)) {
-    const pattern = new RegExp('^' + path.replace(/[.*+?^${}()|[\]\\]/g, (c) => (c === '{' || c === '}' ? c : '\\' + c)).replace(/\{[^}]+\}/g, '[^/]+') + '$');
+    // with or without a trailing slash, as the router serves each path (docs/architecture.md)
+    const pattern = new RegExp('^' + path.replace(/[.*+?^${}()|[\]\\]/g, (c) => (c === '{' || c === '}' ? c : '\\' + c)).replace(/\{[^}]+\}/g, '[^/]+') + '/?$');
     for (const [method, op] of Object.entries<any>(item)) operations.push({ pattern, method: method.toUpperCase(), path, responses: op.responses ?? {} });
   }
   return { ajv, operations, validators: new Map() };

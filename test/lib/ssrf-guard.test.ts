@@ -232,6 +232,13 @@ urls('a URL carrying a username or password is refused, not rewritten', () => {
   assert.match(refused('https://:pass@hooks.example.com/'), /credentials/);
 });
 
+urls('port 0 is refused in every spelling (no attempt could connect); other ports stand (probe S)', () => {
+  for (const raw of ['https://hooks.example.com:0/hook', 'https://hooks.example.com:00/', 'http://hooks.example.com:000/']) assert.match(refused(raw), /port 0/, raw);
+  for (const raw of ['https://hooks.example.com:1/', 'https://hooks.example.com:8443/', 'https://hooks.example.com:65535/']) {
+    assert.ok(checkWebhookUrl(raw, { production: false, allow: NONE }).ok, raw);
+  }
+});
+
 urls('private IP literals are refused in every spelling URL parsing accepts', () => {
   const cases: [string, string][] = [
     ['http://127.0.0.1/', 'loopback'],

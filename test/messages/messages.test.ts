@@ -4,6 +4,7 @@ import { auditEntries } from '../helpers/audit.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { apnsCredentials, BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
 import { startTestService } from '../helpers/service.js';
+import { rawRequest } from '../helpers/raw-request.js';
 import { waitFor } from '../helpers/wait.js';
 import { messageTimerPartition } from '../../streams/messages.js';
 
@@ -521,6 +522,25 @@ m('an empty or blank Idempotency-Key is 400 validation naming the header, as one
   assert.is(await total(), before, 'no message was made');
   const ok = await ctx.api.post('/v1/messages', ctx.key, { to: 'idem-empty', title: 't', body: 'b' }, { 'Idempotency-Key': 'k'.repeat(255) });
   assert.is(ok.status, 202, '255 characters are fine');
+});
+
+m('an Idempotency-Key on two header lines is 400 validation naming it (probe T: read as one new key "k, k", a duplicated header sent the message again)', async (ctx) => {
+  await device(ctx, 'idem-twice');
+  const body = JSON.stringify({ to: 'idem-twice', title: 't', body: 'b' });
+  const send = (keyLines: string[]) => rawRequest(ctx.service.url, `POST /v1/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ctx.key}\r\nContent-Type: application/json\r\n`
+    + `${keyLines.map((v) => `Idempotency-Key: ${v}\r\n`).join('')}Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  const first = await send(['twice-1']);
+  assert.is(first.status, 202, first.text);
+  const total = async () => (await ctx.api.get('/v1/messages?limit=1', ctx.key)).body.data.total as number;
+  const before = await total();
+  for (const lines of [['twice-1', 'twice-1'], ['twice-2', 'twice-3']]) {
+    const res = await send(lines);
+    const answer = JSON.parse(res.body);
+    assert.equal([res.status, answer.error?.code, answer.error?.param], [400, 'validation', 'Idempotency-Key'], res.text);
+  }
+  assert.is(await total(), before, 'no message was made');
+  const replay = await send(['twice-1']);
+  assert.equal([replay.status, replay.headers['idempotent-replayed'], JSON.parse(replay.body).data.id], [202, 'true', JSON.parse(first.body).data.id]);
 });
 
 m('an idle dispatcher costs nothing per tenant queue: with 300 more tenants that once sent, none of their queues is inspected or trimmed; a queue read from is trimmed once acked', async (ctx) => {
