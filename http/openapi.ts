@@ -52,6 +52,11 @@ export function buildOpenApi(): Record<string, unknown> {
             headers: { 'Retry-After': { description: 'Seconds to wait before the retry (1).', required: true, schema: { type: 'integer' } } },
             content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
           },
+          LockTimeout: {
+            description: 'The write kept losing to concurrent writes of the same subscriber, topic membership or workflow (lock_timeout: its compare-and-set was retried a bounded number of times); what it had not written is not written. Retry after Retry-After.',
+            headers: { 'Retry-After': { description: 'Seconds to wait before the retry (1).', required: true, schema: { type: 'integer' } } },
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } },
+          },
           Unauthorized: {
             description: 'No credential, or one refused (missing_authorization, invalid_api_key, api_key_expired, invalid_session); branch on error.code.',
             headers: { 'WWW-Authenticate': { description: '`Bearer`, or `Bearer error="invalid_token"` when a credential was presented and refused.', required: true, schema: { type: 'string' } } },

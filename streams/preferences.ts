@@ -63,7 +63,7 @@ export type PreferencesOutcome = { preferences: Preferences; changed: boolean; p
  * with the preferences it replaced (`subscriber.created` when it created the subscriber).
  */
 export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, update: PreferencesUpdate, options: { create?: boolean; audit?: AuditTrail } = {}): Promise<PreferencesOutcome> {
-  return changeSubscriber<PreferencesOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
+  return changeSubscriber<PreferencesOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments, at) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const current = readPreferences(snapshot.record.preferences);
     const next = apply(current, update);
@@ -81,7 +81,7 @@ export async function updatePreferences(redis: Redis, keys: Keys, scope: TenantS
     return {
       create: true,
       events: same ? [] : [{ name: '$preferences.updated', data: { preferences: next, previous: current } }],
-      ops: same ? [] : [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow()]],
+      ops: same ? [] : [['hset', record, 'preferences', JSON.stringify(next)], ['hset', record, 'updatedAt', isoNow(at)]],
       audit: options.audit && { trail: options.audit, op: 'subscriber.preferences', make: PREFERENCE_AUDITS['subscriber.preferences'], input, needsRecord: true },
       result,
     };

@@ -141,7 +141,7 @@ export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[
  */
 export async function changeSubscriber<T, X = undefined>(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
-  compute: (snapshot: SubscriberSnapshot, extra: X) => Change<T>,
+  compute: (snapshot: SubscriberSnapshot, extra: X, at: number) => Change<T>,
   read?: (partition: number) => Promise<X>,
   options: { record?: boolean } = {},
 ): Promise<T> {
@@ -151,10 +151,14 @@ export async function changeSubscriber<T, X = undefined>(
     const reading = readSubscriber(redis, keys, scope, externalId, options);
     const extraReading = read ? read(partition) : Promise.resolve(undefined);
     const [snapshot, extra] = (await Promise.all([reading, extraReading])) as [SubscriberSnapshot, X];
-    const change = compute(snapshot, extra);
+    // one reading of the clock for the attempt: the record's times `compute` writes (updatedAt) and
+    // the ones the script writes (a new subscriber's createdAt, its events) are the same instant
+    // (updatedAt read before the write's own time came out 1 ms before createdAt: probe U)
+    const at = now();
+    const change = compute(snapshot, extra, at);
     if ('skip' in change) return change.skip;
     try {
-      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, audit: change.audit, expectedVersion: snapshot.version });
+      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, audit: change.audit, expectedVersion: snapshot.version, at });
       return change.result;
     } catch (err) {
       if (!(err instanceof VersionConflict) && !(err instanceof GuardFailed)) throw err;

@@ -130,7 +130,7 @@ export function boundedUpdateData(changes: Record<string, unknown>, previous: Re
  * `<base>properties` when the merged `properties` would go over 8 KB and grow: computed from the
  * snapshot the compare-and-set write applies to, so the bound holds for what is stored.
  */
-export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { verified?: boolean; base?: string } = {}) {
+export function attributeChange(keys: Keys, scope: TenantScope, snapshot: SubscriberSnapshot, externalId: string, input: Attributes, extra: { at: number; verified?: boolean; base?: string }) {
   const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
   const next = nextAttributes(current, input);
   const changes: Record<string, unknown> = {};
@@ -167,7 +167,7 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
     if (next.email) ops.push(['zadd', keys.subscriberEmailIndex(snapshot.partition, scope.tenantId, next.email.toLowerCase()), 0, member]);
   }
   const events: EngineEvent[] = current && Object.keys(changes).length ? [{ name: '$subscriber.updated', data: boundedUpdateData(changes, previous) }] : [];
-  if (ops.length) ops.push(['hset', record, 'updatedAt', isoNow()]);
+  if (ops.length) ops.push(['hset', record, 'updatedAt', isoNow(extra.at)]);
   return { ops, events, changes, previous };
 }
 
@@ -181,9 +181,9 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
 export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string; audit?: AuditTrail } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
   checkAttributes(input, options.base);
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
-  const outcome = await changeSubscriber<Outcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
+  const outcome = await changeSubscriber<Outcome, string[]>(redis, keys, scope, externalId, (snapshot, segments, at) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
-    const change = attributeChange(keys, scope, snapshot, externalId, input, { verified: options.verified, base: options.base });
+    const change = attributeChange(keys, scope, snapshot, externalId, input, { at, verified: options.verified, base: options.base });
     if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
     const result = { created: !snapshot.exists, changes: change.changes, previous: change.previous };
     return { create: true, events: change.events, ops: change.ops, result, audit: options.audit && attributesAudit(options.audit, { externalId, segments, ...result }) };
@@ -223,13 +223,13 @@ export function fittingProperties(into: Record<string, unknown>, from: Record<st
  * `subscriber.updated`, absorbing a held one of the same request: see streams/subscriber-audit.ts).
  */
 export async function mergeAttributes(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, from: Subscriber, audit?: AuditTrail): Promise<AttributeOutcome> {
-  return changeSubscriber<AttributeOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments) => {
+  return changeSubscriber<AttributeOutcome, string[]>(redis, keys, scope, externalId, (snapshot, segments, at) => {
     const current = snapshot.exists ? toSubscriber(externalId, snapshot.record) : null;
     const input: Attributes = {};
     for (const field of ['email', 'phone', 'locale', 'timezone'] as const) if (from[field] && !current?.[field]) input[field] = from[field];
     const properties = fittingProperties(current?.properties ?? {}, from.properties);
     if (Object.keys(properties).length) input.properties = properties;
-    const change = attributeChange(keys, scope, snapshot, externalId, input);
+    const change = attributeChange(keys, scope, snapshot, externalId, input, { at });
     if (change.ops.length === 0) return { skip: { changes: {}, previous: {} } };
     const result = { changes: change.changes, previous: change.previous };
     return { create: true, events: change.events, ops: change.ops, result, audit: audit && attributesAudit(audit, { externalId, segments, created: false, ...result }) };

@@ -313,11 +313,11 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  */
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
   type Read = Held & { count: number; prior: Record<string, string> };
-  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior }) => {
+  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior }, atMs) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
-    const at = isoNow();
+    const at = isoNow(atMs);
     if (!member || !heldBy(current, externalId)) {
       // the record is replaced on the strength of its claim stamp too: a later claim of the same holder
       // (which bumps that holder's version, not this subscriber's) must make this write recompute
@@ -505,11 +505,11 @@ export async function listSubscriptions(redis: Redis, keys: Keys, scope: TenantS
  */
 export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, enabled: boolean, audit?: AuditTrail): Promise<{ subscription: Subscription; changed: boolean }> {
   if (!isId('subscription', id)) throw notFound('Subscription');
-  const changed = await changeSubscriber<boolean, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+  const changed = await changeSubscriber<boolean, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h, atMs) => {
     if (!snapshot.exists || !h.id) throw notFound('Subscription');
     if ((h.enabled === '1') === enabled) return { skip: false };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
-    const at = isoNow();
+    const at = isoNow(atMs);
     const after = toSubscription(externalId, { ...h, enabled: enabled ? '1' : '0', updatedAt: at });
     const entry: AuditDraft = { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: !enabled } };
     return {
@@ -562,12 +562,12 @@ export type PushedTo = { claim: number; unregisteredAt: number | null };
  * later timestamp").
  */
 export async function invalidateSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, pushed: PushedTo, audit?: AuditTrail): Promise<void> {
-  await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h) => {
+  await changeSubscriber<null, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h, atMs) => {
     if (!snapshot.exists || !h.id || h.invalidatedAt) return { skip: null };
     if (Number(h.claim ?? 0) > pushed.claim) return { skip: null };
     if (pushed.unregisteredAt !== null && Number(h.registeredAt ?? 0) > pushed.unregisteredAt) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
-    const at = isoNow();
+    const at = isoNow(atMs);
     const after = { ...h, enabled: '0', invalidatedAt: at, updatedAt: at };
     return {
       create: false,

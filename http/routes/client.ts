@@ -72,6 +72,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The subscriber (without its segments), content: { application/json: { schema: { $ref: '#/components/schemas/ClientSubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */
@@ -124,6 +125,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       '200': { description: Updated, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '201': { description: Registered, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/client/subscriptions', client, async (ctx) => {
@@ -161,6 +163,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: clientRemoveSubscription
@@ -171,6 +174,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.patch('/v1/client/subscriptions/:id', client, async (ctx) => {
@@ -210,6 +214,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/client/preferences', client, async (ctx) => {
@@ -245,6 +250,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       '200': { description: The widget already registered (updated when it has this pushToken), content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
    *       '201': { description: The new widget, content: { application/json: { schema: { $ref: '#/components/schemas/WidgetResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: clientListWidgets

@@ -47,6 +47,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *       '200': { description: Updated (or unchanged), content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
    *       '201': { description: Created, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listSubscribers
@@ -100,6 +101,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: deleteSubscriber
@@ -111,6 +113,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The deleted subscriber, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriberResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:read'), async (ctx) => {
@@ -177,6 +180,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: removeSubscriberSubscription
@@ -186,6 +190,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The removed subscription, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/subscriptions/:id', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
@@ -230,6 +235,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     responses:
    *       '200': { description: The preferences, content: { application/json: { schema: { $ref: '#/components/schemas/PreferencesResponse' } } } }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/subscribers/:externalId/preferences', authorize(deps, 'tenant', 'preferences:read'), async (ctx) => {

@@ -166,6 +166,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   get:
    *     operationId: listTopicSubscribers
@@ -222,6 +223,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/topics/:topicSlug/subscribers/remove', write, async (ctx) => {

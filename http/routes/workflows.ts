@@ -141,6 +141,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *       '409':
    *         description: 'A change of the definition that would make a 101st version: a workflow keeps at most 100 (create a new workflow for more)'
    *         content: { application/json: { schema: { $ref: '#/components/schemas/ErrorEnvelope' } } }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    *   delete:
    *     operationId: deleteWorkflow
@@ -161,6 +162,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WorkflowResponse' } } }
    *       '404': { $ref: '#/components/responses/Error' }
    *       '409': { $ref: '#/components/responses/Error' }
+   *       '429': { $ref: '#/components/responses/LockTimeout' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.get('/v1/workflows/:workflowSlug', read, async (ctx) => {

@@ -409,6 +409,21 @@ core('the OpenAPI document is 3.0.x at version 1.0.0 and describes its own route
   assert.ok(doc.paths['/v1/messages'].post.responses['202'].headers['Idempotent-Replayed'], 'headers an operation declares stay');
 });
 
+core('the operations whose writes retry a compare-and-set list 429 lock_timeout with its Retry-After, and no other does (probe U: the client routes documented it in prose only)', async ({ service }) => {
+  const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
+  const listing = Object.entries<any>(doc.paths).flatMap(([template, item]) => Object.entries<any>(item)
+    .filter(([, op]) => op?.responses?.['429']?.$ref === '#/components/responses/LockTimeout').map(([method]) => `${method.toUpperCase()} ${template}`));
+  assert.equal(listing.sort(), [
+    'POST /v1/subscribers', 'PATCH /v1/subscribers/{externalId}', 'DELETE /v1/subscribers/{externalId}',
+    'PATCH /v1/subscribers/{externalId}/subscriptions/{id}', 'DELETE /v1/subscribers/{externalId}/subscriptions/{id}', 'PATCH /v1/subscribers/{externalId}/preferences',
+    'POST /v1/client/identify', 'POST /v1/client/subscriptions', 'PATCH /v1/client/subscriptions/{id}', 'DELETE /v1/client/subscriptions/{id}',
+    'PATCH /v1/client/preferences', 'POST /v1/client/widgets',
+    'POST /v1/topics/{topicSlug}/subscribers', 'POST /v1/topics/{topicSlug}/subscribers/remove',
+    'PATCH /v1/workflows/{workflowSlug}', 'DELETE /v1/workflows/{workflowSlug}',
+  ].sort());
+  assert.ok(doc.components.responses.LockTimeout.headers['Retry-After'], 'its Retry-After');
+});
+
 core('topic, segment and workflow slugs in paths carry the slug rules of spec 2.3 in the document (4.5), and a malformed one is 404', async ({ service, api, keys }) => {
   const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
   const shared = doc.components.parameters ?? {};

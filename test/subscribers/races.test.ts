@@ -3,6 +3,8 @@ import * as assert from 'uvu/assert';
 import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
 import { changeSubscriber } from '../../streams/subscriber-writes.js';
+import { getSubscriber, upsertSubscriber } from '../../streams/subscribers.js';
+import { updatePreferences } from '../../streams/preferences.js';
 import { listSubscriptions, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, registerSubscription, removeSubscription, type RegisterInput } from '../../streams/subscriptions.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { client } from '../helpers/api.js';
@@ -416,6 +418,27 @@ races('a subscriber write that loses every compare-and-set gives up with 429 loc
   assert.ok(attempts > 1, `retried (${attempts} attempts)`);
   assert.is(await service.redis.hget(service.keys.subscriber(p, tenantId, x), 'marker'), 'first', 'nothing written');
   assert.is((await inboxEvents(service, tenantId, x)).length, before);
+});
+
+/**
+ * Every clock reading of a write is the same instant: a new subscriber's `updatedAt` (set by the
+ * change) was read before the write's own time (its `createdAt`), 1 ms earlier when the millisecond
+ * ticked between them (probe U). Here every reading of the clock moves it 1 ms.
+ */
+races('a subscriber created by an attribute or preference write has updatedAt equal to createdAt, however the clock moves during the write', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const realNow = Date.now;
+  let t = realNow();
+  Date.now = () => t++;
+  try {
+    const { subscriber } = await upsertSubscriber(service.redis, service.keys, scope, 'tick-attrs', { locale: 'en-US' }, { create: true });
+    assert.is(subscriber.updatedAt, subscriber.createdAt, 'upsert');
+    await updatePreferences(service.redis, service.keys, scope, 'tick-prefs', { channels: { push: false } }, { create: true });
+  } finally {
+    Date.now = realNow;
+  }
+  const prefs = await getSubscriber(service.redis, service.keys, scope, 'tick-prefs');
+  assert.is(prefs.updatedAt, prefs.createdAt, 'preferences');
 });
 
 races.run();
