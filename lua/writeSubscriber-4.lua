@@ -13,11 +13,13 @@
   ARGV[1] tenant id          ARGV[2] workspace id       ARGV[3] now (ms)     ARGV[4] partition key base
   ARGV[5] now (ISO 8601)     ARGV[6] externalId         ARGV[7] sub_ id if created
   ARGV[8] evt_ id for $subscriber.created               ARGV[9] 1 to create an unknown subscriber, 0 to refuse
-  ARGV[10] expected record version ('' to skip the check)
+  ARGV[10] expected record version and subscriber id, `<version>|<sub_ id or empty when absent>` ('' to skip the check):
+           the version alone starts again when a subscriber is deleted and created anew, so a change
+           computed from the old one would apply to the new one (probe W)
   ARGV[11] audit intent token ('' for a write without audit), ARGV[12] audit intent (recorded when applied)
   ARGV[13] token of an intent of the same request this write absorbs ('' for none: streams/subscriber-audit.ts),
            deleted from the outbox when the write applies
-  ARGV[14] 1 when the audit's operation needs the record after the write in the reply, else 0
+  ARGV[14] 1 when the caller (or the audit's operation) needs the record after the write in the reply, else 0
   ARGV[15] number of events E, then E groups of 3: evt id, name, data (JSON)
   then the number of operations O, then O groups of 4: op, key, a, b
        (op: hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
@@ -29,7 +31,7 @@
         | fieldIs key field value : the hash field holds value, '' meaning absent or empty),
        checked after the version, before anything is written
 
-  Returns { 1, subscriberId, createdSequence, newVersion } when applied (with an audit intent:
+  Returns { 1, subscriberId, createdSequence, newVersion, record } when applied (record as below; with an audit intent:
           { 1, subscriberId, createdSequence, newVersion, record, absorbed }, record the subscriber's
           record after the write as HGETALL's flat list (empty unless ARGV[14] is 1), absorbed 1 when the intent of ARGV[13] was
           still there, else 0; this reply is what the outbox records),
@@ -47,7 +49,11 @@ local record = ARGV[4] .. ':sub:' .. tenant .. ':' .. externalId
 
 if ARGV[9] ~= '1' and not rcall('HEXISTS', KEYS[3], field) then return { -2 } end
 local version = tonumber(rcall('HGET', record, 'v') or '0')
-if ARGV[10] ~= '' and tonumber(ARGV[10]) ~= version then return { 0, version } end
+if ARGV[10] ~= '' then
+  local bar = string.find(ARGV[10], '|', 1, true)
+  local expectedVersion = tonumber(bar and string.sub(ARGV[10], 1, bar - 1) or ARGV[10])
+  if expectedVersion ~= version or (bar and (rcall('HGET', record, 'id') or '') ~= string.sub(ARGV[10], bar + 1)) then return { 0, version } end
+end
 
 -- where the operations start, then the guards (after the events and the operations)
 local events = tonumber(ARGV[15])
@@ -115,7 +121,7 @@ local newVersion = version
 if events > 0 or ops > 0 or createdSeq > 0 then
   if rcall('EXISTS', record) == 1 then newVersion = rcall('HINCRBY', record, 'v', 1) end
 end
-if ARGV[11] == '' then return { 1, sub, createdSeq, newVersion } end
+if ARGV[11] == '' then return { 1, sub, createdSeq, newVersion, ARGV[14] == '1' and rcall('HGETALL', record) or {} } end
 local absorbed = 0
 if ARGV[13] ~= '' then absorbed = rcall('HDEL', KEYS[4], ARGV[13]) end
 local reply = { 1, sub, createdSeq, newVersion, ARGV[14] == '1' and rcall('HGETALL', record) or {}, absorbed }

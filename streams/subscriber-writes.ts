@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
+import { recordOf } from '../lib/field-list.js';
 import { ApiError, lockTimeout } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
@@ -21,7 +22,7 @@ export type RecordOp =
 
 export type EngineEvent = { name: string; data: Record<string, unknown> };
 
-export type SubscriberSnapshot = { partition: number; exists: boolean; version: number; record: Record<string, string> };
+export type SubscriberSnapshot = { partition: number; exists: boolean; version: number; id: string | null; record: Record<string, string> };
 
 /**
  * Reads a subscriber's record and version (`exists` false for an unknown externalId); with
@@ -32,11 +33,11 @@ export async function readSubscriber(redis: Redis, keys: Keys, scope: TenantScop
   const recordKey = keys.subscriber(partition, scope.tenantId, externalId);
   const exists = redis.hexists(keys.subscribers(partition), `${scope.tenantId}|${externalId}`);
   if (options.record === false) {
-    const [found, version] = await Promise.all([exists, redis.hget(recordKey, 'v')]);
-    return { partition, exists: found === 1, version: Number(version ?? 0), record: {} };
+    const [found, [version, id]] = await Promise.all([exists, redis.hmget(recordKey, 'v', 'id')]);
+    return { partition, exists: found === 1, version: Number(version ?? 0), id: id ?? null, record: {} };
   }
   const [found, record] = await Promise.all([exists, redis.hgetall(recordKey)]);
-  return { partition, exists: found === 1, version: Number(record.v ?? 0), record };
+  return { partition, exists: found === 1, version: Number(record.v ?? 0), id: record.id ?? null, record };
 }
 
 export class VersionConflict extends Error {}
@@ -57,19 +58,20 @@ export class GuardFailed extends Error {
 }
 
 /**
- * Applies a change computed from `expectedVersion` of a subscriber: its engine events (appended to
- * the partition inbox with the next sequences) and record operations, atomically
- * (lua/writeSubscriber). Throws `VersionConflict` when another writer got there first.
- * `expectedVersion` null skips the version check: only for a change that does not depend on the
- * subscriber's state beyond its `guards` (checked in the same script; `GuardFailed` when one does
- * not hold). `at` is the time of the change (default now). With `audit`, the write records its
- * audit intent in the partition's outbox and, once applied, settles it through its trail
- * (streams/subscriber-audit.ts).
+ * Applies a change computed from `expected` (the version and id) of a subscriber: its engine events
+ * (appended to the partition inbox with the next sequences) and record operations, atomically
+ * (lua/writeSubscriber). Throws `VersionConflict` when another writer got there first, a subscriber
+ * deleted and created anew since included (its version starts again, its id does not). `expected`
+ * null skips the check: only for a change that does not depend on the subscriber's state beyond its
+ * `guards` (checked in the same script; `GuardFailed` when one does not hold). `at` is the time of
+ * the change (default now). With `audit`, the write records its audit intent in the partition's
+ * outbox and, once applied, settles it through its trail (streams/subscriber-audit.ts). With
+ * `needsRecord`, `record` is the subscriber's record as the write left it.
  */
 export async function writeSubscriber(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string,
-  change: { create: boolean; expectedVersion: number | null; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; at?: number; audit?: WriteAudit | null },
-): Promise<{ subscriberId: string; created: boolean; version: number }> {
+  change: { create: boolean; expected: { version: number; id: string | null } | null; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; at?: number; audit?: WriteAudit | null; needsRecord?: boolean },
+): Promise<{ subscriberId: string; created: boolean; version: number; record: Record<string, string> | null }> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const at = change.at ?? now();
   const outbox = keys.partitionOutbox(p);
@@ -77,8 +79,8 @@ export async function writeSubscriber(
   const made = audit ? audit.trail.intent(outbox, audit) : null;
   const args: (string | number)[] = [
     scope.tenantId, scope.workspaceId, at, keys.partitionBase(p), isoNow(at), externalId, newId('subscriber', at), newId('event', at),
-    change.create ? 1 : 0, change.expectedVersion === null ? '' : change.expectedVersion,
-    made?.intent.token ?? '', made?.intent.json ?? '', made?.absorbs?.intent.token ?? '', audit?.needsRecord ? 1 : 0, change.events.length,
+    change.create ? 1 : 0, change.expected === null ? '' : `${change.expected.version}|${change.expected.id ?? ''}`,
+    made?.intent.token ?? '', made?.intent.json ?? '', made?.absorbs?.intent.token ?? '', audit?.needsRecord || change.needsRecord ? 1 : 0, change.events.length,
   ];
   for (const e of change.events) args.push(newId('event', at), e.name, JSON.stringify(e.data));
   pushOps(args, change.ops);
@@ -90,7 +92,7 @@ export async function writeSubscriber(
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
   if (made) audit!.trail.written(made, audit!, reply);
-  return { subscriberId: reply[1]!, created: Number(reply[2]) > 0, version: Number(reply[3]) };
+  return { subscriberId: reply[1]!, created: Number(reply[2]) > 0, version: Number(reply[3]), record: change.needsRecord ? recordOf(reply[4] ?? []) : null };
 }
 
 /**
@@ -127,7 +129,8 @@ function pushOps(args: (string | number)[], ops: RecordOp[]): void {
  * A computed change (`guards`: conditions on state the version does not cover; when one fails the
  * change is recomputed; `audit`: the audit entries the write records, see `writeSubscriber`).
  */
-export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; audit?: WriteAudit | null; result: T } | { skip: T };
+/** A change to write, or `skip` (nothing to write); `written` is given the record as the write left it. */
+export type Change<T> = { create: boolean; events: EngineEvent[]; ops: RecordOp[]; guards?: WriteGuard[]; audit?: WriteAudit | null; result: T; written?: (record: Record<string, string>) => void } | { skip: T };
 
 /**
  * Runs read → compute → compare-and-set until it applies (bounded): the way every subscriber
@@ -158,7 +161,11 @@ export async function changeSubscriber<T, X = undefined>(
     const change = compute(snapshot, extra, at);
     if ('skip' in change) return change.skip;
     try {
-      await writeSubscriber(redis, keys, scope, externalId, { create: change.create, events: change.events, ops: change.ops, guards: change.guards, audit: change.audit, expectedVersion: snapshot.version, at });
+      const done = await writeSubscriber(redis, keys, scope, externalId, {
+        create: change.create, events: change.events, ops: change.ops, guards: change.guards, audit: change.audit,
+        expected: { version: snapshot.version, id: snapshot.id }, at, needsRecord: change.written !== undefined,
+      });
+      change.written?.(done.record!);
       return change.result;
     } catch (err) {
       if (!(err instanceof VersionConflict) && !(err instanceof GuardFailed)) throw err;

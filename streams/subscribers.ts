@@ -181,16 +181,23 @@ export function attributeChange(keys: Keys, scope: TenantScope, snapshot: Subscr
 export async function upsertSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: Attributes, options: { create: boolean; verified?: boolean; base?: string; audit?: AuditTrail } = { create: true }): Promise<{ subscriber: Subscriber; created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> }> {
   checkAttributes(input, options.base);
   type Outcome = { created: boolean; changes: Record<string, unknown>; previous: Record<string, unknown> };
+  // the record as this call left it (or found it, when nothing changed): read again afterwards, a
+  // concurrent delete made an applied upsert answer 404 (probe W)
+  const seen: { record: Record<string, string> } = { record: {} };
   const outcome = await changeSubscriber<Outcome, string[]>(redis, keys, scope, externalId, (snapshot, segments, at) => {
     if (!snapshot.exists && !options.create) throw notFound('Subscriber');
     const change = attributeChange(keys, scope, snapshot, externalId, input, { at, verified: options.verified, base: options.base });
-    if (snapshot.exists && change.ops.length === 0) return { skip: { created: false, changes: {}, previous: {} } };
+    if (snapshot.exists && change.ops.length === 0) {
+      seen.record = snapshot.record;
+      return { skip: { created: false, changes: {}, previous: {} } };
+    }
     const result = { created: !snapshot.exists, changes: change.changes, previous: change.previous };
-    return { create: true, events: change.events, ops: change.ops, result, audit: options.audit && attributesAudit(options.audit, { externalId, segments, ...result }) };
+    return {
+      create: true, events: change.events, ops: change.ops, result, written: (record) => void (seen.record = record),
+      audit: options.audit && attributesAudit(options.audit, { externalId, segments, ...result }),
+    };
   }, auditedSegments(redis, keys, scope, externalId, options.audit));
-  const [after, segments] = await Promise.all([readSubscriber(redis, keys, scope, externalId), segmentsOf(redis, keys, scope, externalId)]);
-  if (!after.exists) throw notFound('Subscriber');
-  return { subscriber: toSubscriber(externalId, after.record, segments), ...outcome };
+  return { subscriber: toSubscriber(externalId, seen.record, await segmentsOf(redis, keys, scope, externalId)), ...outcome };
 }
 
 /** The read hook of an audited write whose entry carries the subscriber: its segments, read with its version (none without audit). */

@@ -452,7 +452,7 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   const subscription = toSubscription(externalId, record);
   try {
     await writeSubscriber(redis, keys, scope, externalId, {
-      create: true, expectedVersion: null, at: atMs,
+      create: true, expected: null, at: atMs,
       events: [{ name: '$subscription.registered', data: { subscription: publicOf(subscription) } }],
       ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', setKey, id]],
       guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],

@@ -3,7 +3,8 @@ import * as assert from 'uvu/assert';
 import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
 import { changeSubscriber } from '../../streams/subscriber-writes.js';
-import { getSubscriber, upsertSubscriber } from '../../streams/subscribers.js';
+import { commandName } from '../../streams/lua-scripts.js';
+import { deleteSubscriber, getSubscriber, upsertSubscriber } from '../../streams/subscribers.js';
 import { updatePreferences } from '../../streams/preferences.js';
 import { listSubscriptions, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, registerSubscription, removeSubscription, type RegisterInput } from '../../streams/subscriptions.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
@@ -439,6 +440,64 @@ races('a subscriber created by an attribute or preference write has updatedAt eq
   }
   const prefs = await getSubscriber(service.redis, service.keys, scope, 'tick-prefs');
   assert.is(prefs.updatedAt, prefs.createdAt, 'preferences');
+});
+
+/**
+ * A subscriber deleted and created anew starts its version again: a change computed from the old
+ * one carried the same version as the new one's and applied to it (probe W: a DELETE read before a
+ * concurrent delete and create removed the new subscriber and named the old one in its answer and
+ * audit entry). The compare-and-set also checks the subscriber id.
+ */
+races('a change computed from a subscriber that was deleted and created anew meanwhile is computed again from the new one', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const x = 'born-again';
+  const p = partitionOf(tenantId, x, scope.partitions);
+  const record = service.keys.subscriber(p, tenantId, x);
+  const first = (await upsertSubscriber(service.redis, service.keys, scope, x, {}, { create: true })).subscriber;
+  const seen: (string | null)[] = [];
+  let reads = 0;
+  await changeSubscriber(service.redis, service.keys, scope, x,
+    (snapshot) => {
+      seen.push(snapshot.id);
+      return { create: false, events: [], ops: [['hset', record, 'marker', `computed from ${snapshot.id}`]], result: null };
+    },
+    async () => {
+      // after the snapshot's reads (same connection, in order): the subscriber goes and comes back, at the same version
+      if (reads++ === 0) {
+        await deleteSubscriber(service.redis, service.keys, scope, x);
+        await upsertSubscriber(service.redis, service.keys, scope, x, {}, { create: true });
+      }
+    },
+  );
+  const second = await service.redis.hget(record, 'id');
+  assert.ok(second && second !== first.id, 'a new subscriber');
+  assert.equal(seen, [first.id, second], 'computed again from the new one');
+  assert.is(await service.redis.hget(record, 'marker'), `computed from ${second}`);
+});
+
+races('an upsert answers the subscriber as its write left it, even when a delete follows at once (probe W: it read the record again and answered 404 for a write it had made)', async ({ service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const x = 'gone-at-once';
+  const write = commandName('writeSubscriber');
+  let deletes = 0;
+  // a client whose subscriber write is followed by a delete of the subscriber before its reply is read
+  const racing = new Proxy(service.redis, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (prop !== write || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      return async (...args: unknown[]) => {
+        const reply = await value.apply(target, args);
+        if (deletes++ === 0) await deleteSubscriber(service.redis, service.keys, scope, x);
+        return reply;
+      };
+    },
+  });
+  const { subscriber, created } = await upsertSubscriber(racing, service.keys, scope, x, { email: 'gone@example.com' }, { create: true });
+  assert.is(created, true);
+  assert.equal([subscriber.externalId, subscriber.email], [x, 'gone@example.com']);
+  assert.match(subscriber.id, /^sub_/);
+  assert.is(deletes, 1, 'one write, and the delete after it before the answer');
+  assert.is(await service.redis.hget(service.keys.subscriber(partitionOf(tenantId, x, scope.partitions), tenantId, x), 'id'), null, 'deleted');
 });
 
 races.run();

@@ -170,7 +170,7 @@ r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on o
   const record = keys.subscriber(p, scope.tenantId, 'guarded');
   const set = keys.subscriberSubscriptions(p, scope.tenantId, 'guarded');
   const written = await writeSubscriber(redis, keys, scope, 'guarded', {
-    create: true, expectedVersion: null, events: [{ name: '$subscriber.updated', data: { changes: {}, previousAttributes: {} } }],
+    create: true, expected: null, events: [{ name: '$subscriber.updated', data: { changes: {}, previousAttributes: {} } }],
     ops: [['hset', record, 'a', 'x-$SUB'], ['hset', record, 'b', '2'], ['sadd', set, 'm1'], ['hset', record, 'c', '$SUB|c'], ['zadd', keys.subscriberVerifiedIndex(p, scope.tenantId), 0, '$SUB|guarded']],
     guards: [['absent', keys.subscription(p, scope.tenantId, 'scr_none')], ['scardBelow', set, 1]],
   });
@@ -187,7 +187,7 @@ r('writeSubscriber: a guard that does not hold writes nothing; runs of hset on o
   const before = await inboxEvents(service, boot.tenant.id, 'guarded');
   for (const [guards, index] of [[[['scardBelow', set, 1]], 0], [[['scardBelow', set, 5], ['absent', record]], 1]] as const) {
     try {
-      await writeSubscriber(redis, keys, scope, 'guarded', { create: true, expectedVersion: null, events: [{ name: '$subscriber.updated', data: {} }], ops: [['hset', record, 'b', '3']], guards: guards as never });
+      await writeSubscriber(redis, keys, scope, 'guarded', { create: true, expected: null, events: [{ name: '$subscriber.updated', data: {} }], ops: [['hset', record, 'b', '3']], guards: guards as never });
       assert.unreachable('the guard held');
     } catch (err) {
       assert.instance(err, GuardFailed);
