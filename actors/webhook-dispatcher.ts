@@ -4,7 +4,7 @@ import { now } from '../lib/clock.js';
 import { derivedId } from '../lib/ids.js';
 import { createAllowList } from '../lib/ssrf-guard.js';
 import { isDeliverable } from '../lib/webhook-events.js';
-import { leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
+import { deliveryKeepMs, leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
 import { signingSecrets } from '../lib/webhook-signing.js';
 import { IdentityRefs, SYSTEM_WRITER, findWorkspace } from '../streams/identity.js';
 import { appendAudit, type Ref } from '../streams/ledger.js';
@@ -210,7 +210,7 @@ class WebhookDispatcher {
       if (i > 0) await new Promise((r) => setImmediate(r)); // let answers of requests in flight be handled
       const chunk = events.slice(i, i + ENQUEUE_CHUNK);
       const atMs = now();
-      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}`, retentionMs: this.ctx.config.retentionMs };
+      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}`, retentionMs: deliveryKeepMs(this.ctx.config.retentionMs, this.ctx.config.webhookRetryScheduleMs) };
       const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
       const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
       const targets = new Map<string, number>();
@@ -444,7 +444,8 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
   let trimmed = 0;
   let dropped = 0;
   // delivery indexes are scored by createdAt, as records expire: everything below this is past the retention
-  const floor = `(${scoreAt(now() - config.retentionMs)}`;
+  const keepMs = deliveryKeepMs(config.retentionMs, config.webhookRetryScheduleMs);
+  const floor = `(${scoreAt(now() - keepMs)}`;
   const registered = new Set(await readRegistry(redis, keys.webhookWorkspaces));
   const joined = await joinLeftOut(ctx, registered);
   for (const ws of registered) {
@@ -472,7 +473,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     // never due before its delivery was made), whose records have expired: a disabled endpoint's
     // queue, which no claim reads, would otherwise keep them for as long as it stays disabled
     const queues = redis.pipeline();
-    for (const e of endpoints) queues.zremrangebyscore(keys.webhookDue(ws, e), '-inf', `(${now() - config.retentionMs}`);
+    for (const e of endpoints) queues.zremrangebyscore(keys.webhookDue(ws, e), '-inf', `(${now() - keepMs}`);
     for (const [, removed] of (await queues.exec()) ?? []) dropped += Number(removed ?? 0);
   }
   // ledgers of workspaces without endpoints: no endpoint can ever want what is older than the window

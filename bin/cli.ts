@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { ConfigError, loadConfig } from '../lib/config.js';
 import { ApiError } from '../lib/errors.js';
 import { createSecretBox } from '../lib/secret-box.js';
+import { isoTimeMs } from '../lib/iso-time.js';
 import { describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
 import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
 import { scopeProblem, scopeProblemForKind } from '../lib/scopes.js';
@@ -120,15 +121,15 @@ const describeApns = (c: ApnsCredentialsView) => `key ${c.keyId}, team ${c.teamI
 /** `--expires` as an ISO 8601 instant (null when absent); a date alone is its midnight UTC. */
 function expiresOf(options: Options): string | null {
   if (options.expires === undefined) return null;
-  const ms = Date.parse(options.expires);
-  const day = /^(\d{4})-(\d{2})-(\d{2})/.exec(options.expires);
-  // Date.parse rolls a day the month lacks over (2030-02-30 → March 2): such a date is refused, not moved
-  const exists = day && new Date(Date.UTC(Number(day[1]), Number(day[2]) - 1, Number(day[3]))).toISOString().slice(0, 10) === day.slice(1).join('-');
-  if (!exists || Number.isNaN(ms)) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date-time`);
+  const ms = isoTimeMs(options.expires, { date: true });
+  if (ms === null) throw new UsageError(`--expires "${options.expires}" is not an ISO 8601 date (midnight UTC) or date-time with its offset (Z or +hh:mm)`);
   // A time already past is accepted: the key is made expired (401 api_key_expired), which is how an
   // operator or a conformance suite checks that answer without waiting for a real expiry.
   return new Date(ms).toISOString();
 }
+
+/** Longest `--name` of a key. */
+const MAX_KEY_NAME_LENGTH = 100;
 
 type Run = (redis: Redis, keys: Keys, out: Out) => Promise<void>;
 
@@ -190,7 +191,8 @@ function prepare(command: string, options: Options): Run {
       const workspaceSlug = slugOption(options, 'workspace');
       const kind = required(options, 'kind') as KeyKind;
       if (!KEY_KINDS.includes(kind)) throw new UsageError(`--kind must be one of ${KEY_KINDS.join(', ')}`);
-      const scopes = required(options, 'scopes').split(',').map((s) => s.trim()).filter(Boolean);
+      // a scope named twice is kept once (the key's record lists what it holds)
+      const scopes = [...new Set(required(options, 'scopes').split(',').map((s) => s.trim()).filter(Boolean))];
       if (scopes.length === 0) throw new UsageError('--scopes must name at least one scope');
       for (const scope of scopes) {
         // A scope the kind can never use would make a key that authenticates yet is refused everywhere.
@@ -198,12 +200,17 @@ function prepare(command: string, options: Options): Run {
         if (problem) throw new UsageError(`--scopes: ${problem}`);
       }
       const expiresAt = expiresOf(options);
+      const name = options.name ?? null;
+      // a name is a label for key list: one line of at most MAX_KEY_NAME_LENGTH characters
+      if (name !== null && (name.length > MAX_KEY_NAME_LENGTH || /[\u0000-\u001f\u007f]/.test(name))) {
+        throw new UsageError(`--name must be one line of at most ${MAX_KEY_NAME_LENGTH} characters`);
+      }
       if (kind === 'workspace' && options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');
       const tenantSlug = kind === 'workspace' ? null : options.tenant ? slugOption(options, 'tenant') : 'default';
       return async (redis, keys, out) => {
         const workspace = await workspaceOf(redis, keys, workspaceSlug);
         const tenant = tenantSlug === null ? null : await tenantOf(redis, keys, workspace, tenantSlug);
-        const { key, record } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes, expiresAt, name: options.name ?? null }, BY_CLI);
+        const { key, record } = await createApiKey(redis, keys, { workspace, tenant, kind, scopes, expiresAt, name }, BY_CLI);
         const expired = expiresAt !== null && Date.parse(expiresAt) <= Date.now() ? `\nIts expiry ${expiresAt} has already passed: every call with it is 401 api_key_expired.` : '';
         out({ id: record.id, key }, `key ${record.id} (${kind}${tenant ? `, tenant ${tenant.slug}` : ''}): ${key}\nThe key is shown once; store it now.${expired}`);
       };

@@ -2,6 +2,8 @@ import { resolve } from 'node:path';
 import { parseDuration } from './durations.js';
 import { PROJECT_ROOT } from './paths.js';
 import { parseEncryptionKey } from './secret-box.js';
+import { createAllowList } from './ssrf-guard.js';
+import { MAX_ATTEMPTS } from './webhook-policy.js';
 
 /**
  * Every setting Herald reads from the environment, validated once.
@@ -166,23 +168,48 @@ function list(raw: string | undefined): string[] {
   return (raw ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 }
 
+/** Longest delay WEBHOOK_RETRY_SCHEDULE may name: the default's 12 h is the longest a receiver waits. */
+const MAX_RETRY_DELAY_MS = 7 * 24 * 3_600_000;
+
+/**
+ * WEBHOOK_RETRY_SCHEDULE: the delays after attempts 1, 2, …, the last repeating. Ten attempts make
+ * nine delays at most: a longer list (its tail never used), an empty entry (`5m,,30m`) or a delay
+ * over 7 days is refused rather than read some other way (probe V).
+ */
 function retrySchedule(raw: string | undefined): number[] {
-  const items = list(raw ?? '5m,30m,2h,5h,10h,12h');
-  if (items.length === 0) throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must list at least one delay');
+  const items = (raw ?? '5m,30m,2h,5h,10h,12h').split(',').map((s) => s.trim());
+  if (items.length === 1 && items[0] === '') throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must list at least one delay');
+  if (items.length > MAX_ATTEMPTS - 1) {
+    throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE lists ${items.length} delays; at most ${MAX_ATTEMPTS - 1} are used (${MAX_ATTEMPTS} attempts in all, the last delay repeating)`);
+  }
   return items.map((item) => {
     const ms = parseDuration(item);
     if (ms === null) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is not a duration like 30s, 5m, 2h or 1d`);
+    if (ms > MAX_RETRY_DELAY_MS) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is longer than 7d`);
     return ms;
   });
+}
+
+/** WEBHOOK_ALLOW_PRIVATE_NETWORKS, checked here so every role refuses a bad one at start, naming the variable. */
+function allowedNetworks(raw: string | undefined): string[] {
+  const cidrs = list(raw);
+  try {
+    createAllowList(cidrs);
+  } catch (err) {
+    throw new ConfigError(`WEBHOOK_ALLOW_PRIVATE_NETWORKS: ${(err as Error).message}`);
+  }
+  return cidrs;
 }
 
 function roles(raw: string | undefined): Role[] {
   const items = list(raw);
   if (items.length === 0) return [...ROLES];
-  for (const item of items) {
+  for (const [i, item] of items.entries()) {
     if (!(ROLES as readonly string[]).includes(item)) {
       throw new ConfigError(`HERALD_ROLES: unknown role "${item}" (known: ${ROLES.join(', ')})`);
     }
+    // twice would start that role's consumers twice in one process (probe V)
+    if (items.indexOf(item) !== i) throw new ConfigError(`HERALD_ROLES: "${item}" is named twice`);
   }
   return items as Role[];
 }
@@ -211,8 +238,8 @@ function redisUrl(raw: string | undefined): string | null {
 /** Reads and validates the configuration; `overrides` win over the environment (tests use them). */
 export function loadConfig(overrides: Env = {}, env: Env = process.env): Config {
   const e: Env = { ...env, ...overrides };
-  const logLevel = (e.LOG_LEVEL ?? 'info') as LogLevel;
-  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  const logLevel = (e.LOG_LEVEL?.trim() || 'info') as LogLevel; // empty is unset, as for every setting
+  if (!LOG_LEVELS.includes(logLevel)) throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
   return {
     port: integer(e, 'PORT', 3000, 0, 65535),
     redisUrl: redisUrl(e.REDIS_URL),
@@ -227,7 +254,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     roles: roles(e.HERALD_ROLES),
     keyCacheTtlMs: integer(e, 'KEY_CACHE_TTL_SECONDS', 30, 0, 3600) * 1000,
     production: e.NODE_ENV === 'production',
-    webhookAllowPrivateNetworks: list(e.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
+    webhookAllowPrivateNetworks: allowedNetworks(e.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
     webhookRetryScheduleMs: retrySchedule(e.WEBHOOK_RETRY_SCHEDULE),
     webhookAttemptTimeoutMs: integer(e, 'WEBHOOK_ATTEMPT_TIMEOUT_MS', 30_000, 100, 30_000),
     webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),

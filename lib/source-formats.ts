@@ -5,6 +5,7 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { now } from './clock.js';
 import { codePoints } from './code-points.js';
+import { isoTimeMs } from './iso-time.js';
 import { safeEqual } from './secrets.js';
 import { MAX_EVENT_DATA_BYTES, TIMESTAMP_MAX_AGE_MS, TIMESTAMP_MAX_AHEAD_MS } from './track-events.js';
 import type { SourceFormat } from './source-limits.js';
@@ -117,11 +118,7 @@ export function eventNameOf(prefix: string, raw: string): string {
  */
 function timestampMsOf(v: unknown): number | null {
   if (typeof v === 'number' && Number.isFinite(v) && v > 0) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
-  if (typeof v === 'string' && /^\d{4}-\d{2}-\d{2}T.*(?:Z|[+-]\d{2}:?\d{2})$/i.test(v)) {
-    const ms = Date.parse(v);
-    return Number.isNaN(ms) ? null : ms;
-  }
-  return null;
+  return typeof v === 'string' ? isoTimeMs(v) : null;
 }
 
 const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;

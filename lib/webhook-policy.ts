@@ -28,6 +28,24 @@ export function retryDelayMs(schedule: readonly number[], failedAttempts: number
   return schedule[index]!;
 }
 
+/** From a delivery's first attempt to its last scheduled one (65 h 35 min with the default schedule). */
+export function retrySpanMs(schedule: readonly number[]): number {
+  let span = 0;
+  for (let failed = 1; failed < MAX_ATTEMPTS; failed++) span += retryDelayMs(schedule, failed);
+  return span;
+}
+
+/**
+ * How long a webhook delivery (its record, its payload, its index entries) is kept from its
+ * creation: the retention after the last attempt its schedule can make, so a delivery still
+ * retrying is never removed under it (with EVENT_RETENTION_DAYS 1, records kept a retention from
+ * their creation lost attempts 7 to 10 and vanished instead of ending `exhausted`: probe R). A
+ * replay is an extra attempt and keeps nothing longer.
+ */
+export function deliveryKeepMs(retentionMs: number, schedule: readonly number[]): number {
+  return retentionMs + retrySpanMs(schedule);
+}
+
 /**
  * How long a claimed attempt belongs to the dispatcher that claimed it: three attempt timeouts
  * (90 s by default). An attempt waits at most one timeout in its endpoint's queue and a sender

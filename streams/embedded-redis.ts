@@ -208,7 +208,9 @@ async function startServer(config: Config, dir: string, socket: string, ownerFil
   writeFileSync(ownerFile, `${process.pid}\n`);
   const stopChild = () =>
     new Promise<void>((done) => {
-      if (child.exitCode !== null) return done();
+      // gone already: exited, or killed by a signal (the OOM killer, kill -9), which leaves exitCode
+      // null and signalCode set; its 'exit' has fired, so waiting for it hung the stop (probe V)
+      if (child.exitCode !== null || child.signalCode !== null) return done();
       const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
       child.once('exit', () => {
         clearTimeout(timer);

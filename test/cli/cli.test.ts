@@ -114,9 +114,15 @@ const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
   { what: 'a scope naming an unknown resource', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'spaceships:read', '--name', 'bad-resource', '--json'], code: 2, reason: /^herald: --scopes: "spaceships:read" names an unknown resource "spaceships" \(the resources: apps, events, .*workflows\)$/ },
   { what: 'a scope no route requires', args: ['key', 'create', '--workspace', 'acme', '--kind', 'tenant', '--scopes', 'events:read,messages:write', '--name', 'bad-action', '--json'], code: 2, reason: /^herald: --scopes: "messages:write" is no route's scope: messages takes read, send \(or \*\)$/ },
   { what: 'an empty --scopes', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', ' , ', '--name', 'bad-empty-scopes', '--json'], code: 2, reason: /^herald: --scopes must name at least one scope$/ },
-  { what: 'an --expires that is not a date', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', 'tomorrow', '--name', 'bad-expires-word', '--json'], code: 2, reason: /^herald: --expires "tomorrow" is not an ISO 8601 date-time$/ },
-  { what: 'an --expires on a day the month lacks', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2030-02-30T00:00:00Z', '--name', 'bad-expires-day', '--json'], code: 2, reason: /^herald: --expires "2030-02-30T00:00:00Z" is not an ISO 8601 date-time$/ },
-  { what: 'an --expires with an impossible month', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2031-13-40T00:00:00Z', '--name', 'bad-expires-month', '--json'], code: 2, reason: /^herald: --expires "2031-13-40T00:00:00Z" is not an ISO 8601 date-time$/ },
+  { what: 'an --expires that is not a date', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', 'tomorrow', '--name', 'bad-expires-word', '--json'], code: 2, reason: /^herald: --expires "tomorrow" is not an ISO 8601 date \(midnight UTC\) or date-time with its offset \(Z or \+hh:mm\)$/ },
+  { what: 'an --expires on a day the month lacks', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2030-02-30T00:00:00Z', '--name', 'bad-expires-day', '--json'], code: 2, reason: /^herald: --expires "2030-02-30T00:00:00Z" is not an ISO 8601 date \(midnight UTC\) or date-time with its offset \(Z or \+hh:mm\)$/ },
+  { what: 'an --expires with an impossible month', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2031-13-40T00:00:00Z', '--name', 'bad-expires-month', '--json'], code: 2, reason: /^herald: --expires "2031-13-40T00:00:00Z" is not an ISO 8601 date \(midnight UTC\) or date-time with its offset \(Z or \+hh:mm\)$/ },
+  { what: 'an --expires with a note after the date (Date.parse took it)', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2027-01-01 (note)', '--name', 'bad-expires-0', '--json'], code: 2, reason: /^herald: --expires "2027-01-01 \(note\)" is not an ISO 8601 date/ },
+  { what: 'an --expires in a named zone', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2027-06-01 10:00 PST', '--name', 'bad-expires-1', '--json'], code: 2, reason: /^herald: --expires "2027-06-01 10:00 PST" is not an ISO 8601 date/ },
+  { what: 'an --expires time without its offset (it was read in the zone of the CLI machine)', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2027-01-01T10:00', '--name', 'bad-expires-2', '--json'], code: 2, reason: /^herald: --expires "2027-01-01T10:00" is not an ISO 8601 date/ },
+  { what: 'an --expires at 24:00', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2027-01-01T24:00Z', '--name', 'bad-expires-3', '--json'], code: 2, reason: /^herald: --expires "2027-01-01T24:00Z" is not an ISO 8601 date/ },
+  { what: 'a --name over 100 characters', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'n'.repeat(101), '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ },
+  { what: 'a --name of two lines', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'two\nlines', '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ },
   { what: 'an unknown workspace', args: ['key', 'create', '--workspace', 'nowhere', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-unknown-ws', '--json'], code: 1, reason: /^herald: workspace "nowhere" does not exist \(create it with: herald bootstrap --workspace nowhere\)$/ },
   { what: 'an unknown tenant', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'mars', '--kind', 'tenant', '--scopes', 'events:read', '--name', 'bad-unknown-tenant', '--json'], code: 1, reason: /^herald: tenant "mars" does not exist in workspace "acme"$/ },
   { what: '--tenant with --kind workspace', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'emea', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-tenant-on-ws', '--json'], code: 2, reason: /^herald: --tenant does not apply to workspace keys/ },
@@ -228,7 +234,7 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   const made: Record<string, { id: string; key: string }> = {};
   const expectations = [
     { kind: 'workspace', prefix: 'svc_ws_', scopes: 'events:read,events:write', extra: ['--expires', '2999-01-01T02:00:00+02:00'] },
-    { kind: 'tenant', prefix: 'svc_tn_', scopes: 'events:read,events:write', extra: ['--tenant', 'nordics'] },
+    { kind: 'tenant', prefix: 'svc_tn_', scopes: 'events:read,events:write,events:read', extra: ['--tenant', 'nordics'] },
     { kind: 'client', prefix: 'svc_pk_', scopes: 'client', extra: ['--tenant', 'nordics', '--name', 'ios app'] },
   ];
   for (const { kind, prefix, scopes, extra } of expectations) {
@@ -253,6 +259,7 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   assert.is(tn.kind, 'tenant');
   assert.is(tn.tenantId, nordicsId);
   assert.is(tn.expiresAt, null);
+  assert.equal(tn.scopes, ['events:read', 'events:write'], 'a scope named twice is kept once');
   const pk = byId.get(made.client!.id);
   assert.is(pk.kind, 'client');
   assert.is(pk.tenantId, nordicsId);

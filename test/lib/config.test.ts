@@ -45,6 +45,22 @@ config('REDIS_TLS_REJECT_UNAUTHORIZED is true unless set to false (or 0); anythi
   assert.throws(() => loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'off' }, {}), /REDIS_TLS_REJECT_UNAUTHORIZED must be true or false/);
 });
 
+config('lists are checked when the config is loaded, naming the setting (probe V): private networks, roles named twice, retry schedules with an empty entry, more delays than attempts or a delay over 7 days; LOG_LEVEL says what it got', () => {
+  const refused = (env: Record<string, string>, message: RegExp) => assert.throws(() => loadConfig(env, {}), (err: Error) => err instanceof ConfigError && message.test(err.message), JSON.stringify(env));
+  for (const bad of ['garbage', '10.0.0.0/33', '10.0.0.1', '127.0.0.0/8,nope']) refused({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: bad }, /^WEBHOOK_ALLOW_PRIVATE_NETWORKS: "[^"]+" is not a CIDR/);
+  assert.equal(loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8, ::1/128' }, {}).webhookAllowPrivateNetworks, ['127.0.0.0/8', '::1/128']);
+  refused({ HERALD_ROLES: 'web,worker,worker' }, /^HERALD_ROLES: "worker" is named twice$/);
+  assert.equal(loadConfig({ HERALD_ROLES: 'worker,web' }, {}).roles, ['worker', 'web']);
+  refused({ WEBHOOK_RETRY_SCHEDULE: '5m,,30m' }, /^WEBHOOK_RETRY_SCHEDULE: "" is not a duration/);
+  refused({ WEBHOOK_RETRY_SCHEDULE: Array(10).fill('1s').join(',') }, /^WEBHOOK_RETRY_SCHEDULE lists 10 delays; at most 9 are used/);
+  refused({ WEBHOOK_RETRY_SCHEDULE: '5m,8d' }, /^WEBHOOK_RETRY_SCHEDULE: "8d" is longer than 7d$/);
+  refused({ WEBHOOK_RETRY_SCHEDULE: '' }, /at least one delay/);
+  assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: Array(9).fill('1s').join(',') }, {}).webhookRetryScheduleMs.length, 9);
+  assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '1s, 7d' }, {}).webhookRetryScheduleMs, [1_000, 7 * 86_400_000]);
+  refused({ LOG_LEVEL: 'verbose' }, /^LOG_LEVEL must be one of debug, info, warn, error, got "verbose"$/);
+  assert.is(loadConfig({ LOG_LEVEL: '' }, {}).logLevel, 'info', 'empty is unset, as for every setting');
+});
+
 config('every setting lib/config.ts reads is in the README\'s configuration table', () => {
   const source = readFileSync(join(PROJECT_ROOT, 'lib', 'config.ts'), 'utf8');
   const read = new Set([...source.matchAll(/\be\.([A-Z][A-Z0-9_]+)|\(e, '([A-Z][A-Z0-9_]+)'/g)].map((m) => m[1] ?? m[2]!));

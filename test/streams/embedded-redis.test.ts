@@ -106,6 +106,19 @@ embedded('with nothing reachable it starts a private redis-server with append-on
   assert.not.ok(await answersPing({ path: socket }));
 });
 
+embedded('stop() returns at once when the embedded redis-server was killed by a signal (probe V: a SIGKILLed child left exitCode null, its exit had fired, and the stop waited for it for good)', async (ctx) => {
+  const dataDir = temp(ctx, 'killed');
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody());
+  const redis = connectRedis(resolved.target);
+  const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))![1]);
+  redis.disconnect();
+  process.kill(pid, 'SIGKILL');
+  for (let i = 0; i < 100 && (await answersPing(resolved.target as { path: string })); i++) await new Promise((r) => setTimeout(r, 50));
+  await new Promise((r) => setTimeout(r, 100)); // the child's exit is seen by this process
+  const stopped = await Promise.race([resolved.stop().then(() => 'stopped'), new Promise((r) => setTimeout(() => r('still waiting after 3 s'), 3_000))]);
+  assert.is(stopped, 'stopped');
+});
+
 embedded('EMBEDDED_REDIS_APPENDFSYNC=always makes the embedded server sync before every reply', async (ctx) => {
   const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: temp(ctx, 'fsync'), EMBEDDED_REDIS_APPENDFSYNC: 'always' }, {}), await nobody());
   ctx.started.push(resolved);

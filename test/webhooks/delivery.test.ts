@@ -4,6 +4,7 @@ import { setWebhookResolver } from '../../lib/webhook-resolver.js';
 import { createTenant } from '../../streams/identity.js';
 import { WEBHOOK_GROUP } from '../../actors/webhook-dispatcher.js';
 import { client } from '../helpers/api.js';
+import { deliveryKeepMs } from '../../lib/webhook-policy.js';
 import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, type Behaviour, type Receiver } from '../helpers/webhook-receiver.js';
 import { waitFor } from '../helpers/wait.js';
@@ -267,6 +268,13 @@ delivery('a receiver answering 500 then 200 gets the same webhook-id and identic
   assert.equal(d.attempts.map((a: any) => [a.attempt, a.statusCode, a.success, a.response]), [[1, 500, false, 'try again'], [2, 200, true, '{"ok":true}']]);
   await sleep(1300);
   assert.is(r.requests.length, 2, 'nothing after success');
+  // record and payload are kept the retention after the last attempt the schedule could make (probe R)
+  const { redis, keys, config } = ctx.service;
+  const keep = deliveryKeepMs(config.retentionMs, config.webhookRetryScheduleMs);
+  for (const key of [keys.webhookDelivery(ws.workspace.id, d.id), keys.webhookEvent(ws.workspace.id, one.id)]) {
+    const ttl = await redis.pttl(key);
+    assert.ok(ttl > config.retentionMs && ttl <= keep, `${key}: ${ttl} ms to live, keep ${keep} (retention ${config.retentionMs} + the schedule's span)`);
+  }
 });
 
 delivery('a 302 is a failed attempt and the redirect is not followed', async (ctx) => {

@@ -2,7 +2,7 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ENGINE_EVENT_NAMES, SDK_EVENT_NAMES } from '../../lib/event-names.js';
 import { checkPatterns, isDeliverable, isPrivateAuditName, matchesPatterns, normalizePatterns, patternProblem, webhookCatalog } from '../../lib/webhook-events.js';
-import { DISABLE_AFTER_MS, leaseMsFor, MAX_ATTEMPTS, retryDelayMs } from '../../lib/webhook-policy.js';
+import { deliveryKeepMs, DISABLE_AFTER_MS, leaseMsFor, MAX_ATTEMPTS, retryDelayMs, retrySpanMs } from '../../lib/webhook-policy.js';
 import { loadConfig } from '../../lib/config.js';
 
 const patterns = suite('webhook event patterns');
@@ -80,6 +80,13 @@ policy('the default schedule gives ten attempts over about 66 hours, the last de
   const total = delays.reduce((a, b) => a + b, 0);
   assert.is(total, 65 * h + 35 * 60_000);
   assert.ok(total < DISABLE_AFTER_MS, 'one delivery exhausts before three days: the disable clock is the endpoint\'s streak');
+});
+
+policy('a delivery is kept the retention after its last scheduled attempt: the default schedule spans 65 h 35 min', () => {
+  const schedule = loadConfig({}, {}).webhookRetryScheduleMs;
+  assert.is(retrySpanMs(schedule), (65 * 60 + 35) * 60_000);
+  assert.is(deliveryKeepMs(86_400_000, schedule), 86_400_000 + (65 * 60 + 35) * 60_000);
+  assert.is(retrySpanMs([1_000]), 9_000, 'nine delays between ten attempts');
 });
 
 policy('a short schedule from WEBHOOK_RETRY_SCHEDULE repeats its last delay', () => {

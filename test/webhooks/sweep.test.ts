@@ -4,7 +4,7 @@ import { sweepWebhooks } from '../../actors/webhook-dispatcher.js';
 import { now } from '../../lib/clock.js';
 import { derivedId } from '../../lib/ids.js';
 import { createLogger } from '../../lib/log.js';
-import { UNREAD_LEDGER_WINDOW_MS } from '../../lib/webhook-policy.js';
+import { deliveryKeepMs, UNREAD_LEDGER_WINDOW_MS } from '../../lib/webhook-policy.js';
 import { encodeCursor } from '../../http/list.js';
 import { scoreAt } from '../../streams/scored-index.js';
 import type { RoleContext } from '../../streams/role-context.js';
@@ -75,17 +75,18 @@ sweep('ledgers of workspaces without endpoints keep the last hour only; read led
   assert.is(await redis.xlen(keys.ledger(b.workspace.id)), 2, 'a ledger the dispatchers read is trimmed by their group only');
 });
 
-sweep('a disabled endpoint\'s queued attempts due before the retention began go; later ones wait for a re-enable', async (ctx) => {
+sweep('a disabled endpoint\'s queued attempts due before its deliveries\' keep began go; later ones wait for a re-enable', async (ctx) => {
   const { redis, keys, config } = ctx.service;
   const q = await bootstrapWorkspace(ctx.service, 'sw-q');
   const id = await endpoint(ctx, 'sw-q', q.keys.workspace);
   assert.is((await ctx.api.patch(`/v1/workspaces/sw-q/webhooks/${id}`, q.keys.workspace, { enabled: false })).status, 200);
   const due = keys.webhookDue(q.workspace.id, id);
   const at = now();
-  await redis.zadd(due, at - config.retentionMs - 60_000, 'whd_old', at - config.retentionMs - 1, 'whd_old#1', at - config.retentionMs + 60_000, 'whd_kept', at - 60_000, 'whd_recent');
+  const keep = deliveryKeepMs(config.retentionMs, config.webhookRetryScheduleMs);
+  await redis.zadd(due, at - keep - 60_000, 'whd_old', at - keep - 1, 'whd_old#1', at - keep + 60_000, 'whd_kept', at - config.retentionMs - 60_000, 'whd_past_retention', at - 60_000, 'whd_recent');
   const result = await sweepWebhooks(ctx.role);
   assert.is(result.dropped, 2);
-  assert.equal(await redis.zrange(due, 0, -1), ['whd_kept', 'whd_recent']);
+  assert.equal(await redis.zrange(due, 0, -1), ['whd_kept', 'whd_past_retention', 'whd_recent']);
   assert.is((await sweepWebhooks(ctx.role)).dropped, 0);
 });
 
@@ -118,19 +119,22 @@ sweep('an endpoint disabled by a dispatcher that stopped before its audit event 
   assert.is(await redis.hlen(keys.webhookUnannounced(d.workspace.id)), 0);
 });
 
-sweep('delivery indexes lose ids past the retention, by when each delivery was made', async (ctx) => {
+sweep('delivery indexes lose ids past their keep (the retention after the last scheduled attempt), by when each delivery was made', async (ctx) => {
   const { redis, keys, config } = ctx.service;
   const b = await bootstrapWorkspace(ctx.service, 'sw-b');
   const [e] = await redis.zrange(keys.webhookEndpoints(b.workspace.id), 0, 0);
-  const old = derivedId('webhookDelivery', now() - config.retentionMs - 60_000, 'old');
-  const fresh = derivedId('webhookDelivery', now() - config.retentionMs - 60_000, 'fresh'); // an old event delivered lately
-  for (const index of [keys.webhookDeliveries(b.workspace.id, e!), keys.webhookDeliveries(b.workspace.id, e!, 'success')]) {
-    await redis.zadd(index, scoreAt(now() - config.retentionMs - 60_000), old, scoreAt(now() - 60_000), fresh);
+  const keep = deliveryKeepMs(config.retentionMs, config.webhookRetryScheduleMs);
+  const old = derivedId('webhookDelivery', now() - keep - 60_000, 'old');
+  const fresh = derivedId('webhookDelivery', now() - keep - 60_000, 'fresh'); // an old event delivered lately
+  // made more than a retention ago, its retries may still run (probe R: it was pruned, its record expired)
+  const retrying = derivedId('webhookDelivery', now() - config.retentionMs - 60_000, 'retrying');
+  for (const index of [keys.webhookDeliveries(b.workspace.id, e!), keys.webhookDeliveries(b.workspace.id, e!, 'failed')]) {
+    await redis.zadd(index, scoreAt(now() - keep - 60_000), old, scoreAt(now() - config.retentionMs - 60_000), retrying, scoreAt(now() - 60_000), fresh);
   }
   const result = await sweepWebhooks(ctx.role);
   assert.is(result.pruned, 2);
-  assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!), 0, -1), [fresh]);
-  assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!, 'success'), 0, -1), [fresh]);
+  assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!), 0, -1), [retrying, fresh]);
+  assert.equal(await redis.zrange(keys.webhookDeliveries(b.workspace.id, e!, 'failed'), 0, -1), [retrying, fresh]);
 });
 
 sweep('deliveries indexed at score 0 (by an earlier version) get their createdAt score, in their old order within a millisecond; old cursors go on', async (ctx) => {
