@@ -1,6 +1,6 @@
 import { ConfigError, loadConfig, type Role } from '../lib/config.js';
 import { createLogger } from '../lib/log.js';
-import { startService } from './service.js';
+import { startService, type Service } from './service.js';
 
 /**
  * Runs `roles` (default: the configured ones) until SIGTERM or SIGINT, then stops gracefully.
@@ -16,16 +16,12 @@ export async function run(roles?: Role[]): Promise<void> {
   }
   const active = roles ?? config.roles;
   const log = createLogger(config.logLevel, { roles: active, pid: process.pid });
-  let service;
-  try {
-    service = await startService(config, active, log);
-  } catch (err) {
-    process.stderr.write(`herald: ${err instanceof ConfigError ? err.message : `cannot start: ${(err as Error).message}`}\n`);
-    process.exit(1);
-  }
-  // Every signal is handled, not only the first: Ctrl-C in a terminal reaches `npm start` and this
-  // process together, and npm forwards its own copy, so a second SIGINT arrives at once; left to
-  // Node's default it would end the process mid-stop, cutting the requests in flight.
+  // Every signal is handled, from the start on and not only the first: Ctrl-C in a terminal reaches
+  // `npm start` and this process together, and npm forwards its own copy, so a second SIGINT arrives
+  // at once; left to Node's default it would end the process mid-stop, cutting the requests in
+  // flight. One arriving while the service starts (Redis still being waited for) stops it once the
+  // start ends, with exit 0: it ended the process silently with the signal's own status (probe V).
+  let service: Service | null = null;
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return void log.info('already stopping', { signal });
@@ -33,9 +29,23 @@ export async function run(roles?: Role[]): Promise<void> {
     log.info('stopping', { signal });
     const force = setTimeout(() => process.exit(1), 15_000);
     force.unref();
+    if (service === null) return; // still starting: stopped as the start ends (below)
     await service.stop();
     process.exit(0);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  let started: Service;
+  try {
+    started = await startService(config, active, log);
+  } catch (err) {
+    if (stopping) process.exit(0); // asked to stop: nothing is left running
+    process.stderr.write(`herald: ${err instanceof ConfigError ? err.message : `cannot start: ${(err as Error).message}`}\n`);
+    process.exit(1);
+  }
+  service = started;
+  if (stopping) {
+    await service.stop();
+    process.exit(0);
+  }
 }

@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { startRoleProcess, stopRoleProcess } from '../helpers/processes.js';
 import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 import { bootstrapWorkspace, startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
@@ -138,6 +139,20 @@ start('a REDIS_URL nothing answers on is one line on stderr and exit 1 for every
     const { code, stderr } = await roleRun(role, { REDIS_URL: `redis://127.0.0.1:${port}`, REDIS_KEY_PREFIX: uniquePrefix('unreachable'), LOG_LEVEL: 'info' });
     assert.is(code, 1, `${role}: ${stderr}`);
     assert.is(stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`, role);
+  }
+});
+
+start('a SIGTERM while a role still waits for Redis at start stops it with exit 0 (probe V: the signal ended it with its own status, nothing said)', async () => {
+  const port = await freePort();
+  const p = startRoleProcess('web', { REDIS_URL: `redis://127.0.0.1:${port}`, REDIS_KEY_PREFIX: uniquePrefix('term-at-start'), LOG_LEVEL: 'debug', PORT: String(await freePort()) });
+  try {
+    await waitFor('the start waiting for Redis', async () => p.output().includes('redis connection error while starting'), 20_000);
+    p.child.kill('SIGTERM');
+    const code = await Promise.race([p.exited, new Promise<string>((r) => setTimeout(() => r('still running after 20 s'), 20_000))]);
+    assert.is(code, 0, p.output().slice(-500));
+    assert.not.match(p.output(), /cannot reach Redis/);
+  } finally {
+    await stopRoleProcess(p, 1_000);
   }
 });
 
