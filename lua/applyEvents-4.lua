@@ -258,7 +258,9 @@ for _, f in ipairs(records) do
       local h = decimal(hour)
       countIn(base .. ':vol:' .. t .. ':h:' .. h, base .. ':uv:' .. t .. ':h:' .. h, name, x, hour + HOUR_COUNTS_KEPT, hour + 48 * HOUR)
     end
-    local dayKeep = day + retention + 2 * DAY
+    -- daily buckets outlive a retention shorter than the 30-day window it counts (probe Y: with
+    -- EVENT_RETENTION_DAYS 1 an event 5 days back was in no 7-day or 30-day count)
+    local dayKeep = day + math.max(retention, 30 * DAY) + 2 * DAY
     if dayKeep > nowMs then
       local dd = decimal(day)
       countIn(base .. ':vol:' .. t .. ':d:' .. dd, base .. ':uv:' .. t .. ':d:' .. dd, name, x, dayKeep, dayKeep)

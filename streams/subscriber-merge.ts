@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { ApiError, lockTimeout } from '../lib/errors.js';
 import type { Keys } from './keys.js';
 import type { AuditTrail } from './subscriber-audit.js';
-import { readSubscriber, type TenantScope } from './subscriber-writes.js';
+import { readSubscriber, SubscriberChanged, type TenantScope } from './subscriber-writes.js';
 import { deleteSubscriber, getSubscriber, mergeAttributes } from './subscribers.js';
 import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, listSubscriptions, registerSubscription, tokenOwner, type RegisterInput, type Subscription } from './subscriptions.js';
 import { addTopicMembers, topicsOfSubscriber } from './topic-members.js';
@@ -58,13 +58,28 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * True when this call deleted the anonymous subscriber (the merge is its doing); false when a
  * concurrent merge of the same anonymous id deleted it first (probe B1: ten identify calls at once
  * each wrote `$identify` with `merged: true` for one merge).
+ * With `intoId` (identify: the subscriber its upsert wrote), the merge goes into that subscriber
+ * only: once it is deleted (or deleted and made anew) the merge stops, false, and what has not moved
+ * stays with the anonymous subscriber. Each write of the identified one is limited to that id
+ * (`TenantScope.only`), so none creates it again; before, a merge racing a delete of the identified
+ * user made it anew and moved the devices and topics into the new one, or lost them (probe X).
  */
-export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<boolean> {
+export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail, intoId?: string): Promise<boolean> {
+  try {
+    return await mergeRounds(redis, keys, intoId === undefined ? scope : { ...scope, only: { externalId: plan.externalId, id: intoId } }, plan, audit);
+  } catch (err) {
+    if (err instanceof SubscriberChanged) return false;
+    throw err;
+  }
+}
+
+async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<boolean> {
   const { anonymousId, externalId } = plan;
   let subscriptions = plan.subscriptions;
   for (let round = 0; round < MERGE_ROUNDS; round++) {
     // moved widgets are tagged with the identified subscriber's sub_ id (the cleanup of a delete checks it)
     const into = await readSubscriber(redis, keys, scope, externalId);
+    if (scope.only && into.id !== scope.only.id) throw new SubscriberChanged();
     await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId, { toId: into.record.id ?? '' });
     for (const s of subscriptions) {
       const input: RegisterInput = {

@@ -9,7 +9,23 @@ import { callScript } from './lua-scripts.js';
 import type { WriteAudit, WriteReply } from './subscriber-audit.js';
 
 /** Where a tenant's subscriber writes go. */
-export type TenantScope = { workspaceId: string; tenantId: string; partitions: number };
+/**
+ * Where a subscriber write applies. `only` (a merge's writes): a change of that externalId applies
+ * to the subscriber with that sub_ id only; once it is deleted or made anew, `changeSubscriber`
+ * throws `SubscriberChanged` instead of writing (or creating it again).
+ */
+export type TenantScope = { workspaceId: string; tenantId: string; partitions: number; only?: { externalId: string; id: string } };
+
+/**
+ * 404: the subscriber a write was limited to (`TenantScope.only`) is gone or was made anew. A merge
+ * racing a delete of the identified subscriber recreated it and moved the anonymous one's devices,
+ * topics and widgets into the new one or lost them (probe X).
+ */
+export class SubscriberChanged extends ApiError {
+  constructor() {
+    super(404, 'not_found', 'Subscriber not found');
+  }
+}
 
 export type RecordOp =
   | ['hset', string, string, string]
@@ -157,6 +173,7 @@ export async function changeSubscriber<T, X = undefined>(
     // one reading of the clock for the attempt: the record's times `compute` writes (updatedAt) and
     // the ones the script writes (a new subscriber's createdAt, its events) are the same instant
     // (updatedAt read before the write's own time came out 1 ms before createdAt: probe U)
+    if (scope.only?.externalId === externalId && snapshot.id !== scope.only.id) throw new SubscriberChanged();
     const at = now();
     const change = compute(snapshot, extra, at);
     if ('skip' in change) return change.skip;

@@ -89,10 +89,12 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // moved (the owner change), then the merged subscriber's subscriber.deleted.
     const trail = auditTrailOf(ctx, deps);
     const { written, merged } = await trail.holding(async () => {
-      await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
-      // `merged`: this call deleted the anonymous subscriber (of calls racing on one, only the one that did)
-      const merged = plan ? await mergeSubscriber(redis, keys, scope, plan, trail) : false;
-      return { written: await getSubscriber(redis, keys, scope, body.externalId), merged };
+      // the answer is the record as the upsert left it: read again, a delete racing the call made it 404 (probe X)
+      const { subscriber } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
+      // `merged`: this call deleted the anonymous subscriber (of calls racing on one, only the one that did);
+      // into the subscriber the upsert wrote only (a delete racing the call stops the merge)
+      const merged = plan ? await mergeSubscriber(redis, keys, scope, plan, trail, subscriber.id) : false;
+      return { written: merged ? await getSubscriber(redis, keys, scope, body.externalId).catch(() => subscriber) : subscriber, merged };
     });
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, provider: null, runId: null, messageId: null, step: null,

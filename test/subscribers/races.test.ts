@@ -4,6 +4,8 @@ import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
 import { changeSubscriber } from '../../streams/subscriber-writes.js';
 import { commandName } from '../../streams/lua-scripts.js';
+import { mergeSubscriber, planMerge } from '../../streams/subscriber-merge.js';
+import { topicsOfSubscriber } from '../../streams/topic-members.js';
 import { deleteSubscriber, getSubscriber, upsertSubscriber } from '../../streams/subscribers.js';
 import { updatePreferences } from '../../streams/preferences.js';
 import { listSubscriptions, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, registerSubscription, removeSubscription, type RegisterInput } from '../../streams/subscriptions.js';
@@ -498,6 +500,42 @@ races('an upsert answers the subscriber as its write left it, even when a delete
   assert.match(subscriber.id, /^sub_/);
   assert.is(deletes, 1, 'one write, and the delete after it before the answer');
   assert.is(await service.redis.hget(service.keys.subscriber(partitionOf(tenantId, x, scope.partitions), tenantId, x), 'id'), null, 'deleted');
+});
+
+races('a merge into a subscriber deleted, or deleted and made anew, since identify wrote it stops: nothing of the anonymous one moves and the user is not made again (probe X)', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const { redis, keys } = service;
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  assert.is((await api.post('/v1/topics', key, { slug: 'merge-gone' })).status, 201);
+  for (const [u, anon, remade, token] of [['gone-u', 'gone-anon', false, 'c1'.repeat(32)], ['remade-u', 'remade-anon', true, 'c2'.repeat(32)]] as const) {
+    const { subscriber } = await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
+    const device = await api.post('/v1/client/subscriptions', pk, { externalId: anon, channel: 'push', token, platform: 'ios' });
+    assert.is(device.status, 201, device.text);
+    assert.is((await api.post('/v1/topics/merge-gone/subscribers', key, { externalIds: [anon] })).status, 200);
+    const plan = (await planMerge(redis, keys, scope, anon, u))!;
+    await deleteSubscriber(redis, keys, scope, u);
+    if (remade) await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
+    assert.is(await mergeSubscriber(redis, keys, scope, plan, undefined, subscriber.id), false, `${u}: not merged`);
+    assert.equal((await listSubscriptions(redis, keys, scope, anon)).map((s) => s.id), [device.body.data.id], `${anon} keeps its device`);
+    assert.equal((await topicsOfSubscriber(redis, keys, scope, anon)).map((t) => t.slug), ['merge-gone'], `${anon} keeps its topic`);
+    const now = (await api.get(`/v1/subscribers/${u}`, key));
+    assert.is(now.status, remade ? 200 : 404, `${u}: ${remade ? 'the new one stays' : 'not made again'}`);
+    if (remade) {
+      assert.is.not(now.body.data.id, subscriber.id);
+      assert.equal(await listSubscriptions(redis, keys, scope, u), [], 'nothing moved into the new one');
+    }
+  }
+});
+
+races('identify racing a delete of its externalId answers 200, never 404 (probe X: it read the subscriber again after writing it, 27-31 of 40 races answered 404)', async ({ api, key, pk }) => {
+  const answers: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    const x = `id-race-${i}`;
+    assert.is((await api.post('/v1/subscribers', key, { externalId: x })).status, 201);
+    const [identify, del] = await Promise.all([api.post('/v1/client/identify', pk, { externalId: x, source: 'ios' }), api.del(`/v1/subscribers/${x}`, key)]);
+    answers.push(identify.status);
+    assert.ok([200, 404].includes(del.status), del.text);
+  }
+  assert.equal([...new Set(answers)], [200]);
 });
 
 races.run();
