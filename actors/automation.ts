@@ -33,6 +33,9 @@ export const MAX_ACTIVE_RUNS = 100;
  */
 export const MAX_RUN_DEPTH = 3;
 
+/** Most timers of one run fired in a row before an event that arrived after them all (a bound; a run has finitely many steps). */
+const MAX_TIMERS_CAUGHT_UP = 1_000;
+
 type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
 type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[] };
@@ -267,14 +270,18 @@ export class Automation {
       // it would have had the scheduler and this worker kept up: a wait's timeout or a sleep's end
       // comes before a reply or a cancel received after it, whichever process was down or behind.
       // (The reverse, a timer fired while events received before it still wait, is actors/timer-order.ts.)
-      // The timer's own entry, when it comes, is one the run no longer waits for.
+      // The timer's own entry, when it comes, is one the run no longer waits for. The steps after it
+      // run at its due time, so the sleep or wait that follows starts then, and fires too when it was
+      // also due before the event (probe AA: it started at the worker's now, so a reply or cancel
+      // received after the logical timeout found a fresh wait and decided the run). Bounded: each
+      // firing moves the run past one sleep or wait of its (finite) steps.
       for (const run of runs) {
-        if (!run.timer || run.wakeAt === null || run.wakeAt > event.receivedMs) continue;
-        const version = versionOf.get(run.versionId);
-        if (!version) continue;
-        const member = run.timer;
-        currentEvent = undefined;
-        if (await onTimer(run, version.definition, host, member)) {
+        for (let fired = 0; fired < MAX_TIMERS_CAUGHT_UP && run.timer && run.wakeAt !== null && run.wakeAt <= event.receivedMs; fired++) {
+          const version = versionOf.get(run.versionId);
+          if (!version) break;
+          const member = run.timer;
+          currentEvent = undefined;
+          if (!(await onTimer(run, version.definition, { ...host, now: run.wakeAt }, member))) break;
           host.disarmTimer(member);
           changed.add(run);
         }

@@ -236,14 +236,38 @@ order('an event received after a timer fell due comes after it, though no schedu
     slug: 'late-cancel', trigger: { event: 'rest.started' }, cancelOn: { event: 'rest.cancel' },
     steps: [{ type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '1h' }],
   });
+  // the same with a second timer due before the event as well (probe AA: the step after the first
+  // timer started at the worker's now, so the reply found a fresh wait, the cancel a fresh sleep)
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'late-chain-reply', trigger: { event: 'chain.sent' },
+    steps: [{ type: 'sleep', duration: '1s' }, { type: 'wait', event: 'chain.reply', timeout: '1s', onEvent: [{ type: 'exit' }], onTimeout: [{ type: 'sleep', duration: '1h' }] }],
+  });
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'late-chain-cancel', trigger: { event: 'chain.started' }, cancelOn: { event: 'chain.cancel' },
+    steps: [{ type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '1h' }],
+  });
   // a worker and no scheduler (down): the timers stay unfired
   ctx.roles.push(startRoleProcess('worker', env));
-  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'asker', name: 'ask.sent', data: {} }, { externalId: 'rester', name: 'rest.started', data: {} }] });
+  await api.post('/v1/events', boot.keys.tenant, { events: [
+    { externalId: 'asker', name: 'ask.sent', data: {} }, { externalId: 'rester', name: 'rest.started', data: {} },
+    { externalId: 'chain-asker', name: 'chain.sent', data: {} }, { externalId: 'chain-rester', name: 'chain.started', data: {} },
+  ] });
   const runOf = async (slug: string) => (await api.get(`/v1/workflows/${slug}/runs?limit=10`, boot.keys.tenant)).body.data.items[0];
-  await waitFor('both runs to wait or sleep', async () => (await runOf('late-reply'))?.status === 'waiting' && (await runOf('late-cancel'))?.status === 'sleeping', 20_000, 100);
-  await new Promise((r) => setTimeout(r, 1_500));
-  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'asker', name: 'ask.reply', data: {} }, { externalId: 'rester', name: 'rest.cancel', data: {} }] });
-  await waitFor('both runs past their first step', async () => (await runOf('late-reply')).history.length >= 3 && (await runOf('late-cancel')).history.length >= 3, 20_000, 100);
+  const slugs = ['late-reply', 'late-cancel', 'late-chain-reply', 'late-chain-cancel'];
+  await waitFor('the runs to wait or sleep', async () => (await Promise.all(slugs.map(runOf))).every((r) => r?.status === 'waiting' || r?.status === 'sleeping'), 20_000, 100);
+  await new Promise((r) => setTimeout(r, 2_500));
+  await api.post('/v1/events', boot.keys.tenant, { events: [
+    { externalId: 'asker', name: 'ask.reply', data: {} }, { externalId: 'rester', name: 'rest.cancel', data: {} },
+    { externalId: 'chain-asker', name: 'chain.reply', data: {} }, { externalId: 'chain-rester', name: 'chain.cancel', data: {} },
+  ] });
+  await waitFor('the runs past their first step', async () => (await runOf('late-reply')).history.length >= 3 && (await runOf('late-cancel')).history.length >= 3
+    && (await runOf('late-chain-reply')).history.length >= 4 && (await runOf('late-chain-cancel')).history.length >= 4, 20_000, 100);
+  const chainReply = await runOf('late-chain-reply');
+  assert.equal(chainReply.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'waiting', 'timeout', 'sleeping'], 'the wait after the sleep timed out before the reply arrived');
+  assert.is(chainReply.status, 'sleeping');
+  const chainRest = await runOf('late-chain-cancel');
+  assert.equal(chainRest.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sleeping', 'woke', 'sleeping'], 'both sleeps ended before the cancel arrived');
+  assert.is(chainRest.status, 'canceled', 'then the cancel, in its turn');
   const reply = await runOf('late-reply');
   assert.equal(reply.history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sleeping'], 'timed out before the reply arrived');
   assert.is(reply.status, 'sleeping');
