@@ -88,7 +88,10 @@ export async function backfillTurn(ctx: RoleContext, member: string): Promise<'d
       await pipeline.exec();
     }
     cursor = members.length < config.segmentBackfillChunk ? { p: p + 1, after: null } : { p, after: members[members.length - 1]! };
-    backfill = { ...backfill, processed: backfill.processed + members.length };
+    // subscribers created during the walk are found too: `total` grows with them, so `processed`
+    // never passes it and never drops back when completion sets it to `total` (probe Z: 3,095/3,035, then 3,035)
+    const processed = backfill.processed + members.length;
+    backfill = { ...backfill, processed, total: Math.max(backfill.total ?? 0, processed) };
     if ((await callScript<number>(redis, 'updateBackfill', [segmentKey], [token, JSON.stringify(backfill), JSON.stringify(cursor)])) !== 1) return 'more';
   }
   if (cursor.p < config.partitions) return 'more';

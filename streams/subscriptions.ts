@@ -362,8 +362,12 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)], ['registeredAt', String(Date.parse(at))]);
     if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
-    const events = revived ? [{ name: '$subscription.registered', data: { subscription: publicOf({ ...toSubscription(externalId, current), enabled: true, invalidatedAt: null }) } }] : [];
     const record = { ...current, ...Object.fromEntries(changed) };
+    // revived, or a field a segment or workflow condition reads (`subscription.platform`) changed in
+    // place: the stream says so, and the actor decides membership again (probe Z: a device
+    // re-registered as android stayed in the ios segment until the subscriber's next state event)
+    const reread = revived || changed.some(([k]) => k === 'platform');
+    const events = reread ? [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }] : [];
     // this subscriber's own copy, from before the token went to `from` (whose copy is still there),
     // taken back under a new claim: the owner changes again
     const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp;

@@ -88,6 +88,25 @@ seg('topic and subscription conditions follow memberships and registrations', as
   assert.equal(await members(ctx, 'news-readers-with-push'), [], 'no longer in the topic');
 });
 
+seg('a device registered again under another platform moves between platform segments, with $subscription.registered (probe Z: it stayed until the next state event)', async (ctx) => {
+  const { api, key } = ctx;
+  for (const platform of ['ios', 'android']) assert.is((await api.post('/v1/segments', key, { slug: `on-${platform}`, where: { subscription: { platform } } })).status, 201);
+  const token = 'd4'.repeat(32);
+  assert.is((await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'switcher', channel: 'push', token, platform: 'ios' })).status, 201);
+  await until(ctx, 'on-ios', ['switcher'], 'switcher: on ios');
+  const again = await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'switcher', channel: 'push', token, platform: 'android' });
+  assert.equal([again.status, again.body.data.platform], [200, 'android']);
+  await until(ctx, 'on-android', ['switcher'], 'switcher: on android');
+  assert.equal(await members(ctx, 'on-ios'), []);
+  const registered = async () => (await api.get('/v1/subscribers/switcher/timeline?limit=10', key)).body.data.items
+    .filter((e: any) => e.name === '$subscription.registered').map((e: any) => e.data.subscription.platform);
+  await waitFor('both registrations on the timeline', async () => JSON.stringify(await registered()) === JSON.stringify(['android', 'ios']), 10_000, 50);
+  // registering what is stored changes nothing and writes nothing
+  assert.is((await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'switcher', channel: 'push', token, platform: 'android' })).status, 200);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal(await registered(), ['android', 'ios']);
+});
+
 seg('deleting a topic takes its members out of the segments naming it; a new topic of that slug starts empty', async (ctx) => {
   const { api, key } = ctx;
   await api.post('/v1/topics', key, { slug: 'promo' });
