@@ -94,7 +94,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
       // `merged`: this call deleted the anonymous subscriber (of calls racing on one, only the one that did);
       // into the subscriber the upsert wrote only (a delete racing the call stops the merge)
       const merged = plan ? await mergeSubscriber(redis, keys, scope, plan, trail, subscriber.id) : false;
-      return { written: merged ? await getSubscriber(redis, keys, scope, body.externalId).catch(() => subscriber) : subscriber, merged };
+      // after a merge, what it filled in too (read again; the upsert's record when a delete came in between)
+      return { written: plan ? await getSubscriber(redis, keys, scope, body.externalId).catch(() => subscriber) : subscriber, merged };
     });
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
       externalId: body.externalId, name: '$identify', source: body.source, timestampMs: now(), callerId: null, provider: null, runId: null, messageId: null, step: null,
