@@ -373,6 +373,33 @@ async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: S
 }
 
 /**
+ * The deliveries a walk made and did not settle (chunks past the stored cursor of a dispatcher
+ * killed mid-walk), sent now, chunk by chunk: a walk whose topic or segment is gone does not go
+ * over them again, and nothing else would send or settle them (probe AB: a topic deleted while the
+ * dispatcher was down left 100 to 300 deliveries pending and the message `sending` for good). They
+ * were made for the audience as it was before the deletion, which the message's deliveries show.
+ */
+async function sendLeftPending(ctx: FanoutContext, scope: TenantScope, message: Message): Promise<void> {
+  const { redis, keys } = ctx;
+  const pendingKey = keys.messageDeliveriesByStatus(scope.tenantId, message.id, 'pending');
+  const ids: string[] = [];
+  let cursor = '0';
+  // bounded: the pending set holds at most the deliveries of the chunks in flight when the walk stopped
+  for (let round = 0; round < 100_000; round++) {
+    const [next, batch] = await redis.zscan(pendingKey, cursor, 'COUNT', 1000);
+    for (let i = 0; i < batch.length; i += 2) ids.push(batch[i]!);
+    cursor = next;
+    if (cursor === '0') break;
+  }
+  for (let i = 0; i < ids.length; i += ctx.chunkSize) {
+    const pipeline = redis.pipeline();
+    for (const id of ids.slice(i, i + ctx.chunkSize)) pipeline.hget(keys.delivery(scope.tenantId, id), 'externalId');
+    const externalIds = [...new Set(((await pipeline.exec()) ?? []).map(([, x]) => x).filter((x): x is string => typeof x === 'string' && x !== ''))];
+    if (externalIds.length) await processChunk(ctx, scope, [{ message, externalIds }]);
+  }
+}
+
+/**
  * Fans queued messages of one tenant out to their audiences, resumably. One call starts them all
  * (`queued` → `sending`, reading their records). Messages to one subscriber go through one chunk
  * together (`whole`): their deliveries are created with their fan-outs marked done, and the last
@@ -427,6 +454,7 @@ async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Re
     // the topic or segment was deleted before or while the audience was walked: a message that
     // reached nobody yet fails, one that reached part of it completes with that part and says why
     if (gone.at) {
+      await sendLeftPending(ctx, scope, message);
       if (Number((await redis.hget(recordKey, 'n:total')) ?? 0) === 0) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: `${what}_not_found`, completedAt: isoNow() });
         return;

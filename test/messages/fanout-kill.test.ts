@@ -123,6 +123,30 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
   assert.is(received.filter((r) => r.token === tokenOf(7)).length, 2);
 });
 
+kill('a topic deleted while its dispatcher lies dead mid-fan-out: the next one sends the deliveries left pending and completes the message (probe AB: it stayed sending for good)', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const ids = Array.from({ length: 50 }, (_, i) => `gone-${i}`);
+  const tokenOf = (i: number) => (0x9000 + i).toString(16).padStart(64, 'f');
+  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'gone-mid-way' });
+  await api.post('/v1/topics/gone-mid-way/subscribers', boot.keys.tenant, { externalIds: ids });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 60_000, times: 1 }); // held: its chunk stays unsettled, the cursor before it
+  const env = dispatcherEnv(ctx);
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'gone-mid-way' }, title: 'Gone', body: 'mid-way' })).body.data.id;
+  await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 30_000, 20);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  assert.is((await api.del('/v1/topics/gone-mid-way', boot.keys.tenant)).status, 200);
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await completed(api, boot.keys.tenant, id);
+  assert.equal([done.error, done.counts], ['topic_deleted', { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 }]);
+  assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id && r.token === tokenOf(7)).length, 2, 'the held push sent again');
+});
+
 kill('a dispatcher killed with a one-subscriber push in flight: the next one sends it again under the same apns-id and completes the message once', async (ctx) => {
   const boot = (ctx as any).boot;
   const api = client(ctx.service.url);
