@@ -96,25 +96,35 @@ kill('a dispatcher killed mid-fan-out is resumed by another: every device gets t
   if (process.env.HERALD_TEST_VERBOSE) console.log(`killed at ${atKill.counts.sent} sent; ${resent} in-flight pushes sent again`);
 });
 
-kill('a dispatcher killed while one push of a chunk is unanswered sends again only that push: the chunk\'s answered pushes were recorded as they came', async (ctx) => {
+/**
+ * A topic of 50 devices and a message to it, sent by a dispatcher while the peer holds the push to
+ * device 7 unanswered: once the other 49 are recorded sent (its chunk of 25 unsettled, the stored
+ * cursor before it), that dispatcher is SIGKILLed.
+ */
+async function killedHoldingOne(ctx: Ctx, name: string, fill: string): Promise<{ api: ReturnType<typeof client>; boot: any; id: string; tokenOf: (i: number) => string; env: Record<string, string> }> {
   const boot = (ctx as any).boot;
   const api = client(ctx.service.url);
-  const ids = Array.from({ length: 50 }, (_, i) => `h-${i}`);
-  const tokenOf = (i: number) => (0x7000 + i).toString(16).padStart(64, 'e');
+  const ids = Array.from({ length: 50 }, (_, i) => `${name}-${i}`);
+  const tokenOf = (i: number) => (0x7000 + i).toString(16).padStart(64, fill);
   for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
-  await api.post('/v1/topics', boot.keys.tenant, { slug: 'hold-one' });
-  await api.post('/v1/topics/hold-one/subscribers', boot.keys.tenant, { externalIds: ids });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: name });
+  await api.post(`/v1/topics/${name}/subscribers`, boot.keys.tenant, { externalIds: ids });
   ctx.peer.reset();
   ctx.peer.respondWith({ token: tokenOf(7), delayMs: 60_000, times: 1 }); // held: its chunk never finishes before the kill
   const env = dispatcherEnv(ctx);
   const first = startRoleProcess('dispatcher', env);
   ctx.dispatchers.push(first);
-  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'hold-one' }, title: 'Held', body: 'one push' })).body.data.id;
+  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: name }, title: 'Held', body: 'one push' })).body.data.id;
   // every push answered but the held one is recorded, its chunk (25) unfinished included (the wait
   // covers the dispatcher process's start, as the other tests' 30 s do)
   await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 30_000, 20);
   first.child.kill('SIGKILL');
   await first.exited;
+  return { api, boot, id, tokenOf, env };
+}
+
+kill('a dispatcher killed while one push of a chunk is unanswered sends again only that push: the chunk\'s answered pushes were recorded as they came', async (ctx) => {
+  const { api, boot, id, tokenOf, env } = await killedHoldingOne(ctx, 'hold-one', 'e');
   ctx.dispatchers.push(startRoleProcess('dispatcher', env));
   const done = await completed(api, boot.keys.tenant, id);
   assert.equal(done.counts, { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 });
@@ -124,22 +134,7 @@ kill('a dispatcher killed while one push of a chunk is unanswered sends again on
 });
 
 kill('a topic deleted while its dispatcher lies dead mid-fan-out: the next one sends the deliveries left pending and completes the message (probe AB: it stayed sending for good)', async (ctx) => {
-  const boot = (ctx as any).boot;
-  const api = client(ctx.service.url);
-  const ids = Array.from({ length: 50 }, (_, i) => `gone-${i}`);
-  const tokenOf = (i: number) => (0x9000 + i).toString(16).padStart(64, 'f');
-  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
-  await api.post('/v1/topics', boot.keys.tenant, { slug: 'gone-mid-way' });
-  await api.post('/v1/topics/gone-mid-way/subscribers', boot.keys.tenant, { externalIds: ids });
-  ctx.peer.reset();
-  ctx.peer.respondWith({ token: tokenOf(7), delayMs: 60_000, times: 1 }); // held: its chunk stays unsettled, the cursor before it
-  const env = dispatcherEnv(ctx);
-  const first = startRoleProcess('dispatcher', env);
-  ctx.dispatchers.push(first);
-  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'gone-mid-way' }, title: 'Gone', body: 'mid-way' })).body.data.id;
-  await waitFor('49 of 50 pushes recorded as sent', async () => (await api.get(`/v1/messages/${id}`, boot.keys.tenant)).body.data.counts.sent === 49, 30_000, 20);
-  first.child.kill('SIGKILL');
-  await first.exited;
+  const { api, boot, id, tokenOf, env } = await killedHoldingOne(ctx, 'gone-mid-way', 'f');
   assert.is((await api.del('/v1/topics/gone-mid-way', boot.keys.tenant)).status, 200);
   ctx.dispatchers.push(startRoleProcess('dispatcher', env));
   const done = await completed(api, boot.keys.tenant, id);
