@@ -170,10 +170,11 @@ export async function changeSubscriber<T, X = undefined>(
     const reading = readSubscriber(redis, keys, scope, externalId, options);
     const extraReading = read ? read(partition) : Promise.resolve(undefined);
     const [snapshot, extra] = (await Promise.all([reading, extraReading])) as [SubscriberSnapshot, X];
+    // a write limited to one subscriber (a merge's) finds another or none: the compare-and-set checks the id too
+    if (scope.only?.externalId === externalId && snapshot.id !== scope.only.id) throw new SubscriberChanged();
     // one reading of the clock for the attempt: the record's times `compute` writes (updatedAt) and
     // the ones the script writes (a new subscriber's createdAt, its events) are the same instant
     // (updatedAt read before the write's own time came out 1 ms before createdAt: probe U)
-    if (scope.only?.externalId === externalId && snapshot.id !== scope.only.id) throw new SubscriberChanged();
     const at = now();
     const change = compute(snapshot, extra, at);
     if ('skip' in change) return change.skip;

@@ -89,12 +89,13 @@ export function registerClient(router: Router, deps: AppDeps): void {
     // moved (the owner change), then the merged subscriber's subscriber.deleted.
     const trail = auditTrailOf(ctx, deps);
     const { written, merged } = await trail.holding(async () => {
-      // the answer is the record as the upsert left it: read again, a delete racing the call made it 404 (probe X)
+      // the upsert's own record is the answer's fallback: read again, a delete racing the call made it 404 (probe X)
       const { subscriber } = await upsertSubscriber(redis, keys, scope, body.externalId, body.attributes ?? {}, { create: true, verified, base: 'attributes.', audit: trail });
       // `merged`: this call deleted the anonymous subscriber (of calls racing on one, only the one that did);
       // into the subscriber the upsert wrote only (a delete racing the call stops the merge)
       const merged = plan ? await mergeSubscriber(redis, keys, scope, plan, trail, subscriber.id) : false;
-      // after a merge, what it filled in too (read again; the upsert's record when a delete came in between)
+      // after a merge, what it filled in too (read again; the upsert's record when that read fails: a delete
+      // came in between, or Redis refuses the read after the writes were made, which are answered as made)
       return { written: plan ? await getSubscriber(redis, keys, scope, body.externalId).catch(() => subscriber) : subscriber, merged };
     });
     await ingestEvents(redis, keys, { ...scope, maxBacklog: deps.config.inboxMaxBacklog }, [{
