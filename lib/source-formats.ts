@@ -25,6 +25,13 @@ const header = (headers: Headers, name: string): string | null => {
   return s === undefined || s === '' ? null : s;
 };
 
+/**
+ * A Standard Webhooks header, `webhook-<part>`, or Svix's own name for it, `svix-<part>`: Svix signs
+ * its customers' deliveries (Clerk, Resend) the same way under `svix-` names unless white-labelled.
+ */
+const standardHeader = (headers: Headers, part: 'id' | 'timestamp' | 'signature'): string | null =>
+  header(headers, `webhook-${part}`) ?? header(headers, `svix-${part}`);
+
 const hmacHex = (secret: string, text: Buffer | string, prefix = '') =>
   createHmac('sha256', Buffer.from(secret, 'utf8')).update(prefix).update(text).digest('hex');
 
@@ -58,11 +65,11 @@ export type Verdict =
 export function verifyDelivery(format: SourceFormat, secrets: string[], headers: Headers, body: Buffer, nowSeconds: number): Verdict {
   const bad = (message: string): Verdict => ({ ok: false, code: 'invalid_signature', message });
   if (format === 'standard-webhooks') {
-    const id = header(headers, 'webhook-id');
-    const timestamp = header(headers, 'webhook-timestamp');
+    const id = standardHeader(headers, 'id');
+    const timestamp = standardHeader(headers, 'timestamp');
     // a sender repeating the header: Node joins the copies with ", " (the signatures are space-separated)
-    const signature = header(headers, 'webhook-signature')?.replace(/,\s+/g, ' ') ?? null;
-    if (!id || !timestamp || !signature) return { ok: false, code: 'missing_authorization', message: 'Send the webhook-id, webhook-timestamp and webhook-signature headers (Standard Webhooks)' };
+    const signature = standardHeader(headers, 'signature')?.replace(/,\s+/g, ' ') ?? null;
+    if (!id || !timestamp || !signature) return { ok: false, code: 'missing_authorization', message: 'Send the webhook-id, webhook-timestamp and webhook-signature headers (Standard Webhooks; Svix\'s svix-id, svix-timestamp and svix-signature also do)' };
     if (secrets.some((s) => verifySignature(s, { id, timestamp, signature }, body, nowSeconds))) return { ok: true };
     return bad(`No webhook-signature matches the source's secret, or webhook-timestamp is more than ${TOLERANCE_SECONDS / 60} minutes off`);
   }
@@ -165,7 +172,7 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
   // whoever saw one delivery, so its key is what the signature covers, the body's SHA-256
   const dedupeId = mapping.id ? dedupeKey(scalar(valueAt(payload, mapping.id)))
     : format === 'github' ? `#${sha256Hex(body)}`
-      : dedupeKey(format === 'standard-webhooks' ? header(headers, 'webhook-id') : scalar(payload.id));
+      : dedupeKey(format === 'standard-webhooks' ? standardHeader(headers, 'id') : scalar(payload.id));
 
   const at = now();
   const timestampPath = mapping.timestamp ?? (format === 'stripe' ? 'created' : null);

@@ -60,11 +60,16 @@ export function leaseMsFor(attemptTimeoutMs: number): number {
 export const WEBHOOK_USER_AGENT_PRODUCT = 'Herald-Webhooks';
 
 /**
- * Whether an inbound delivery is one of the workspace's own outbound webhooks coming back (a
- * source of `workspaceId` given as an endpoint's URL): Herald's user agent and the payload's
- * `workspace.id` that workspace. Stored, each such event would be delivered and come back again.
+ * Whether an inbound delivery from Herald (its user agent) would feed a loop: one of the source's
+ * own workspace's outbound webhooks coming back (a source of `workspaceId` given as an endpoint's
+ * URL), or any Herald's delivery of a stream event that a source stored itself (`data.object.source`
+ * `webhook`): forwarded again, an event could go round two workspaces' endpoints and sources for
+ * ever, each hop a new `whe_` id (probe AG). Events are forwarded from one Herald to another one hop.
  */
-export function isOwnWebhook(userAgent: string | undefined, payload: Record<string, unknown>, workspaceId: string): boolean {
+export function isHeraldLoop(userAgent: string | undefined, payload: Record<string, unknown>, workspaceId: string): boolean {
+  if (!(userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`)) return false;
   const workspace = payload.workspace as { id?: unknown } | null | undefined;
-  return (userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`) && typeof workspace === 'object' && workspace !== null && workspace.id === workspaceId;
+  if (typeof workspace === 'object' && workspace !== null && workspace.id === workspaceId) return true;
+  const data = payload.data as { object?: { source?: unknown } | null } | null | undefined;
+  return typeof data === 'object' && data !== null && typeof data.object === 'object' && data.object !== null && data.object.source === 'webhook';
 }

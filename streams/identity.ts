@@ -67,8 +67,9 @@ export async function ensureWorkspace(redis: Redis, keys: Keys, slug: string, by
 
 /** Creates tenant `slug` in `workspace`; `created` is false (and the existing one returned) when the slug is taken. */
 export async function createTenant(redis: Redis, keys: Keys, workspace: Workspace, slug: string, by: Writer): Promise<{ tenant: Tenant; created: boolean }> {
-  const id = newId('tenant');
+  // the id and createdAt read one clock: a list newest first by id is newest first by createdAt
   const at = now();
+  const id = newId('tenant', at);
   const tenant: Tenant = { id, slug, workspaceId: workspace.id, createdAt: isoNow(at) };
   const intent = auditIntent(keys.workspaceOutbox(workspace.id), 'tenant.create', tenantScope(workspace, tenant, by), tenant);
   const reply = await callScript<[number, string]>(
@@ -188,7 +189,8 @@ export async function createApiKey(
   by: Writer,
 ): Promise<{ key: string; record: ApiKeyRecord }> {
   const key = KEY_PREFIX[input.kind] + randomBytes(24).toString('hex');
-  const id = newId('key');
+  const at = now();
+  const id = newId('key', at);
   const record: ApiKeyRecord = {
     id,
     kind: input.kind,
@@ -198,7 +200,7 @@ export async function createApiKey(
     name: input.name,
     hint: `${KEY_PREFIX[input.kind]}…${key.slice(-4)}`,
     hash: sha256Hex(key),
-    createdAt: isoNow(),
+    createdAt: isoNow(at),
     expiresAt: input.expiresAt,
     revokedAt: null,
   };

@@ -121,8 +121,9 @@ export async function createMessage(
   redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
 ): Promise<{ message: Message; replayed: boolean }> {
-  const id = newId('message');
-  const at = isoNow();
+  const ms = now();
+  const id = newId('message', ms);
+  const at = isoNow(ms);
   const sendAtMs = input.sendAt?.atMs ?? null;
   const status: MessageStatus = sendAtMs ? 'scheduled' : 'queued';
   const lane = laneOf(input.to);

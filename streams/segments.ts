@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { MAX_SEGMENTS, needsOf } from './automation-definitions.js';
-import { isoNow } from '../lib/clock.js';
+import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import type { Expression } from '../lib/expressions.js';
 import { newId } from '../lib/ids.js';
@@ -156,8 +156,9 @@ export async function findSegment(redis: Redis, keys: Keys, tenantId: string, pa
  */
 export async function createSegment(redis: Redis, keys: Keys, scope: SegmentScope, input: SegmentInput, by: Writer): Promise<Segment> {
   const tenantId = scope.tenant.id;
-  const id = newId('segment');
-  const at = isoNow();
+  const ms = now();
+  const id = newId('segment', ms);
+  const at = isoNow(ms);
   const segment: Segment = {
     id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, where: input.where,
     memberCount: 0, backfill: { ...PENDING }, createdAt: at, updatedAt: at,

@@ -110,8 +110,9 @@ export async function findInboundSource(redis: Redis, keys: Keys, id: string): P
  */
 export async function createSource(redis: Redis, keys: Keys, scope: SourceScope, input: SourceInput, by: Writer): Promise<Source> {
   const tenantId = scope.tenant.id;
-  const id = newId('source');
-  const at = isoNow();
+  const ms = now();
+  const id = newId('source', ms);
+  const at = isoNow(ms);
   const source: Source = {
     id, name: input.name, provider: input.provider, format: input.format, mapping: fullMapping(input.mapping),
     namePrefix: input.namePrefix ?? `${input.provider}.`, enabled: input.enabled ?? true,

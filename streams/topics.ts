@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { isoNow } from '../lib/clock.js';
+import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
 import { isSlug } from '../lib/slugs.js';
@@ -77,8 +77,9 @@ export async function findTopic(redis: Redis, keys: Keys, tenantId: string, slug
 /** Creates a topic; 409 `conflict` when the tenant already has one with this slug. */
 export async function createTopic(redis: Redis, keys: Keys, scope: TopicScope, input: TopicInput, by: Writer): Promise<Topic> {
   const tenantId = scope.tenant.id;
-  const id = newId('topic');
-  const at = isoNow();
+  const ms = now();
+  const id = newId('topic', ms);
+  const at = isoNow(ms);
   const topic: Topic = { id, slug: input.slug, name: input.name ?? null, description: input.description ?? null, subscriberCount: 0, createdAt: at, updatedAt: at };
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.create', writeScope(scope, by), topic);
   const reply = await callScript<[number, string]>(

@@ -123,9 +123,10 @@ export async function findWorkflow(redis: Redis, keys: Keys, tenantId: string, s
  */
 export async function createWorkflow(redis: Redis, keys: Keys, scope: WorkflowScope, input: WorkflowInput, by: Writer): Promise<Workflow> {
   const tenantId = scope.tenant.id;
-  const id = newId('workflow');
-  const versionId = newId('workflowVersion');
-  const at = isoNow();
+  const ms = now();
+  const id = newId('workflow', ms);
+  const versionId = newId('workflowVersion', ms);
+  const at = isoNow(ms);
   const definition = definitionOf(input);
   const tooLarge = definitionSizeProblem(definition);
   if (tooLarge) throw validationError([tooLarge]);

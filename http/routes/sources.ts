@@ -4,7 +4,7 @@ import { now } from '../../lib/clock.js';
 import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { generatedSecret, readDelivery, secretProblem, verifyDelivery } from '../../lib/source-formats.js';
 import { MAX_INBOUND_BYTES } from '../../lib/source-limits.js';
-import { isOwnWebhook } from '../../lib/webhook-policy.js';
+import { isHeraldLoop } from '../../lib/webhook-policy.js';
 import { checkBody } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import {
@@ -188,12 +188,12 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *     description: |
    *       **No Authorization header**: the provider signs each delivery, and the signature is verified under the
    *       source's secret against the exact bytes received (`standard-webhooks`: webhook-id, webhook-timestamp,
-   *       webhook-signature; `stripe`: Stripe-Signature; `github`: X-Hub-Signature-256), with a timestamp at most
+   *       webhook-signature, or Svix's svix-id, svix-timestamp, svix-signature; `stripe`: Stripe-Signature; `github`: X-Hub-Signature-256), with a timestamp at most
    *       5 minutes off where the format signs one. A JSON object body of at most 256 KB.
    *
    *       202 `accepted` with the stored event, or `duplicate` with the original one when the delivery's dedupe key
    *       was seen before (nothing stored). 200 `ignored` (a disabled source, no externalId or no name in the
-   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks): the provider need not retry. 401 `missing_authorization` without the signature header,
+   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks, or a Herald's delivery of an event a source stored): the provider need not retry. 401 `missing_authorization` without the signature header,
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
    *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has
@@ -207,6 +207,9 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       - { name: webhook-id, in: header, required: false, description: 'standard-webhooks: the message id (the default dedupe key)', schema: { type: string } }
    *       - { name: webhook-timestamp, in: header, required: false, description: 'standard-webhooks: unix seconds, at most 5 minutes off', schema: { type: string } }
    *       - { name: webhook-signature, in: header, required: false, description: 'standard-webhooks: space-separated `v1,<base64 HMAC-SHA256>` of `id.timestamp.body`', schema: { type: string } }
+   *       - { name: svix-id, in: header, required: false, description: 'standard-webhooks as Svix sends it (Clerk, Resend): webhook-id under its Svix name, read when webhook-id is absent', schema: { type: string } }
+   *       - { name: svix-timestamp, in: header, required: false, description: 'standard-webhooks as Svix sends it: webhook-timestamp under its Svix name', schema: { type: string } }
+   *       - { name: svix-signature, in: header, required: false, description: 'standard-webhooks as Svix sends it: webhook-signature under its Svix name', schema: { type: string } }
    *       - { name: Stripe-Signature, in: header, required: false, description: 'stripe: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">`', schema: { type: string } }
    *       - { name: X-Hub-Signature-256, in: header, required: false, description: 'github: `sha256=<hex HMAC-SHA256 of the body>`', schema: { type: string } }
    *       - { name: X-GitHub-Event, in: header, required: false, description: 'github: the event (with the payload''s `action`, the default name)', schema: { type: string } }
@@ -231,9 +234,13 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/sources/:id/inbound', async (ctx) => {
+    // an unknown id is answered before its body is read; the source is read again once the body is
+    // in: a delete, disable, mapping or secret change answered while a slow body arrived (up to
+    // HTTP_REQUEST_TIMEOUT_MS) applies to it (probe AG)
+    if (!await findInboundSource(redis, keys, ctx.params.id ?? '')) throw notFound('Source');
+    const body = await rawBody(ctx, MAX_INBOUND_BYTES);
     const source = await findInboundSource(redis, keys, ctx.params.id ?? '');
     if (!source) throw notFound('Source');
-    const body = await rawBody(ctx, MAX_INBOUND_BYTES);
     const verdict = verifyDelivery(source.format, source.secrets, ctx.req.headers, body, Math.floor(now() / 1000));
     if (!verdict.ok) return refuse(source, new ApiError(401, verdict.code, verdict.message), false);
     let payload: unknown;
@@ -249,10 +256,10 @@ export function registerSources(router: Router, deps: AppDeps): void {
     const problem = parsedJsonProblem(payload);
     if (problem) return refuse(source, validationError([problem]), true);
     if (!source.enabled) return ignore(ctx, source, 'disabled');
-    // Herald's own webhook of this workspace coming back: each event stored would be delivered again
-    // and come back again, for ever with no namePrefix (probe F1: 126 in a few seconds until names
-    // outgrew 100 characters)
-    if (isOwnWebhook(ctx.req.headers['user-agent'], payload as Record<string, unknown>, source.workspaceId)) return ignore(ctx, source, 'loop');
+    // Herald's own webhook of this workspace coming back, or a source's event forwarded by a Herald:
+    // each event stored would be delivered again and come back again, for ever with no namePrefix
+    // (probe F1: 126 in a few seconds until names outgrew 100 characters; probe AG: two workspaces)
+    if (isHeraldLoop(ctx.req.headers['user-agent'], payload as Record<string, unknown>, source.workspaceId)) return ignore(ctx, source, 'loop');
     const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers, body);
     if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);
     if (reading.kind === 'rejected') {

@@ -83,9 +83,16 @@ inbound('a delivery of this workspace\'s own outbound webhooks is ignored (loop)
   // another workspace's Herald (two deployments chained), or the same body from another sender, is stored
   const other = payload('ws_someoneelse');
   assertAccepted(await deliver(ctx, s.id, other, { ...swHeaders(s.secret, other), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'another workspace');
+  // ... but not a stream event a source stored, whoever's: two workspaces' endpoints pointed at each
+  // other's sources would pass it back and forth for ever (probe AG)
+  const sourced = (origin: string) => JSON.stringify({ ...JSON.parse(payload('ws_someoneelse')), data: { object: { id: 'evt_x', sequence: 2, name: 'page.viewed', source: origin, data: {}, subscriber: { id: 'sub_x', externalId: 'self-2' } } } });
+  const forwarded = sourced('webhook');
+  assertIgnored(await deliver(ctx, s.id, forwarded, { ...swHeaders(s.secret, forwarded), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'loop', 'an event a source stored, from another workspace\'s Herald');
+  const tracked = sourced('server');
+  assertAccepted(await deliver(ctx, s.id, tracked, { ...swHeaders(s.secret, tracked), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'a tracked event from another workspace\'s Herald');
   const relayed = payload(workspaceId);
   assertAccepted(await deliver(ctx, s.id, relayed, { ...swHeaders(s.secret, relayed), 'user-agent': 'curl/8' }), 'not from Herald');
-  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 2, ignored: 1 });
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 3, ignored: 2 });
 });
 
 inbound('standard-webhooks: each outcome answers as documented and is counted, with lastError and lastReceivedAt', async (ctx) => {
@@ -164,6 +171,63 @@ inbound('standard-webhooks: each outcome answers as documented and is counted, w
   const huge = JSON.stringify({ type: 'user.updated', data: { id: 'user_2x', blob: 'z'.repeat(300 * 1024) } });
   assertError(await deliver(ctx, s.id, huge, swHeaders(s.secret, huge)), 413, 'payload_too_large', 'a body over 256 KB');
   assert.equal((await read(ctx, s.id)).counts, { accepted: 2, duplicate: 1, ignored: 2, rejected: 11 });
+});
+
+inbound('Svix\'s names for the standard-webhooks headers (svix-id, svix-timestamp, svix-signature, as Clerk and Resend send them) verify and dedupe (probe AG)', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Resend', provider: 'resend', format: 'standard-webhooks', mapping: { externalId: 'data.to' } });
+  const body = '{"type":"email.delivered","data":{"to":"svix-1"}}';
+  const svix = (headers: Record<string, string>) => Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.replace(/^webhook-/, 'svix-'), v]));
+  const signed = swHeaders(s.secret, body);
+  const event = assertAccepted(await deliver(ctx, s.id, body, svix(signed)), 'svix- headers');
+  assert.is(event.name, 'resend.email.delivered');
+  assertDuplicate(await deliver(ctx, s.id, body, svix(signed)), event, 'the same svix-id again');
+  assertDuplicate(await deliver(ctx, s.id, body, signed), event, 'the same id under its webhook- name');
+  assertError(await deliver(ctx, s.id, body, svix(swHeaders(swSecret(), body))), 401, 'invalid_signature', 'svix- headers signed with another secret');
+  const { 'webhook-signature': _, ...unsigned } = swHeaders(s.secret, body);
+  assertError(await deliver(ctx, s.id, body, svix(unsigned)), 401, 'missing_authorization', 'no signature under either name');
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 1, duplicate: 2, ignored: 0, rejected: 2 });
+});
+
+/**
+ * Sends a delivery whose body arrives in two parts, running `meanwhile` between them (a slow upload),
+ * and answers the response's status and body.
+ */
+async function slowDelivery(ctx: Ctx, id: string, body: string, headers: Record<string, string>, meanwhile: () => Promise<void>): Promise<{ status: number; body: any }> {
+  const { hostname, port } = new URL(ctx.service.url);
+  const socket = connect(Number(port), hostname);
+  await new Promise<void>((resolve) => socket.once('connect', resolve));
+  let text = '';
+  socket.on('data', (chunk) => (text += chunk));
+  const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+  const head = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  socket.write(`POST /v1/sources/${id}/inbound HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${head}\r\n${body.slice(0, 10)}`);
+  // the route has looked the source up and waits for the rest of the body
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  await meanwhile();
+  socket.write(body.slice(10));
+  await closed;
+  const cut = text.indexOf('\r\n\r\n');
+  return { status: Number(text.split(' ')[1]), body: JSON.parse(text.slice(cut + 4)) };
+}
+
+inbound('a delete or disable answered while a delivery\'s body arrives applies to it: 404, or ignored; nothing stored (probe AG)', async (ctx) => {
+  const gone = await createSource(ctx, { name: 'Slow', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const body = '{"type":"user.created","data":{"id":"slow-1"}}';
+  const deleted = await slowDelivery(ctx, gone.id, body, swHeaders(gone.secret, body), async () => {
+    assert.is((await ctx.api.del(`/v1/sources/${gone.id}`, ctx.key)).status, 200);
+  });
+  assert.is(deleted.status, 404, JSON.stringify(deleted.body));
+  assert.is(deleted.body.error.code, 'not_found');
+  assert.is((await ctx.api.get('/v1/subscribers/slow-1', ctx.key)).status, 404, 'nothing stored: no subscriber made');
+
+  const off = await createSource(ctx, { name: 'Slow', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
+  const disabled = await slowDelivery(ctx, off.id, body, swHeaders(off.secret, body), async () => {
+    assert.is((await ctx.api.patch(`/v1/sources/${off.id}`, ctx.key, { enabled: false })).status, 200);
+  });
+  assert.is(disabled.status, 200, JSON.stringify(disabled.body));
+  assert.is(disabled.body.data.reason, 'disabled');
+  assert.is((await ctx.api.get('/v1/subscribers/slow-1', ctx.key)).status, 404, 'nothing stored: no subscriber made');
+  assert.equal((await read(ctx, off.id)).counts, { accepted: 0, duplicate: 0, ignored: 1, rejected: 0 });
 });
 
 inbound('a rejected signature leaves lastReceivedAt null; the first verified delivery sets it', async (ctx) => {
