@@ -75,6 +75,13 @@ class WebhookDispatcher {
   private readonly endpointChecks = new Map<string, { running: Promise<WebhookEndpoint[]> | null; queued: Promise<WebhookEndpoint[]> | null }>();
   private readonly lanes = new Map<string, { workspaceId: string; lanes: EndpointLanes }>();
   private readonly backlog = new Map<string, number>();
+  /**
+   * The last claim of each workspace's attempts (`enqueueDeliveries` of new events, `claimAttempts`
+   * of due ones): a claim starts after the one before it queued what it took, so the room it offers
+   * is what is free then. Run at once, two claims both took the same free room and a process held
+   * more than `perEndpoint`; attempts beyond it waited so long that their lease ran short (probe AE).
+   */
+  private readonly claimTurns = new Map<string, Promise<void>>();
   /** when each workspace next needs a claim (ms); absent or 0: at the next round */
   private readonly claimAt = new Map<string, number>();
   /** workspace and tenant slugs of stream payloads (slugs never change) */
@@ -86,7 +93,7 @@ class WebhookDispatcher {
   private pollScheduled = false;
   private polling = false;
   private pollAgain = false;
-  private claims = 0;
+  private claimCount = 0;
   private stopping = false;
   private aborted = false;
   private readonly timers: NodeJS.Timeout[] = [];
@@ -131,8 +138,11 @@ class WebhookDispatcher {
     this.stopping = true;
     for (const timer of this.timers) clearInterval(timer);
     await this.consumer?.stop();
-    // Requests in flight may finish for a moment; then they are dropped unrecorded and their leases
-    // expire, so another dispatcher sends them again (receivers dedupe on webhook-id).
+    // Attempts queued and not started are given back at once, for another dispatcher to send (left
+    // to their leases, they waited up to three timeouts: probe AE). Requests in flight may finish for
+    // a moment; then they are dropped unrecorded and their leases expire, so another dispatcher
+    // sends them again (receivers dedupe on webhook-id).
+    await Promise.all([...this.lanes.values()].map(({ lanes }) => lanes.dropQueued()));
     const deadline = performance.now() + STOP_GRACE_MS;
     while ([...this.lanes.values()].some((l) => !l.lanes.idle()) && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     this.aborted = true;
@@ -210,21 +220,23 @@ class WebhookDispatcher {
       if (i > 0) await new Promise((r) => setImmediate(r)); // let answers of requests in flight be handled
       const chunk = events.slice(i, i + ENQUEUE_CHUNK);
       const atMs = now();
-      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}`, retentionMs: deliveryKeepMs(this.ctx.config.retentionMs, this.ctx.config.webhookRetryScheduleMs) };
-      const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
-      const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
-      const targets = new Map<string, number>();
-      for (const e of chunk) for (const t of e.targets) if (byId.get(t.endpointId)!.enabled) targets.set(t.endpointId, (targets.get(t.endpointId) ?? 0) + 1);
-      for (const attempt of claimed) targets.set(attempt.endpointId, targets.get(attempt.endpointId)! - 1);
-      for (const [endpointId, queued] of targets) {
-        if (queued <= 0) continue;
-        this.backlog.set(endpointId, (this.backlog.get(endpointId) ?? 0) + queued);
-        this.claimAt.set(workspaceId, 0);
-      }
-      for (const attempt of claimed) {
-        const body = stored.get(attempt.eventId) ?? bodies.get(attempt.eventId)!;
-        this.enqueueSend(workspaceId, attempt.endpointId, { ...attempt, body });
-      }
+      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}`, retentionMs: deliveryKeepMs(this.ctx.config.retentionMs, this.ctx.config.webhookRetryScheduleMs) };
+      await this.inTurn([workspaceId], async () => {
+        const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
+        const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
+        const targets = new Map<string, number>();
+        for (const e of chunk) for (const t of e.targets) if (byId.get(t.endpointId)!.enabled) targets.set(t.endpointId, (targets.get(t.endpointId) ?? 0) + 1);
+        for (const attempt of claimed) targets.set(attempt.endpointId, targets.get(attempt.endpointId)! - 1);
+        for (const [endpointId, queued] of targets) {
+          if (queued <= 0) continue;
+          this.backlog.set(endpointId, (this.backlog.get(endpointId) ?? 0) + queued);
+          this.claimAt.set(workspaceId, 0);
+        }
+        for (const attempt of claimed) {
+          const body = stored.get(attempt.eventId) ?? bodies.get(attempt.eventId)!;
+          this.enqueueSend(workspaceId, attempt.endpointId, { ...attempt, body });
+        }
+      });
     }
     if (events.length) this.refill();
   }
@@ -268,7 +280,10 @@ class WebhookDispatcher {
     return entry.lanes;
   }
 
-  /** Attempts each endpoint of the workspace with lanes here may still take (`also`: endpoints without lanes, `perEndpoint`). */
+  /**
+   * Attempts each endpoint of the workspace with lanes here may still take (`also`: endpoints
+   * without lanes, `perEndpoint`). Read in the workspace's turn (`inTurn`).
+   */
   private capacity(workspaceId: string, also: readonly WebhookEndpoint[] = []): Map<string, number> {
     const out = new Map<string, number>();
     for (const e of also) out.set(e.id, this.stopping ? 0 : this.perEndpoint);
@@ -276,24 +291,36 @@ class WebhookDispatcher {
     return out;
   }
 
+  /** Runs `claim` (a claim and the queueing of what it took) after the claims before it of these workspaces. */
+  private inTurn<T>(workspaceIds: readonly string[], claim: () => Promise<T>): Promise<T> {
+    const before = workspaceIds.map((ws) => this.claimTurns.get(ws)).filter((p) => p !== undefined);
+    const run = (before.length ? Promise.all(before).then(claim) : claim());
+    const done = run.then(() => undefined, () => undefined);
+    for (const ws of workspaceIds) this.claimTurns.set(ws, done);
+    void done.then(() => {
+      for (const ws of workspaceIds) if (this.claimTurns.get(ws) === done) this.claimTurns.delete(ws);
+    });
+    return run;
+  }
+
   private enqueueSend(workspaceId: string, endpointId: string, attempt: ClaimedAttempt & { body: string }): void {
     const lanes = this.lanesOf(workspaceId, endpointId);
+    // An attempt not sent is given back at once: the next claim (this process's or another's) puts
+    // it back in its endpoint's queue. Left to its lease, it waited up to three timeouts (probe AE).
+    const giveBack = () => releaseAttempt(this.ctx.redis, this.ctx.keys, workspaceId, attempt.member, attempt.token, now())
+      .then(() => undefined, (err: Error) => this.ctx.log.warn('could not give back a webhook attempt; its lease will expire', { err: err.message }));
     lanes.push({
+      dropped: giveBack,
       run: async () => {
-        if (this.stopping) return;
+        if (this.stopping) return giveBack();
         // The endpoint as it is now, not as it was at the claim: one disabled or deleted meanwhile
-        // gets nothing more, and the attempt's lease is given back at once: the next claim puts it
-        // back in the endpoint's queue, where it waits for a re-enable (which sends it at once), or
-        // goes with the endpoint. Left to its lease, a re-enable within it skipped the attempt as in
-        // flight, and it went out ~90 s later (probe A1). A new URL or secret is used.
+        // gets nothing more, its attempt waiting in the endpoint's queue for a re-enable (which sends
+        // it at once), or going with the endpoint. Left to its lease, a re-enable within it skipped the
+        // attempt as in flight, and it went out ~90 s later (probe A1). A new URL or secret is used.
         const target = (await this.currentEndpoints(workspaceId)).find((e) => e.id === endpointId);
-        if (!target?.enabled) {
-          await releaseAttempt(this.ctx.redis, this.ctx.keys, workspaceId, attempt.member, attempt.token, now())
-            .catch((err: Error) => this.ctx.log.warn('could not give back a webhook attempt; its lease will expire', { err: err.message }));
-          return;
-        }
+        if (!target?.enabled) return giveBack();
         // An attempt starts only with more than a timeout of lease left, so the lease outlives it.
-        if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return;
+        if (this.stopping || now() + this.timeoutMs + 1_000 > attempt.leaseUntil) return giveBack();
         // the one place secrets are chosen: first sends, retries and replays all pass here
         const secrets = signingSecrets(target.secret, target.retiredSecrets, now());
         const protocol = target.url.startsWith('https:') ? 'https:' : 'http:';
@@ -326,21 +353,23 @@ class WebhookDispatcher {
       // (replays and re-queues come from the web role, queued attempts from other dispatchers)
       const workspaces = this.workspaces.filter((ws) => (this.claimAt.get(ws) ?? 0) <= atMs);
       if (workspaces.length === 0) return;
-      const pipeline = this.ctx.redis.pipeline();
-      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claims}` };
-      for (const ws of workspaces) claimAttempts(pipeline, this.ctx.keys, ws, this.capacity(ws), this.perEndpoint, lease);
-      const replies = (await pipeline.exec()) ?? [];
-      replies.forEach(([err, reply], i) => {
-        const ws = workspaces[i]!;
-        if (err) return this.ctx.log.warn('webhook claim failed', { workspace: ws, err: err.message });
-        const { nextDueMs, endpoints } = parseClaim(reply, lease);
-        let waiting = false;
-        for (const claimed of endpoints) {
-          this.backlog.set(claimed.endpointId, claimed.dueLeft);
-          if (claimed.dueLeft > 0) waiting = true;
-          for (const attempt of claimed.attempts) this.enqueueSend(ws, claimed.endpointId, attempt);
-        }
-        this.claimAt.set(ws, waiting ? 0 : Math.min(nextDueMs ?? Infinity, atMs + IDLE_CLAIM_MS));
+      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}` };
+      await this.inTurn(workspaces, async () => {
+        const pipeline = this.ctx.redis.pipeline();
+        for (const ws of workspaces) claimAttempts(pipeline, this.ctx.keys, ws, this.capacity(ws), this.perEndpoint, lease);
+        const replies = (await pipeline.exec()) ?? [];
+        replies.forEach(([err, reply], i) => {
+          const ws = workspaces[i]!;
+          if (err) return this.ctx.log.warn('webhook claim failed', { workspace: ws, err: err.message });
+          const { nextDueMs, endpoints } = parseClaim(reply, lease);
+          let waiting = false;
+          for (const claimed of endpoints) {
+            this.backlog.set(claimed.endpointId, claimed.dueLeft);
+            if (claimed.dueLeft > 0) waiting = true;
+            for (const attempt of claimed.attempts) this.enqueueSend(ws, claimed.endpointId, attempt);
+          }
+          this.claimAt.set(ws, waiting ? 0 : Math.min(nextDueMs ?? Infinity, atMs + IDLE_CLAIM_MS));
+        });
       });
     } finally {
       this.polling = false;

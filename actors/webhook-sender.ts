@@ -110,7 +110,8 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
   });
 }
 
-export type Job = { run: () => Promise<void> };
+/** A queued attempt: `run` sends it; `dropped`, when it is taken out of the queue unstarted (`dropQueued`). */
+export type Job = { run: () => Promise<void>; dropped?: () => Promise<void> };
 
 /**
  * An endpoint's sending lanes in this process: at most `concurrency` requests in flight, through a
@@ -207,6 +208,13 @@ export class EndpointLanes {
 
   idle(): boolean {
     return this.load === 0;
+  }
+
+  /** Takes the queued attempts out unstarted, each told so (`dropped`); those sending go on. */
+  async dropQueued(): Promise<void> {
+    const jobs = this.queue.splice(0);
+    this.load -= jobs.length;
+    await Promise.all(jobs.map((job) => job.dropped?.()));
   }
 
   /** Drops queued attempts (their leases expire and another dispatcher takes them) and closes connections. */

@@ -1,6 +1,7 @@
 --[[
   Gives back a claimed attempt its dispatcher will not send (its endpoint was disabled between the
-  claim and the send): while the claim token still holds the lease, the lease expires now, so the
+  claim and the send, too little of its lease is left to start it, or the process is stopping):
+  while the claim token still holds the lease, the lease expires now, so the
   next claim puts the attempt back in its endpoint's queue, and a re-enable re-queues it at once
   instead of after the lease (probe A1: ~90 s). A token no longer holding the lease changes nothing.
 

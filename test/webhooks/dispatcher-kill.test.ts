@@ -26,9 +26,9 @@ kill.after.each(async (ctx) => {
   await ctx.service.stop();
 });
 
-function startDispatcher(ctx: Ctx): RoleProcess {
+function startDispatcher(ctx: Ctx, env: Record<string, string> = {}): RoleProcess {
   const s = ctx.service;
-  const d = startRoleProcess('dispatcher', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV });
+  const d = startRoleProcess('dispatcher', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV, ...env });
   ctx.dispatchers.push(d);
   return d;
 }
@@ -84,6 +84,39 @@ kill('a dispatcher killed with SIGKILL mid-delivery: another sends every deliver
     assert.is(d.attemptCount, 1, `${d.id}: the interrupted attempt was recorded once, by the dispatcher that finished it`);
   }
   assert.ok(second.child.exitCode === null, second.output());
+});
+
+kill('a dispatcher stopped with SIGTERM gives back the attempts it took and had not started: another sends them at once, not after their lease (probe AE)', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-stop');
+  let held = true;
+  // the first request hangs past the stop; later ones are answered at once
+  const r = (ctx.receiver = await startReceiver({ behaviour: () => (held ? { status: 204, delayMs: 20_000 } : { status: 204 }) }));
+  const created = await api.post('/v1/workspaces/whk-stop/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['stop.*'] });
+  assert.is(created.status, 201, created.text);
+  r.secrets.push(created.body.data.secret);
+  // one request at a time, two attempts taken (perEndpoint), leases of 30 s (three timeouts)
+  const slow = { WEBHOOK_ENDPOINT_CONCURRENCY: '1', WEBHOOK_ATTEMPT_TIMEOUT_MS: '10000' };
+  const first = startDispatcher(ctx, slow);
+  await running(ctx, first);
+  const post = async (name: string) => {
+    const res = await api.post('/v1/events', ws.keys.tenant, { externalId: 'stop-1', name });
+    assert.is(res.status, 202, res.text);
+    return 'whe_' + (res.body.data.items[0].id as string).slice('evt_'.length);
+  };
+  const a = await post('stop.a');
+  await waitFor('stop.a in flight', async () => r.withId(a).length === 1, 15_000, 20);
+  const b = await post('stop.b');
+  const leases = ctx.service.keys.webhookLeases(ws.workspace.id);
+  await waitFor('stop.b taken by the first dispatcher, queued behind stop.a', async () => (await ctx.service.redis.hlen(leases)) === 2, 15_000, 20);
+  held = false;
+  await stopRoleProcess(first);
+
+  const second = startDispatcher(ctx, slow);
+  await running(ctx, second);
+  await waitFor('stop.b sent by the second dispatcher long before its 30 s lease ran out', async () => r.withId(b).length === 1, 10_000, 50);
+  assert.is(r.withId(a).length, 1, 'stop.a, in flight at the stop, waits for its lease');
+  assert.equal(r.withId(b)[0]!.failures, [], 'verified');
 });
 
 kill('an event from while the endpoint was enabled, read by a dispatcher only after a disable, gets a delivery that waits and is sent on re-enable; one from while disabled never is', async (ctx) => {
