@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import { derivedId } from '../lib/ids.js';
+import { derivedId, idTimeMs } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
 import { ingestEvents } from '../streams/ingest.js';
@@ -177,10 +177,13 @@ async function systemAudit(ctx: FanoutContext, scope: TenantScope): Promise<Audi
  * script call creates the deliveries of every item, one ingest writes every `$send`, and the
  * answers are settled together.
  */
-async function processChunk(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[], whole = false): Promise<void> {
+async function processChunk(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[], whole = false, only?: Set<string>): Promise<Set<string>> {
   const { redis, keys, pusher } = ctx;
   const plans = await plan(ctx, scope, items);
-  if (plans.every((p) => p.planned.length === 0)) return;
+  const existing = new Set(plans.flatMap((p) => p.existing));
+  // deliveries already made, looked at again (`settleLeftPending`): none is made anew
+  if (only) for (const p of plans) p.planned = p.planned.filter((d) => only.has(d.id));
+  if (plans.every((p) => p.planned.length === 0)) return existing;
   const args: (string | number)[] = [keys.tenantBase(scope.tenantId), whole ? isoNow() : '', items.length];
   items.forEach(({ message }, i) => {
     args.push(message.id, plans[i]!.planned.length);
@@ -203,8 +206,15 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     const content = { ...message.content, collapseId: message.content.collapseId ?? message.id };
     return plans[i]!.planned.filter((d, j) => states[i]![j]![1] === 'pending' && d.subscription).map((d) => ({ d, message, content }));
   });
+  // A delivery a killed dispatcher made pending whose push is now skipped (its device muted, its
+  // token invalidated, its subscriber opted out meanwhile) is settled skipped with today's reason:
+  // left pending, nothing sent or settled it and the message stayed `sending` for good (probe AF).
+  const nowSkipped: Outcome[] = items.flatMap(({ message }, i) => plans[i]!.planned
+    .filter((d, j) => states[i]![j]![1] === 'pending' && d.status === 'skipped')
+    .map((d) => ({ messageId: message.id, id: d.id, status: 'skipped' as const, fields: { reason: d.fields.reason! } })));
   // taken over meanwhile: the deliveries are made, and their pushes are the new owner's to send
-  if (ctx.signal?.aborted) return;
+  if (ctx.signal?.aborted) return existing;
+  if (nowSkipped.length) await settle(ctx, scope.tenantId, nowSkipped);
   // Each push is recorded soon after APNs answers it (SETTLE_EVERY answers or SETTLE_WITHIN_MS,
   // whichever comes first), not when the chunk's last answer is in: a dispatcher killed mid-chunk
   // leaves pending, to be sent again, only the pushes in flight and the few answers not yet recorded.
@@ -242,6 +252,7 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   flush();
   await Promise.all(writes);
   if (failure) throw failure;
+  return existing;
 }
 
 /** How long a settle of APNs answers is retried while Redis refuses it: well within the claim idle time (60 s by default), which the batch's claims are kept fresh through. */
@@ -266,7 +277,8 @@ function outcomeOf(messageId: string, id: string, result: PushAnswer): Outcome {
 }
 
 type PartitionCursor = { p: number; after: string | null };
-type Selector = { index: (p: number) => string; pick: (p: number, members: string[]) => Promise<string[]>; there: () => Promise<boolean> };
+/** `id`: the segment's (none for `where`). */
+type Selector = { id?: string; index: (p: number) => string; pick: (p: number, members: string[]) => Promise<string[]>; there: () => Promise<boolean> };
 
 const definitionsCaches = new WeakMap<Redis, DefinitionsCache>();
 
@@ -275,12 +287,13 @@ const definitionsCaches = new WeakMap<Redis, DefinitionsCache>();
  * become externalIds, and whether the audience is still there (the segment not deleted since).
  * Null when the segment is gone.
  */
-async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Target): Promise<Selector | null> {
+async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Target, segmentId: string | null): Promise<Selector | null> {
   const { redis, keys } = ctx;
   if ('segment' in to) {
     const id = await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment);
-    if (!id) return null;
+    if (!id || (segmentId !== null && id !== segmentId)) return null;
     return {
+      id,
       index: (p) => keys.segmentMembers(p, scope.tenantId, id),
       pick: async (_p, members) => members.map(indexedExternalId),
       there: async () => (await redis.hget(keys.segmentSlugs(scope.tenantId), to.segment)) === id,
@@ -361,25 +374,36 @@ async function* topicPages(ctx: FanoutContext, scope: TenantScope, topicId: stri
   }
 }
 
-async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: Selector, cursor: string | undefined): AsyncGenerator<Page> {
-  // partition by partition, a chunk of members (segment) or of subscribers (where) at a time
+/**
+ * A segment or `where` audience, partition by partition, a chunk of members (segment) or of
+ * subscribers (where) at a time. A subscriber created after the message started sending is not
+ * included (as a topic's members joining after it): one deleted and created again under its
+ * externalId during the walk is a new subscriber, whose index entry sorts after the old one's, and
+ * its device, the same, was pushed twice (probe AF: 12 to 18 of 400).
+ */
+async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: Selector, cursor: string | undefined, startedMs: number): AsyncGenerator<Page> {
   let at: PartitionCursor = cursor ? JSON.parse(cursor) : { p: 0, after: null };
+  const before = (member: string) => (idTimeMs('subscriber', member.slice(0, member.indexOf('|'))) ?? 0) <= startedMs;
   for (let page = 0; page < 10_000_000 && at.p < scope.partitions; page++) {
     const members = await ctx.redis.zrange(select.index(at.p), at.after === null ? '-' : `(${at.after}`, '+', 'BYLEX', 'LIMIT', 0, ctx.chunkSize);
-    const audience = await select.pick(at.p, members);
+    const audience = await select.pick(at.p, members.filter(before));
     at = members.length < ctx.chunkSize ? { p: at.p + 1, after: null } : { p: at.p, after: members[members.length - 1]! };
     yield { audience, cursor: JSON.stringify(at) };
   }
 }
 
 /**
- * The deliveries a walk made and did not settle (chunks past the stored cursor of a dispatcher
- * killed mid-walk), sent now, chunk by chunk: a walk whose topic or segment is gone does not go
- * over them again, and nothing else would send or settle them (probe AB: a topic deleted while the
- * dispatcher was down left 100 to 300 deliveries pending and the message `sending` for good). They
- * were made for the audience as it was before the deletion, which the message's deliveries show.
+ * The deliveries of a message still pending once its walk ended (none, unless a dispatcher was killed
+ * mid-walk: the deliveries its unsettled chunks had made), finished now, chunk by chunk. Each is
+ * looked at again as its subscriber is now: sent when its push still goes, settled `skipped` with
+ * the reason when it does not (muted, opted out), or `subscription_removed` (`subscriber_not_found`)
+ * when its subscription (subscriber) is gone or moved. Before, nothing sent or settled those the
+ * resumed walk did not send itself, and the message stayed `sending` for good: behind the stored
+ * cursor when the topic or segment was deleted meanwhile (probe AB, 100 to 300 deliveries), or a
+ * device muted or removed, or a subscriber gone from the audience, before the resume (probe AF).
+ * They were made for the audience as it was when they were made, which the message's deliveries show.
  */
-async function sendLeftPending(ctx: FanoutContext, scope: TenantScope, message: Message): Promise<void> {
+async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message: Message): Promise<void> {
   const { redis, keys } = ctx;
   const pendingKey = keys.messageDeliveriesByStatus(scope.tenantId, message.id, 'pending');
   const ids: string[] = [];
@@ -392,10 +416,21 @@ async function sendLeftPending(ctx: FanoutContext, scope: TenantScope, message: 
     if (cursor === '0') break;
   }
   for (let i = 0; i < ids.length; i += ctx.chunkSize) {
-    const pipeline = redis.pipeline();
-    for (const id of ids.slice(i, i + ctx.chunkSize)) pipeline.hget(keys.delivery(scope.tenantId, id), 'externalId');
-    const externalIds = [...new Set(((await pipeline.exec()) ?? []).map(([, x]) => x).filter((x): x is string => typeof x === 'string' && x !== ''))];
-    if (externalIds.length) await processChunk(ctx, scope, [{ message, externalIds }]);
+    const chunk = ids.slice(i, i + ctx.chunkSize);
+    const read = redis.pipeline();
+    for (const id of chunk) read.hget(keys.delivery(scope.tenantId, id), 'externalId');
+    const owners = ((await read.exec()) ?? []).map(([, x]) => (typeof x === 'string' ? x : ''));
+    const externalIds = [...new Set(owners.filter((x) => x !== ''))];
+    const existing = externalIds.length ? await processChunk(ctx, scope, [{ message, externalIds }], false, new Set(chunk)) : new Set<string>();
+    if (ctx.signal?.aborted) return;
+    // those the plan no longer names: their subscription was removed or moved, or their subscriber deleted
+    const check = redis.pipeline();
+    for (const id of chunk) check.zscore(pendingKey, id);
+    const states = (await check.exec()) ?? [];
+    const left = chunk.flatMap((id, j): Outcome[] => (states[j]?.[1] === null ? [] : [{
+      messageId: message.id, id, status: 'skipped', fields: { reason: existing.has(owners[j]!) ? 'subscription_removed' : 'subscriber_not_found' },
+    }]));
+    await settle(ctx, scope.tenantId, left);
   }
 }
 
@@ -411,7 +446,8 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageIds:
   const { redis, keys } = ctx;
   if (messageIds.length === 0) return;
   // queued messages become sending in the same call that reads them
-  const replies = await callScript<string[][]>(redis, 'startFanout', [keys.message(scope.tenantId, messageIds[0]!)], [keys.tenantBase(scope.tenantId), isoNow(), ...messageIds]);
+  const at = isoNow();
+  const replies = await callScript<string[][]>(redis, 'startFanout', [keys.message(scope.tenantId, messageIds[0]!)], [keys.tenantBase(scope.tenantId), at, ...messageIds]);
   // the others are unknown, canceled, completed, failed, or still scheduled
   const records = replies.map((flat) => recordOf(flat)).filter((record) => record.status === 'sending');
   const ones: ChunkItem[] = [];
@@ -421,7 +457,12 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageIds:
     if ('externalId' in message.to) ones.push({ message, externalIds: [message.to.externalId] });
     else audiences.push(record);
   }
-  if (ones.length) await processChunk(ctx, scope, ones, true);
+  if (ones.length) {
+    await processChunk(ctx, scope, ones, true);
+    // one started by a dispatcher that died may hold deliveries this chunk did not send (a device
+    // removed or its subscriber deleted meanwhile): finished here, or they stayed pending for good
+    for (const { message } of ones) if (message.startedAt !== at && !ctx.signal?.aborted) await settleLeftPending(ctx, scope, message);
+  }
   for (const record of audiences) await fanOutAudience(ctx, scope, record);
 }
 
@@ -442,19 +483,34 @@ async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Re
     const cursor = record.cursor || undefined;
     const what = 'topic' in message.to ? 'topic' : 'segment';
     const gone = { at: false };
+    // The topic or segment is the one the slug named when the walk began, kept on the record: a
+    // resumed walk of one deleted and created again under the slug meanwhile walked the new one
+    // from the old one's cursor (probe AF). A scheduled message's slug is read when it is due.
+    const audienceId = record.audienceId || null;
+    const keep = async (id: string) => {
+      if (id !== audienceId) await redis.hset(recordKey, 'audienceId', id);
+    };
+    const startedMs = Date.parse(message.startedAt ?? message.createdAt);
     if ('topic' in message.to) {
-      const topic = await findTopic(redis, keys, scope.tenantId, message.to.topic);
+      const topic = audienceId ? await findTopicById(redis, keys, scope.tenantId, audienceId) : await findTopic(redis, keys, scope.tenantId, message.to.topic);
       if (!topic) gone.at = true;
-      else if (!(await walk(ctx, scope, message, recordKey, whileThere(topicPages(ctx, scope, topic.id, cursor), async () => (await findTopicById(redis, keys, scope.tenantId, topic.id)) !== null, gone)))) return;
+      else {
+        await keep(topic.id);
+        if (!(await walk(ctx, scope, message, recordKey, whileThere(topicPages(ctx, scope, topic.id, cursor), async () => (await findTopicById(redis, keys, scope.tenantId, topic.id)) !== null, gone)))) return;
+      }
     } else {
-      const select = await audienceSelector(ctx, scope, message.to);
+      const select = await audienceSelector(ctx, scope, message.to, audienceId);
       if (!select) gone.at = true;
-      else if (!(await walk(ctx, scope, message, recordKey, whileThere(partitionPages(ctx, scope, select, cursor), select.there, gone)))) return;
+      else {
+        if (select.id) await keep(select.id);
+        if (!(await walk(ctx, scope, message, recordKey, whileThere(partitionPages(ctx, scope, select, cursor, startedMs), select.there, gone)))) return;
+      }
     }
+    await settleLeftPending(ctx, scope, message);
+    if (ctx.signal?.aborted) return;
     // the topic or segment was deleted before or while the audience was walked: a message that
     // reached nobody yet fails, one that reached part of it completes with that part and says why
     if (gone.at) {
-      await sendLeftPending(ctx, scope, message);
       if (Number((await redis.hget(recordKey, 'n:total')) ?? 0) === 0) {
         await moveMessage(redis, keys, scope.tenantId, messageId, ['sending'], 'failed', { error: `${what}_not_found`, completedAt: isoNow() });
         return;

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { CHUNKS_IN_FLIGHT } from '../../actors/fanout.js';
+import { partitionOf } from '../../lib/partition.js';
 import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
@@ -140,6 +141,104 @@ kill('a topic deleted while its dispatcher lies dead mid-fan-out: the next one s
   const done = await completed(api, boot.keys.tenant, id);
   assert.equal([done.error, done.counts], ['topic_deleted', { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 }]);
   assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id && r.token === tokenOf(7)).length, 2, 'the held push sent again');
+});
+
+/** The subscription id of the device `token` of `externalId`. */
+async function subscriptionOf(api: ReturnType<typeof client>, key: string, externalId: string): Promise<string> {
+  const list = await api.get(`/v1/subscribers/${externalId}/subscriptions`, key);
+  assert.is(list.status, 200, list.text);
+  return list.body.data.items[0].id;
+}
+
+const heldDelivery = async (api: ReturnType<typeof client>, key: string, id: string, externalId: string) =>
+  (await api.get(`/v1/messages/${id}/deliveries?limit=100`, key)).body.data.items.filter((d: any) => d.externalId === externalId);
+
+kill('a device muted, or removed, or its subscriber deleted, while the dispatcher lies dead with its push pending: the next one settles it skipped and completes the message (probe AF: it stayed sending for good)', async (ctx) => {
+  // the held device's deliveries afterwards ([status, reason], sorted): a removed device's subscriber
+  // is walked again (its chunk was unsettled) and, with no device left, gets a no_subscription one;
+  // a deleted subscriber left the topic, so only the pending delivery remains, settled
+  type Change = (api: ReturnType<typeof client>, key: string, externalId: string) => Promise<void>;
+  const cases: [string, string, Change, string[][]][] = [
+    ['muted', '1', async (api, key, x) => void assert.is((await api.patch(`/v1/subscribers/${x}/subscriptions/${await subscriptionOf(api, key, x)}`, key, { enabled: false })).status, 200), [['skipped', 'subscription_disabled']]],
+    ['removed', '2', async (api, key, x) => void assert.is((await api.del(`/v1/subscribers/${x}/subscriptions/${await subscriptionOf(api, key, x)}`, key)).status, 200), [['skipped', 'no_subscription'], ['skipped', 'subscription_removed']]],
+    ['deleted', '3', async (api, key, x) => void assert.is((await api.del(`/v1/subscribers/${x}`, key)).status, 200), [['skipped', 'subscriber_not_found']]],
+  ];
+  for (const [name, fill, change, expected] of cases) {
+    const { api, boot, id, tokenOf, env } = await killedHoldingOne(ctx, `left-${name}`, fill);
+    await change(api, boot.keys.tenant, `left-${name}-7`);
+    const dispatcher = startRoleProcess('dispatcher', env);
+    ctx.dispatchers.push(dispatcher);
+    const done = await completed(api, boot.keys.tenant, id);
+    assert.is(done.error, null, name);
+    const deliveries = await heldDelivery(api, boot.keys.tenant, id, `left-${name}-7`);
+    assert.equal(deliveries.map((d: any) => [d.status, d.reason]).sort(), expected, name);
+    assert.equal(done.counts, { total: 49 + expected.length, pending: 0, sent: 49, failed: 0, skipped: expected.length, canceled: 0 }, name);
+    assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id && r.token === tokenOf(7)).length, 1, `${name}: the held push is not sent again`);
+    await stopRoleProcess(dispatcher);
+  }
+});
+
+kill('a topic deleted and created again under its slug while the dispatcher lies dead mid-fan-out: the next one does not walk the new topic, and completes with topic_deleted (probe AF)', async (ctx) => {
+  const { api, boot, id, tokenOf, env } = await killedHoldingOne(ctx, 'reslug', '4');
+  const others = Array.from({ length: 10 }, (_, i) => `reslug-new-${i}`);
+  const newTokens = others.map((_, i) => (0x7100 + i).toString(16).padStart(64, '5'));
+  for (const [i, x] of others.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: x, channel: 'push', token: newTokens[i], platform: 'ios' });
+  assert.is((await api.del('/v1/topics/reslug', boot.keys.tenant)).status, 200);
+  assert.is((await api.post('/v1/topics', boot.keys.tenant, { slug: 'reslug' })).status, 201);
+  await api.post('/v1/topics/reslug/subscribers', boot.keys.tenant, { externalIds: others });
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await completed(api, boot.keys.tenant, id);
+  assert.equal([done.error, done.counts], ['topic_deleted', { total: 50, pending: 0, sent: 50, failed: 0, skipped: 0, canceled: 0 }]);
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
+  assert.is(received.filter((r) => r.token === tokenOf(7)).length, 2, 'the held push sent again');
+  assert.is(received.filter((r) => newTokens.includes(r.token)).length, 0, 'nobody of the new topic');
+});
+
+kill('a one-subscriber push in flight at the kill whose subscriber is deleted before the next dispatcher: settled skipped, the message completes (probe AF)', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: 'one-gone', channel: 'push', token: 'd2'.repeat(32), platform: 'ios' });
+  ctx.peer.reset();
+  ctx.peer.respondWith({ delayMs: 60_000, times: 1 });
+  const env = dispatcherEnv(ctx);
+  const first = startRoleProcess('dispatcher', env);
+  ctx.dispatchers.push(first);
+  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: 'one-gone', title: 'Gone', body: 'meanwhile' })).body.data.id;
+  await waitFor('the push to reach the peer', async () => ctx.peer.requests.some((r) => (r.payload as any)?.herald?.messageId === id), 30_000, 5);
+  first.child.kill('SIGKILL');
+  await first.exited;
+  assert.is((await api.del('/v1/subscribers/one-gone', boot.keys.tenant)).status, 200);
+  ctx.dispatchers.push(startRoleProcess('dispatcher', env));
+  const done = await completed(api, boot.keys.tenant, id);
+  // the pending delivery to the device, and the one the resumed chunk made for a subscriber it did not find
+  assert.equal(done.counts, { total: 2, pending: 0, sent: 0, failed: 0, skipped: 2, canceled: 0 });
+  const deliveries = (await api.get(`/v1/messages/${id}/deliveries`, boot.keys.tenant)).body.data.items;
+  assert.equal(deliveries.map((d: any) => [d.status, d.reason, d.subscriptionId === null]).sort(), [['skipped', 'subscriber_not_found', false], ['skipped', 'subscriber_not_found', true]]);
+  assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id).length, 1, 'not sent again');
+});
+
+kill('subscribers created after a where message started sending are not in its audience, however far the walk is (probe AF: one deleted and created again mid-walk was pushed twice)', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const partitions = Number(ctx.service.env.HERALD_PARTITIONS);
+  const ids = Array.from({ length: 150 }, (_, i) => `walk-${i}`);
+  const tokenOf = (i: number) => (0xb000 + i).toString(16).padStart(64, '6');
+  for (const [i, id] of ids.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token: tokenOf(i), platform: 'ios' });
+  // a push of the first partition's page is held: the walk stops with three pages in flight, the
+  // later partitions unread
+  const first = ids.findIndex((x) => partitionOf(boot.tenant.id, x, partitions) === 0);
+  ctx.peer.reset();
+  ctx.peer.respondWith({ token: tokenOf(first), delayMs: 4_000, times: 1 });
+  ctx.dispatchers.push(startRoleProcess('dispatcher', dispatcherEnv(ctx)));
+  const id = (await api.post('/v1/messages', boot.keys.tenant, { to: { where: { attribute: 'externalId', startsWith: 'walk-' } }, title: 'Walk', body: 'then' })).body.data.id;
+  await waitFor('the held push to reach the peer', async () => ctx.peer.requests.some((r) => r.token === tokenOf(first)), 30_000, 5);
+  const late = Array.from({ length: 20 }, (_, i) => (0xc000 + i).toString(16).padStart(64, '6'));
+  for (const [i, token] of late.entries()) await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: `walk-late-${i}`, channel: 'push', token, platform: 'ios' });
+  const done = await completed(api, boot.keys.tenant, id);
+  assert.equal(done.counts, { total: 150, pending: 0, sent: 150, failed: 0, skipped: 0, canceled: 0 });
+  const received = ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === id);
+  assert.is(received.filter((r) => late.includes(r.token)).length, 0, 'no subscriber created after the start');
+  assert.is(new Set(received.map((r) => r.token)).size, 150);
 });
 
 kill('a dispatcher killed with a one-subscriber push in flight: the next one sends it again under the same apns-id and completes the message once', async (ctx) => {
