@@ -144,7 +144,10 @@ export async function createMessage(
   await registerSender(redis, keys, ref);
   // its release time before the message: a process dying in between leaves a member whose message
   // does not exist (or, under a replayed Idempotency-Key, is another), which the scheduler drops
-  if (input.sendAt) await redis.zadd(keys.messageTimers(messageTimerPartition(ref.tenantId, id, input.sendAt.partitions)), input.sendAt.atMs, `${ref.tenantId}|${id}`);
+  const release = input.sendAt
+    ? () => redis.zadd(keys.messageTimers(messageTimerPartition(ref.tenantId, id, input.sendAt!.partitions)), input.sendAt!.atMs, `${ref.tenantId}|${id}`)
+    : null;
+  if (release) await release();
   const flat = Object.entries(fields).flat();
   const reply = await callScript<CreateReply>(
     redis, 'createMessage',
@@ -157,6 +160,11 @@ export async function createMessage(
   const [outcome, messageId] = reply;
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
   if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
+  // ... and again after it: a scheduler's tick between the two, with the time already due (a sendAt
+  // milliseconds ahead), found no message and dropped the member, and the message stayed scheduled
+  // until the repair pass, up to 10 minutes (probe AD: 2 to 14 of ~1,000). A tick that released it
+  // meanwhile makes this member one the next tick drops (the message is no longer scheduled).
+  if (release) await release();
   settleAuditLater(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply), (err) => {
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
   });
