@@ -4,6 +4,7 @@ import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
 import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
+import { sweepTopicMirrors } from '../streams/topic-members.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
 /** Most intents settled per outbox and sweep; the rest wait for the next sweep. */
@@ -76,8 +77,9 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
 
 /**
  * Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock), and with it
- * the sweep of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts),
- * under the same rule: older than the interval, their writer died.
+ * the sweeps of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts)
+ * and of the topic membership changes whose member set copy was left unwritten
+ * (streams/topic-members.ts), under the same rule: older than the interval, their writer died.
  */
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
@@ -89,6 +91,8 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
       if (settled) ctx.log.info('audit intents settled by the sweeper', { settled });
       const { finished } = await sweepSubscriberCleanups(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (finished) ctx.log.info('subscriber cleanups finished by the sweeper', { finished });
+      const { mirrored } = await sweepTopicMirrors(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
+      if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
     } catch (err) {
       ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
     }

@@ -47,6 +47,12 @@ export function createKeys(prefix: string) {
      * and removed once its token index entries, widgets and topic member entries are gone
      */
     subscriberCleanups: (n: number) => `${p(n)}:cleanups`,
+    /**
+     * hash `<tenantId>|<topicId>|<nonce>` → a topic membership change written in this partition whose
+     * copy in the topic's member set may not be written yet (JSON, streams/topic-members.ts
+     * `TopicMirror`), recorded by the membership write itself and removed once the member set mirrors it
+     */
+    topicMirrors: (n: number) => `${p(n)}:topic-mirrors`,
     /** stream: the workspace ledger (audit events and subscriber stream events) */
     ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
     // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names

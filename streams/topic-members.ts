@@ -1,7 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
+import { sweepHashes } from './hash-sweep.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { entriesAfter, type ScoredPosition } from './scored-index.js';
@@ -14,6 +17,13 @@ import { changeSubscriber, type Change, type RecordOp, type TenantScope } from '
  * can touch both (different hash slots), so a call writes the partition first and the tenant set
  * second, then re-reads the partition and repairs the tenant set where a concurrent call moved
  * the membership meanwhile. Both writes are idempotent: retrying a failed call completes it.
+ *
+ * A process killed between the two writes would leave the copies disagreeing for good (a removed
+ * subscriber still listed and pushed by topic sends, an added one missed), and nobody need retry.
+ * So the partition write also records, in the same script, a *mirror* entry (`keys.topicMirrors`:
+ * "mirror topic T's membership of externalId X"), removed once the member set mirrors the partition;
+ * the worker's sweeper (actors/audit-outbox-sweeper.ts, every `AUDIT_OUTBOX_SWEEP_MS`) mirrors the
+ * entries older than that interval, whose writer died (`sweepTopicMirrors`).
  */
 
 export type TopicRef = { id: string; slug: string };
@@ -31,6 +41,15 @@ const REPAIR_ATTEMPTS = 20;
 type Outcome = 'changed' | 'created' | 'unchanged' | 'unknown';
 type Sync = { externalId: string; join: boolean; score: number };
 
+/**
+ * A membership change written in a subscriber's partition whose copy in the topic's member set is
+ * still owed: `at` when the change was computed (ms; the sweep leaves younger ones to their writer),
+ * `score` the join score the call gives the member.
+ */
+export type TopicMirror = { at: number; workspaceId: string; tenantId: string; topicId: string; externalId: string; score: number };
+/** Where a partition write recorded its mirror entry (field of `keys.topicMirrors(partition)`). */
+type MirrorRef = { partition: number; field: string };
+
 function topicSetOf(keys: Keys, scope: TenantScope, externalId: string): string {
   return keys.subscriberTopics(partitionOf(scope.tenantId, externalId, scope.partitions), scope.tenantId, externalId);
 }
@@ -38,27 +57,43 @@ function topicSetOf(keys: Keys, scope: TenantScope, externalId: string): string 
 /**
  * Joins or leaves one subscriber in its partition: adds or removes the topic id in its topic set
  * and writes `$subscriber.updated` with `{ changes: { topics: { added|removed: [slug] } } }`, only
- * when membership actually changes. A join creates an unknown subscriber; a leave never does.
+ * when membership actually changes. A join creates an unknown subscriber; a leave never does. A
+ * write that changes membership records its mirror entry with it (`mirror`: where; see above).
  */
-async function writeMembership(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalId: string, join: boolean): Promise<Outcome> {
+async function writeMembership(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalId: string, join: boolean, score: number): Promise<{ outcome: Outcome; mirror: MirrorRef | null }> {
   try {
-    return await changeSubscriber<Outcome, boolean>(
+    return await changeSubscriber<{ outcome: Outcome; mirror: MirrorRef | null }, boolean>(
       redis, keys, scope, externalId,
-      (snapshot, member): Change<Outcome> => {
-        if (!snapshot.exists && !join) return { skip: 'unknown' };
-        if (member === join) return { skip: 'unchanged' };
+      (snapshot, member, at): Change<{ outcome: Outcome; mirror: MirrorRef | null }> => {
+        if (!snapshot.exists && !join) return { skip: { outcome: 'unknown', mirror: null } };
+        if (member === join) return { skip: { outcome: 'unchanged', mirror: null } };
         const set = keys.subscriberTopics(snapshot.partition, scope.tenantId, externalId);
         const op: RecordOp = join ? ['sadd', set, topic.id] : ['srem', set, topic.id];
+        // one field per write (never overwritten, so removing it after the sync cannot remove a concurrent write's)
+        const mirror = { partition: snapshot.partition, field: `${scope.tenantId}|${topic.id}|${randomBytes(8).toString('hex')}` };
+        const entry: TopicMirror = { at, workspaceId: scope.workspaceId, tenantId: scope.tenantId, topicId: topic.id, externalId, score };
         const data = { changes: { topics: join ? { added: [topic.slug] } : { removed: [topic.slug] } } };
-        return { create: join, events: [{ name: '$subscriber.updated', data }], ops: [op], result: snapshot.exists ? 'changed' : 'created' };
+        return {
+          create: join, events: [{ name: '$subscriber.updated', data }],
+          ops: [op, ['hset', keys.topicMirrors(snapshot.partition), mirror.field, JSON.stringify(entry)]],
+          result: { outcome: snapshot.exists ? 'changed' : 'created', mirror },
+        };
       },
       async (p) => (await redis.sismember(keys.subscriberTopics(p, scope.tenantId, externalId), topic.id)) === 1,
     );
   } catch (err) {
     // A leave whose subscriber was deleted between the read and the write: it is not a member.
-    if (!join && err instanceof ApiError && err.status === 404) return 'unknown';
+    if (!join && err instanceof ApiError && err.status === 404) return { outcome: 'unknown', mirror: null };
     throw err;
   }
+}
+
+/** Forgets mirror entries whose member set now mirrors the partition. */
+async function mirrored(redis: Redis, keys: Keys, refs: MirrorRef[]): Promise<void> {
+  if (refs.length === 0) return;
+  const pipeline = redis.pipeline();
+  for (const r of refs) pipeline.hdel(keys.topicMirrors(r.partition), r.field);
+  for (const [err] of (await pipeline.exec()) ?? []) if (err) throw err;
 }
 
 /** Applies joins and leaves to the topic's member set (lua/syncTopicMembers); 404 once the topic is deleted. */
@@ -95,18 +130,18 @@ async function repair(redis: Redis, keys: Keys, scope: TenantScope, topicId: str
 
 /**
  * Makes the member sets of `topicIds` agree with `externalId`'s partition (the tenant-wide half of
- * a subscriber delete, streams/subscriber-cleanup.ts): an entry goes unless the subscriber now in
- * the partition (created again under the same externalId since) is a member, then, as `repair`
- * does, a member whose partition changed under the call is mirrored again. A deleted topic has no
- * member set left to clean. Idempotent.
+ * a subscriber delete, streams/subscriber-cleanup.ts, and of a membership write whose writer died,
+ * `sweepTopicMirrors`): an entry goes unless the subscriber now in the partition (created again
+ * under the same externalId since) is a member, an entry missing for a member is added with `score`
+ * (its join score; default now), then, as `repair` does, a member whose partition changed under the
+ * call is mirrored again. A deleted topic has no member set left to clean. Idempotent.
  */
-export async function mirrorMemberships(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, topicIds: string[]): Promise<void> {
+export async function mirrorMemberships(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, topicIds: string[], score = now() * 1000): Promise<void> {
   if (topicIds.length === 0) return;
   const set = topicSetOf(keys, scope, externalId);
   const gone = (err: unknown) => {
     if (!(err instanceof ApiError && err.status === 404)) throw err;
   };
-  const score = now() * 1000;
   const member = await redis.smismember(set, ...topicIds);
   await Promise.all(topicIds.map((id, i) => syncMembers(redis, keys, scope.tenantId, id, [{ externalId, join: member[i] === 1, score }]).catch(gone)));
   const still = await redis.smismember(set, ...topicIds);
@@ -125,15 +160,48 @@ async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicR
   const counts: Record<Outcome, number> = { changed: 0, created: 0, unchanged: 0, unknown: 0 };
   for (let i = 0; i < unique.length; i += CHUNK) {
     const chunk = unique.slice(i, i + CHUNK);
-    const outcomes = await Promise.all(chunk.map((x) => writeMembership(redis, keys, scope, topic, x, join)));
-    for (const o of outcomes) counts[o]++;
+    const written = await Promise.all(chunk.map((x) => writeMembership(redis, keys, scope, topic, x, join, scoreOf(x))));
+    for (const w of written) counts[w.outcome]++;
     await syncMembers(redis, keys, scope.tenantId, topic.id, chunk.map((x) => ({ externalId: x, join, score: scoreOf(x) })));
     const state = await memberships(redis, keys, scope, topic.id, chunk);
     for (const [j, x] of chunk.entries()) {
       if (state[j] !== join) await repair(redis, keys, scope, topic.id, x, scoreOf(x));
     }
+    // the member set mirrors these writes now; a process killed before this line leaves them to the sweeper
+    await mirrored(redis, keys, written.flatMap((w) => (w.mirror ? [w.mirror] : [])));
   }
   return { counts, subscriberCount: await redis.zcard(keys.topicMembers(scope.tenantId, topic.id)) };
+}
+
+/** Most mirror entries handled per partition and sweep; the rest wait for the next sweep. */
+const MIRRORS_PER_PARTITION = 1_000;
+
+/**
+ * Mirrors the membership changes whose writer died between the partition write and the member set
+ * (their mirror entries older than `minAgeMs`, which a live writer has long removed): the member
+ * set is made to agree with what the partition says now (`mirrorMemberships`, with the call's join
+ * score), then the entry goes. One that fails is kept for the next sweep and reported. Idempotent:
+ * a live writer and a sweep may both mirror one change.
+ */
+export async function sweepTopicMirrors(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ mirrored: number; kept: number }> {
+  let done = 0;
+  let kept = 0;
+  const hashes = Array.from({ length: partitions }, (_, p) => keys.topicMirrors(p));
+  await sweepHashes(redis, hashes, MIRRORS_PER_PARTITION, async (key, flat) => {
+    for (let f = 0; f + 1 < flat.length; f += 2) {
+      try {
+        const m = JSON.parse(flat[f + 1]!) as TopicMirror;
+        if (now() - m.at < minAgeMs) continue;
+        await mirrorMemberships(redis, keys, { workspaceId: m.workspaceId, tenantId: m.tenantId, partitions }, m.externalId, [m.topicId], m.score);
+        await redis.hdel(key, flat[f]!);
+        done++;
+      } catch (err) {
+        kept++;
+        log.warn('topic membership mirror kept for the next sweep', { key, field: flat[f], err: (err as Error).message });
+      }
+    }
+  });
+  return { mirrored: done, kept };
 }
 
 /**
