@@ -4,6 +4,7 @@ import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
 import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
+import { sweepTokenMoves } from '../streams/subscriptions.js';
 import { sweepTopicMirrors } from '../streams/topic-members.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
@@ -11,21 +12,27 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 const PER_OUTBOX = 1_000;
 const TENANT_PAGE = 10_000;
 
-/** Every outbox of the deployment: each workspace's, each of its tenants' (read a page at a time), each partition's. */
-async function outboxes(ctx: RoleContext): Promise<string[]> {
-  const { redis, keys, config } = ctx;
+/** Every workspace of the deployment, and every tenant with its workspace (read a page at a time). */
+async function workspacesAndTenants(ctx: RoleContext): Promise<{ workspaces: string[]; tenants: { workspaceId: string; tenantId: string }[] }> {
+  const { redis, keys } = ctx;
   const workspaces = await redis.hvals(keys.workspaceSlugs);
-  const tenants: string[] = [];
+  const tenants: { workspaceId: string; tenantId: string }[] = [];
   for (const ws of workspaces) {
     for (let start = 0; ; start += TENANT_PAGE) {
       const page = await redis.zrange(keys.tenantIndex(ws), start, start + TENANT_PAGE - 1);
-      tenants.push(...page);
+      tenants.push(...page.map((tenantId) => ({ workspaceId: ws, tenantId })));
       if (page.length < TENANT_PAGE) break;
     }
   }
+  return { workspaces, tenants };
+}
+
+/** Every outbox of the deployment: each workspace's, each of its tenants', each partition's. */
+function outboxes(ctx: RoleContext, { workspaces, tenants }: Awaited<ReturnType<typeof workspacesAndTenants>>): string[] {
+  const { keys, config } = ctx;
   return [
     ...workspaces.map((ws) => keys.workspaceOutbox(ws)),
-    ...tenants.map((t) => keys.tenantOutbox(t)),
+    ...tenants.map((t) => keys.tenantOutbox(t.tenantId)),
     ...Array.from({ length: config.partitions }, (_, p) => keys.partitionOutbox(p)),
   ];
 }
@@ -38,11 +45,11 @@ async function outboxes(ctx: RoleContext): Promise<string[]> {
  * (BACKFILL_AUDIT_OPS) first has its tenant's pending backfills queued: its writer settles it only
  * after queueing them, so one left behind may not have.
  */
-export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Promise<{ settled: number; kept: number }> {
+export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, known?: Awaited<ReturnType<typeof workspacesAndTenants>>): Promise<{ settled: number; kept: number }> {
   const { redis, keys, log } = ctx;
   let settled = 0;
   let kept = 0;
-  await sweepHashes(redis, await outboxes(ctx), PER_OUTBOX, async (key, flat) => {
+  await sweepHashes(redis, outboxes(ctx, known ?? (await workspacesAndTenants(ctx))), PER_OUTBOX, async (key, flat) => {
     const pipeline = redis.pipeline();
     const tokens: string[] = [];
     const backfilling = new Map<string, AuditScope>();
@@ -79,7 +86,9 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number): Pr
  * Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock), and with it
  * the sweeps of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts)
  * and of the topic membership changes whose member set copy was left unwritten
- * (streams/topic-members.ts), under the same rule: older than the interval, their writer died.
+ * (streams/topic-members.ts), and the token moves whose mover wrote its copy and died before
+ * removing the previous one (streams/subscriptions.ts), under the same rule: older than the
+ * interval, their writer died.
  */
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
@@ -87,12 +96,15 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const timer = setInterval(async () => {
     try {
       if ((await ctx.redis.set(lockKey, String(process.pid), 'PX', Math.max(50, every - 50), 'NX')) !== 'OK') return;
-      const { settled } = await sweepAuditOutboxes(ctx, every);
+      const known = await workspacesAndTenants(ctx);
+      const { settled } = await sweepAuditOutboxes(ctx, every, known);
       if (settled) ctx.log.info('audit intents settled by the sweeper', { settled });
       const { finished } = await sweepSubscriberCleanups(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (finished) ctx.log.info('subscriber cleanups finished by the sweeper', { finished });
       const { mirrored } = await sweepTopicMirrors(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
+      const moves = await sweepTokenMoves(ctx.redis, ctx.keys, ctx.config.partitions, known.tenants, every, ctx.log);
+      if (moves.finished) ctx.log.info('token moves finished by the sweeper', { finished: moves.finished });
     } catch (err) {
       ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
     }

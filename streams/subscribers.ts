@@ -281,8 +281,12 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
 export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, options: { mergedInto?: string; audit?: AuditTrail } = {}): Promise<Subscriber | null> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   type Owned = {
-    /** `held`: the subscription as it is, when this subscriber holds its record (else a stale reference) */
-    subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: Subscription | null; claim: number }[];
+    /**
+     * `held`: the subscription as it is, when this subscriber holds its record (else a stale
+     * reference); `movedAway`: the token index names another subscriber as its owner (a move whose
+     * removal of this copy is still to come)
+     */
+    subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: Subscription | null; movedAway: boolean; claim: number }[];
     topicIds: string[]; /** live topics not moved yet (merge) */ liveTopics: number; segments: string[];
   };
   // What the subscriber owns is read after its version (changeSubscriber's read hook), so a
@@ -317,15 +321,18 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
     ops.push(cleanupOp(keys, p, cleanup));
     // its sequences and automation state go once its events are through (the retention sweeper)
     ops.push(['zadd', keys.deletedSubscribers(p), cleanup.at, `${scope.tenantId}|${externalId}`]);
-    // the subscriptions the write removes, then the subscriber: one intent, in this order in the ledger
-    const removed = owned.subscriptions.flatMap((s) => (s.held ? [s.held] : [])).sort((a, b) => (a.id < b.id ? -1 : 1));
+    // the subscriptions the write removes, then the subscriber: one intent, in this order in the ledger.
+    // A copy whose token names another subscriber is what that one's move leaves behind (its write
+    // audits, or audited, the owner change): removed with reason `moved` and not audited, as
+    // removeSubscription does, so the ledger's last word on a device living on is not a deletion
+    const removed = owned.subscriptions.flatMap((s) => (s.held ? [{ subscription: s.held, moved: s.movedAway }] : [])).sort((a, b) => (a.subscription.id < b.subscription.id ? -1 : 1));
     const audit = options.audit && draftedAudit(options.audit, 'subscriber.delete', [
-      ...removed.map((object): AuditDraft => ({ type: 'subscription.deleted', target: { type: 'subscription', id: object.id }, object })),
+      ...removed.filter((r) => !r.moved).map(({ subscription: object }): AuditDraft => ({ type: 'subscription.deleted', target: { type: 'subscription', id: object.id }, object })),
       { type: 'subscriber.deleted', target: { type: 'subscriber', id: subscriber.id }, object: subscriber },
     ]);
     // on the stream too: each subscription it held goes (`$subscription.removed`), then the subscriber
     const events: EngineEvent[] = [
-      ...removed.map((s): EngineEvent => ({ name: '$subscription.removed', data: { subscription: publicOf(s), reason: 'subscriber_deleted' } })),
+      ...removed.map((r): EngineEvent => ({ name: '$subscription.removed', data: { subscription: publicOf(r.subscription), reason: r.moved ? 'moved' : 'subscriber_deleted' } })),
       { name: '$subscriber.deleted', data: {} },
     ];
     return { create: false, events, ops, guards, audit, result: { subscriber, cleanup } };
@@ -335,13 +342,18 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       redis.smembers(keys.subscriberTopics(p, scope.tenantId, externalId)),
       segmentsOf(redis, keys, scope, externalId),
     ]);
-    const [records, live] = await Promise.all([
+    const [records, owners, live] = await Promise.all([
       Promise.all(ids.map((id) => redis.hgetall(keys.subscription(p, scope.tenantId, id)))),
+      ids.length ? redis.hmget(keys.subscriptionOwners(scope.tenantId), ...ids) : Promise.resolve([]),
       options.mergedInto !== undefined ? notMovedTopics(redis, keys, scope, topicIds, options.mergedInto) : Promise.resolve([]),
     ]);
     const subscriptions = ids.map((id, i) => {
       const h = records[i]!;
-      return { id, token: h.token ?? null, address: h.address ?? null, channel: h.channel ?? 'push', holder: h.holder ?? '', held: heldBy(h, externalId) ? toSubscription(externalId, h) : null, claim: Number(h.claim ?? 0) };
+      const owner = owners[i] ?? null;
+      return {
+        id, token: h.token ?? null, address: h.address ?? null, channel: h.channel ?? 'push', holder: h.holder ?? '',
+        held: heldBy(h, externalId) ? toSubscription(externalId, h) : null, movedAway: owner !== null && owner !== externalId, claim: Number(h.claim ?? 0),
+      };
     });
     return { subscriptions, topicIds, liveTopics: live.length, segments };
   });

@@ -10,6 +10,8 @@ import { drafted, draftedAudit, type AuditTrail } from './subscriber-audit.js';
 import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
 import { tokenField } from './subscribers.js';
 import { apnsTokenForm } from '../lib/apns-token.js';
+import type { Logger } from '../lib/log.js';
+import { sweepHashes } from './hash-sweep.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
 const DEVICE_FIELDS = ['appVersion', 'appBuild', 'sdkVersion', 'osVersion', 'model', 'locale', 'installedAt'] as const;
@@ -195,7 +197,8 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  * `$subscription.removed` on the previous one) when the app's user changed. An unknown externalId
  * is created. Safe under concurrency and to retry: the token's owner is decided in one script
  * (lua/claimToken), the record is written by compare-and-set stamped with the claim's number, and
- * an unsettled move is finished by the next registration of that token. A registration refused
+ * an unsettled move is finished by the next registration of that token (or, once the mover's copy
+ * is written, by the worker's sweeper: `sweepTokenMoves`). A registration refused
  * because the subscriber holds MAX_SUBSCRIPTIONS_PER_SUBSCRIBER already (409, decided atomically
  * with the write) changes nothing: the previous subscriber loses its copy only after the new one's
  * write, and the claim is given back (lua/unclaimToken). `options.enabled` is the `enabled` of a
@@ -262,7 +265,7 @@ async function registerOnce(
   // claim of the previous subscriber wrote it anew), then the move is settled
   if (claim === 'moved' && previous !== undefined) {
     await detach(redis, keys, scope, previous, id, 'moved', stamp);
-    await redis.hdel(keys.tokenMoves(scope.tenantId), field);
+    await settleMove(redis, keys, scope.tenantId, field, previous, `${id}|${externalId}`);
   }
   await confirmToken(redis, keys, scope, field, externalId, id, stamp, options.audit);
   // the record as written (no second read)
@@ -424,6 +427,61 @@ async function leftToMover(redis: Redis, keys: Keys, scope: TenantScope, field: 
   if (named.slice(0, bar) !== id || owner === externalId) return false;
   const theirs = await redis.hget(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id), 'holder');
   return theirs !== owner;
+}
+
+/**
+ * Forgets the unsettled move of `field` from `previous` once its copy is removed, unless a later claim
+ * recorded another move there meanwhile (lua/settleTokenMove; a bare HDEL forgot that one too).
+ */
+async function settleMove(redis: Redis, keys: Keys, tenantId: string, field: string, previous: string, mover: string): Promise<void> {
+  await callScript(redis, 'settleTokenMove', [keys.tokens(tenantId), keys.tokenMoves(tenantId)], [field, previous, mover]);
+}
+
+/** Most unsettled moves looked at per tenant and sweep; the rest wait for the next sweep. */
+const MOVES_PER_TENANT = 1_000;
+
+/**
+ * Finishes the moves whose mover died after its write and before removing the previous subscriber's
+ * copy (the device listed under both, with one scr_ id, until the token's next registration, which
+ * may never come; deleting the previous subscriber then looked like deleting the device): for each
+ * unsettled move (`{t}:token-moves`) whose mover's copy, the one the token names, was written more
+ * than `minAgeMs` ago (its `registeredAt`: a live mover finishes within moments of its write), the
+ * previous copy is removed as the mover's own step removes it (`detach`, reason `moved`, fenced by the
+ * mover's claim stamp, not audited: the mover's write audited the owner change), then the move is
+ * settled. A move whose mover has not written its copy is left to the device's next registration
+ * (docs/subscribers.md). One that fails is kept for the next sweep and reported.
+ */
+export async function sweepTokenMoves(redis: Redis, keys: Keys, partitions: number, tenants: { workspaceId: string; tenantId: string }[], minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
+  let finished = 0;
+  let kept = 0;
+  const byKey = new Map(tenants.map((t) => [keys.tokenMoves(t.tenantId), t]));
+  await sweepHashes(redis, [...byKey.keys()], MOVES_PER_TENANT, async (key, flat) => {
+    const { workspaceId, tenantId } = byKey.get(key)!;
+    const scope: TenantScope = { workspaceId, tenantId, partitions };
+    for (let f = 0; f + 1 < flat.length; f += 2) {
+      const field = flat[f]!;
+      const previous = flat[f + 1]!;
+      try {
+        const named = await redis.hget(keys.tokens(tenantId), field);
+        if (named === null) continue;
+        const bar = named.indexOf('|');
+        const id = named.slice(0, bar);
+        const mover = named.slice(bar + 1);
+        if (mover === previous) continue;
+        const p = partitionOf(tenantId, mover, partitions);
+        const [theirs, member] = await Promise.all([redis.hgetall(keys.subscription(p, tenantId, id)), redis.sismember(keys.subscriberSubscriptions(p, tenantId, mover), id)]);
+        // not written yet (left to the next registration), or written moments ago by a live mover
+        if (member !== 1 || !heldBy(theirs, mover) || now() - Number(theirs.registeredAt ?? 0) < minAgeMs) continue;
+        await detach(redis, keys, scope, previous, id, 'moved', Number(theirs.claim ?? 0));
+        await settleMove(redis, keys, tenantId, field, previous, named);
+        finished++;
+      } catch (err) {
+        kept++;
+        log.warn('token move kept for the next sweep', { key, field, err: (err as Error).message });
+      }
+    }
+  });
+  return { finished, kept };
 }
 
 /** The refusals of the per-subscriber limit (a registration then makes room by removing a dead device, `registerSubscription`). */

@@ -7,9 +7,11 @@ import { createLogger } from '../../lib/log.js';
 import { AuditTrail, type MadeIntent, type WriteAudit, type WriteReply } from '../../streams/subscriber-audit.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { tokenField } from '../../streams/subscribers.js';
-import { registerSubscription } from '../../streams/subscriptions.js';
+import { registerSubscription, sweepTokenMoves } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
-import { auditEntries, roleContext } from '../helpers/audit.js';
+import { auditEntries, roleContext, startSweeper } from '../helpers/audit.js';
+import { stopRoleProcess } from '../helpers/processes.js';
+import { waitFor } from '../helpers/wait.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
@@ -130,6 +132,89 @@ move('the previous owner registering the device again before a crashed move was 
     ['subscription.updated', { externalId: 'back-a' }, { externalId: 'back-b' }],
     ['subscription.updated', { externalId: 'back-b' }, { externalId: 'back-a' }],
   ].map((e) => JSON.stringify(e)).sort());
+});
+
+/** The unsettled move of token `n` (the previous externalId), or null. */
+const moveOf = (ctx: Ctx, n: number) => ctx.service.redis.hget(ctx.service.keys.tokenMoves(ctx.tenant.id), tokenField('push', token(n)));
+const tenants = (ctx: Ctx) => [{ workspaceId: ctx.workspace.id, tenantId: ctx.tenant.id }];
+const quiet = createLogger('error');
+
+move('a move killed after the new owner\'s write, then the previous subscriber deleted: its copy goes as moved, no subscription.deleted for the device the new owner holds', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'deleted-a', channel: 'push', token: token(6), platform: 'ios' });
+  const id = first.body.data.id;
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'deleted-b', { channel: 'push', token: token(6), platform: 'ios' }, { audit: dyingTrail(ctx) }).catch(() => null);
+  assert.equal((await api.get('/v1/subscribers/deleted-a/subscriptions', ctx.key)).body.data.items.map((s: any) => s.id), [id], 'A still lists the device');
+  assert.is((await api.del('/v1/subscribers/deleted-a', ctx.key)).status, 200);
+  assert.equal(await sweepAuditOutboxes(roleContext(service), 0), { settled: 1, kept: 0 }, 'the dead mover\'s entry');
+  assert.equal(await subscriptionEntries(ctx, id), [
+    { type: 'subscription.created', externalId: 'deleted-a', changes: undefined, previousAttributes: undefined },
+    { type: 'subscription.updated', externalId: 'deleted-b', changes: { externalId: 'deleted-b' }, previousAttributes: { externalId: 'deleted-a' } },
+  ], 'the ledger\'s last word is the owner change');
+  const deleted = (await auditEntries(service, ctx.workspace.id)).filter((e) => e.type === 'subscriber.deleted' && e.data.object.externalId === 'deleted-a');
+  assert.is(deleted.length, 1, 'the subscriber\'s own deletion is audited');
+  const removed = (await inboxEvents(service, ctx.tenant.id, 'deleted-a')).filter((e) => e.name === '$subscription.removed');
+  assert.equal(removed.map((e) => [e.data.subscription.id, e.data.reason]), [[id, 'moved']]);
+  assert.equal((await api.get('/v1/subscribers/deleted-b/subscriptions', ctx.key)).body.data.items.map((s: any) => s.id), [id], 'B keeps the device');
+  // the move, whose previous subscriber is gone, is settled by the sweep
+  assert.equal(await sweepTokenMoves(service.redis, service.keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 1, kept: 0 });
+  assert.is(await moveOf(ctx, 6), null);
+});
+
+move('a move killed after the new owner\'s write is finished by the sweeper once it is older than the sweep interval: the previous copy goes (moved, not audited), the move is settled, once', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'swept-a', channel: 'push', token: token(7), platform: 'ios' });
+  const id = first.body.data.id;
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'swept-b', { channel: 'push', token: token(7), platform: 'ios' }, { audit: dyingTrail(ctx) }).catch(() => null);
+  assert.is(await moveOf(ctx, 7), 'swept-a');
+  // a mover that wrote moments ago is alive: left to it
+  assert.equal(await sweepTokenMoves(service.redis, service.keys, ctx.scope.partitions, tenants(ctx), 60_000, quiet), { finished: 0, kept: 0 });
+  assert.is((await api.get('/v1/subscribers/swept-a/subscriptions', ctx.key)).body.data.total, 1);
+  assert.equal(await sweepTokenMoves(service.redis, service.keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 1, kept: 0 });
+  assert.equal(await sweepTokenMoves(service.redis, service.keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 0, kept: 0 }, 'once');
+  assert.is(await moveOf(ctx, 7), null);
+  assert.is((await api.get('/v1/subscribers/swept-a/subscriptions', ctx.key)).body.data.total, 0, 'A\'s copy is gone');
+  assert.equal((await api.get('/v1/subscribers/swept-b/subscriptions', ctx.key)).body.data.items.map((s: any) => s.id), [id]);
+  assert.equal((await inboxEvents(service, ctx.tenant.id, 'swept-a')).filter((e) => e.name === '$subscription.removed').map((e) => e.data.reason), ['moved']);
+  assert.equal(await sweepAuditOutboxes(roleContext(service), 0), { settled: 1, kept: 0 });
+  assert.equal((await subscriptionEntries(ctx, id)).map((e) => e.type), ['subscription.created', 'subscription.updated'], 'nothing audited beyond the owner change');
+});
+
+move('a move whose mover died before its write is left to the next registration of the device; one whose mover is a live registration is not touched', async (ctx) => {
+  const { api, pk, service: { redis, keys } } = ctx;
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(8), platform: 'ios' });
+  const field = tokenField('push', token(8));
+  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
+  await callScript(redis, 'claimToken', tokens, [field, newId('subscription'), 'unwritten-b']);
+  assert.equal(await sweepTokenMoves(redis, keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 0, kept: 0 });
+  assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'unwritten-a');
+  assert.is((await api.get('/v1/subscribers/unwritten-a/subscriptions', ctx.key)).body.data.total, 1, 'the copy stays for the mover to take over');
+});
+
+move('a registration settling its move does not forget a later claim\'s move of the same token (lua/settleTokenMove)', async (ctx) => {
+  const { api, pk, service: { redis, keys } } = ctx;
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'chain-a', channel: 'push', token: token(9), platform: 'ios' });
+  const field = tokenField('push', token(9));
+  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
+  // B's registration moves the token from A; C claims it from B before B's write (and dies)
+  await registerSubscription(redis, keys, ctx.scope, 'chain-b', { channel: 'push', token: token(9), platform: 'ios' }, {
+    afterClaim: async () => void (await callScript(redis, 'claimToken', tokens, [field, newId('subscription'), 'chain-c'])),
+  });
+  assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'chain-b', 'C\'s move from B is still recorded');
+});
+
+move('the worker\'s sweeper finishes a move whose mover died after its write', async (ctx) => {
+  const { api, pk, service } = ctx;
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'worker-a', channel: 'push', token: token(10), platform: 'ios' });
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'worker-b', { channel: 'push', token: token(10), platform: 'ios' }, { audit: dyingTrail(ctx) }).catch(() => null);
+  const worker = startSweeper(service);
+  try {
+    await waitFor('the sweeper to finish the move', async () => (await moveOf(ctx, 10)) === null, 30_000, 100);
+  } finally {
+    await stopRoleProcess(worker);
+  }
+  assert.is((await api.get('/v1/subscribers/worker-a/subscriptions', ctx.key)).body.data.total, 0);
+  assert.is((await api.get('/v1/subscribers/worker-b/subscriptions', ctx.key)).body.data.total, 1);
 });
 
 move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change', async (ctx) => {
