@@ -419,7 +419,10 @@ async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message
     const chunk = ids.slice(i, i + ctx.chunkSize);
     const read = redis.pipeline();
     for (const id of chunk) read.hget(keys.delivery(scope.tenantId, id), 'externalId');
-    const owners = ((await read.exec()) ?? []).map(([, x]) => (typeof x === 'string' ? x : ''));
+    const owners = ((await read.exec()) ?? []).map(([err, x]) => {
+      if (err) throw err;
+      return typeof x === 'string' ? x : '';
+    });
     const externalIds = [...new Set(owners.filter((x) => x !== ''))];
     const existing = externalIds.length ? await processChunk(ctx, scope, [{ message, externalIds }], false, new Set(chunk)) : new Set<string>();
     if (ctx.signal?.aborted) return;
@@ -427,6 +430,7 @@ async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message
     const check = redis.pipeline();
     for (const id of chunk) check.zscore(pendingKey, id);
     const states = (await check.exec()) ?? [];
+    for (const [err] of states) if (err) throw err;
     const left = chunk.flatMap((id, j): Outcome[] => (states[j]?.[1] === null ? [] : [{
       messageId: message.id, id, status: 'skipped', fields: { reason: existing.has(owners[j]!) ? 'subscription_removed' : 'subscriber_not_found' },
     }]));

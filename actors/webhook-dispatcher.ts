@@ -138,6 +138,8 @@ class WebhookDispatcher {
     this.stopping = true;
     for (const timer of this.timers) clearInterval(timer);
     await this.consumer?.stop();
+    // claims on their way queue what they took first (capacity is 0 from now on)
+    await Promise.all([...this.claimTurns.values()]);
     // Attempts queued and not started are given back at once, for another dispatcher to send (left
     // to their leases, they waited up to three timeouts: probe AE). Requests in flight may finish for
     // a moment; then they are dropped unrecorded and their leases expire, so another dispatcher
@@ -219,9 +221,9 @@ class WebhookDispatcher {
     for (let i = 0; i < events.length; i += ENQUEUE_CHUNK) {
       if (i > 0) await new Promise((r) => setImmediate(r)); // let answers of requests in flight be handled
       const chunk = events.slice(i, i + ENQUEUE_CHUNK);
-      const atMs = now();
-      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}`, retentionMs: deliveryKeepMs(this.ctx.config.retentionMs, this.ctx.config.webhookRetryScheduleMs) };
       await this.inTurn([workspaceId], async () => {
+        // the lease from when the claim is made, not from before it waited for its turn
+        const lease = { atMs: now(), leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}`, retentionMs: deliveryKeepMs(this.ctx.config.retentionMs, this.ctx.config.webhookRetryScheduleMs) };
         const { claimed, stored } = await enqueueDeliveries(this.ctx.redis, this.ctx.keys, workspaceId, chunk, this.capacity(workspaceId, endpoints), lease);
         const bodies = new Map(chunk.map((e) => [e.eventId, e.body]));
         const targets = new Map<string, number>();
@@ -353,8 +355,8 @@ class WebhookDispatcher {
       // (replays and re-queues come from the web role, queued attempts from other dispatchers)
       const workspaces = this.workspaces.filter((ws) => (this.claimAt.get(ws) ?? 0) <= atMs);
       if (workspaces.length === 0) return;
-      const lease = { atMs, leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}` };
       await this.inTurn(workspaces, async () => {
+        const lease = { atMs: now(), leaseMs: this.leaseMs, token: `${this.owner}:${++this.claimCount}` };
         const pipeline = this.ctx.redis.pipeline();
         for (const ws of workspaces) claimAttempts(pipeline, this.ctx.keys, ws, this.capacity(ws), this.perEndpoint, lease);
         const replies = (await pipeline.exec()) ?? [];

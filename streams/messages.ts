@@ -164,7 +164,9 @@ export async function createMessage(
   // milliseconds ahead), found no message and dropped the member, and the message stayed scheduled
   // until the repair pass, up to 10 minutes (probe AD: 2 to 14 of ~1,000). A tick that released it
   // meanwhile makes this member one the next tick drops (the message is no longer scheduled).
-  if (release) await release();
+  // The message is written: a failure here must not answer 500 (a client retrying without an
+  // Idempotency-Key would schedule it twice); the repair pass covers a member lost meanwhile.
+  if (release) await release().catch((err: Error) => log.warn('scheduled message release time not written again; the repair pass will', { messageId: id, err: err.message }));
   settleAuditLater(redis, keys, intent, MESSAGE_AUDITS['message.create'](message, reply), (err) => {
     log.warn('message.created not appended yet; the audit outbox sweeper will', { messageId: id, err });
   });

@@ -87,6 +87,11 @@ export async function findSource(redis: Redis, keys: Keys, tenantId: string, id:
  * when unknown, malformed or deleted. `secrets` holds the current secret and each one a change
  * replaced in the last 24 hours (at most 10).
  */
+/** Whether an inbound URL's id is routed to a source (one read: the early answer before a body is read). */
+export async function isRoutedSource(redis: Redis, keys: Keys, id: string): Promise<boolean> {
+  return isId('source', id) && (await redis.hexists(keys.sourceRoutes, id)) === 1;
+}
+
 export async function findInboundSource(redis: Redis, keys: Keys, id: string): Promise<InboundSource | null> {
   if (!isId('source', id)) return null;
   const route = await redis.hget(keys.sourceRoutes, id);

@@ -283,7 +283,7 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   type Owned = {
     /**
      * `held`: the subscription as it is, when this subscriber holds its record (else a stale
-     * reference); `movedAway`: the token index names another subscriber as its owner (a move whose
+     * reference); `movedAway`: the token index names another subscriber as its owner, and that one holds its copy (a move whose
      * removal of this copy is still to come)
      */
     subscriptions: { id: string; token: string | null; address: string | null; channel: string; holder: string; held: Subscription | null; movedAway: boolean; claim: number }[];
@@ -347,12 +347,19 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
       ids.length ? redis.hmget(keys.subscriptionOwners(scope.tenantId), ...ids) : Promise.resolve([]),
       options.mergedInto !== undefined ? notMovedTopics(redis, keys, scope, topicIds, options.mergedInto) : Promise.resolve([]),
     ]);
+    // A copy is a move's leftover only once the subscriber the owner index names holds its own copy:
+    // the index names the mover from its claim on, and a mover refused (409) or killed before its
+    // write leaves the device with nobody else, so its deletion is audited (probe AI)
+    const ownerWrote = await Promise.all(ids.map(async (id, i) => {
+      const owner = owners[i] ?? null;
+      if (owner === null || owner === externalId) return false;
+      return heldBy(await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id)), owner);
+    }));
     const subscriptions = ids.map((id, i) => {
       const h = records[i]!;
-      const owner = owners[i] ?? null;
       return {
         id, token: h.token ?? null, address: h.address ?? null, channel: h.channel ?? 'push', holder: h.holder ?? '',
-        held: heldBy(h, externalId) ? toSubscription(externalId, h) : null, movedAway: owner !== null && owner !== externalId, claim: Number(h.claim ?? 0),
+        held: heldBy(h, externalId) ? toSubscription(externalId, h) : null, movedAway: ownerWrote[i]!, claim: Number(h.claim ?? 0),
       };
     });
     return { subscriptions, topicIds, liveTopics: live.length, segments };

@@ -172,14 +172,15 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     if (!heldBy(h, externalId)) return { create: false, events: [removed('moved')], ops: [['srem', set, id]], guards, result: null };
     const claim = Number(h.claim ?? 0);
     if (claim > upTo) return { skip: null };
-    // the token names another subscriber: this copy is what that one's move leaves behind, and its
-    // write audits (or audited) the owner change
+    // the token names another subscriber who holds its copy: this copy is what that one's move leaves
+    // behind, and its write audited the owner change. One whose mover has not written (refused 409,
+    // or killed) may leave the device with nobody: its removal is audited (probe AI)
     const movedAway = owner !== null && owner !== externalId;
     const ownerWrote = movedAway && heldBy(theirs, owner);
     const entry = !audit ? null
       : lost ? (ownerWrote && theirs.movedFrom !== `${externalId}#${claim}` ? movedAudit(audit, externalId, h, owner!, theirs) : null)
-        : movedAway ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    return { create: false, events: [removed(movedAway ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
+        : ownerWrote ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
+    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
   }, async (p) => {
     const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
     if (owner === null || owner === externalId) return { ...held, owner, theirs: {} };

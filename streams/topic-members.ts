@@ -167,8 +167,9 @@ async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicR
     for (const [j, x] of chunk.entries()) {
       if (state[j] !== join) await repair(redis, keys, scope, topic.id, x, scoreOf(x));
     }
-    // the member set mirrors these writes now; a process killed before this line leaves them to the sweeper
-    await mirrored(redis, keys, written.flatMap((w) => (w.mirror ? [w.mirror] : [])));
+    // the member set mirrors these writes now; a process killed before this line (or a failure of
+    // this cleanup, which must not fail a call whose changes are made) leaves them to the sweeper
+    await mirrored(redis, keys, written.flatMap((w) => (w.mirror ? [w.mirror] : []))).catch(() => undefined);
   }
   return { counts, subscriberCount: await redis.zcard(keys.topicMembers(scope.tenantId, topic.id)) };
 }

@@ -8,7 +8,7 @@ import { isHeraldLoop } from '../../lib/webhook-policy.js';
 import { checkBody } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import {
-  countDelivery, createSource, deleteSource, findInboundSource, findSource, loadSources, updateSource,
+  countDelivery, createSource, deleteSource, findInboundSource, findSource, isRoutedSource, loadSources, updateSource,
   type InboundSource, type Source, type SourceInput, type SourcePatch,
 } from '../../streams/sources.js';
 import type { AppDeps } from '../deps.js';
@@ -237,7 +237,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
     // an unknown id is answered before its body is read; the source is read again once the body is
     // in: a delete, disable, mapping or secret change answered while a slow body arrived (up to
     // HTTP_REQUEST_TIMEOUT_MS) applies to it (probe AG)
-    if (!await findInboundSource(redis, keys, ctx.params.id ?? '')) throw notFound('Source');
+    if (!await isRoutedSource(redis, keys, ctx.params.id ?? '')) throw notFound('Source');
     const body = await rawBody(ctx, MAX_INBOUND_BYTES);
     const source = await findInboundSource(redis, keys, ctx.params.id ?? '');
     if (!source) throw notFound('Source');

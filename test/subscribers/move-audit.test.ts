@@ -161,6 +161,21 @@ move('a move killed after the new owner\'s write, then the previous subscriber d
   assert.is(await moveOf(ctx, 6), null);
 });
 
+move('a move killed after its claim, before the new owner\'s write, then the previous subscriber deleted: the device nobody holds is audited deleted (probe AI)', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const { redis, keys } = service;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(16), platform: 'ios' });
+  const id = first.body.data.id;
+  // the killed registration of B got as far as lua/claimToken: the owner index names B, who holds nothing
+  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
+  assert.equal((await callScript<string[]>(redis, 'claimToken', tokens, [tokenField('push', token(16)), newId('subscription'), 'unwritten-b']))[0], 'moved');
+  assert.is((await api.del('/v1/subscribers/unwritten-a', ctx.key)).status, 200);
+  await sweepAuditOutboxes(roleContext(service), 0);
+  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'unwritten-a'], ['subscription.deleted', 'unwritten-a']]);
+  const removed = (await inboxEvents(service, ctx.tenant.id, 'unwritten-a')).filter((e) => e.name === '$subscription.removed');
+  assert.equal(removed.map((e) => [e.data.subscription.id, e.data.reason]), [[id, 'subscriber_deleted']]);
+});
+
 move('a move killed after the new owner\'s write is finished by the sweeper once it is older than the sweep interval: the previous copy goes (moved, not audited), the move is settled, once', async (ctx) => {
   const { api, pk, service } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'swept-a', channel: 'push', token: token(7), platform: 'ios' });
