@@ -62,14 +62,18 @@ export const WEBHOOK_USER_AGENT_PRODUCT = 'Herald-Webhooks';
 /**
  * Whether an inbound delivery from Herald (its user agent) would feed a loop: one of the source's
  * own workspace's outbound webhooks coming back (a source of `workspaceId` given as an endpoint's
- * URL), or any Herald's delivery of a stream event that a source stored itself (`data.object.source`
- * `webhook`): forwarded again, an event could go round two workspaces' endpoints and sources for
- * ever, each hop a new `whe_` id (probe AG). Events are forwarded from one Herald to another one hop.
+ * URL), or anything a Herald made itself: a stream event a source stored (`data.object.source`
+ * `webhook`) or the engine wrote (`system`: `$subscriber.created` of a subscriber a forwarded event
+ * created, `$run.*`, `$send`), or a control-plane event of the system (`actor.type` `system`: a
+ * workflow's `message.created`). Forwarded again, such an event could go round two workspaces'
+ * endpoints and sources for ever, each hop a new `whe_` id and, with an externalId mapped from ids,
+ * a new subscriber (probes AG, AK). So one Herald takes from another only what apps, backends and
+ * people did, and a forwarded event goes one hop.
  */
 export function isHeraldLoop(userAgent: string | undefined, payload: Record<string, unknown>, workspaceId: string): boolean {
   if (!(userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`)) return false;
-  const workspace = payload.workspace as { id?: unknown } | null | undefined;
-  if (typeof workspace === 'object' && workspace !== null && workspace.id === workspaceId) return true;
-  const data = payload.data as { object?: { source?: unknown } | null } | null | undefined;
-  return typeof data === 'object' && data !== null && typeof data.object === 'object' && data.object !== null && data.object.source === 'webhook';
+  const field = (value: unknown, key: string): unknown => (typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[key] : undefined);
+  if (field(payload.workspace, 'id') === workspaceId) return true;
+  const source = field(field(payload.data, 'object'), 'source');
+  return source === 'webhook' || source === 'system' || field(payload.actor, 'type') === 'system';
 }

@@ -193,7 +193,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *
    *       202 `accepted` with the stored event, or `duplicate` with the original one when the delivery's dedupe key
    *       was seen before (nothing stored). 200 `ignored` (a disabled source, no externalId or no name in the
-   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks, or a Herald's delivery of an event a source stored): the provider need not retry. 401 `missing_authorization` without the signature header,
+   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks, or a Herald's delivery of what a Herald made itself: an event a source stored or the engine wrote, a control-plane event of the system): the provider need not retry. 401 `missing_authorization` without the signature header,
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
    *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has
@@ -256,9 +256,10 @@ export function registerSources(router: Router, deps: AppDeps): void {
     const problem = parsedJsonProblem(payload);
     if (problem) return refuse(source, validationError([problem]), true);
     if (!source.enabled) return ignore(ctx, source, 'disabled');
-    // Herald's own webhook of this workspace coming back, or a source's event forwarded by a Herald:
-    // each event stored would be delivered again and come back again, for ever with no namePrefix
-    // (probe F1: 126 in a few seconds until names outgrew 100 characters; probe AG: two workspaces)
+    // Herald's own webhook of this workspace coming back, or what a Herald made itself forwarded by
+    // one: each event stored would be delivered again and come back again, for ever with no
+    // namePrefix (probe F1: 126 in a few seconds until names outgrew 100 characters; probes AG, AK:
+    // two workspaces)
     if (isHeraldLoop(ctx.req.headers['user-agent'], payload as Record<string, unknown>, source.workspaceId)) return ignore(ctx, source, 'loop');
     const reading = readDelivery(source, payload as Record<string, unknown>, ctx.req.headers, body);
     if (reading.kind === 'ignored') return ignore(ctx, source, reading.reason);

@@ -88,11 +88,20 @@ inbound('a delivery of this workspace\'s own outbound webhooks is ignored (loop)
   const sourced = (origin: string) => JSON.stringify({ ...JSON.parse(payload('ws_someoneelse')), data: { object: { id: 'evt_x', sequence: 2, name: 'page.viewed', source: origin, data: {}, subscriber: { id: 'sub_x', externalId: 'self-2' } } } });
   const forwarded = sourced('webhook');
   assertIgnored(await deliver(ctx, s.id, forwarded, { ...swHeaders(s.secret, forwarded), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'loop', 'an event a source stored, from another workspace\'s Herald');
+  // nor one the engine wrote (a forwarded event's new subscriber's $subscriber.created went round for
+  // ever, each hop creating a subscriber: probe AK), nor a control-plane event of the system
+  const engine = sourced('system');
+  assertIgnored(await deliver(ctx, s.id, engine, { ...swHeaders(s.secret, engine), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'loop', 'an engine event from another workspace\'s Herald');
+  const audit = (type: string) => JSON.stringify({ ...JSON.parse(payload('ws_someoneelse')), actor: { type, id: null }, target: { type: 'message', id: 'msg_x' }, request: null });
+  const bySystem = audit('system');
+  assertIgnored(await deliver(ctx, s.id, bySystem, { ...swHeaders(s.secret, bySystem), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'loop', 'a control-plane event of the system');
+  const byKey = audit('api_key');
+  assertAccepted(await deliver(ctx, s.id, byKey, { ...swHeaders(s.secret, byKey), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'a control-plane event of an API key');
   const tracked = sourced('server');
   assertAccepted(await deliver(ctx, s.id, tracked, { ...swHeaders(s.secret, tracked), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'a tracked event from another workspace\'s Herald');
   const relayed = payload(workspaceId);
   assertAccepted(await deliver(ctx, s.id, relayed, { ...swHeaders(s.secret, relayed), 'user-agent': 'curl/8' }), 'not from Herald');
-  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 3, ignored: 2 });
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 4, ignored: 4 });
 });
 
 inbound('standard-webhooks: each outcome answers as documented and is counted, with lastError and lastReceivedAt', async (ctx) => {
