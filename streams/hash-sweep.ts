@@ -1,4 +1,6 @@
 import type { Redis } from 'ioredis';
+import { now } from '../lib/clock.js';
+import type { Logger } from '../lib/log.js';
 
 /** Fields read per HSCAN page. */
 const PAGE = 100;
@@ -39,4 +41,32 @@ export async function sweepHashes(redis: Redis, hashKeys: readonly string[], per
     if (cursor === '0') resumeAt.delete(key);
     else resumeAt.set(key, cursor);
   }
+}
+
+/**
+ * Finishes the entries (JSON with their time `at`, ms) that a writer left in `hashKeys` when it died:
+ * those older than `minAgeMs`, which a live writer has long finished (`sweepHashes`, `perKey` a
+ * hash per call). `finish` does the rest of the writer's work (and removes the entry); one that
+ * fails is kept for the next sweep and reported as `what` kept.
+ */
+export async function sweepAgedEntries<T extends { at: number }>(
+  redis: Redis, hashKeys: readonly string[], perKey: number, minAgeMs: number, log: Pick<Logger, 'warn'>, what: string,
+  finish: (entry: T, key: string, field: string) => Promise<void>,
+): Promise<{ finished: number; kept: number }> {
+  let finished = 0;
+  let kept = 0;
+  await sweepHashes(redis, hashKeys, perKey, async (key, flat) => {
+    for (let f = 0; f + 1 < flat.length; f += 2) {
+      try {
+        const entry = JSON.parse(flat[f + 1]!) as T;
+        if (now() - entry.at < minAgeMs) continue;
+        await finish(entry, key, flat[f]!);
+        finished++;
+      } catch (err) {
+        kept++;
+        log.warn(`${what} kept for the next sweep`, { key, field: flat[f], err: (err as Error).message });
+      }
+    }
+  });
+  return { finished, kept };
 }

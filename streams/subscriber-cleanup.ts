@@ -1,10 +1,9 @@
 import type { Redis } from 'ioredis';
-import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
 import type { RecordOp } from './subscriber-writes.js';
-import { sweepHashes } from './hash-sweep.js';
+import { sweepAgedEntries } from './hash-sweep.js';
 import { releaseToken } from './subscriptions.js';
 import { mirrorMemberships } from './topic-members.js';
 import { deleteWidgetsOf } from './widgets.js';
@@ -70,21 +69,6 @@ const PER_PARTITION = 1_000;
  * kept for the next sweep and reported.
  */
 export async function sweepSubscriberCleanups(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
-  let finished = 0;
-  let kept = 0;
   const hashes = Array.from({ length: partitions }, (_, p) => keys.subscriberCleanups(p));
-  await sweepHashes(redis, hashes, PER_PARTITION, async (key, flat) => {
-    for (let f = 0; f + 1 < flat.length; f += 2) {
-      try {
-        const cleanup = JSON.parse(flat[f + 1]!) as SubscriberCleanup;
-        if (now() - cleanup.at < minAgeMs) continue;
-        await finishCleanup(redis, keys, partitions, cleanup);
-        finished++;
-      } catch (err) {
-        kept++;
-        log.warn('subscriber cleanup kept for the next sweep', { key, field: flat[f], err: (err as Error).message });
-      }
-    }
-  });
-  return { finished, kept };
+  return sweepAgedEntries<SubscriberCleanup>(redis, hashes, PER_PARTITION, minAgeMs, log, 'subscriber cleanup', (cleanup) => finishCleanup(redis, keys, partitions, cleanup));
 }

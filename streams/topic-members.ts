@@ -4,7 +4,7 @@ import { isoNow, now } from '../lib/clock.js';
 import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { partitionOf } from '../lib/partition.js';
-import { sweepHashes } from './hash-sweep.js';
+import { sweepAgedEntries } from './hash-sweep.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { entriesAfter, type ScoredPosition } from './scored-index.js';
@@ -185,24 +185,12 @@ const MIRRORS_PER_PARTITION = 1_000;
  * a live writer and a sweep may both mirror one change.
  */
 export async function sweepTopicMirrors(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ mirrored: number; kept: number }> {
-  let done = 0;
-  let kept = 0;
   const hashes = Array.from({ length: partitions }, (_, p) => keys.topicMirrors(p));
-  await sweepHashes(redis, hashes, MIRRORS_PER_PARTITION, async (key, flat) => {
-    for (let f = 0; f + 1 < flat.length; f += 2) {
-      try {
-        const m = JSON.parse(flat[f + 1]!) as TopicMirror;
-        if (now() - m.at < minAgeMs) continue;
-        await mirrorMemberships(redis, keys, { workspaceId: m.workspaceId, tenantId: m.tenantId, partitions }, m.externalId, [m.topicId], m.score);
-        await redis.hdel(key, flat[f]!);
-        done++;
-      } catch (err) {
-        kept++;
-        log.warn('topic membership mirror kept for the next sweep', { key, field: flat[f], err: (err as Error).message });
-      }
-    }
+  const { finished, kept } = await sweepAgedEntries<TopicMirror>(redis, hashes, MIRRORS_PER_PARTITION, minAgeMs, log, 'topic membership mirror', async (m, key, field) => {
+    await mirrorMemberships(redis, keys, { workspaceId: m.workspaceId, tenantId: m.tenantId, partitions }, m.externalId, [m.topicId], m.score);
+    await redis.hdel(key, field);
   });
-  return { mirrored: done, kept };
+  return { mirrored: finished, kept };
 }
 
 /**
