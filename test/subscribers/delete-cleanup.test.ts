@@ -189,7 +189,7 @@ once('a widget registration that read the subscriber before its delete and write
 
 once.run();
 
-const SUBSCRIBERS = 180;
+const SUBSCRIBERS = 240;
 const CLIENTS = 24;
 const TOPICS = 3;
 const ROUNDS = 3;
@@ -226,7 +226,7 @@ kill('deletes of subscribers with devices, an address, widgets and topics, SIGKI
     const { web, api: webApi } = await startWebProcess(service);
     ctx.web = web;
     kills++;
-    const enough = deleted + SUBSCRIBERS / 6;
+    const enough = deleted + 30;
     await killUnderLoad(web, CLIENTS, async () => {
       const x = names[next++];
       if (x === undefined) throw new Error('every delete was answered before the kill');
