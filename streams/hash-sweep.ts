@@ -6,10 +6,11 @@ import type { Logger } from '../lib/log.js';
 const PAGE = 100;
 
 /**
- * Where the last call stopped in each hash it left before its end (HSCAN cursors): the next call
- * goes on from there, so entries a sweep leaves in place (too young, or waiting for something else)
- * never hide those behind them for good (probe AJ: 3,000 such token moves kept the sweep from ever
- * reaching 337 of 459 finishable ones). One per hash cut short, dropped once its walk ends.
+ * Where the last call of this process stopped in each hash it left before its end (HSCAN cursors):
+ * the next call goes on from there, so entries a sweep leaves in place (too young, or waiting for
+ * something else) do not hide those behind them for good (probe AJ: 3,000 such token moves kept the
+ * sweep from ever reaching 337 of 459 finishable ones). One per hash cut short, dropped once its
+ * walk ends; a restarted process starts at the top again.
  */
 const resumeAt = new Map<string, string>();
 
