@@ -49,7 +49,7 @@ const codes = (r: { statusCodes: Record<string, number> }) => Object.entries(r.s
 function payloadOf(n: number, externalId: string): Record<string, unknown> {
   const payload: Record<string, unknown> = {
     type: TYPES[n % TYPES.length],
-    timestamp: '2026-11-28T12:00:00.000Z',
+    timestamp: new Date().toISOString(),
     data: {
       userId: externalId,
       invoice: { id: `in_${String(n).padStart(10, '0')}`, amount: 1000 + (n % 9000), currency: 'eur', plan: n % 3 === 0 ? 'pro' : 'free' },
