@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { canonicalJson } from '../lib/canonical-json.js';
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { ApiError, notFound } from '../lib/errors.js';
@@ -52,15 +53,6 @@ export function toDelivery(h: Record<string, string>): Delivery {
     provider: answered ? { status: h.providerStatus ? Number(h.providerStatus) : null, apnsId: h.apnsId || null, reason: h.providerReason || null, timestamp: h.providerTimestamp || null } : null,
     attempts: Number(h.attempts ?? 0), createdAt: h.createdAt!, updatedAt: h.updatedAt ?? h.createdAt!, sentAt: h.sentAt || null,
   };
-}
-
-/** JSON with object keys sorted at every level: equal requests hash alike whatever their key order. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value && typeof value === 'object') {
-    return `{${Object.keys(value).sort().map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`).join(',')}}`;
-  }
-  return JSON.stringify(value);
 }
 
 export type TenantRef = { workspaceId: string; tenantId: string };

@@ -130,6 +130,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const idempotencyKey = idempotencyKeyOf(ctx);
     const raw: unknown = ctx.request.body;
     const tenantId = tenantOf(ctx).id;
+    // the body as sent is what a replay must repeat: validation fills in defaults (`priority`), and a
+    // body that adds one is another request (probe AM: `priority: "high"` replayed one sent without it)
+    const asSent: unknown = idempotencyKey === null ? null : structuredClone(raw);
     const schemaProblems = bodyProblems('MessageCreate', raw);
     if (schemaProblems.length) {
       const problems = [...schemaProblems, ...(isObject(raw) ? contentProblems(raw, false) : [])];
@@ -139,7 +142,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     }
     const body = raw as CreateBody;
     // a replay answers the original before anything else is checked: its topic or segment may be gone since
-    const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, body);
+    const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, asSent);
     if (original) {
       ctx.set('Idempotent-Replayed', 'true');
       return respond(ctx, 202, original);
@@ -155,7 +158,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const auth = ctx.state.auth as AuthState;
     // audits message.created when the message is new; a replay is answered, not audited again
     const { message, replayed } = await createMessage(
-      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAt: sendAtMs ? { atMs: sendAtMs, partitions: deps.config.partitions } : null }, { key: idempotencyKey, request: body }, auditScopeOf(ctx), deps.log,
+      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAt: sendAtMs ? { atMs: sendAtMs, partitions: deps.config.partitions } : null }, { key: idempotencyKey, request: asSent }, auditScopeOf(ctx), deps.log,
     );
     if (replayed) ctx.set('Idempotent-Replayed', 'true');
     respond(ctx, 202, message);

@@ -197,6 +197,15 @@ m('the same Idempotency-Key and body replays the original; another body is 409; 
   const other = await ctx.api.post('/v1/messages', ctx.key, { ...body, title: 'Twice?' }, { 'Idempotency-Key': 'order-1' });
   assert.is(other.status, 409);
   assert.is(other.body.error.code, 'idempotency_key_reused');
+  // the body as sent is compared, before validation fills in defaults: naming the default priority is another request (probe AM)
+  const explicit = await ctx.api.post('/v1/messages', ctx.key, { ...body, priority: 'high' }, { 'Idempotency-Key': 'order-1' });
+  assert.equal([explicit.status, explicit.body.error?.code], [409, 'idempotency_key_reused']);
+  const withDefault = { ...body, priority: 'high' };
+  const named = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
+  const namedAgain = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
+  assert.equal([namedAgain.status, namedAgain.headers.get('idempotent-replayed'), namedAgain.body.data.id], [202, 'true', named.body.data.id]);
+  assert.equal([(await ctx.api.post('/v1/messages', ctx.key, body, { 'Idempotency-Key': 'order-2' })).status], [409]);
+  await finished(ctx, named.body.data.id);
   await finished(ctx, first.body.data.id);
   assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === first.body.data.id).length, 1, 'nothing sent again');
   const racers = await Promise.all(Array.from({ length: 20 }, () => ctx.api.post('/v1/messages', ctx.key, body, { 'Idempotency-Key': 'race-1' })));
