@@ -75,7 +75,7 @@ export function buildOpenApi(): Record<string, unknown> {
           serviceTenant: {
             name: 'Service-Tenant', in: 'header', required: false, schema: { type: 'string' },
             description: "The tenant to work in (spec 5.4). A workspace key: any tenant of its workspace, `default` when absent. A tenant or client key, or an events token: its own tenant's slug only. "
-              + 'A workspace route (`/v1/workspaces/…`) works in no one tenant; a slug sent there must still be a tenant of the workspace. A slug the credential may not use is 403 `forbidden` with `param` `Service-Tenant`.',
+              + 'A workspace route (`/v1/workspaces/…`) works in no one tenant; a slug sent there must still be a tenant of the workspace. A slug the credential may not use is 403 `forbidden` with `param` `Service-Tenant`; blank is absent; sent on several lines, 400 `bad_request`.',
           },
         },
         schemas: allSchemas(),

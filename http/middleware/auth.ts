@@ -74,10 +74,21 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
   if (!key || key.workspaceId !== claims.workspaceId || (key.tenantId !== null && key.tenantId !== claims.tenantId) || key.revokedAt || (key.expiresAt && Date.parse(key.expiresAt) <= now())) {
     throw new ApiError(401, 'invalid_session', 'The API key that issued this events token is revoked or has expired; request a new token with a valid key');
   }
-  const header = ctx.get('Service-Tenant').trim();
+  const header = serviceTenantOf(ctx);
   if (header && header !== tenant.slug) throw new ApiError(403, 'forbidden', 'This events token reads its own tenant only: send no Service-Tenant, or its slug', { param: 'Service-Tenant' });
   if (scope !== null && !hasScope(['events:read'], scope)) throw new ApiError(403, 'missing_permission', `An events token lacks the scope ${scope}`);
   return { principal: null, workspace, tenant, tokenExpiresAt: claims.expiresAt };
+}
+
+/**
+ * The `Service-Tenant` header, trimmed ('' when absent or blank: the key's own or the default tenant).
+ * Sent on several lines it is 400 `bad_request`, as two Authorization lines are: HTTP joins repeated
+ * lines into one value (`eu, eu`), which would name no tenant and read as 403 (probe AM).
+ */
+function serviceTenantOf(ctx: Context): string {
+  const header = ctx.get('Service-Tenant').trim();
+  if (header && repeatsHeader(ctx.req, 'service-tenant')) throw new ApiError(400, 'bad_request', 'Send one Service-Tenant header, not several', { param: 'Service-Tenant' });
+  return header;
 }
 
 const BEARER = /^Bearer\s+(\S+)\s*$/i;
@@ -107,7 +118,7 @@ async function authenticate(ctx: Context, deps: AppDeps, presented: string): Pro
 }
 
 async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Promise<Tenant> {
-  const header = ctx.get('Service-Tenant').trim();
+  const header = serviceTenantOf(ctx);
   if (principal.key.kind !== 'workspace') {
     if (header && header !== principal.tenant!.slug) throw new ApiError(403, 'forbidden', 'This key works in its own tenant only: send no Service-Tenant, or its slug', { param: 'Service-Tenant' });
     return principal.tenant!;
@@ -148,7 +159,7 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
       if (kind !== 'workspace') throw new ApiError(403, 'forbidden', 'Tenant keys are refused on workspace routes; use a workspace key');
       if (ctx.params.workspaceSlug !== principal.workspace.slug) throw new ApiError(403, 'forbidden', 'This key belongs to another workspace');
       // a workspace route works in no one tenant, but a `Service-Tenant` it is sent must still be one of this workspace's (spec 5.5)
-      if (ctx.get('Service-Tenant').trim()) await tenantFor(ctx, deps, principal);
+      if (serviceTenantOf(ctx)) await tenantFor(ctx, deps, principal);
     } else {
       tenant = await tenantFor(ctx, deps, principal);
     }

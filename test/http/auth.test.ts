@@ -77,6 +77,18 @@ auth('two Authorization lines are 400 bad_request (param Authorization), whichev
   assert.match(await ask([`Authorization: Bearer ${acme.keys.tenant}`]), /^HTTP\/1\.1 200 /, 'one line is fine');
 });
 
+auth('two Service-Tenant lines are 400 bad_request (param Service-Tenant), not a tenant named `eu, eu` (probe AM)', async ({ service, acme }) => {
+  const ask = async (lines: string[]) => (await rawRequest(service.url, `GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${acme.keys.workspace}\r\n${lines.map((l) => `${l}\r\n`).join('')}Connection: close\r\n\r\n`)).text;
+  for (const lines of [['Service-Tenant: default', 'Service-Tenant: default'], ['Service-Tenant: default', 'service-tenant: second']]) {
+    const answer = await ask(lines);
+    assert.match(answer, /^HTTP\/1\.1 400 /);
+    assert.match(answer, /"code":"bad_request"/);
+    assert.match(answer, /"param":"Service-Tenant"/);
+  }
+  assert.match(await ask(['Service-Tenant: second']), /^HTTP\/1\.1 200 /, 'one line is fine');
+  assert.match(await ask(['Service-Tenant: ']), /^HTTP\/1\.1 200 /, 'a blank one is none: the default tenant');
+});
+
 auth('the health endpoint answers without a credential', async ({ api }) => {
   const res = await api.get('/v1/health');
   isOk(res);
