@@ -18,12 +18,14 @@ const tenantCursors = new Map<string, number>();
  * sent (`messageTenants`), the messages that ended before `cutoff` lose their deliveries, and
  * their own record unless a caller's Idempotency-Key names them (lua/expireMessages). Bounded:
  * at most TENANTS_PER_SWEEP tenants and DELIVERIES_PER_SWEEP deliveries per call; the rest goes
- * over the next sweeps. Resolves with the messages expired and the deliveries deleted.
+ * over the next sweeps (`limits` smaller in tests). Resolves with the messages expired and the deliveries deleted.
  */
-export async function expireMessages(redis: Redis, keys: Keys, cutoff: number): Promise<{ messagesExpired: number; deliveriesDeleted: number }> {
+export async function expireMessages(
+  redis: Redis, keys: Keys, cutoff: number, limits = { deliveriesPerCall: DELIVERIES_PER_CALL, deliveriesPerSweep: DELIVERIES_PER_SWEEP },
+): Promise<{ messagesExpired: number; deliveriesDeleted: number }> {
   const list = keys.messageTenants;
   let rank = tenantCursors.get(list) ?? 0;
-  let budget = DELIVERIES_PER_SWEEP;
+  let budget = limits.deliveriesPerSweep;
   let messagesExpired = 0;
   let deliveriesDeleted = 0;
   for (let done = 0; done < TENANTS_PER_SWEEP && budget > 0; done += TENANTS_PER_PAGE) {
@@ -39,7 +41,7 @@ export async function expireMessages(redis: Redis, keys: Keys, cutoff: number): 
       while (more === 1 && budget > 0) {
         const [expired, deleted, left] = await callScript<[number, number, number]>(
           redis, 'expireMessages', [keys.messagesEnded(tenantId)],
-          [keys.tenantBase(tenantId), cutoff, Math.min(DELIVERIES_PER_CALL, budget), MESSAGES_PER_CALL],
+          [keys.tenantBase(tenantId), cutoff, Math.min(limits.deliveriesPerCall, budget), MESSAGES_PER_CALL],
         );
         messagesExpired += expired;
         deliveriesDeleted += deleted;

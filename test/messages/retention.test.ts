@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { SYSTEM_WRITER } from '../../streams/identity.js';
+import { expireMessages } from '../../actors/message-retention.js';
 import { sweepRetention } from '../../actors/retention-sweeper.js';
 import { writeScope } from '../../streams/audit-outbox.js';
 import { setClockOffset } from '../../lib/clock.js';
@@ -128,10 +129,10 @@ r('a workflow step\'s message takes its engine idempotency key with it', async (
   assert.is(await ctx.service.redis.hexists(ctx.service.keys.idempotency(ctx.tenantId), engineKey), 0);
 });
 
-r('a broadcast\'s deliveries go over short calls; a sweep cut short is finished by the next', async (ctx) => {
+/** A completed broadcast of `count` sent deliveries, written straight to Redis (sending them would take the test's time). */
+async function endedBroadcast(ctx: Ctx, id: string, count: number): Promise<string[]> {
   const { redis, keys } = ctx.service;
-  const id = 'msg_retentionbroadcast000001';
-  const ids = Array.from({ length: 5_000 }, (_, i) => `dlv_retention${String(i).padStart(15, '0')}`);
+  const ids = Array.from({ length: count }, (_, i) => `dlv_${id.slice(4, 16)}${String(i).padStart(16, '0')}`);
   await redis.hset(keys.message(ctx.tenantId, id), { id, status: 'queued', lane: 'audience', to: '{"topic":"all"}', content: '{"title":"t","body":"b"}', createdAt: new Date().toISOString(), idem: '0', 'n:total': ids.length, 'n:sent': ids.length });
   await redis.zadd(keys.messageIndex(ctx.tenantId), 0, id);
   await redis.zadd(keys.messagesByStatus(ctx.tenantId, 'queued'), 0, id);
@@ -144,6 +145,13 @@ r('a broadcast\'s deliveries go over short calls; a sweep cut short is finished 
   }
   // ends the way every message ends: through the status index script (here lua/moveMessage)
   assert.ok((await moveMessage(redis, keys, ctx.tenantId, id, ['queued'], 'completed')).moved);
+  return ids;
+}
+
+r('a broadcast\'s deliveries go over short calls; a sweep cut short is finished by the next', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const id = 'msg_retentionbroadcast000001';
+  const ids = await endedBroadcast(ctx, id, 5_000);
   const cutoff = Date.now() + DAY;
   // a process killed after its first call: 1,500 deliveries gone, the message still listed as ended
   const [expired, deleted, more] = await callScript<[number, number, number]>(redis, 'expireMessages', [keys.messagesEnded(ctx.tenantId)], [keys.tenantBase(ctx.tenantId), cutoff, 1_500, 100]);
@@ -157,6 +165,19 @@ r('a broadcast\'s deliveries go over short calls; a sweep cut short is finished 
   assert.equal(await keysLeft(ctx, id, ids.slice(0, 10).concat(ids.slice(-10))), []);
   assert.is(await redis.zscore(keys.messageIndex(ctx.tenantId), id), null);
   assert.is(await redis.zscore(keys.messagesByStatus(ctx.tenantId, 'completed'), id), null);
+});
+
+r('a sweep whose delivery budget runs out in a tenant starts the next sweep in that tenant', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const id = 'msg_retentionbudget000000001';
+  const ids = await endedBroadcast(ctx, id, 5_000);
+  const cutoff = Date.now() + DAY;
+  const limits = { deliveriesPerCall: 1_000, deliveriesPerSweep: 2_500 };
+  assert.equal(await expireMessages(redis, keys, cutoff, limits), { messagesExpired: 0, deliveriesDeleted: 2_500 });
+  assert.is(await redis.zcard(keys.messageDeliveries(ctx.tenantId, id)), 2_500);
+  assert.equal(await expireMessages(redis, keys, cutoff, limits), { messagesExpired: 1, deliveriesDeleted: 2_500 });
+  assert.equal(await keysLeft(ctx, id, ids.slice(0, 10).concat(ids.slice(-10))), []);
+  assert.equal(await expireMessages(redis, keys, cutoff, limits), { messagesExpired: 0, deliveriesDeleted: 0 });
 });
 
 r.run();
