@@ -289,6 +289,14 @@ export class Automation {
       lastSeq = Math.max(lastSeq, item.q);
       reevaluate = true;
       currentEvent = event;
+      // what the event does to runs happens when it arrived, not when this worker got to it: a run it
+      // starts starts then (its sleep or wait counts from then), a wait it ends ends then (probe AO: with
+      // the partition's worker dead, runs started at the restart, ~12 s late with the default lease, and a
+      // reply received after the wait's timeout, by arrival, took the wait). Never before what the run
+      // last did (clocks of web processes differ a little), never after this worker's now.
+      const arrived = Number.isFinite(event.receivedMs) ? Math.min(event.receivedMs, nowMs) : nowMs;
+      const hostAt = (ms: number): EngineHost => (ms < nowMs ? { ...host, now: ms } : host);
+      const runHost = (run: Run): EngineHost => hostAt(Math.max(arrived, Date.parse(run.updatedAt) || 0));
       // counters of the kept conditions (and the in-memory history for conditions that are not kept)
       for (const k of kept.values()) {
         if (!matchesEvent(k.condition, event)) continue;
@@ -327,9 +335,9 @@ export class Automation {
         const version = versionOf.get(run.versionId);
         if (!version) {
           if (!ACTIVE_STATUSES.includes(run.status) || !(defs.goneNames.get(run.workflowId)?.has(event.name) || defs.goneNames.get('*')?.has(event.name))) continue;
-          cancelRun(run, host, 'workflow_deleted');
+          cancelRun(run, runHost(run), 'workflow_deleted');
           changed.add(run);
-        } else if (await onEvent(run, version.definition, host, event, event.runId)) changed.add(run);
+        } else if (await onEvent(run, version.definition, runHost(run), event, event.runId)) changed.add(run);
       }
       // triggers: one run per workflow and trigger event; a run's own events never start its workflow
       // again, and a chain of runs started by one another's events stops at MAX_RUN_DEPTH. None for a
@@ -352,13 +360,13 @@ export class Automation {
         }
         // the id's time is when the trigger arrived (not its own timestamp, which an offline batch
         // may set days back), so runs list newest started first; the same entry always makes the same id
-        const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, nowMs, depth);
+        const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, arrived, depth);
         if (runs.some((existing) => existing.id === run.id)) continue;
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });
         statusBefore.set(run, 'new' as Run['status']);
         ops.push(['zadd', keys.workflowRuns(p, tenantId, wf.id), 0, run.id]);
-        await startRun(run, wf.definition, host, event);
+        await startRun(run, wf.definition, hostAt(arrived), event);
         changed.add(run);
       }
     }

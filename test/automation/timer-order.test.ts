@@ -95,7 +95,9 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
   const env = { ...service.env, PORT: '0' };
   await api.post('/v1/workflows', boot.keys.tenant, {
     slug: 'nap', trigger: { event: 'nap.started' }, cancelOn: { event: 'nap.cancel' },
-    steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }],
+    // long enough for the cancel below to arrive before the sleep ends (a run's time counts from its
+    // trigger's arrival; stopping the worker and the backlog took 3.8 s with other suites running)
+    steps: [{ type: 'sleep', duration: '8s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }],
   });
   const worker = startRoleProcess('worker', env);
   ctx.roles.push(worker, startRoleProcess('scheduler', env));
@@ -125,7 +127,7 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
     fired = 0;
     for (let q = 0; q < service.config.partitions; q++) fired += await service.redis.xlen(service.keys.timerInbox(q));
     return fired === 2;
-  }, 10_000, 100);
+  }, 15_000, 100);
   ctx.roles.push(startRoleProcess('worker', env));
   await waitFor('both runs to end', async () => (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.every((r: any) => r.status !== 'sleeping'), 20_000, 100);
   const runs = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items;
@@ -145,7 +147,8 @@ order('a cancel a killed worker applied to the read models but never handled goe
   for (const r of ctx.roles.splice(0)) await stopRoleProcess(r);
   await api.post('/v1/workflows', boot.keys.tenant, {
     slug: 'siesta', trigger: { event: 'siesta.started' }, cancelOn: { event: 'siesta.cancel' },
-    steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Up', body: 'never' } }],
+    // the cancel below arrives before the sleep ends: 1,000 events go in first (a run's time counts from its trigger's arrival)
+    steps: [{ type: 'sleep', duration: '8s' }, { type: 'send', message: { title: 'Up', body: 'never' } }],
   });
   await api.post('/v1/workflows', boot.keys.tenant, { slug: 'long-nap', trigger: { event: 'long.nap' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'send', message: { title: 'Later', body: 'much' } }] });
   const worker = startRoleProcess('worker', env);
@@ -279,6 +282,42 @@ order('an event received after a timer fell due comes after it, though no schedu
   await new Promise((r) => setTimeout(r, 1_500));
   assert.equal((await runOf('late-reply')).history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sleeping']);
   assert.equal((await runOf('late-cancel')).history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sleeping']);
+});
+
+order('events that arrive while no worker runs act when they arrived: a run starts then, a reply after its wait\'s timeout does not win it, a sleep after a reply counts from the reply (probe AO)', async (ctx) => {
+  const { service, boot } = ctx;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'down-reply', trigger: { event: 'down.sent' },
+    steps: [{ type: 'wait', event: 'down.reply', timeout: '1s', onEvent: [{ type: 'exit' }], onTimeout: [{ type: 'sleep', duration: '1h' }] }],
+  });
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'down-chain', trigger: { event: 'down.start' }, cancelOn: { event: 'down.cancel' },
+    steps: [{ type: 'wait', event: 'down.go', timeout: '1h', onEvent: [{ type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '1h' }] }],
+  });
+  // no worker and no scheduler while the events arrive (a dead worker's partitions not taken over yet)
+  const sent = Date.now();
+  await api.post('/v1/events', boot.keys.tenant, { events: [
+    { externalId: 'down-late', name: 'down.sent', data: {} }, { externalId: 'down-early', name: 'down.sent', data: {} },
+    { externalId: 'down-chain', name: 'down.start', data: {} },
+  ] });
+  await new Promise((r) => setTimeout(r, 200));
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'down-early', name: 'down.reply', data: {} }, { externalId: 'down-chain', name: 'down.go', data: {} }] });
+  await new Promise((r) => setTimeout(r, 1_600));
+  await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'down-late', name: 'down.reply', data: {} }, { externalId: 'down-chain', name: 'down.cancel', data: {} }] });
+  await new Promise((r) => setTimeout(r, 500));
+  ctx.roles.push(startRoleProcess('worker', env));
+  const runOf = async (x: string, slug: string) => (await api.get(`/v1/workflows/${slug}/runs?limit=10`, boot.keys.tenant)).body.data.items.find((r: any) => r.externalId === x);
+  await waitFor('the runs decided', async () => (await runOf('down-late', 'down-reply'))?.history.length >= 3 && ['completed'].includes((await runOf('down-early', 'down-reply'))?.status)
+    && (await runOf('down-chain', 'down-chain'))?.status === 'canceled', 20_000, 100);
+  const late = await runOf('down-late', 'down-reply');
+  assert.equal(late.history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sleeping'], 'the reply came 1.8 s after the trigger: after the timeout');
+  assert.ok(Date.parse(late.startedAt) - sent < 1_000, `started when the trigger arrived (${late.startedAt}), not when the worker came`);
+  const early = await runOf('down-early', 'down-reply');
+  assert.equal(early.history.map((h: any) => h.outcome), ['waiting', 'event', 'exit']);
+  const chain = await runOf('down-chain', 'down-chain');
+  assert.equal(chain.history.map((h: any) => h.outcome), ['waiting', 'event', 'sleeping', 'woke', 'sleeping'], 'the sleep after the reply ended before the cancel arrived');
 });
 
 order.run();
