@@ -135,7 +135,9 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const asSent: unknown = idempotencyKey === null ? null : structuredClone(raw);
     const schemaProblems = bodyProblems('MessageCreate', raw);
     if (schemaProblems.length) {
-      const problems = [...schemaProblems, ...(isObject(raw) ? contentProblems(raw, false) : [])];
+      const content = isObject(raw) ? contentProblems(raw, false) : [];
+      // an expression's own wording of a bad `to.where` (as a segment's `where` says it), not the schema's `must be object` (probe AQ)
+      const problems = [...schemaProblems.filter((d) => d.param !== 'to.where' || !content.some((c) => c.param === 'to.where')), ...content];
       // a well-formed `to` is checked against the tenant too, so the one answer names it as well
       const toOk = isObject(raw) && raw.to !== undefined && !problems.some((d) => d.param === 'to' || d.param.startsWith('to.'));
       throwProblems(toOk ? [...problems, ...(await targetProblems(tenantId, targetOf(raw.to as CreateBody['to'])))] : problems);

@@ -486,7 +486,10 @@ m('a to that is not exactly one target is one clear detail; a malformed single t
     [{ topic: 'no-such-topic' }, 'to.topic', /no topic/],
     [{ externalId: '' }, 'to.externalId', /fewer than 1/],
     ['', 'to', /fewer than 1/],
-    [{ where: 'plan = pro' }, 'to.where', /object/],
+    // worded as a segment's `where` is (probe AQ: the schema's `must be object` here)
+    [{ where: 'plan = pro' }, 'to.where', /^must be an object with one of all, any, not, attribute, event, topic, subscription$/],
+    [{ where: null }, 'to.where', /^must be an object with one of all, any, not, attribute, event, topic, subscription$/],
+    [{ where: [] }, 'to.where', /^must be an object with one of all, any, not, attribute, event, topic, subscription$/],
     [{ where: { all: [{ attribute: 'plan', eq: 'pro' }, { zz: 1 }] } }, 'to.where.all[1]', /one of all, any/],
   ];
   for (const [to, param, message] of precise) {
