@@ -53,6 +53,11 @@ const commandsOf = (roles: readonly Role[]) => ({
  */
 const WEB_COMMAND_TIMEOUT_MS = 5_000;
 const WEB_COMMANDS = commandsOf(['web']);
+/**
+ * Longest wait for Redis's first answers at the start (the ping and the checks after it): a little
+ * over what the retries of a refused connection take (~11 s), whose own reason is the line printed.
+ */
+const START_ANSWER_MS = 12_000;
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
 /**
@@ -100,19 +105,31 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     else log.debug('redis connection error while starting', { err: err.message });
   });
   const keys = createKeys(config.keyPrefix);
+  let silence: NodeJS.Timeout | undefined;
   try {
-    // ioredis's own message after its retries ("Reached the max retries per request limit") says
-    // neither what nor why: the connection's last error does
-    await redis.ping().catch((err: Error) => {
-      throw new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${(isRedisUnavailable(err) && seen.error ? seen.error : err).message}`);
+    const checks = (async () => {
+      // ioredis's own message after its retries ("Reached the max retries per request limit") says
+      // neither what nor why: the connection's last error does
+      await redis.ping().catch((err: Error) => {
+        throw new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${(isRedisUnavailable(err) && seen.error ? seen.error : err).message}`);
+      });
+      await checkDatabase(redis, resolved.target);
+      await checkPartitionCount(redis, keys, config.partitions);
+    })();
+    // a server that takes the connection and never replies (paused, a TLS endpoint given as redis://,
+    // a stalled proxy) stops the start as one that refuses it does: only the web role's commands have
+    // a timeout, so the other roles waited for it forever, saying nothing (probe AP)
+    const unanswered = new Promise<never>((_, reject) => {
+      silence = setTimeout(() => reject(new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${seen.error?.message ?? `no answer within ${START_ANSWER_MS / 1000} s (the connection is open, nothing replies)`}`)), START_ANSWER_MS);
     });
-    await checkDatabase(redis, resolved.target);
-    await checkPartitionCount(redis, keys, config.partitions);
+    await Promise.race([checks, unanswered]);
   } catch (err) {
+    clearTimeout(silence);
     redis.disconnect();
     await resolved.stop();
     throw err;
   }
+  clearTimeout(silence);
   seen.ready = true;
   log.info('redis ready', { redis: describeTarget(resolved.target), embedded: resolved.embedded });
   const stops: Stop[] = [];

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -139,6 +139,27 @@ start('a REDIS_URL nothing answers on is one line on stderr and exit 1 for every
     const { code, stderr } = await roleRun(role, { REDIS_URL: `redis://127.0.0.1:${port}`, REDIS_KEY_PREFIX: uniquePrefix('unreachable'), LOG_LEVEL: 'info' });
     assert.is(code, 1, `${role}: ${stderr}`);
     assert.is(stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`, role);
+  }
+});
+
+start('a REDIS_URL whose server takes the connection and never replies is one line on stderr and exit 1 for every role (probe AP: the non-web roles waited forever, silent)', async () => {
+  // a black hole: the TCP connection is accepted, nothing is ever read or answered
+  const sockets = new Set<import('node:net').Socket>();
+  const hole = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+  });
+  const port = await new Promise<number>((done) => hole.listen(0, '127.0.0.1', () => done((hole.address() as import('node:net').AddressInfo).port)));
+  try {
+    const runs = await Promise.all(['worker', 'web'].map((role) => roleRun(role, { REDIS_URL: `redis://127.0.0.1:${port}`, REDIS_KEY_PREFIX: uniquePrefix('black-hole'), LOG_LEVEL: 'info' })));
+    const [worker, web] = runs;
+    assert.is(worker!.code, 1, worker!.stderr);
+    assert.is(worker!.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: no answer within 12 s (the connection is open, nothing replies)\n`);
+    assert.is(web!.code, 1, web!.stderr);
+    assert.match(web!.stderr, new RegExp(`^herald: cannot reach Redis at redis://127\\.0\\.0\\.1:${port}: .+\n$`));
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    hole.close();
   }
 });
 
