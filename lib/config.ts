@@ -177,8 +177,8 @@ const MAX_RETRY_DELAY_MS = 7 * 24 * 3_600_000;
  * over 7 days is refused rather than read some other way (probe V).
  */
 function retrySchedule(raw: string | undefined): number[] {
-  const items = (raw ?? '5m,30m,2h,5h,10h,12h').split(',').map((s) => s.trim());
-  if (items.length === 1 && items[0] === '') throw new ConfigError('WEBHOOK_RETRY_SCHEDULE must list at least one delay');
+  // empty (or blank) is unset, as for every setting (probe AP: it was refused)
+  const items = (raw?.trim() || '5m,30m,2h,5h,10h,12h').split(',').map((s) => s.trim());
   if (items.length > MAX_ATTEMPTS - 1) {
     throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE lists ${items.length} delays; at most ${MAX_ATTEMPTS - 1} are used (${MAX_ATTEMPTS} attempts in all, the last delay repeating)`);
   }
@@ -245,7 +245,8 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     redisUrl: redisUrl(e.REDIS_URL),
     redisTlsRejectUnauthorized: flag(e, 'REDIS_TLS_REJECT_UNAUTHORIZED', true),
     embeddedAppendFsync: oneOf(e, 'EMBEDDED_REDIS_APPENDFSYNC', ['everysec', 'always'] as const),
-    keyPrefix: e.REDIS_KEY_PREFIX ?? 'herald:',
+    // empty is unset (probe AP: an empty prefix wrote Herald's keys unprefixed among the others of a shared Redis)
+    keyPrefix: e.REDIS_KEY_PREFIX || 'herald:',
     partitions: integer(e, 'HERALD_PARTITIONS', 64, 1, 4096),
     retentionMs: integer(e, 'EVENT_RETENTION_DAYS', 30, 1, 3650) * 86_400_000,
     bodyLimitBytes: integer(e, 'HTTP_BODY_LIMIT_BYTES', 1_048_576, 1024, 64 * 1_048_576),

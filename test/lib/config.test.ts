@@ -54,7 +54,11 @@ config('lists are checked when the config is loaded, naming the setting (probe V
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,,30m' }, /^WEBHOOK_RETRY_SCHEDULE: "" is not a duration/);
   refused({ WEBHOOK_RETRY_SCHEDULE: Array(10).fill('1s').join(',') }, /^WEBHOOK_RETRY_SCHEDULE lists 10 delays; at most 9 are used/);
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,8d' }, /^WEBHOOK_RETRY_SCHEDULE: "8d" is longer than 7d$/);
-  refused({ WEBHOOK_RETRY_SCHEDULE: '' }, /at least one delay/);
+  // empty is unset, as for every setting (probe AP: refused; an empty REDIS_KEY_PREFIX wrote keys unprefixed)
+  assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '' }, {}).webhookRetryScheduleMs, loadConfig({}, {}).webhookRetryScheduleMs);
+  assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: ' ' }, {}).webhookRetryScheduleMs.length, 6);
+  assert.is(loadConfig({ REDIS_KEY_PREFIX: '' }, {}).keyPrefix, 'herald:');
+  assert.is(loadConfig({ REDIS_KEY_PREFIX: 'acme:' }, {}).keyPrefix, 'acme:');
   assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: Array(9).fill('1s').join(',') }, {}).webhookRetryScheduleMs.length, 9);
   assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '1s, 7d' }, {}).webhookRetryScheduleMs, [1_000, 7 * 86_400_000]);
   refused({ LOG_LEVEL: 'verbose' }, /^LOG_LEVEL must be one of debug, info, warn, error, got "verbose"$/);
