@@ -10,7 +10,7 @@ import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
 import { scopeProblem, scopeProblemForKind } from '../lib/scopes.js';
 import { resolveRedis } from '../streams/embedded-redis.js';
 import {
-  createApiKey, createTenant, ensureWorkspace, findTenantBySlug, findWorkspaceBySlug, listApiKeys, publicKey, revokeApiKey,
+  createApiKey, createTenant, ensureWorkspace, findTenant, findTenantBySlug, findWorkspaceBySlug, listApiKeys, publicKey, revokeApiKey,
   rotateIdentitySecret, setIdentityRequired, tenantIdentity, type Tenant, type Workspace, type Writer,
 } from '../streams/identity.js';
 import { createKeys, type Keys } from '../streams/keys.js';
@@ -230,9 +230,13 @@ function prepare(command: string, options: Options): Run {
       return async (redis, keys, out) => {
         const workspace = await workspaceOf(redis, keys, workspaceSlug);
         const records = (await listApiKeys(redis, keys, workspace.id)).map(publicKey);
+        // the text names each key's tenant and label too, as the JSON does (probe AP: only --json showed them)
+        const tenantSlugs = new Map<string, string>();
+        for (const id of new Set(records.flatMap((k) => (k.tenantId ? [k.tenantId] : [])))) tenantSlugs.set(id, (await findTenant(redis, keys, workspace.id, id))?.slug ?? id);
         out(
           { items: records },
-          records.map((k) => `${k.id}  ${k.kind.padEnd(9)} ${k.hint}  scopes=${k.scopes.join(',')}${k.revokedAt ? `  revoked ${k.revokedAt}` : ''}${k.expiresAt ? `  expires ${k.expiresAt}` : ''}`).join('\n') || 'no keys',
+          records.map((k) => `${k.id}  ${k.kind.padEnd(9)} ${k.hint}  scopes=${k.scopes.join(',')}${k.tenantId ? `  tenant=${tenantSlugs.get(k.tenantId)}` : ''}`
+            + `${k.name ? `  name=${JSON.stringify(k.name)}` : ''}${k.revokedAt ? `  revoked ${k.revokedAt}` : ''}${k.expiresAt ? `  expires ${k.expiresAt}` : ''}`).join('\n') || 'no keys',
         );
       };
     }

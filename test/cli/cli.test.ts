@@ -378,7 +378,7 @@ cli('revoking an unknown key id, or a key of another workspace, fails and revoke
 cli('key list --json lists keys newest first, marks revoked ones, and never shows a hash or a key', async ({ env }) => {
   const boot = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'lister', '--json'));
   const first = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'lister', '--kind', 'workspace', '--scopes', 'events:read', '--json'));
-  const second = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'lister', '--kind', 'tenant', '--scopes', 'events:read,events:write', '--expires', '2999-06-01T00:00:00Z', '--json'));
+  const second = oneJsonLine(await herald(env, 'key', 'create', '--workspace', 'lister', '--kind', 'tenant', '--scopes', 'events:read,events:write', '--expires', '2999-06-01T00:00:00Z', '--name', 'ci "nightly"', '--json'));
   const revoked = oneJsonLine(await herald(env, 'key', 'revoke', '--workspace', 'lister', '--id', first.id, '--json'));
 
   const run = await herald(env, 'key', 'list', '--workspace', 'lister', '--json');
@@ -412,7 +412,8 @@ cli('key list --json lists keys newest first, marks revoked ones, and never show
   const lines = text.stdout.trimEnd().split('\n');
   assert.is(lines.length, 5);
   assert.ok(lines[0]!.startsWith(`${second.id}  tenant    svc_tn_…`), lines[0]);
-  assert.match(lines[0]!, /scopes=events:read,events:write {2}expires 2999-06-01T00:00:00\.000Z$/);
+  // its tenant and label as the JSON has them (probe AP: the text showed neither)
+  assert.match(lines[0]!, /scopes=events:read,events:write {2}tenant=default {2}name="ci \\"nightly\\"" {2}expires 2999-06-01T00:00:00\.000Z$/);
   assert.match(lines[1]!, new RegExp(`^${first.id}  workspace svc_ws_…[0-9a-f]{4}  scopes=events:read  revoked ${revoked.revokedAt.replace(/\./g, '\\.')}$`));
 });
 
