@@ -266,6 +266,15 @@ export class Automation {
         continue;
       }
       const { event } = item;
+      // What the event does to runs happens when it arrived, not when this worker got to it: a run it
+      // starts starts then (its sleep or wait counts from then), a wait it ends ends then (probe AO: with
+      // the partition's worker dead, runs started at the restart, ~12 s late with the default lease, and a
+      // reply received after the wait's timeout, by arrival, took the wait). An arrival stamped after
+      // this worker's now (the web process's clock ahead) is now; a run's step never comes before what
+      // the run last did (clocks differ a little).
+      const arrived = Number.isFinite(event.receivedMs) ? Math.min(event.receivedMs, nowMs) : nowMs;
+      const hostAt = (ms: number): EngineHost => (ms === nowMs ? host : { ...host, now: ms });
+      const runHost = (run: Run): EngineHost => hostAt(Math.max(arrived, Date.parse(run.updatedAt) || 0));
       // A run's timer due before this event arrived fires first (with the state from before it), as
       // it would have had the scheduler and this worker kept up: a wait's timeout or a sleep's end
       // comes before a reply or a cancel received after it, whichever process was down or behind.
@@ -276,7 +285,7 @@ export class Automation {
       // received after the logical timeout found a fresh wait and decided the run). Bounded: each
       // firing moves the run past one sleep or wait of its (finite) steps.
       for (const run of runs) {
-        for (let fired = 0; fired < MAX_TIMERS_CAUGHT_UP && run.timer && run.wakeAt !== null && run.wakeAt <= event.receivedMs; fired++) {
+        for (let fired = 0; fired < MAX_TIMERS_CAUGHT_UP && run.timer && run.wakeAt !== null && run.wakeAt <= arrived; fired++) {
           const version = versionOf.get(run.versionId);
           if (!version) break;
           const member = run.timer;
@@ -289,14 +298,6 @@ export class Automation {
       lastSeq = Math.max(lastSeq, item.q);
       reevaluate = true;
       currentEvent = event;
-      // what the event does to runs happens when it arrived, not when this worker got to it: a run it
-      // starts starts then (its sleep or wait counts from then), a wait it ends ends then (probe AO: with
-      // the partition's worker dead, runs started at the restart, ~12 s late with the default lease, and a
-      // reply received after the wait's timeout, by arrival, took the wait). Never before what the run
-      // last did (clocks of web processes differ a little), never after this worker's now.
-      const arrived = Number.isFinite(event.receivedMs) ? Math.min(event.receivedMs, nowMs) : nowMs;
-      const hostAt = (ms: number): EngineHost => (ms < nowMs ? { ...host, now: ms } : host);
-      const runHost = (run: Run): EngineHost => hostAt(Math.max(arrived, Date.parse(run.updatedAt) || 0));
       // counters of the kept conditions (and the in-memory history for conditions that are not kept)
       for (const k of kept.values()) {
         if (!matchesEvent(k.condition, event)) continue;
@@ -318,9 +319,8 @@ export class Automation {
         // same externalId was created meanwhile (probe H3: `$run.canceled` of the deleted
         // subscriber's run under the new one's id). So none is written.
         events.length = 0;
-        const silent: EngineHost = { ...host, emit: () => undefined };
         for (const run of runs) {
-          cancelRun(run, silent, 'subscriber_deleted');
+          cancelRun(run, { ...runHost(run), emit: () => undefined }, 'subscriber_deleted');
           changed.add(run);
         }
         continue;

@@ -66,30 +66,71 @@ async function sumOver(redis: Redis, partitions: number, command: (pipeline: Ret
   }, 0);
 }
 
-/** Every run of a workflow: status, and the due and wake times of its (first) sleep from its history. */
+/**
+ * When the worker handled each run's `$run.*` steps: the commit time (`r`) of the run's `$run.started`,
+ * of its first sleep's `sleeping` and of its `woke` (`$run.step`), from the tenant log. A run's own
+ * times are those of what caused each step (its trigger's arrival, a timer's due time:
+ * docs/workflows.md), not when the worker got to it.
+ */
+async function readRunCommits(redis: Redis, keys: Keys, partitions: number, tenantId: string) {
+  const out = new Map<string, { startedMs: number; sleepingMs: number; wokeMs: number }>();
+  const PAGE = 5_000;
+  for (let p = 0; p < partitions; p++) {
+    let from = '-';
+    for (let page = 0; page < 100_000; page++) {
+      const entries = await redis.xrange(keys.tenantLog(p, tenantId), from, '+', 'COUNT', PAGE);
+      for (const [, flat] of entries) {
+        const f: Record<string, string> = {};
+        for (let i = 0; i + 1 < flat.length; i += 2) f[flat[i]!] = flat[i + 1]!;
+        if (!f.ru || !f.n?.startsWith('$run.')) continue;
+        let seen = out.get(f.ru);
+        if (!seen) out.set(f.ru, (seen = { startedMs: Number.NaN, sleepingMs: Number.NaN, wokeMs: Number.NaN }));
+        const r = Number(f.r);
+        if (f.n === '$run.started') seen.startedMs = r;
+        else if (f.n === '$run.step' && f.d?.includes('"type":"sleep"')) {
+          if (f.d.includes('"outcome":"sleeping"') && Number.isNaN(seen.sleepingMs)) seen.sleepingMs = r;
+          else if (f.d.includes('"outcome":"woke"') && Number.isNaN(seen.wokeMs)) seen.wokeMs = r;
+        }
+      }
+      if (entries.length < PAGE) break;
+      from = `(${entries[entries.length - 1]![0]}`;
+    }
+  }
+  return out;
+}
+
+/**
+ * Every run of a workflow: status, its (first) sleep's due time (`wakeAt`: the `sleeping` step's time,
+ * which is the trigger's arrival, + the sleep) from its history, and from the tenant log when the
+ * worker started it, armed the sleep and woke it (`readRunCommits`).
+ */
 async function readRuns(redis: Redis, keys: Keys, partitions: number, tenantId: string, workflowId: string, sleepMs: number) {
-  const out: { status: string; startedMs: number; dueMs: number; wokeMs: number; branch: string; send: string }[] = [];
+  const commits = await readRunCommits(redis, keys, partitions, tenantId);
+  const out: { status: string; startedMs: number; armedMs: number; dueMs: number; wokeMs: number; branch: string; send: string }[] = [];
   for (let p = 0; p < partitions; p++) {
     const ids = await redis.zrange(keys.workflowRuns(p, tenantId, workflowId), 0, -1);
     for (let i = 0; i < ids.length; i += 2_000) {
+      const chunk = ids.slice(i, i + 2_000);
       const pipeline = redis.pipeline();
-      for (const id of ids.slice(i, i + 2_000)) pipeline.hmget(keys.run(p, tenantId, id), 'status', 'startedAt', 'history');
-      for (const [err, reply] of (await pipeline.exec()) ?? []) {
+      for (const id of chunk) pipeline.hmget(keys.run(p, tenantId, id), 'status', 'history');
+      const replies = (await pipeline.exec()) ?? [];
+      replies.forEach(([err, reply], j) => {
         if (err) throw err;
-        const [status, startedAt, history] = reply as [string | null, string | null, string | null];
+        const [status, history] = reply as [string | null, string | null];
         const items = (history ? JSON.parse(history) : []) as { type: string; outcome: string; at: string; branch?: string }[];
         const sleeping = items.find((h) => h.type === 'sleep' && h.outcome === 'sleeping');
-        const woke = items.find((h) => h.type === 'sleep' && h.outcome === 'woke');
-        // the engine sets wakeAt = now + duration and notes `sleeping` at that same now (actors/workflow-engine.ts)
+        const commit = commits.get(chunk[j]!);
         out.push({
           status: status ?? '?',
-          startedMs: startedAt ? Date.parse(startedAt) : Number.NaN,
+          startedMs: commit?.startedMs ?? Number.NaN,
+          armedMs: commit?.sleepingMs ?? Number.NaN,
+          // the engine sets wakeAt = the step's time + duration and notes `sleeping` at that same time (actors/workflow-engine.ts)
           dueMs: sleeping ? Date.parse(sleeping.at) + sleepMs : Number.NaN,
-          wokeMs: woke ? Date.parse(woke.at) : Number.NaN,
+          wokeMs: commit?.wokeMs ?? Number.NaN,
           branch: items.find((h) => h.type === 'branch')?.branch ?? '-',
           send: items.find((h) => h.type === 'send')?.outcome ?? '-',
         });
-      }
+      });
     }
   }
   return out;
@@ -245,12 +286,16 @@ export async function run(args: string[]): Promise<BenchResult> {
     const caughtUpS = (performance.now() - t0) / 1000;
     const entriesPerRun = ((await state.tenantLogLength(on.tenant.id)) - onLogBefore) / Math.max(1, mainPost.accepted);
     const all = await readRuns(client, keys, partitions, on.tenant.id, workflowId, sleepMs);
-    // every run's startedAt is the worker's clock when it handled the trigger (same machine clock as Date.now() here)
+    // every run's start is the worker's clock when it handled the trigger (its $run.started's commit time; same machine clock as Date.now() here)
     const lastStartMs = all.reduce((m, r) => (Number.isFinite(r.startedMs) ? Math.max(m, r.startedMs) : m), 0);
     const startS = (lastStartMs - wall0) / 1000;
     const runsPerS = all.length / startS;
-    const lags = all.filter((r) => Number.isFinite(r.wokeMs)).map((r) => ({ lag: r.wokeMs - r.dueMs, due: r.dueMs }));
+    // lag behind the sleep's due time (its trigger's arrival + the sleep); a timer the worker armed only once it was
+    // due already (the trigger handled more than the sleep late) counts that wait too, apart in `armed late`
+    const lags = all.filter((r) => Number.isFinite(r.wokeMs) && Number.isFinite(r.dueMs)).map((r) => ({ lag: r.wokeMs - r.dueMs, due: r.dueMs, late: !(r.armedMs < r.dueMs) }));
     const sorted = lags.map((l) => l.lag).sort((a, b) => a - b);
+    const armedLate = lags.filter((l) => l.late).length;
+    const onTime = lags.filter((l) => !l.late).map((l) => l.lag).sort((a, b) => a - b);
     // timers that came due once every run had started (no trigger backlog left in the worker's inboxes)
     const quiet = lags.filter((l) => l.due >= lastStartMs).map((l) => l.lag).sort((a, b) => a - b);
     const statuses: Record<string, number> = {};
@@ -279,7 +324,7 @@ export async function run(args: string[]): Promise<BenchResult> {
     say('');
     say(`measured: ${fmt(mainPost.accepted)} bench.start events to the tenant with the workflow (sleep ${sleepS} s, branch on plan, send), `
       + `posted in ${mainPost.seconds.toFixed(1)} s (${codes(mainPost.codes)})`);
-    say(`  the last of ${fmt(all.length)} runs started (its startedAt) ${startS.toFixed(2)} s after the first post: ${fmt(runsPerS)} runs/s (${(runsPerS / baselinePerS).toFixed(3)} of the baseline's events/s); `
+    say(`  the last of ${fmt(all.length)} runs started (its $run.started committed) ${startS.toFixed(2)} s after the first post: ${fmt(runsPerS)} runs/s (${(runsPerS / baselinePerS).toFixed(3)} of the baseline's events/s); `
       + `${ended ? `all ended ${endedS.toFixed(1)} s after the first post` : `NOT all ended within ${timeoutS} s`}`);
     say(`  the worker then still had ${fmt(backlogAtEnd)} inbox entries to apply (the runs' $run.* events, the messages' $send): `
       + `${caughtUp ? `caught up ${caughtUpS.toFixed(1)} s after the first post` : `NOT caught up within ${timeoutS} s more`}; ${entriesPerRun.toFixed(2)} tenant-log entries per run (trigger included)`);
@@ -297,7 +342,8 @@ export async function run(args: string[]): Promise<BenchResult> {
     say(`  runs: ${codes(statuses)}; branch ${codes(branches)}; send ${codes(sends)}; messages ${fmt(messages)} (${codes(messageStatuses)}); `
       + `GET /v1/workflows/{slug}/runs?status= total: ${Object.entries(apiTotals).map(([k, v]) => `${k} ${typeof v === 'number' ? fmt(v) : v}`).join(', ')}`);
     if (apiTotals.completed !== statuses.completed) say(`WARNING: the runs route counts ${apiTotals.completed} completed runs, the run records ${statuses.completed ?? 0}`);
-    say(`timer firing lag (woke − due, from each run's history; due = sleeping + ${sleepS} s): ${fmt(sorted.length)} runs, p50 ${fmt(p50)} ms, p99 ${fmt(p99)} ms, max ${fmt(max)} ms`);
+    say(`timer firing lag (woke − due; woke: its commit, due: the trigger's arrival + ${sleepS} s): ${fmt(sorted.length)} runs, p50 ${fmt(p50)} ms, p99 ${fmt(p99)} ms, max ${fmt(max)} ms; `
+      + `${fmt(armedLate)} armed only once due (trigger handled > ${sleepS} s late); the others p50 ${fmt(percentile(onTime, 50))} ms, p99 ${fmt(percentile(onTime, 99))} ms`);
     say(`  of the ${fmt(quiet.length)} timers due after every run had started: p50 ${fmt(qp50)} ms, p99 ${fmt(qp99)} ms, max ${fmt(qmax)} ms`);
     say('redis commandstats while the runs started:');
     for (const l of commandStatsDelta(stats0, statsStarted, 8).lines) say(l);
@@ -381,6 +427,8 @@ export async function run(args: string[]): Promise<BenchResult> {
       timer_lag_after_starts_p50_ms: quiet.length ? round(qp50, 0) : null,
       timer_lag_after_starts_p99_ms: quiet.length ? round(qp99, 0) : null,
       timers_due_after_starts: quiet.length,
+      timers_armed_late: armedLate,
+      timer_lag_armed_on_time_p99_ms: onTime.length ? round(percentile(onTime, 99), 0) : null,
       memory_per_sleeping_run_bytes: memory ? round(memory.perRun, 0) : null,
       memory_per_event_with_run_bytes: memory ? round(memory.with, 0) : null,
       memory_per_event_without_run_bytes: memory ? round(memory.without, 0) : null,
