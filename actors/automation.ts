@@ -262,7 +262,14 @@ export class Automation {
         if (!version) {
           cancelRun(run, host, 'workflow_deleted');
           changed.add(run);
-        } else if (await onTimer(run, version.definition, host, item.member)) changed.add(run);
+          continue;
+        }
+        // a fired timer acts at its due time, as one fired first by a later event's arrival does (below):
+        // the steps after it count from then, whichever path fired it and however late (until session 51
+        // this path ran them at the worker's now, and runs started at their trigger's arrival made timers
+        // armed already due a race between the two paths). Never before what the run last did, nor after now.
+        const due = run.timer === item.member && run.wakeAt !== null ? Math.max(Math.min(run.wakeAt, nowMs), Date.parse(run.updatedAt) || 0) : nowMs;
+        if (await onTimer(run, version.definition, due === nowMs ? host : { ...host, now: due }, item.member)) changed.add(run);
         continue;
       }
       const { event } = item;

@@ -320,4 +320,27 @@ order('events that arrive while no worker runs act when they arrived: a run star
   assert.equal(chain.history.map((h: any) => h.outcome), ['waiting', 'event', 'sleeping', 'woke', 'sleeping'], 'the sleep after the reply ended before the cancel arrived');
 });
 
+order('a timer the scheduler fires late acts at its due time: the sleep after it counts from then (review of session 51: the worker\'s now)', async (ctx) => {
+  const { service, boot } = ctx;
+  const api = client(service.url);
+  const env = { ...service.env, PORT: '0' };
+  await api.post('/v1/workflows', boot.keys.tenant, {
+    slug: 'late-timers', trigger: { event: 'late.timers' },
+    steps: [{ type: 'sleep', duration: '1s' }, { type: 'sleep', duration: '2s' }, { type: 'sleep', duration: '1h' }],
+  });
+  // a worker and no scheduler: both sleeps fall due unfired
+  ctx.roles.push(startRoleProcess('worker', env));
+  await api.post('/v1/events', boot.keys.tenant, { externalId: 'late-timers', name: 'late.timers', data: {} });
+  const runOf = async () => (await api.get('/v1/workflows/late-timers/runs?limit=1', boot.keys.tenant)).body.data.items[0];
+  await waitFor('the run to sleep', async () => (await runOf())?.status === 'sleeping', 20_000, 100);
+  await new Promise((r) => setTimeout(r, 3_500));
+  ctx.roles.push(startRoleProcess('scheduler', env));
+  await waitFor('both sleeps to end', async () => (await runOf()).history.length >= 5, 30_000, 100);
+  const run = await runOf();
+  assert.equal(run.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sleeping', 'woke', 'sleeping']);
+  const at = run.history.map((h: any) => Date.parse(h.at) - Date.parse(run.history[0].at));
+  assert.equal(at, [0, 1_000, 1_000, 3_000, 3_000], 'each step at its due time, not when the late scheduler fired it');
+  assert.is(Date.parse(run.startedAt), Date.parse(run.history[0].at));
+});
+
 order.run();
