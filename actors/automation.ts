@@ -246,6 +246,8 @@ export class Automation {
       return depth;
     };
 
+    // the engine as of `ms`: a step's time is when its cause happened (an event's arrival, a timer's due time)
+    const hostAt = (ms: number): EngineHost => (ms === nowMs ? host : { ...host, now: ms });
     for (const item of todo) {
       if (item.kind === 'timer') {
         const kind = item.member.slice(0, item.member.indexOf('|'));
@@ -269,7 +271,7 @@ export class Automation {
         // this path ran them at the worker's now, and runs started at their trigger's arrival made timers
         // armed already due a race between the two paths). Never before what the run last did, nor after now.
         const due = run.timer === item.member && run.wakeAt !== null ? Math.max(Math.min(run.wakeAt, nowMs), Date.parse(run.updatedAt) || 0) : nowMs;
-        if (await onTimer(run, version.definition, due === nowMs ? host : { ...host, now: due }, item.member)) changed.add(run);
+        if (await onTimer(run, version.definition, hostAt(due), item.member)) changed.add(run);
         continue;
       }
       const { event } = item;
@@ -280,7 +282,6 @@ export class Automation {
       // this worker's now (the web process's clock ahead) is now; a run's step never comes before what
       // the run last did (clocks differ a little).
       const arrived = Number.isFinite(event.receivedMs) ? Math.min(event.receivedMs, nowMs) : nowMs;
-      const hostAt = (ms: number): EngineHost => (ms === nowMs ? host : { ...host, now: ms });
       const runHost = (run: Run): EngineHost => hostAt(Math.max(arrived, Date.parse(run.updatedAt) || 0));
       // A run's timer due before this event arrived fires first (with the state from before it), as
       // it would have had the scheduler and this worker kept up: a wait's timeout or a sleep's end
@@ -297,7 +298,7 @@ export class Automation {
           if (!version) break;
           const member = run.timer;
           currentEvent = undefined;
-          if (!(await onTimer(run, version.definition, { ...host, now: run.wakeAt }, member))) break;
+          if (!(await onTimer(run, version.definition, hostAt(run.wakeAt), member))) break;
           host.disarmTimer(member);
           changed.add(run);
         }
