@@ -96,8 +96,9 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
   await api.post('/v1/workflows', boot.keys.tenant, {
     slug: 'nap', trigger: { event: 'nap.started' }, cancelOn: { event: 'nap.cancel' },
     // long enough for the cancel below to arrive before the sleep ends (a run's time counts from its
-    // trigger's arrival; stopping the worker and the backlog took 3.8 s with other suites running)
-    steps: [{ type: 'sleep', duration: '8s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }],
+    // trigger's arrival; stopping the worker and the backlog took 3.8 s with other suites running, and
+    // more than 8 s in a CI run)
+    steps: [{ type: 'sleep', duration: '20s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }],
   });
   const worker = startRoleProcess('worker', env);
   ctx.roles.push(worker, startRoleProcess('scheduler', env));
@@ -122,12 +123,14 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
     await api.post('/v1/events', boot.keys.tenant, { events: Array.from({ length: 100 }, () => ({ externalId: `filler-${filler}`, name: 'filler.tick', data: {} })) });
   }
   await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'canceled-late', name: 'nap.cancel', data: {} }] });
+  const napping = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.find((r: any) => r.externalId === 'canceled-late');
+  assert.ok(Date.now() < Date.parse(napping.wakeAt), `the cancel arrived before the sleep ended (it ends ${napping.wakeAt}): what this test is about`);
   let fired = 0;
   await waitFor('both timers to fire into the timer inboxes', async () => {
     fired = 0;
     for (let q = 0; q < service.config.partitions; q++) fired += await service.redis.xlen(service.keys.timerInbox(q));
     return fired === 2;
-  }, 15_000, 100);
+  }, 30_000, 100);
   ctx.roles.push(startRoleProcess('worker', env));
   await waitFor('both runs to end', async () => (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.every((r: any) => r.status !== 'sleeping'), 20_000, 100);
   const runs = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items;

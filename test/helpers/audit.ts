@@ -8,7 +8,6 @@ import { LEDGER_FIELDS, type Ref } from '../../streams/ledger.js';
 import type { RoleContext } from '../../streams/role-context.js';
 import { client } from './api.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from './processes.js';
-import { freePort } from './redis.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from './service.js';
 import { waitFor } from './wait.js';
 
@@ -82,8 +81,16 @@ export async function assertSweptOnce(service: TestService, intent: AuditIntent,
 /** A `web` role process on the test service's Redis, once it answers, with a client for it, its URL and the settings it shares. */
 export async function startWebProcess(service: TestService, extra: Record<string, string> = {}): Promise<{ web: RoleProcess; api: ReturnType<typeof client>; url: string; env: Record<string, string> }> {
   const env = roleEnv(service);
-  const port = await freePort();
-  const web = startRoleProcess('web', { ...env, ...extra, PORT: String(port) });
+  // the port is the one the process says it listens on (PORT 0): a port picked free here could be taken
+  // by another shard's process before this one binds it, and that one's health answered for it (a CI
+  // run: the retried deletes met another service, 401 invalid_api_key)
+  const web = startRoleProcess('web', { ...env, LOG_LEVEL: 'info', ...extra, PORT: '0' });
+  let port = 0;
+  await waitFor('the web process to listen', async () => {
+    const said = /"msg":"web listening"[^\n]*"port":(\d+)/.exec(web.output());
+    if (said) port = Number(said[1]);
+    return port > 0;
+  }, 45_000);
   const url = `http://127.0.0.1:${port}`;
   const api = client(url);
   await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 45_000);
