@@ -44,13 +44,17 @@ kill('every sleeping run wakes exactly once and sends exactly once after its wor
     tokens.set(token, id);
     await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: id, channel: 'push', token, platform: 'ios' });
   }
-  await api.post('/v1/workflows', boot.keys.tenant, { slug: 'nap', trigger: { event: 'nap.started' }, steps: [{ type: 'sleep', duration: '4s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }] });
+  await api.post('/v1/workflows', boot.keys.tenant, { slug: 'nap', trigger: { event: 'nap.started' }, steps: [{ type: 'sleep', duration: '15s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }] });
   const first = start();
   await api.post('/v1/events', boot.keys.tenant, { events: ids.map((externalId) => ({ externalId, name: 'nap.started', data: {} })) });
   await waitFor('every run to sleep', async () => (await api.get('/v1/workflows/nap/runs?status=sleeping', boot.keys.tenant)).body.data.total === RUNS, 20_000, 100);
   for (const p of first) p.child.kill('SIGKILL');
   await Promise.all(first.map((p) => p.exited));
-  await new Promise((r) => setTimeout(r, 4_500)); // the timers fall due while nobody runs them
+  // the timers fall due while nobody runs them (a sleep counts from its trigger's arrival: long enough
+  // that the processes' start, seconds under CI load, does not see it end before every run sleeps)
+  const sleeping = (await api.get('/v1/workflows/nap/runs?limit=100', boot.keys.tenant)).body.data.items;
+  const lastDue = Math.max(...sleeping.map((r: any) => Date.parse(r.wakeAt)));
+  await new Promise((r) => setTimeout(r, Math.max(0, lastDue - Date.now()) + 500));
   start();
   await waitFor('every run to complete', async () => (await api.get('/v1/workflows/nap/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 30_000, 100);
   const runs = (await api.get('/v1/workflows/nap/runs?limit=100', boot.keys.tenant)).body.data;

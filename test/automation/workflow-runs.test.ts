@@ -51,7 +51,7 @@ wf('a trigger starts a run that sleeps, branches on an attribute and sends once,
     slug: 'welcome', name: 'Welcome',
     trigger: { event: 'signed.up' },
     steps: [
-      { type: 'sleep', duration: '2s' },
+      { type: 'sleep', duration: '4s' },
       { type: 'branch', if: { attribute: 'plan', eq: 'pro' }, then: [{ type: 'send', name: 'pro-hello', message: { title: 'Welcome, pro', body: 'Thanks' } }], else: [{ type: 'send', message: { title: 'Welcome', body: 'Try pro' } }] },
     ],
   });
@@ -123,7 +123,7 @@ wf('a wait resumes on the awaited event, times out to its other branch, and canc
 
 wf('two versions run side by side: runs keep the version they started on', async (ctx) => {
   const { api, key } = ctx;
-  await api.post('/v1/workflows', key, { slug: 'versions', trigger: { event: 'v.start' }, steps: [{ type: 'sleep', duration: '3s' }, { type: 'send', message: { title: 'v1', body: 'first' } }] });
+  await api.post('/v1/workflows', key, { slug: 'versions', trigger: { event: 'v.start' }, steps: [{ type: 'sleep', duration: '5s' }, { type: 'send', message: { title: 'v1', body: 'first' } }] });
   await device(ctx, 'ver-old');
   await device(ctx, 'ver-new');
   await api.post('/v1/events', key, { externalId: 'ver-old', name: 'v.start', data: {} });
@@ -146,7 +146,7 @@ wf('a run of an old version reads the topics and subscriptions its version names
   const created = await api.post('/v1/workflows', key, {
     slug: 'old-branch', trigger: { event: 'ob.start' },
     steps: [
-      { type: 'sleep', duration: '2s' },
+      { type: 'sleep', duration: '4s' },
       { type: 'branch', if: { all: [{ topic: 'ver-vip' }, { subscription: { channel: 'push', enabled: true } }] }, then: [{ type: 'exit', name: 'yes' }], else: [{ type: 'exit', name: 'no' }] },
     ],
   });
@@ -212,7 +212,7 @@ async function rawAnswer(url: string, key: string, value: string): Promise<strin
 
 wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the run\'s send nor replays its message', async (ctx) => {
   const { api, key } = ctx;
-  await api.post('/v1/workflows', key, { slug: 'idem-clash', trigger: { event: 'ic.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'From workflow', body: 'wf body' } }] });
+  await api.post('/v1/workflows', key, { slug: 'idem-clash', trigger: { event: 'ic.start' }, steps: [{ type: 'sleep', duration: '4s' }, { type: 'send', message: { title: 'From workflow', body: 'wf body' } }] });
   const token = await device(ctx, 'ic-user');
   await api.post('/v1/events', key, { externalId: 'ic-user', name: 'ic.start', data: {} });
   const sleeping = await waitFor('the run to sleep', () => runOf(ctx, 'idem-clash', 'ic-user', 'sleeping'), 10_000);
@@ -245,7 +245,7 @@ wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the ru
 wf('deleting a workflow cancels its sleeping and waiting runs at their next step (timer, timeout or awaited event), sending nothing', async (ctx) => {
   const { api, key, service, tenantId } = ctx;
   // the worker of this service starts every run below, so it holds their versions in its cache when the workflows go
-  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
+  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '4s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
   const waitEvent = (await api.post('/v1/workflows', key, { slug: 'del-wait-event', trigger: { event: 'dwe.start' }, steps: [{ type: 'wait', event: 'dwe.go', timeout: '1h', onEvent: [{ type: 'send', message: { title: 'e', body: 'e' } }] }, { type: 'send', message: { title: 'f', body: 'f' } }] })).body.data;
   const waitTimeout = (await api.post('/v1/workflows', key, { slug: 'del-wait-timeout', trigger: { event: 'dwt.start' }, steps: [{ type: 'wait', event: 'dwt.go', timeout: '2s', onTimeout: [{ type: 'send', message: { title: 't', body: 't' } }] }, { type: 'send', message: { title: 'u', body: 'u' } }] })).body.data;
   const cases = [
