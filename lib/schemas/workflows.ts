@@ -151,7 +151,7 @@ export const WorkflowRun: Schema = {
     triggerEventId: { type: 'string', description: 'The `evt_` id of the event that started the run.' },
     reason: { type: 'string', nullable: true, description: 'Why it ended when canceled or failed: canceled_by_event, subscriber_deleted, workflow_deleted, send_failed; step_not_found and too_many_steps only for a broken stored run (docs/workflows.md)' },
     wakeAt: { ...nullableTime, description: 'When a sleep ends or a wait times out.' },
-    startedAt: time,
+    startedAt: { ...time, description: 'When the trigger event arrived (not when a worker got to it, docs/automation.md).' },
     updatedAt: time,
     completedAt: nullableTime,
     history: {
@@ -166,7 +166,7 @@ export const WorkflowRun: Schema = {
           name: { type: 'string', description: 'The step\'s `name`, when it has one.' },
           type: { type: 'string' },
           outcome: { type: 'string', description: 'sleep: sleeping, woke; wait: waiting, event, timeout; branch: then, else; send: sent, failed; exit: exit.' },
-          at: time,
+          at: { ...time, description: 'When the step\'s cause happened: the arrival of the event that caused it, or the due time of its timer.' },
           messageId: { type: 'string', description: 'send: the message created.' },
           branch: { type: 'string', enum: ['then', 'else'] },
           eventId: { type: 'string', description: 'wait: the event that resumed the run.' },
