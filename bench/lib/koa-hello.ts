@@ -1,7 +1,7 @@
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import Koa from 'koa';
 import { spawnNode, stopChild, waitForHttp } from './child.js';
-import { freePort } from './port.js';
+import { freePort } from '../../test/helpers/port.js';
 
 /**
  * The HTTP baseline: a Koa hello-world answering every request `{"hello":"world"}` (JSON, as

@@ -6,7 +6,7 @@ import type { Redis } from 'ioredis';
 import { answersPing } from '../../streams/embedded-redis.js';
 import { connectRedis } from '../../streams/redis.js';
 import { spawnChild, stopChild } from './child.js';
-import { freePort } from './port.js';
+import { freePort } from '../../test/helpers/port.js';
 
 export type PrivateRedis = { url: string; port: number; stop: () => Promise<void> };
 

@@ -1,6 +1,6 @@
 import { spawnNode, stopChild, waitForHttp } from './child.js';
 import { startWorker } from './worker.js';
-import { freePort } from './port.js';
+import { freePort } from '../../test/helpers/port.js';
 
 export type ServiceOptions = {
   redisUrl: string;

@@ -1,26 +1,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { answersPing } from '../../streams/embedded-redis.js';
+import { freePort } from './port.js';
+
+export { freePort };
 
 /**
  * The test Redis: `TEST_REDIS_URL` when set, else one `redis-server` on a free port started once
  * per run (never the shared 127.0.0.1:6379). Each test file isolates itself with its own key prefix.
  */
 let server: { url: string; child: ChildProcess | null } | null = null;
-
-export function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const s = createServer();
-    s.once('error', fail);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => done(port));
-    });
-  });
-}
 
 export async function testRedisUrl(): Promise<string> {
   if (process.env.TEST_REDIS_URL) return process.env.TEST_REDIS_URL;
