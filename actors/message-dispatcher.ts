@@ -48,6 +48,8 @@ export const SLOW_BATCH_MS = 1_000;
  * queues through the consumer group `fanout` (each message goes to one of them; one that dies
  * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`; a live
  * one keeps the claims of the batch it works fresh, however long the fan-out, streams/stream-consumer.ts).
+ * A dispatcher that stops cuts its fan-outs short at their next chunk (the pushes in flight answered and
+ * recorded) and gives their entries back to the queue's end, where a live dispatcher goes on at once.
  * The two lanes (streams/keys.ts `messageQueue`) have a consumer each, so a broadcast being walked
  * never holds up the one-user messages queued after it. Scheduled messages are released by the
  * scheduler role (actors/scheduled-messages.ts).
@@ -100,7 +102,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
     // kept claimed (the consumer keeps a batch's claims fresh) but waits, where another dispatcher
     // could have walked it
     const batchSize = inFlight;
-    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane], batchesPerStream: BATCHES_PER_TENANT[lane], slowBatchMs: SLOW_BATCH_MS });
+    return new StreamConsumer({ redis, blocking, source, group: FANOUT_GROUP, consumer: owner, handle, log, batchSize, overlapStreams: TENANTS_IN_FLIGHT[lane], batchesPerStream: BATCHES_PER_TENANT[lane], slowBatchMs: SLOW_BATCH_MS, giveBackOnStop: true });
   });
   for (const consumer of consumers) consumer.start();
 

@@ -36,7 +36,12 @@ const ENQUEUE_CHUNK = 100;
 const LEDGER_BATCH = 200;
 const RECORD_CHUNK = 200;
 const RECORD_DELAY_MS = 20;
-const STOP_GRACE_MS = 2_000;
+/**
+ * How long a stop lets the requests in flight finish (their answers recorded) before dropping them to
+ * their leases: within the process's 8 s stop, and long enough for a receiver that answers within
+ * 5 s never to get an event twice from a deploy (2 s until session 52, probe AU).
+ */
+const STOP_GRACE_MS = 5_000;
 /** how old a note of an unannounced disabled endpoint is before the sweep appends its audit event */
 const ANNOUNCE_GRACE_MS = 60_000;
 /** Ledger entries this much older (by their stream id, Redis's clock) than every endpoint's activeSince are skipped unread. */

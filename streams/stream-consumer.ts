@@ -72,7 +72,19 @@ export type ConsumerOptions = {
    * moved CPU from the web role to the dispatcher: send bench acceptance −20 to −35 %).
    */
   slowBatchMs?: number;
+  /**
+   * Shared mode: a stop aborts the batches being worked (their signal, with reason `STOPPING`: the
+   * handler stops at its next safe point) and gives back what of them is still this consumer's as
+   * new entries at the stream's end, which the group's other processes read at once (`ownedEntries`
+   * 'requeue'). Unset, a stop waits for its batches, however long. Only for streams whose entries
+   * name resumable work (the message queues: a long fan-out outlasted the stop's limit and, cut
+   * there, waited for its claim idle time, probe AU), never for a ledger, whose entries are records.
+   */
+  giveBackOnStop?: boolean;
 };
+
+/** The reason a batch's signal carries when its consumer stops (`giveBackOnStop`). */
+export const STOPPING = 'stopping';
 
 const CLAIM_PAGE = 500;
 /** Shared mode: times a batch is worked before it is left to a claim, and the waits between (0.2, 0.4, … s, at most 5 s: ~6 s in all). */
@@ -157,6 +169,8 @@ export class StreamConsumer {
   private lastStrayCheck = 0;
   /** Streams whose batches are being worked while the loop reads on (`overlapStreams`), with that work and when the latest began. */
   private readonly busy = new Map<string, { batches: Set<Promise<void>>; latestAt: number }>();
+  /** The batches being worked in shared mode, by their abort (`giveBackOnStop`). */
+  private readonly inFlight = new Set<AbortController>();
 
   constructor(private readonly o: ConsumerOptions) {}
 
@@ -176,10 +190,12 @@ export class StreamConsumer {
    * Stops reading, then leaves the group of each stream it read where it holds no pending entry
    * (`XGROUP DELCONSUMER`), so consumer names do not pile up with every process start (each start is
    * a new name). One holding entries it never acked stays, for another process to claim them. At
-   * most LEAVE_WAIT_MS: a stop never waits long on a Redis that does not answer.
+   * most LEAVE_WAIT_MS: a stop never waits long on a Redis that does not answer. With
+   * `giveBackOnStop` the batches being worked are cut short and given back first.
    */
   async stop(): Promise<void> {
     this.stopped = true;
+    if (this.o.giveBackOnStop) for (const controller of this.inFlight) controller.abort(STOPPING);
     this.o.blocking.disconnect();
     await this.running?.catch(() => undefined);
     await Promise.all(this.working());
@@ -196,8 +212,7 @@ export class StreamConsumer {
     return [...this.busy.values()].flatMap(({ batches }) => [...batches]);
   }
 
-  private async leaveGroups(): Promise<void> {
-    const streams = [...this.adopted];
+  private async leaveGroups(streams = [...this.adopted]): Promise<void> {
     if (streams.length === 0) return;
     const { redis, group, consumer } = this.o;
     const pending = await redis.pipeline(streams.map((s) => ['xpending', s, group, '-', '+', '1', consumer])).exec();
@@ -298,6 +313,9 @@ export class StreamConsumer {
       this.untrimmed.add(stream);
       return;
     }
+    const stopping = () => controller.signal.reason === STOPPING;
+    this.inFlight.add(controller);
+    if (this.stopped && this.o.giveBackOnStop) controller.abort(STOPPING);
     let keeping: Promise<unknown> = Promise.resolve();
     const keep = setInterval(() => {
       keeping = this.owned(stream, ids, 'touch').then((lost) => {
@@ -313,6 +331,7 @@ export class StreamConsumer {
           await this.o.handle(stream, entries, controller.signal);
           break;
         } catch (err) {
+          if (stopping()) break; // cut short by the stop: given back below
           if (this.stopped || controller.signal.aborted || attempt >= SHARED_BATCH_TRIES) throw err;
           this.o.log.warn('batch failed; working it again', { group: this.o.group, stream, attempt, err: String((err as Error)?.message ?? err) });
           await new Promise((r) => setTimeout(r, Math.min(SHARED_RETRY_FIRST_MS * 2 ** (attempt - 1), SHARED_RETRY_MAX_MS)));
@@ -320,7 +339,16 @@ export class StreamConsumer {
       }
     } finally {
       clearInterval(keep);
+      this.inFlight.delete(controller);
       await keeping;
+    }
+    if (stopping()) {
+      // what is still this consumer's goes back to the stream's end, for a live process to read now
+      // (left pending, it waited `claimIdleMs` for a claim); entries the handler finished are worked
+      // again there, which the handlers' idempotence makes a no-op
+      const lost = await this.owned(stream, ids, 'requeue');
+      this.o.log.info('stopping: gave back a batch cut short', { group: this.o.group, stream, entries: ids.length - lost });
+      return;
     }
     if (controller.signal.aborted) {
       this.o.log.warn('another process took over part of a batch; leaving it to them', { group: this.o.group, stream, entries: ids.length });
@@ -331,8 +359,8 @@ export class StreamConsumer {
     this.untrimmed.add(stream);
   }
 
-  /** Touches or acks the entries `ids` of `stream` this consumer still owns; the number it does not. */
-  private async owned(stream: string, ids: string[], mode: 'touch' | 'ack'): Promise<number> {
+  /** Touches, acks or gives back (lua/ownedEntries) the entries `ids` of `stream` this consumer still owns; the number it does not. */
+  private async owned(stream: string, ids: string[], mode: 'touch' | 'ack' | 'requeue'): Promise<number> {
     let lost = 0;
     for (let i = 0; i < ids.length; i += OWNED_PER_CALL) {
       lost += Number(await callScript(this.o.redis, 'ownedEntries', [stream], [this.o.group, this.o.consumer, mode, ...ids.slice(i, i + OWNED_PER_CALL)]));
@@ -373,7 +401,11 @@ export class StreamConsumer {
       try {
         const streams = source.streams();
         const current = new Set(streams);
-        for (const s of this.adopted) if (!current.has(s)) this.adopted.delete(s);
+        const dropped = [...this.adopted].filter((s) => !current.has(s));
+        for (const s of dropped) this.adopted.delete(s);
+        // a stream no longer this consumer's (a partition's lease released to a process that joined)
+        // is left at once where nothing is pending for it, not an hour later as a dead name (probe AU)
+        if (dropped.length) await this.leaveGroups(dropped);
         for (const s of this.untrimmed) if (!current.has(s)) this.untrimmed.delete(s);
         if (source.mode === 'exclusive' && now() - this.lastStrayCheck >= STRAY_CHECK_MS) {
           this.lastStrayCheck = now();

@@ -53,6 +53,43 @@ test('a stopped consumer leaves the groups of the streams it read, except where 
 });
 
 /**
+ * A stream that stops being a running consumer's (a partition lease released to a worker that joined)
+ * is left at once where it holds nothing pending: until session 52 its name stayed until the hourly
+ * pass (probe AU: 171 names after a rolling restart of two workers).
+ */
+test('a running consumer leaves the group of a stream it no longer reads, where nothing is pending', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const prefix = uniquePrefix('consumer-drop');
+  const [kept, released] = [`${prefix}kept`, `${prefix}released`];
+  const group = 'droppers';
+  const consumer = `test:${process.pid}`;
+  let streams = [kept, released];
+  try {
+    await redis.xadd(kept, '*', 'n', '1');
+    await redis.xadd(released, '*', 'n', '2');
+    let handled = 0;
+    const c = new StreamConsumer({
+      redis, blocking, group, consumer, log: createLogger('error'), blockMs: 100,
+      source: { mode: 'exclusive', streams: () => streams },
+      handle: async (_stream, entries) => void (handled += entries.length),
+    });
+    c.start();
+    const names = async (stream: string) => ((await redis.xinfo('CONSUMERS', stream, group)) as unknown[][]).map((row) => row[1]);
+    await waitFor('both streams read', async () => handled === 2 && (await names(released)).length === 1, 5_000, 20);
+    streams = [kept];
+    await waitFor('the released stream left', async () => (await names(released)).length === 0, 5_000, 20);
+    assert.equal(await names(kept), [consumer], 'the stream it still reads keeps it');
+    await c.stop();
+  } finally {
+    await redis.del(kept, released);
+    redis.disconnect();
+    blocking.disconnect();
+  }
+});
+
+/**
  * A process killed with SIGKILL never leaves its groups: its consumer name stayed for good (probe O
  * counted 1,815 on the partition streams after ~90 worker starts, cleanly stopped ones included).
  * Each consumer forgets, at its first read and hourly after, the names of its groups that hold

@@ -119,6 +119,27 @@ kill('a dispatcher stopped with SIGTERM gives back the attempts it took and had 
   assert.equal(r.withId(b)[0]!.failures, [], 'verified');
 });
 
+kill('a dispatcher stopped with SIGTERM lets a request in flight finish for up to 5 s and records its answer, so it is not sent again (probe AU: 2 s, and a 6 s receiver got the event twice)', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-grace');
+  // answered 3 s after it came: longer than the 2 s wait of before, within the 5 s of now
+  const r = (ctx.receiver = await startReceiver({ behaviour: () => ({ status: 204, delayMs: 3_000 }) }));
+  const created = await api.post('/v1/workspaces/whk-grace/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['grace.*'] });
+  assert.is(created.status, 201, created.text);
+  r.secrets.push(created.body.data.secret);
+  const endpointId = created.body.data.id as string;
+  const first = startDispatcher(ctx, { WEBHOOK_ATTEMPT_TIMEOUT_MS: '10000' });
+  await running(ctx, first);
+  await api.post('/v1/events', ws.keys.tenant, { externalId: 'grace-1', name: 'grace.slow' });
+  await waitFor('the request in flight', async () => r.requests.length === 1, 15_000, 10);
+  first.child.kill('SIGTERM');
+  assert.is(await first.exited, 0);
+  const list = await api.get(`/v1/workspaces/whk-grace/webhooks/${endpointId}/deliveries?limit=10`, ws.keys.workspace);
+  assert.is(list.body.data.items.length, 1);
+  assert.is(list.body.data.items[0].status, 'success', 'recorded by the stopping dispatcher');
+  assert.is(r.requests.length, 1, 'sent once');
+});
+
 kill('an event from while the endpoint was enabled, read by a dispatcher only after a disable, gets a delivery that waits and is sent on re-enable; one from while disabled never is', async (ctx) => {
   const api = client(ctx.service.url);
   const ws = await bootstrapWorkspace(ctx.service, 'whk-late');
