@@ -46,6 +46,8 @@ export type PushResult = {
   answers: ApnsAnswer[];
 };
 
+/** A device token as APNs knows them, hex (Herald keeps them lowercase, lib/apns-token.ts). */
+const APNS_TOKEN = /^[0-9a-fA-F]+$/;
 /** Statuses APNs may answer differently a moment later. */
 const RETRY_STATUSES = new Set([408, 429, 500, 502, 503, 504]);
 /** 400 reasons that mean the token itself is wrong for this app. */
@@ -149,6 +151,10 @@ export class PushSender {
     let pending: number[] = [];
     requests.forEach((request, i) => {
       if (payloadSize(request.payload) > APNS_MAX_PAYLOAD_BYTES) finish(i, refused('payload_too_large'));
+      // a token that is not hex is no APNs device's (APNs answers BadDeviceToken), and sent as it is it
+      // would be the request's path: spaces or control characters reset the stream on every attempt,
+      // `/`, `?` or `..` named another path of the host (probe AS)
+      else if (!APNS_TOKEN.test(jobs[i]!.token)) finish(i, { ...refused('malformed_token'), tokenInvalid: true });
       else pending.push(i);
     });
     // a weighted job heavier than the limiter's reservoir would never start

@@ -102,7 +102,7 @@ export const Delivery: Schema = {
     subscriptionId: { type: 'string', nullable: true },
     channel: { type: 'string', enum: ['push', 'email'] },
     status: { type: 'string', enum: ['pending', 'sent', 'failed', 'skipped', 'canceled'] },
-    reason: { type: 'string', nullable: true, description: 'Why it was skipped (`subscriber_not_found`, `no_subscription`, `subscription_removed`, `subscription_disabled`, `token_invalidated`, `notifications_denied`, `channel_opt_out`, `category_opt_out`, `channel_not_supported`, `platform_not_supported`; docs/messages.md) or failed (the provider\'s reason).' },
+    reason: { type: 'string', nullable: true, description: 'Why it was skipped (`subscriber_not_found`, `no_subscription`, `subscription_removed`, `subscription_disabled`, `token_invalidated`, `notifications_denied`, `channel_opt_out`, `category_opt_out`, `channel_not_supported`, `platform_not_supported`; docs/messages.md) or failed (the reason APNs gave, such as `BadDeviceToken`, or one of Herald: `malformed_token`, `payload_too_large`, `request_timeout`, `connection_error`, …; docs/messages.md).' },
     provider: {
       type: 'object', nullable: true, additionalProperties: false, required: ['status', 'apnsId', 'reason', 'timestamp'],
       description: 'The last APNs answer.',

@@ -273,6 +273,24 @@ m('an Unregistered or BadDeviceToken answer fails the delivery and invalidates t
   assert.is((await finished(ctx, next.body.data.id)).counts.skipped, 2, 'invalidated tokens are skipped afterwards');
 });
 
+m('a token that is not hex fails its delivery before anything is sent (malformed_token) and invalidates the subscription: never a request path (probe AS)', async (ctx) => {
+  const tokens = ['zzzzzzzz-not-hex', 'abcd/../../x/yz', 'abcdef?x=1&y=2', 'abcdefgh\u0000xyz'];
+  for (const token of tokens) await device(ctx, 'odd-tokens', { token });
+  const good = await device(ctx, 'odd-tokens');
+  const before = ctx.peer.requests.length;
+  const res = await ctx.api.post('/v1/messages', ctx.key, { to: 'odd-tokens', title: 't', body: 'b' });
+  const done = await finished(ctx, res.body.data.id);
+  assert.equal([done.counts.sent, done.counts.failed], [1, tokens.length]);
+  const sent = ctx.peer.requests.slice(before);
+  assert.equal(sent.map((r) => r.token), [good.token], 'only the hex token reached APNs');
+  const ds = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries`, ctx.key)).body.data.items;
+  const failed = ds.filter((d: any) => d.status === 'failed');
+  assert.equal(failed.map((d: any) => [d.reason, d.attempts]), tokens.map(() => ['malformed_token', 0]));
+  const subs = (await ctx.api.get('/v1/subscribers/odd-tokens/subscriptions', ctx.key)).body.data.items;
+  assert.is(subs.filter((x: any) => x.enabled === false && x.invalidatedAt).length, tokens.length);
+  assert.is(names(await inboxEvents(ctx.service, ctx.tenantId, 'odd-tokens')).filter((n) => n === '$subscription.invalidated').length, tokens.length);
+});
+
 m('an invalidation is audited: subscription.updated by the system, enabled and invalidatedAt with their previous values (probe H2)', async (ctx) => {
   const dead = await device(ctx, 'audited-gone');
   ctx.peer.respondWith({ token: dead.token, status: 410, reason: 'Unregistered' });
