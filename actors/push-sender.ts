@@ -66,7 +66,7 @@ const ATTEMPT_DEADLINE_GRACE_MS = 1_000;
  * limiter's one-second reservoir refresh, so a tenant's new limiter (full reservoir) lets no more
  * through than the old one would have; and over Apple's 20 minutes between two provider tokens: a new
  * provider signs a new token, so a tenant sending every few minutes kept getting one with 5 minutes
- * (probe V), and APNs answers 403 TooManyProviderTokenUpdates to tokens refreshed more often.
+ * (probe V), and APNs answers 429 TooManyProviderTokenUpdates to tokens refreshed more often.
  */
 const IDLE_MS = 30 * 60_000;
 const SWEEP_EVERY_MS = 60_000;
@@ -232,7 +232,7 @@ export class PushSender {
     // attempt has a deadline of its own too
     const before = currentSession(connection.provider);
     const timedOut = (): ApnsAnswer => {
-      retireSession(connection.provider, before);
+      retireSession(connection.provider, before, this.#config.apnsRequestTimeoutMs + ATTEMPT_DEADLINE_GRACE_MS);
       return { httpStatus: null, apnsId: null, reason: 'request_timeout', timestamp: null, at: now() };
     };
     let result;
@@ -405,6 +405,8 @@ function refused(reason: string): PushResult {
 
 function retryable(answer: ApnsAnswer): boolean {
   if (answer.httpStatus === null) return true;
+  // the provider token is refreshed too often: the same answer comes until enough time has passed (probe AS)
+  if (answer.httpStatus === 429 && answer.reason === 'TooManyProviderTokenUpdates') return false;
   if (RETRY_STATUSES.has(answer.httpStatus)) return true;
   return answer.httpStatus === 403 && answer.reason === 'ExpiredProviderToken';
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
@@ -150,7 +151,9 @@ sends('410 Unregistered fails at once with tokenInvalid and the timestamp APNs g
 });
 
 sends('400 BadDeviceToken marks the token invalid; DeviceTokenNotForTopic (also a wrong bundleId) and another 400 do not', async (ctx) => {
-  const bad = await ctx.sender.send(job(ctx, { token: 'not-a-device-token' }));
+  const dead = job(ctx);
+  ctx.production.respondWith({ token: dead.token, status: 400, reason: 'BadDeviceToken' });
+  const bad = await ctx.sender.send(dead);
   assert.equal([bad.outcome, bad.httpStatus, bad.reason, bad.tokenInvalid, bad.attempts, bad.timestamp], ['failed', 400, 'BadDeviceToken', true, 1, null]);
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 400, reason: 'DeviceTokenNotForTopic' });
@@ -173,6 +176,13 @@ sends('429 twice then 200: sent on the third attempt after growing waits, every 
   const gaps = [seen[1]!.at - seen[0]!.at, seen[2]!.at - seen[1]!.at];
   assert.ok(gaps[0]! >= BASE_MS * 0.75 - 2, `first wait ${gaps[0]} ms ≥ ${BASE_MS * 0.75}`);
   assert.ok(gaps[1]! >= BASE_MS * 2 * 0.75 - 2, `second wait ${gaps[1]} ms ≥ ${BASE_MS * 1.5} (doubled)`);
+});
+
+sends('429 TooManyProviderTokenUpdates is not retried: Apple answers the same until enough time has passed (probe AS: four more requests)', async (ctx) => {
+  const j = job(ctx);
+  ctx.production.respondWith({ token: j.token, status: 429, reason: 'TooManyProviderTokenUpdates' });
+  const result = await ctx.sender.send(j);
+  assert.equal([result.outcome, result.httpStatus, result.reason, result.attempts, result.tokenInvalid], ['failed', 429, 'TooManyProviderTokenUpdates', 1, false]);
 });
 
 sends('503 on every attempt: failed after APNS_MAX_ATTEMPTS (5) with the last answer', async (ctx) => {
@@ -307,6 +317,39 @@ sends('an answer that trickles in byte by byte meets the attempt\'s own deadline
   assert.equal(result.answers.map((a) => a.reason), ['request_timeout', null]);
   assert.ok(Date.now() - started < 5_000, `answered in ${Date.now() - started} ms`);
   assert.ok(ctx.production.sessionsOpened > sessionsBefore, 'the session that timed out is not reused');
+});
+
+sends('a host that takes the connection and never speaks TLS: each timed-out attempt\'s connection is closed, not kept (probe AS: 16 sockets after 6 messages)', async (ctx) => {
+  const open = new Set<Socket>();
+  const silent = createServer((socket) => {
+    open.add(socket);
+    socket.resume(); // read (and drop) the client's hello, so its close is seen
+    socket.on('error', () => undefined);
+    socket.once('close', () => open.delete(socket));
+  });
+  await new Promise<void>((done) => silent.listen(0, '127.0.0.1', done));
+  try {
+    const sender = senderWith(ctx, { APNS_PORT: String((silent.address() as AddressInfo).port), APNS_REQUEST_TIMEOUT_MS: '150', APNS_MAX_ATTEMPTS: '2' });
+    for (let i = 0; i < 4; i++) {
+      const result = await sender.send(job(ctx));
+      assert.equal([result.outcome, result.reason, result.attempts], ['failed', 'request_timeout', 2]);
+    }
+    // each connection is dropped when its attempt times out (a session closing with streams out, at the latest a grace later)
+    const deadline = Date.now() + 10_000;
+    while (open.size > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.ok(open.size <= 1, `${open.size} connections still open after 8 attempts`);
+  } finally {
+    for (const socket of open) socket.destroy();
+    await new Promise<void>((done) => silent.close(() => done()));
+  }
+});
+
+sends('a token that is not hex is refused before sending (malformed_token) and marked invalid, as APNs would answer BadDeviceToken (probe AS)', async (ctx) => {
+  for (const token of ['not-a-device-token', 'abcd/../../x', 'abcdef?x=1', 'abcd ef\n01']) {
+    const result = await ctx.sender.send(job(ctx, { token }));
+    assert.equal([result.outcome, result.httpStatus, result.reason, result.tokenInvalid, result.attempts], ['failed', null, 'malformed_token', true, 0]);
+  }
+  assert.is(ctx.production.received, 0);
 });
 
 sends('a payload over 4096 bytes is refused before sending', async (ctx) => {
