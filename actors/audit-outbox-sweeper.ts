@@ -5,7 +5,7 @@ import { sweepHashes } from '../streams/hash-sweep.js';
 import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import { sweepTokenMoves } from '../streams/subscriptions.js';
-import { sweepTopicMirrors } from '../streams/topic-members.js';
+import { sweepDeletedTopics, sweepTopicMirrors } from '../streams/topic-members.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
 /** Most intents settled per outbox and sweep; the rest wait for the next sweep. */
@@ -88,7 +88,8 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
  * and of the topic membership changes whose member set copy was left unwritten
  * (streams/topic-members.ts), and the token moves whose mover wrote its copy and died before
  * removing the previous one (streams/subscriptions.ts), under the same rule: older than the
- * interval, their writer died.
+ * interval, their writer died; and the members of deleted topics, whose own topic sets still name
+ * them (`sweepDeletedTopics`).
  */
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
@@ -105,6 +106,8 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
       if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
       const moves = await sweepTokenMoves(ctx.redis, ctx.keys, ctx.config.partitions, known.tenants, every, ctx.log);
       if (moves.finished) ctx.log.info('token moves finished by the sweeper', { finished: moves.finished });
+      const topics = await sweepDeletedTopics(ctx.redis, ctx.keys, known.tenants, ctx.config.partitions);
+      if (topics.visited) ctx.log.info('deleted topics taken out of their members\' topic sets', topics);
     } catch (err) {
       ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
     }

@@ -200,6 +200,10 @@ export function createKeys(prefix: string) {
     topicSlugs: (tenantId: string) => `${t(tenantId)}:topics:by-slug`,
     /** zset externalId → join time (ms × 1000 + position in the call), the topic's members */
     topicMembers: (tenantId: string, topicId: string) => `${t(tenantId)}:topic-members:${topicId}`,
+    /** zset: a deleted topic's members (its member set renamed), whose own topic sets still name it (streams/topic-members.ts `sweepDeletedTopics`) */
+    deletedTopicMembers: (tenantId: string, topicId: string) => `${t(tenantId)}:topic-members-gone:${topicId}`,
+    /** set of the tenant's deleted topic ids with members left to visit */
+    deletedTopics: (tenantId: string) => `${t(tenantId)}:topics-gone`,
     /** hash: a client widget (lua/*Widget*.lua build the same name from `tenantBase`) */
     widget: (tenantId: string, widgetId: string) => `${t(tenantId)}:widget:${widgetId}`,
     /** zset (score 0) of a subscriber's widget ids */

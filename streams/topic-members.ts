@@ -193,6 +193,56 @@ export async function sweepTopicMirrors(redis: Redis, keys: Keys, partitions: nu
   return { mirrored: finished, kept };
 }
 
+/** Members whose topic sets one sweep takes a deleted topic's id out of, over all tenants; the rest wait for the next sweep. */
+const DELETED_TOPIC_MEMBERS_PER_SWEEP = 50_000;
+/** Members read and visited per round trip. */
+const DELETED_TOPIC_PAGE = 1_000;
+/** Deleted topics of one tenant looked at per sweep. */
+const DELETED_TOPICS_PER_TENANT = 100;
+/** Tenants asked for their deleted topics per round trip. */
+const TENANTS_PER_PIPELINE = 500;
+
+/**
+ * Takes each deleted topic's id out of its former members' own topic sets (lua/deleteTopic renamed
+ * its member set to `deletedTopicMembers` and listed it in the tenant's `deletedTopics`): a page of
+ * members at a time, the id removed from each one's set in its partition, then the page from the
+ * gone-members set; once that is empty the topic leaves the list. Run by the worker's sweeper
+ * (actors/audit-outbox-sweeper.ts), at most DELETED_TOPIC_MEMBERS_PER_SWEEP members a sweep. Idempotent:
+ * a sweep killed midway repeats a page. Until session 52 the ids stayed for good (probe AR).
+ */
+export async function sweepDeletedTopics(redis: Redis, keys: Keys, tenants: { tenantId: string }[], partitions: number): Promise<{ visited: number; finished: number }> {
+  let budget = DELETED_TOPIC_MEMBERS_PER_SWEEP;
+  let visited = 0;
+  let finished = 0;
+  for (let i = 0; i < tenants.length && budget > 0; i += TENANTS_PER_PIPELINE) {
+    const chunk = tenants.slice(i, i + TENANTS_PER_PIPELINE);
+    const replies = (await redis.pipeline(chunk.map(({ tenantId }) => ['srandmember', keys.deletedTopics(tenantId), DELETED_TOPICS_PER_TENANT])).exec()) ?? [];
+    for (const [k, { tenantId }] of chunk.entries()) {
+      const [err, ids] = replies[k] ?? [];
+      if (err) throw err;
+      for (const topicId of (ids as string[] | undefined) ?? []) {
+        if (budget <= 0) break;
+        const gone = keys.deletedTopicMembers(tenantId, topicId);
+        for (let page = 0; budget > 0 && page < DELETED_TOPIC_MEMBERS_PER_SWEEP / DELETED_TOPIC_PAGE; page++) {
+          const members = await redis.zrange(gone, 0, DELETED_TOPIC_PAGE - 1);
+          if (members.length === 0) {
+            await redis.srem(keys.deletedTopics(tenantId), topicId);
+            finished++;
+            break;
+          }
+          const visit = redis.pipeline();
+          for (const x of members) visit.srem(keys.subscriberTopics(partitionOf(tenantId, x, partitions), tenantId, x), topicId);
+          visit.zrem(gone, ...members); // after every member's set: a sweep killed before it visits them again
+          for (const [e] of (await visit.exec()) ?? []) if (e) throw e;
+          visited += members.length;
+          budget -= members.length;
+        }
+      }
+    }
+  }
+  return { visited, finished };
+}
+
 /**
  * Adds subscribers to a topic (creating unknown ones with `$subscriber.created`). Each one that
  * was not a member gets `$subscriber.updated` on its stream; a member already is left alone and
@@ -241,7 +291,7 @@ export async function* topicMembers(redis: Redis, keys: Keys, tenantId: string, 
 
 /**
  * The topics a subscriber belongs to, by slug. Its topic set may still hold ids of deleted topics
- * (deletion does not visit members); those are ignored here, as every reader must.
+ * (until the sweeper visits it, `sweepDeletedTopics`); those are ignored here, as every reader must.
  */
 export async function topicsOfSubscriber(redis: Redis, keys: Keys, scope: TenantScope, externalId: string): Promise<TopicRef[]> {
   const ids = await redis.smembers(topicSetOf(keys, scope, externalId));

@@ -113,7 +113,8 @@ export async function updateTopic(redis: Redis, keys: Keys, scope: TopicScope, s
 
 /**
  * Deletes a topic: record, slug and member set. Members are not told (no stream event per
- * member); their own topic sets keep the id, which every reader ignores once the topic is gone.
+ * member); their own topic sets keep the id until the worker's sweeper takes it out
+ * (`sweepDeletedTopics`), and every reader ignores it once the topic is gone.
  * Returns the topic as it was; 404 for an unknown slug.
  */
 export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, slug: string, by: Writer): Promise<Topic> {
@@ -125,7 +126,7 @@ export async function deleteTopic(redis: Redis, keys: Keys, scope: TopicScope, s
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'topic.delete', writeScope(scope, by), null);
   const reply = await callScript<DeleteReply>(
     redis, 'deleteTopic',
-    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId), intent.key],
+    [keys.topicSlugs(tenantId), keys.topicIndex(tenantId), keys.topic(tenantId, id), keys.topicMembers(tenantId, id), keys.automationVersion(tenantId), intent.key, keys.deletedTopicMembers(tenantId, id), keys.deletedTopics(tenantId)],
     [id, JSON.stringify(PENDING), intent.token, intent.json, ...naming.map((segmentId) => keys.segment(tenantId, segmentId))],
   );
   if (reply[0] !== 1) throw notFound('Topic');

@@ -1,7 +1,10 @@
 --[[
-  Deletes a topic: its record, its slug (only while the slug still names this topic), its index
-  entry and its member set (UNLINK: a large set is freed in the background). Subscribers' own
-  topic sets keep the id; readers ignore ids of topics that no longer exist.
+  Deletes a topic: its record, its slug (only while the slug still names this topic) and its index
+  entry. Its member set is renamed to the topic's gone-members set and the id listed in the tenant's
+  deleted topics, for the worker's sweeper to take the id out of each member's own topic set, a page
+  at a time, then drop the set (streams/topic-members.ts `sweepDeletedTopics`; until session 52 the
+  ids stayed for good, probe AR: one subscriber of 300 short-lived topics held 300). Until then
+  readers ignore ids of topics that no longer exist.
 
   Segments whose rule names the topic's slug have members chosen by it: their backfill is reset to
   pending in the same step (the caller queues it: the backfill queue is a global key, outside this
@@ -14,6 +17,8 @@
   KEYS[4] the topic's members            (zset externalId -> join score)
   KEYS[5] the tenant's automation version (string counter)
   KEYS[6] the tenant's audit outbox      (hash, lua/includes/recordAudit)
+  KEYS[7] the topic's gone-members set   (zset, the member set renamed)
+  KEYS[8] the tenant's deleted topics    (set of topic ids whose members' sets still name them)
 
   ARGV[1] topic id
   ARGV[2] backfill (JSON of the pending progress)
@@ -32,7 +37,11 @@ local record = rcall('HGETALL', KEYS[3])
 if #record == 0 then return { 0 } end
 unlistSlugged(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 local members = rcall('ZCARD', KEYS[4])
-rcall('UNLINK', KEYS[3], KEYS[4])
+rcall('UNLINK', KEYS[3])
+if members > 0 then
+  rcall('RENAME', KEYS[4], KEYS[7])
+  rcall('SADD', KEYS[8], ARGV[1])
+end
 local reset = 0
 for i = 5, #ARGV do
   if rcall('EXISTS', ARGV[i]) == 1 then
