@@ -150,6 +150,9 @@ export async function createMessage(
     [idempotency.key ?? '', hash, id, sendAtMs ?? '', intent.token, intent.json, flat.length / 2, ...flat],
   );
   const [outcome, messageId] = reply;
+  // nothing was written under this id: its release time goes (the scheduler would drop it when due, up
+  // to 30 days later; racing requests on one key left one each, probe AR)
+  if (outcome !== 1 && release) await redis.zrem(keys.messageTimers(messageTimerPartition(ref.tenantId, id, input.sendAt!.partitions)), `${ref.tenantId}|${id}`).catch(() => undefined);
   if (outcome === 0) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
   if (outcome === 2) return { message: await getMessage(redis, keys, ref.tenantId, messageId), replayed: true };
   // ... and again after it: a scheduler's tick between the two, with the time already due (a sendAt
