@@ -35,8 +35,9 @@ export type FanoutContext = {
   refs: IdentityRefs;
   /**
    * Aborts when another dispatcher took the queue entry over (this one stalled past the claim's
-   * idle limit; the consumer runtime keeps the claim fresh otherwise): no push is sent and no
-   * cursor stored after that, so two dispatchers never walk one message side by side.
+   * idle limit; the consumer runtime keeps the claim fresh otherwise), or when this dispatcher stops
+   * (the entry is then given back): no push is sent and no cursor stored after that, so two
+   * dispatchers never walk one message side by side; the pushes already out are answered and recorded.
    */
   signal?: AbortSignal;
 };

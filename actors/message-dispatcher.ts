@@ -44,6 +44,15 @@ export const BATCHES_PER_TENANT: Record<MessageLane, number> = { one: 4, audienc
 export const SLOW_BATCH_MS = 1_000;
 
 /**
+ * Waits for every one of `work`, then throws the first failure: a batch worked again or given back
+ * while a sibling chunk still sends would have its pending deliveries sent twice (review of session 52).
+ */
+async function settledAll(work: Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(work)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
+}
+
+/**
  * The messages side of the dispatcher role: every dispatcher process reads every tenant's message
  * queues through the consumer group `fanout` (each message goes to one of them; one that dies
  * mid-fan-out leaves its entry pending and another claims it after `DISPATCHER_CLAIM_IDLE_MS`; a live
@@ -85,7 +94,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
       if (lane === 'one') {
         const chunks: string[][] = [];
         for (let i = 0; i < entries.length; i += ONE_SUBSCRIBER_CHUNK) chunks.push(entries.slice(i, i + ONE_SUBSCRIBER_CHUNK).map((entry) => entry.fields.m!));
-        await Promise.all(chunks.map((ids) => fanOut(context(), scope, ids)));
+        await settledAll(chunks.map((ids) => fanOut(context(), scope, ids)));
         return;
       }
       // audiences are independent: up to `inFlight` fan out at once (each resumable on its own)
@@ -93,7 +102,7 @@ export async function startMessageDispatcher(ctx: RoleContext, makePusher: (ctx:
       const worker = async () => {
         for (let entry = entries[next++]; entry && !signal.aborted; entry = entries[next++]) await fanOut(context(), scope, [entry.fields.m!]);
       };
-      await Promise.all(Array.from({ length: Math.min(inFlight, entries.length) }, worker));
+      await settledAll(Array.from({ length: Math.min(inFlight, entries.length) }, worker));
     };
     const blocking = connectRedis(ctx.target, { maxRetriesPerRequest: null });
     blocking.on('error', () => undefined);

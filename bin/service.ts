@@ -136,9 +136,16 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   let url: string | null = null;
 
   const context: RoleContext = { config, redis, keys, log, target: resolved.target };
+  // the roles' actors stop together, so one's wait (a webhook request in flight, a push's answer, a
+  // fan-out giving its message back) does not use up another's share of the stop's limit (review of
+  // session 52: the webhook dispatcher's 5 s left the message dispatcher 3 s)
+  const actorStops: Stop[] = [];
+  stops.push(async () => {
+    await Promise.all(actorStops.map((stop) => stop().catch((err: Error) => log.warn('stop failed', { err: err.message }))));
+  });
   for (const role of roles) {
     if (role === 'web') continue;
-    for (const start of ROLE_ACTORS[role]) stops.push(await start(context));
+    for (const start of ROLE_ACTORS[role]) actorStops.push(await start(context));
   }
 
   // registered before the web role, so stopped after it: with Redis unreachable its last write waits

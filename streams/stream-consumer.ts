@@ -10,7 +10,8 @@ export type StreamEntry = { id: string; fields: Record<string, string> };
  * Works a batch of one stream. `signal` aborts when another process of a shared group took over
  * some of the batch (this one stalled longer than `claimIdleMs`): the handler should stop at its
  * next safe point; nothing of the batch is acked then, and what is still this process's is
- * claimed again later (handlers are idempotent).
+ * claimed again later (handlers are idempotent). With `giveBackOnStop` it aborts too when the
+ * consumer stops (reason `STOPPING`), and what is still this process's is given back at once.
  */
 export type StreamHandler = (stream: string, entries: StreamEntry[], signal: AbortSignal) => Promise<void>;
 
@@ -128,6 +129,20 @@ const IDLE_SLEEP_MS = 200;
 const BUSY_POLL_MS = 50;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((done) => {
+    if (signal.aborted) return done();
+    const timer = setTimeout(finish, ms);
+    function finish() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', finish);
+      done();
+    }
+    signal.addEventListener('abort', finish, { once: true });
+  });
+}
 
 /** Resolves when one of `work` is done, or after `ms`. */
 async function untilOneEnds(work: Promise<void>[], ms: number): Promise<void> {
@@ -334,7 +349,8 @@ export class StreamConsumer {
           if (stopping()) break; // cut short by the stop: given back below
           if (this.stopped || controller.signal.aborted || attempt >= SHARED_BATCH_TRIES) throw err;
           this.o.log.warn('batch failed; working it again', { group: this.o.group, stream, attempt, err: String((err as Error)?.message ?? err) });
-          await new Promise((r) => setTimeout(r, Math.min(SHARED_RETRY_FIRST_MS * 2 ** (attempt - 1), SHARED_RETRY_MAX_MS)));
+          await pause(Math.min(SHARED_RETRY_FIRST_MS * 2 ** (attempt - 1), SHARED_RETRY_MAX_MS), controller.signal);
+          if (stopping()) break; // a stop during the pause gives the batch back rather than working it again
         }
       }
     } finally {

@@ -391,6 +391,25 @@ sends('APNS_RATE_PER_TENANT_PER_SECOND caps requests started per second; another
   assert.ok(free.every(({ r, ms }) => r.outcome === 'sent' && ms < 900), `the other tenant's 5 sends were not held back: ${free.map((f) => f.ms)}`);
 });
 
+sends('an abort (a stopping dispatcher) ends sendAll without waiting for the pushes still in the limiter: those get no result and are never sent; those already out are answered (review of session 52: 400 at 50/s drained for 8 s)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_RATE_PER_TENANT_PER_SECOND: '20' });
+  const jobs = Array.from({ length: 120 }, () => job(ctx)); // 6 s at 20 per second
+  const before = ctx.production.received;
+  const answered: number[] = [];
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(), 300);
+  const started = Date.now();
+  const results = await sender.sendAll(jobs, (i) => answered.push(i), controller.signal);
+  const elapsed = Date.now() - started;
+  const sent = results.filter((r) => r?.outcome === 'sent').length;
+  assert.ok(sent >= 1 && sent < jobs.length, `${sent} sent before the abort`);
+  assert.is(results.filter((r) => r === undefined).length, jobs.length - sent, 'the rest have no result');
+  assert.is(answered.length, sent, 'every push out was answered and told');
+  assert.ok(elapsed < 3_000, `returned ${elapsed} ms after the start, not when the limiter had let all through (~6 s)`);
+  await new Promise((r) => setTimeout(r, 1_500)); // the limiter's next turns: nothing more goes out
+  assert.is(ctx.production.received - before, sent, 'nothing was sent after the abort');
+});
+
 sends('close() ends a push waiting to retry with sender_closed, and later sends send nothing', async (ctx) => {
   const sender = senderWith(ctx, { APNS_RETRY_BASE_MS: '5000' });
   const j = job(ctx);
