@@ -108,7 +108,7 @@ export const Delivery: Schema = {
       description: 'The last APNs answer.',
       properties: { status: { type: 'integer', nullable: true }, apnsId: { type: 'string', nullable: true }, reason: { type: 'string', nullable: true }, timestamp: { type: 'string', format: 'date-time', nullable: true } },
     },
-    attempts: { type: 'integer', minimum: 0 },
+    attempts: { type: 'integer', minimum: 0, description: 'Requests to APNs made by the dispatcher that settled the delivery (one that died or stopped mid-retry leaves its own uncounted); 0 when refused before sending.' },
     createdAt: { type: 'string', format: 'date-time' },
     updatedAt: { type: 'string', format: 'date-time' },
     sentAt: { type: 'string', format: 'date-time', nullable: true },
