@@ -20,7 +20,7 @@ import { WORKER_LEASES } from '../streams/partition-leases.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
 import { ACTIVE_STATUSES, cancelRun, newRun, onEvent, onTimer, runFields, runOf, startRun, type EngineHost, type HandledEvent, type Run, type RunEvent } from './workflow-engine.js';
 
-/** A subscriber runs at most this many workflow runs at once; further triggers are skipped (logged). */
+/** A subscriber runs at most this many workflow runs at once (of workflows that exist); further triggers are skipped (logged). */
 export const MAX_ACTIVE_RUNS = 100;
 
 /**
@@ -362,7 +362,8 @@ export class Automation {
           this.log.warn('workflow run not started: chain of runs too deep', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, depth });
           continue;
         }
-        if (runs.filter((run) => ACTIVE_STATUSES.includes(run.status)).length >= MAX_ACTIVE_RUNS) {
+        // a run of a deleted workflow (canceled at its next step, maybe a long sleep away) holds no place (probe AX)
+        if (runs.filter((run) => ACTIVE_STATUSES.includes(run.status) && versionOf.get(run.versionId)).length >= MAX_ACTIVE_RUNS) {
           this.log.warn('workflow run not started: too many active runs', { tenantId, externalId: x, workflow: wf.slug });
           continue;
         }

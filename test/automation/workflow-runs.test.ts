@@ -424,4 +424,21 @@ wf('a run that ended before the retention goes from the runs list, with its mess
   assert.is(await ctx.service.redis.zscore(ctx.service.keys.runsEnded(p), `${ctx.tenantId}|${done.id}`), null);
 });
 
+wf('a subscriber\'s cap of 100 active runs counts only workflows that exist: runs of a deleted one, still sleeping, hold no place (probe AX)', async (ctx) => {
+  const { api, key } = ctx;
+  assert.is((await api.post('/v1/workflows', key, { slug: 'cap-old', trigger: { event: 'cap.old' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'exit' }] })).status, 201);
+  assert.is((await api.post('/v1/workflows', key, { slug: 'cap-new', trigger: { event: 'cap.new' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'exit' }] })).status, 201);
+  const events = Array.from({ length: 100 }, () => ({ externalId: 'cap-user', name: 'cap.old' }));
+  assert.is((await api.post('/v1/events', key, { events })).status, 202);
+  await waitFor('100 runs asleep', async () => (await runsOf(ctx, 'cap-old', '&status=sleeping')).total === 100, 20_000, 50);
+  // at the cap: another workflow starts nothing
+  await api.post('/v1/events', key, { externalId: 'cap-user', name: 'cap.new' });
+  await waitFor('the actors through it', () => actorsCaughtUp(ctx.service, partitionOf(ctx.tenantId, 'cap-user', ctx.service.config.partitions)), 10_000);
+  assert.is((await runsOf(ctx, 'cap-new')).total, 0, 'the cap holds while the workflow exists');
+  assert.is((await api.del('/v1/workflows/cap-old', key)).status, 200);
+  await api.post('/v1/events', key, { externalId: 'cap-user', name: 'cap.new' });
+  const started = await waitFor('a run of the other workflow', async () => ((await runsOf(ctx, 'cap-new')).total === 1 ? true : null), 10_000, 50);
+  assert.ok(started);
+});
+
 wf.run();
