@@ -250,9 +250,13 @@ function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void 
   const client = (provider as unknown as { client?: { closeAndDestroySession?: (session: Session | null) => Promise<void> } }).client;
   const closeAndDestroy = client?.closeAndDestroySession;
   if (!client || typeof closeAndDestroy !== 'function') return;
-  client.closeAndDestroySession = async (session) => {
-    if (session && session.closed && !session.destroyed) {
-      await new Promise<void>((done) => {
+  // one wait per closing session, however many pushes on it got a 500: a listener each added more
+  // than ten 'close' listeners to one session and printed MaxListenersExceededWarning (probe BB)
+  const closing = new WeakMap<Session, Promise<void>>();
+  const closed = (session: Session) => {
+    let wait = closing.get(session);
+    if (!wait) {
+      wait = new Promise<void>((done) => {
         const timer = setTimeout(done, graceMs);
         timer.unref();
         session.once('close', () => {
@@ -260,7 +264,12 @@ function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void 
           done();
         });
       });
+      closing.set(session, wait);
     }
+    return wait;
+  };
+  client.closeAndDestroySession = async (session) => {
+    if (session && session.closed && !session.destroyed) await closed(session);
     return closeAndDestroy.call(client, session);
   };
 }
