@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import apn from '@parse/node-apn';
 import Bottleneck from 'bottleneck';
 import type { Redis } from 'ioredis';
+import { ABORTED, pause, untilAborted } from '../lib/abortable.js';
 import { buildApnsRequest, payloadSize, APNS_MAX_PAYLOAD_BYTES, type PushContent } from '../lib/apns-payload.js';
 import { now } from '../lib/clock.js';
 import type { Config } from '../lib/config.js';
@@ -104,7 +105,8 @@ export class PushSender {
   readonly #providers: ApnsProviders;
   readonly #limiters = new Map<string, { limiter: Bottleneck; usedAt: number }>();
   readonly #coalescing = new Map<string, Coalesced[]>();
-  readonly #sleeps = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
+  /** Aborted by `close`: pushes waiting to retry stop waiting. */
+  readonly #closing = new AbortController();
   readonly #idleMs: number;
   readonly #sweeper: NodeJS.Timeout;
   #closed = false;
@@ -231,7 +233,7 @@ export class PushSender {
           for (const i of pending) finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
           break;
         }
-        await this.#sleep(backoffMs(this.#config.apnsRetryBaseMs, attempt), signal);
+        await pause(backoffMs(this.#config.apnsRetryBaseMs, attempt), signal, this.#closing.signal);
       }
     }
     return results;
@@ -361,24 +363,6 @@ export class PushSender {
     if (limiters + providers > 0) this.#log.debug('idle apns limiters and providers closed', { limiters, providers });
   }
 
-  /** Waits `ms`, or less: woken by `close`, or by `signal` aborting. */
-  #sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise<void>((done) => {
-      const sleep = {
-        wake: () => {
-          clearTimeout(sleep.timer);
-          this.#sleeps.delete(sleep);
-          signal?.removeEventListener('abort', sleep.wake);
-          done();
-        },
-        timer: setTimeout(() => sleep.wake(), ms),
-      };
-      this.#sleeps.add(sleep);
-      if (signal?.aborted) sleep.wake();
-      else signal?.addEventListener('abort', sleep.wake, { once: true });
-    });
-  }
-
   /**
    * Stops sending: waiting and backing-off pushes resolve `failed` with `sender_closed`, requests
    * in flight get their answers, then every APNs connection is closed.
@@ -387,7 +371,7 @@ export class PushSender {
     if (this.#closed) return;
     this.#closed = true;
     clearInterval(this.#sweeper);
-    for (const sleep of [...this.#sleeps]) sleep.wake();
+    this.#closing.abort();
     await Promise.allSettled([...this.#limiters.values()].map((e) => endLimiter(e.limiter)));
     this.#limiters.clear();
     await this.#providers.close();
@@ -420,25 +404,6 @@ async function endLimiter(limiter: Bottleneck): Promise<void> {
   } finally {
     await limiter.disconnect();
   }
-}
-
-const ABORTED = Symbol('aborted');
-
-/** `work`'s result, or ABORTED as soon as `signal` aborts (at once when it already has). */
-function untilAborted<T>(work: Promise<T>, signal?: AbortSignal): Promise<T | typeof ABORTED> {
-  if (!signal) return work;
-  if (signal.aborted) return Promise.resolve(ABORTED);
-  return new Promise((resolve, reject) => {
-    const aborted = () => resolve(ABORTED);
-    signal.addEventListener('abort', aborted, { once: true });
-    work.then((value) => {
-      signal.removeEventListener('abort', aborted);
-      resolve(value);
-    }, (err: unknown) => {
-      signal.removeEventListener('abort', aborted);
-      reject(err);
-    });
-  });
 }
 
 function refused(reason: string): PushResult {

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { pause } from '../lib/abortable.js';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
 import { recordOf } from '../lib/field-list.js';
@@ -129,20 +130,6 @@ const IDLE_SLEEP_MS = 200;
 const BUSY_POLL_MS = 50;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
-
-/** Resolves after `ms`, or at once when `signal` aborts. */
-function pause(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((done) => {
-    if (signal.aborted) return done();
-    const timer = setTimeout(finish, ms);
-    function finish() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', finish);
-      done();
-    }
-    signal.addEventListener('abort', finish, { once: true });
-  });
-}
 
 /** Resolves when one of `work` is done, or after `ms`. */
 async function untilOneEnds(work: Promise<void>[], ms: number): Promise<void> {
