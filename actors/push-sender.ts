@@ -118,7 +118,8 @@ export class PushSender {
     const box = config.encryptionKey ? createSecretBox(config.encryptionKey) : null;
     this.#providers = new ApnsProviders(redis, keys, config, box, this.#log, readCaFile(config.apnsCaFile));
     this.#idleMs = options.idleMs ?? IDLE_MS;
-    this.#sweeper = setInterval(() => this.#sweep(), Math.min(SWEEP_EVERY_MS, this.#idleMs));
+    // at most half the idle period apart, so nothing stays open much past it
+    this.#sweeper = setInterval(() => this.#sweep(), Math.min(SWEEP_EVERY_MS, this.#idleMs / 2));
     this.#sweeper.unref();
   }
 
@@ -315,6 +316,9 @@ export class PushSender {
     const limiter = this.#limiter(tenantId);
     const run = (job: Coalesced[], weight: number) => {
       limiter.schedule({ weight }, () => Promise.all(job.map((part) => Promise.all(part.tasks.map((task) => task())))))
+        // a job that waited in the limiter longer than the idle period was a use until it ended: the
+        // sweep must not close the limiter between it and the sender's next group (CI of session 52)
+        .finally(() => this.#touch(tenantId, limiter))
         .then((answers) => job.forEach((part, k) => part.resolve(answers[k]!)), (err) => job.forEach((part) => part.reject(err)));
     };
     let job: Coalesced[] = [];
@@ -343,6 +347,11 @@ export class PushSender {
     }
     entry.usedAt = now();
     return entry.limiter;
+  }
+
+  #touch(tenantId: string, limiter: Bottleneck): void {
+    const entry = this.#limiters.get(tenantId);
+    if (entry?.limiter === limiter) entry.usedAt = now();
   }
 
   /**
