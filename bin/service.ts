@@ -61,8 +61,8 @@ const START_ANSWER_MS = 12_000;
 /** How long a stopping web role waits for the requests in flight before cutting their connections. */
 const SHUTDOWN_GRACE_MS = 5_000;
 /**
- * How long a whole stop may take: the web role's grace, then the roles' own stops, the audit
- * settles and the Redis clients' QUIT, each cut short at this deadline. With Redis unreachable,
+ * How long a whole stop may take: the web role's grace and, beside it, the other roles' own stops
+ * (a webhook request's 5 s, a push's answer), then the audit settles and the Redis clients' QUIT, each cut short at this deadline. With Redis unreachable,
  * those wait on commands ioredis holds until it reconnects: the stop then drops the connections
  * (what was not acked is read again by the next process; at-least-once, docs/architecture.md)
  * instead of waiting for Redis to come back.
@@ -90,7 +90,8 @@ export type Service = { url: string | null; redis: Redis; keys: Keys; config: Co
 
 /**
  * Starts `roles` in this process: one Redis client for commands, the web server when `web` is
- * among them, and the long-running actors of the other roles. `stop` ends them in reverse order.
+ * among them, and the long-running actors of the other roles. `stop` ends them in reverse order,
+ * except the actors, whose stops begin at once.
  */
 export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles })): Promise<Service> {
   const resolved: ResolvedRedis = await resolveRedis(config);
@@ -139,10 +140,14 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   // the roles' actors stop together, so one's wait (a webhook request in flight, a push's answer, a
   // fan-out giving its message back) does not use up another's share of the stop's limit (review of
   // session 52: the webhook dispatcher's 5 s left the message dispatcher 3 s)
+  // They also begin at once when the stop begins, beside the web role's grace: a role that went on
+  // taking work (webhook attempts, fan-outs) while the web role drained left what it took then
+  // less time than its own stop gives it (probe BE: a 4 s receiver answered past the limit got the
+  // event twice in `npm start`)
   const actorStops: Stop[] = [];
-  stops.push(async () => {
-    await Promise.all(actorStops.map((stop) => stop().catch((err: Error) => log.warn('stop failed', { err: err.message }))));
-  });
+  let actorsStopping: Promise<void> | undefined;
+  const stopActors = (): Promise<void> => (actorsStopping ??= Promise.all(actorStops.map((stop) => stop().catch((err: Error) => log.warn('stop failed', { err: err.message })))).then(() => undefined));
+  stops.push(stopActors);
   for (const role of roles) {
     if (role === 'web') continue;
     for (const start of ROLE_ACTORS[role]) actorStops.push(await start(context));
@@ -241,6 +246,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       if (stopped) return;
       stopped = true;
       const deadline = Date.now() + STOP_LIMIT_MS;
+      void stopActors();
       for (const stop of stops.reverse()) {
         const done = await until(deadline, stop().catch((err: Error) => log.warn('stop failed', { err: err.message })));
         // Redis not answering is one cause; a push or webhook request still out is another (probe V)

@@ -1,7 +1,9 @@
+import { connect } from 'node:net';
 import { hostname } from 'node:os';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
+import { freePort } from '../helpers/port.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, type Receiver } from '../helpers/webhook-receiver.js';
@@ -138,6 +140,44 @@ kill('a dispatcher stopped with SIGTERM lets a request in flight finish for up t
   assert.is(list.body.data.items.length, 1);
   assert.is(list.body.data.items[0].status, 'success', 'recorded by the stopping dispatcher');
   assert.is(r.requests.length, 1, 'sent once');
+});
+
+kill('a process running web and dispatcher takes no new webhook work once stopping, while its web role still drains a request (probe BE: it did for the web role\'s 5 s, and what it took then had less than its grace left)', async (ctx) => {
+  const api = client(ctx.service.url);
+  const ws = await bootstrapWorkspace(ctx.service, 'whk-both');
+  const r = (ctx.receiver = await startReceiver());
+  const created = await api.post('/v1/workspaces/whk-both/webhooks', ws.keys.workspace, { url: `${r.url}/hook`, events: ['both.*'] });
+  assert.is(created.status, 201, created.text);
+  r.secrets.push(created.body.data.secret);
+  const port = await freePort();
+  const s = ctx.service;
+  const both = startRoleProcess('start', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV, HERALD_ROLES: 'web,dispatcher', PORT: String(port) });
+  ctx.dispatchers.push(both);
+  await running(ctx, both);
+  const post = async (name: string) => {
+    const res = await api.post('/v1/events', ws.keys.tenant, { externalId: 'both-1', name });
+    assert.is(res.status, 202, res.text);
+    return 'whe_' + (res.body.data.items[0].id as string).slice('evt_'.length);
+  };
+  const before = await post('both.before');
+  await waitFor('both.before delivered by the process', async () => r.withId(before).length === 1, 15_000, 20);
+  // an authenticated request whose body never ends: the web role waits its full grace for it
+  const held = connect(port, '127.0.0.1');
+  held.on('error', () => undefined);
+  await new Promise((done) => held.once('connect', done));
+  held.write(`POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ws.keys.tenant}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+  both.child.kill('SIGTERM');
+  await new Promise((done) => setTimeout(done, 300));
+  const after = await post('both.after');
+  // the process is still up (its web role drains for 5 s): its dispatcher must not send this
+  await new Promise((done) => setTimeout(done, 2_000));
+  assert.is(both.child.exitCode, null, 'still draining the held request');
+  assert.is(r.withId(after).length, 0, 'not taken by the stopping process');
+  assert.is(await both.exited, 0, both.output());
+  held.destroy();
+  startDispatcher(ctx);
+  await waitFor('both.after sent by the next dispatcher', async () => r.withId(after).length === 1, 20_000, 50);
+  assert.equal(r.withId(after)[0]!.failures, [], 'verified');
 });
 
 kill('an event from while the endpoint was enabled, read by a dispatcher only after a disable, gets a delivery that waits and is sent on re-enable; one from while disabled never is', async (ctx) => {
