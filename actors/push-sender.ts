@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import apn from '@parse/node-apn';
 import Bottleneck from 'bottleneck';
 import type { Redis } from 'ioredis';
-import { ABORTED, pause, untilAborted } from '../lib/abortable.js';
+import { ABORTED, pause, sharedAbortController, untilAborted } from '../lib/abortable.js';
 import { buildApnsRequest, payloadSize, APNS_MAX_PAYLOAD_BYTES, type PushContent } from '../lib/apns-payload.js';
 import { now } from '../lib/clock.js';
 import type { Config } from '../lib/config.js';
@@ -106,7 +106,7 @@ export class PushSender {
   readonly #limiters = new Map<string, { limiter: Bottleneck; usedAt: number }>();
   readonly #coalescing = new Map<string, Coalesced[]>();
   /** Aborted by `close`: pushes waiting to retry stop waiting. */
-  readonly #closing = new AbortController();
+  readonly #closing = sharedAbortController();
   readonly #idleMs: number;
   readonly #sweeper: NodeJS.Timeout;
   #closed = false;

@@ -1,4 +1,16 @@
 /** Waits that an AbortSignal cuts short (a stopping consumer, a fan-out taken over, a closed sender). */
+import { setMaxListeners } from 'node:events';
+
+/**
+ * A controller whose signal many waits listen on at once (a fan-out's pushes, a sender's retries):
+ * each wait here adds a listener and removes it when it ends, so more than ten at a time is no leak
+ * and must not print Node's MaxListenersExceededWarning (probe BE).
+ */
+export function sharedAbortController(): AbortController {
+  const controller = new AbortController();
+  setMaxListeners(0, controller.signal);
+  return controller;
+}
 
 /** Resolves after `ms`, or at once when one of `signals` aborts (already aborted: at once). */
 export function pause(ms: number, ...signals: (AbortSignal | undefined)[]): Promise<void> {

@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import { pause } from '../lib/abortable.js';
+import { pause, sharedAbortController } from '../lib/abortable.js';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
 import { recordOf } from '../lib/field-list.js';
@@ -307,7 +307,8 @@ export class StreamConsumer {
    */
   private async process(stream: string, entries: StreamEntry[]): Promise<void> {
     const ids = entries.map((e) => e.id);
-    const controller = new AbortController();
+    // the handler's pushes and waits all listen on it (a fan-out: up to 12 sendAll at once)
+    const controller = sharedAbortController();
     const { source } = this.o;
     if (source.mode !== 'shared') {
       await this.o.handle(stream, entries, controller.signal);

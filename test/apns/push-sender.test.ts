@@ -194,6 +194,22 @@ sends('503 on every attempt: failed after APNS_MAX_ATTEMPTS (5) with the last an
   assert.is(ctx.production.requests.length, 5, 'node-apn made no retries of its own');
 });
 
+sends('twelve sends waiting out retries at once print no MaxListenersExceededWarning (probe BE: each retry\'s wait listens on the sender\'s close)', async (ctx) => {
+  const jobs = Array.from({ length: 12 }, () => job(ctx));
+  for (const j of jobs) ctx.production.respondWith({ token: j.token, status: 503, times: 1 });
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+  process.on('warning', onWarning);
+  try {
+    const results = await Promise.all(jobs.map((j) => ctx.sender.send(j)));
+    assert.equal(results.map((r) => [r.outcome, r.attempts]), jobs.map(() => ['sent', 2]));
+    await new Promise((r) => setImmediate(r));
+  } finally {
+    process.off('warning', onWarning);
+  }
+  assert.equal(warnings, []);
+});
+
 sends('500 InternalServerError is retried on a new connection and then sent', async (ctx) => {
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 500, reason: 'InternalServerError', times: 1 });

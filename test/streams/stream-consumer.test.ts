@@ -1,5 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { pause } from '../../lib/abortable.js';
 import { createLogger } from '../../lib/log.js';
 import { connectRedis } from '../../streams/redis.js';
 import { StreamConsumer, type StreamEntry } from '../../streams/stream-consumer.js';
@@ -206,6 +207,38 @@ test('a batch another consumer took over aborts its handler and is not acked by 
   }
 });
 
+
+test('a shared batch\'s signal takes many waits at once without a MaxListenersExceededWarning (probe BE: a fan-out\'s 12 sendAll)', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-waits')}s`;
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+  process.on('warning', onWarning);
+  let handled = 0;
+  const c = new StreamConsumer({
+    redis, blocking, group: 'waits', consumer: 'one', log: createLogger('error'), blockMs: 50,
+    source: { mode: 'shared', claimIdleMs: 30_000, streams: () => [stream] },
+    handle: async (_, entries, signal) => {
+      await Promise.all(Array.from({ length: 12 }, () => pause(30, signal)));
+      handled += entries.length;
+    },
+  });
+  try {
+    await redis.xgroup('CREATE', stream, 'waits', '0', 'MKSTREAM');
+    await redis.xadd(stream, '*', 'n', '1');
+    c.start();
+    await waitFor('the batch handled', async () => handled === 1, 5_000, 10);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(warnings, []);
+  } finally {
+    process.off('warning', onWarning);
+    await c.stop();
+    await redis.del(stream);
+    redis.disconnect();
+  }
+});
 
 /**
  * Probe D: a read's batches were all worked before the next read, so one stream's slow batch (a
