@@ -338,7 +338,10 @@ export class StreamConsumer {
           if (this.stopped || controller.signal.aborted || attempt >= SHARED_BATCH_TRIES) throw err;
           this.o.log.warn('batch failed; working it again', { group: this.o.group, stream, attempt, err: String((err as Error)?.message ?? err) });
           await pause(Math.min(SHARED_RETRY_FIRST_MS * 2 ** (attempt - 1), SHARED_RETRY_MAX_MS), controller.signal);
-          if (stopping()) break; // a stop during the pause gives the batch back rather than working it again
+          // a stop during the pause gives the batch back rather than working it again; a takeover
+          // meanwhile leaves it to the new owner (called again, the handler began its work anew: a
+          // fan-out wrote its deliveries and `$send`, probe BE)
+          if (controller.signal.aborted) break;
         }
       }
     } finally {

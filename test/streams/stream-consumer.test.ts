@@ -208,6 +208,39 @@ test('a batch another consumer took over aborts its handler and is not acked by 
 });
 
 
+test('a batch taken over during its retry pause is not worked again by the consumer that lost it', async () => {
+  const url = await testRedisUrl();
+  const redis = connectRedis({ url });
+  const blocking = connectRedis({ url }, { maxRetriesPerRequest: null });
+  const stream = `${uniquePrefix('consumer-lost-retry')}s`;
+  const group = 'losers';
+  const signals: boolean[] = [];
+  const c = new StreamConsumer({
+    redis, blocking, group, consumer: 'slow', log: createLogger('error'), blockMs: 50,
+    // claims touched every 100 ms: the takeover is seen within the 200 ms retry pause
+    source: { mode: 'shared', claimIdleMs: 300, streams: () => [stream] },
+    handle: async (_, entries, signal) => {
+      signals.push(signal.aborted);
+      if (signals.length > 1) return;
+      await redis.xclaim(stream, group, 'other', 0, entries[0]!.id, 'JUSTID');
+      throw new Error('failed once');
+    },
+  });
+  try {
+    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM');
+    await redis.xadd(stream, '*', 'n', '1');
+    c.start();
+    await waitFor('the first call', async () => signals.length === 1, 5_000, 10);
+    await new Promise((r) => setTimeout(r, 600));
+    // a later call is this consumer claiming the entry back from 'other', who never works it: a new batch, its signal live
+    assert.equal(signals.filter((aborted) => aborted), [], 'never called again with the lost batch\'s aborted signal');
+  } finally {
+    await c.stop();
+    await redis.del(stream);
+    redis.disconnect();
+  }
+});
+
 test('a shared batch\'s signal takes many waits at once without a MaxListenersExceededWarning (probe BE: a fan-out\'s 12 sendAll)', async () => {
   const url = await testRedisUrl();
   const redis = connectRedis({ url });
