@@ -134,20 +134,27 @@ async function repair(redis: Redis, keys: Keys, scope: TenantScope, topicId: str
  * `sweepTopicMirrors`): an entry goes unless the subscriber now in the partition (created again
  * under the same externalId since) is a member, an entry missing for a member is added with `score`
  * (its join score; default now), then, as `repair` does, a member whose partition changed under the
- * call is mirrored again. A deleted topic has no member set left to clean. Idempotent.
+ * call is mirrored again. A deleted topic has no member set left to clean: its id leaves the
+ * subscriber's set instead. Idempotent.
  */
 export async function mirrorMemberships(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, topicIds: string[], score = now() * 1000): Promise<void> {
   if (topicIds.length === 0) return;
   const set = topicSetOf(keys, scope, externalId);
-  const gone = (err: unknown) => {
+  const deleted = new Set<string>();
+  const gone = (id: string) => (err: unknown) => {
     if (!(err instanceof ApiError && err.status === 404)) throw err;
+    deleted.add(id);
   };
   const member = await redis.smismember(set, ...topicIds);
-  await Promise.all(topicIds.map((id, i) => syncMembers(redis, keys, scope.tenantId, id, [{ externalId, join: member[i] === 1, score }]).catch(gone)));
+  await Promise.all(topicIds.map((id, i) => syncMembers(redis, keys, scope.tenantId, id, [{ externalId, join: member[i] === 1, score }]).catch(gone(id))));
   const still = await redis.smismember(set, ...topicIds);
   for (const [i, id] of topicIds.entries()) {
-    if (still[i] !== member[i]) await repair(redis, keys, scope, id, externalId, score).catch(gone);
+    if (still[i] !== member[i] && !deleted.has(id)) await repair(redis, keys, scope, id, externalId, score).catch(gone(id));
   }
+  // A deleted topic's id leaves the subscriber's own set, as `sweepDeletedTopics` takes it from the
+  // members the delete listed: a join written after the delete took the member set away (the call
+  // answered 404) was in no list, and stayed for good (probe BE). Topic ids are never reused.
+  if (deleted.size > 0) await redis.srem(set, ...deleted);
 }
 
 async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicRef, externalIds: string[], join: boolean) {
