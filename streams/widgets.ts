@@ -65,9 +65,9 @@ export async function loadWidgets(redis: Redis, keys: Keys, tenantId: string, id
   });
 }
 
-/** True when `id` is a widget id this tenant holds or held (its record or tombstone is there). */
-export async function widgetKnown(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<boolean> {
-  return isId('widget', id) && (await redis.exists(keys.widget(tenantId, id))) === 1;
+/** The externalId of the widget `id` this tenant holds or held (its record or tombstone), or null. */
+export async function widgetOwner(redis: Redis, keys: Keys, tenantId: string, id: string): Promise<string | null> {
+  return isId('widget', id) ? redis.hget(keys.widget(tenantId, id), 'externalId') : null;
 }
 
 /**

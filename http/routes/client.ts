@@ -1,14 +1,14 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { notFound } from '../../lib/errors.js';
-import { checkBody, checkQuery, parseQuery } from '../../lib/validator.js';
+import { checkBody, checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { getSubscriber, upsertSubscriber, type Attributes } from '../../streams/subscribers.js';
 import { mergeSubscriber, planMerge, type MergePlan } from '../../streams/subscriber-merge.js';
 import { checkRegistration, ownerOf, readRegistration, registerSubscription, removeSubscription, setSubscriptionEnabled, type RegisterInput, type RegistrationBody } from '../../streams/subscriptions.js';
-import { deleteWidget, loadWidgets, registerWidget, widgetKnown, type WidgetInput } from '../../streams/widgets.js';
+import { deleteWidget, loadWidgets, registerWidget, widgetOwner, type WidgetInput } from '../../streams/widgets.js';
 import { markVerified, unknownHolder, verifyClient, verifyExisting, verifyMerge } from '../client-identity.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
@@ -24,20 +24,31 @@ export function registerClient(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
   const client = authorize(deps, 'client', 'client');
 
-  /** The externalId a client call on a subscription id acts for: its owner, checked against a presented identity. */
-  async function subscriptionOwner(ctx: Context): Promise<string> {
+  /**
+   * The externalId a client call on a subscription or widget id acts for: its owner (`lookup`, null
+   * for an id the tenant never held), checked against a presented identity; `externalId` in the
+   * query is optional.
+   */
+  async function ownerActedFor(ctx: Context, lookup: (tenantId: string, id: string) => Promise<string | null>, what: string): Promise<string> {
     const query = checkQuery<Partial<Identified>>('ClientOwnerQuery', ctx.querystring);
+    const tenantId = tenantOf(ctx).id;
     if (query.externalId !== undefined) {
       // the caller proves its own externalId before the lookup: an id that is not its own is then
       // 404, whoever holds it
       await verifyExisting(deps, ctx, query.externalId, query.identityHash);
-      if ((await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!)) !== query.externalId) throw notFound('Subscription');
+      if ((await lookup(tenantId, ctx.params.id!)) !== query.externalId) throw notFound(what);
       return query.externalId;
     }
-    const owner = await ownerOf(redis, keys, tenantOf(ctx).id, ctx.params.id!);
-    if (!owner) return unknownHolder(deps, ctx, query.identityHash, notFound('Subscription'));
+    const owner = await lookup(tenantId, ctx.params.id!);
+    if (!owner) return unknownHolder(deps, ctx, query.identityHash, notFound(what));
     await verifyExisting(deps, ctx, owner, query.identityHash);
     return owner;
+  }
+  async function subscriptionOwner(ctx: Context): Promise<string> {
+    return ownerActedFor(ctx, (tenantId, id) => ownerOf(redis, keys, tenantId, id), 'Subscription');
+  }
+  async function widgetOwnerActedFor(ctx: Context): Promise<string> {
+    return ownerActedFor(ctx, (tenantId, id) => widgetOwner(redis, keys, tenantId, id), 'Widget');
   }
 
   /**
@@ -286,16 +297,19 @@ export function registerClient(router: Router, deps: AppDeps): void {
    * /v1/client/widgets/{id}:
    *   delete:
    *     operationId: clientDeleteWidget
-   *     x-query: ClientSubscriberQuery
+   *     x-query: ClientOwnerQuery
    *     summary: Delete a widget
-   *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when this
+   *     description: Client key only (scope `client`). Answers 200 with the deleted widget, or with `data` null when its
    *       subscriber deleted it before (deleting twice is fine; remembered for the event retention, `EVENT_RETENTION_DAYS`).
-   *       A malformed id, an id this tenant never held (another tenant's included) or a widget of another subscriber is
-   *       404 `not_found` (spec 2.3), with or without `externalId`; a known id without `externalId` is 400 `validation`.
-   *       409 is declared because spec 4.4 lists it for this route, but no state makes a delete conflict here.
+   *       Without `externalId` the call acts for the widget's subscriber, as on a subscription id. A malformed id, an id
+   *       this tenant never held (another tenant's included) or, with `externalId`, a widget of another subscriber is
+   *       404 `not_found` (spec 2.3). 409 is declared because spec 4.4 lists it for this route, but no state makes a
+   *       delete conflict here.
    *     tags: [Client]
    *     parameters:
    *       - { name: id, in: path, required: true, schema: { type: string } }
+   *       - { name: externalId, in: query, description: "When given, must be the widget's subscriber" }
+   *       - { name: identityHash, in: query, description: "Required when the tenant requires identity verification (of the widget's subscriber without `externalId`). In such a tenant an id no subscriber holds is answered as an unproven call is (403 `forbidden`)" }
    *     responses:
    *       '200': { description: The deleted widget or null, content: { application/json: { schema: { $ref: '#/components/schemas/NullableWidgetResponse' } } } }
    *       '400': { $ref: '#/components/responses/Error' }
@@ -306,11 +320,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.delete('/v1/client/widgets/:id', client, async (ctx) => {
-    // an id this tenant never held is 404 whatever else the request lacks (spec 4.4 lists only the path id)
-    if (!parseQuery(ctx.querystring).params.has('externalId') && !(await widgetKnown(redis, keys, tenantOf(ctx).id, ctx.params.id!))) throw notFound('Widget');
-    const query = checkQuery<Identified>('ClientSubscriberQuery', ctx.querystring);
-    await verifyExisting(deps, ctx, query.externalId, query.identityHash);
-    const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, query.externalId, ctx.params.id!, deps.config.retentionMs);
+    // spec 4.4 lists only the path id: without `externalId` the call acts for the widget's owner, as
+    // on a subscription id (until session 53 a known id without it was 400, probe BC)
+    const owner = await widgetOwnerActedFor(ctx);
+    const deleted = await deleteWidget(redis, keys, tenantOf(ctx).id, owner, ctx.params.id!, deps.config.retentionMs);
     if (deleted === 'not_found') throw notFound('Widget');
     respond(ctx, 200, deleted);
   });

@@ -497,8 +497,9 @@ function handlerQueries(): Map<string, string> {
   for (const file of readdirSync(dir).filter((f) => f.endsWith('.ts'))) {
     const source = readFileSync(join(dir, file), 'utf8');
     const helpers = new Map<string, string>();
+    // a helper may read the query through another defined before it
     for (const m of source.matchAll(/async function (\w+)\(ctx: Context[^]*?\n  }\n/g)) {
-      const schema = schemaIn(m[0], new Map());
+      const schema = schemaIn(m[0], helpers);
       if (schema) helpers.set(m[1]!, schema);
     }
     const routes = [...source.matchAll(/router\.(get|post|put|patch|delete)\('([^']+)'/g)];
