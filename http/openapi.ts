@@ -29,7 +29,11 @@ export function buildOpenApi(): Record<string, unknown> {
       info: {
         title: 'Herald',
         version: '1.0.0',
-        description: 'Self-hosted notification orchestration for mobile apps. Every response uses the envelope of `ErrorEnvelope` / `<Name>Response`. '
+        description: 'Self-hosted notification orchestration for mobile apps. Every response uses the envelope of `ErrorEnvelope` / `<Name>Response`, except the 200 of `GET /v1/openapi.json`, '
+          + 'which is this document itself, bare, for tools to read (its errors are enveloped). '
+          + 'Every path is also served with one trailing slash (the same operation; a list there is the same list, cursors included); '
+          + 'HEAD is answered for every GET, OPTIONS for every path (200 with `data.allow`), and a method a path does not take is 405 '
+          + '`method_not_allowed` with an `Allow` header, in the envelope. '
           + 'Query parameters: an operation that takes query parameters refuses any it does not list (400 `validation` naming it, so a misspelt filter never '
           + 'silently widens a list), and each at most once (a parameter given twice is 400 `validation` naming it); an operation that takes none ignores a query string.',
       },
