@@ -41,6 +41,14 @@ export function lockTimeout(what: string): ApiError {
   return new ApiError(429, 'lock_timeout', `${what} is changing too fast; retry`);
 }
 
+/** Longest `param` (a field's path) and `message` an error carries; longer ones are cut, ending in `…`. */
+const MAX_PARAM_CHARS = 256;
+const MAX_MESSAGE_CHARS = 1_024;
+
+function clipped(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
 /** The one error type of the service: a status, a stable code, a human message. */
 export class ApiError extends Error {
   readonly status: number;
@@ -49,14 +57,19 @@ export class ApiError extends Error {
   readonly details: ErrorDetail[] | null;
 
   constructor(status: number, code: ErrorCode, message: string, options: { param?: string | null; details?: ErrorDetail[] | null } = {}) {
+    // A field's path and the message naming it come from the request: a body's 200,000-character
+    // key made a 600 KB answer, and a source kept it as its `lastError` (probe BD). Both are bounded.
+    message = clipped(message, MAX_MESSAGE_CHARS);
     super(message);
     this.name = 'ApiError';
     this.status = status;
     this.code = code;
+    const param = options.param == null ? options.param : clipped(options.param, MAX_PARAM_CHARS);
     // spec Part 7: for the three 400 request codes `details` lists each failing field, always (the
     // whole request, `request`, when no one field is at fault); `param` names the first of them
-    this.details = options.details ?? (LISTS_FIELDS.has(code) ? [{ param: options.param ?? 'request', message }] : null);
-    this.param = options.param ?? this.details?.[0]?.param ?? null;
+    this.details = options.details?.map((d) => ({ param: clipped(d.param, MAX_PARAM_CHARS), message: clipped(d.message, MAX_MESSAGE_CHARS) }))
+      ?? (LISTS_FIELDS.has(code) ? [{ param: param ?? 'request', message }] : null);
+    this.param = param ?? this.details?.[0]?.param ?? null;
   }
 }
 

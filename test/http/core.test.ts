@@ -94,6 +94,18 @@ core('a __proto__ key is valid JSON but never accepted: 400 validation naming th
   assert.is((await api.get('/v1/subscribers/proto-1', keys.tenant)).status, 404);
 });
 
+core('a field path from the request is bounded in the error: a 1,500-character key is named by its first 255 characters, not echoed whole three times (probe BD: a 600 KB answer)', async ({ api, keys }) => {
+  const long = 'k'.repeat(1_500); // within the test service's 2 KB body limit
+  const raw = `{"events":[{"externalId":"proto-2","name":"app.opened","data":{"${long}":{"__proto__":1}}}]}`;
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
+  assert.equal([res.status, res.body.error.code], [400, 'validation']);
+  assert.ok(res.text.length < 2_500, `${res.text.length} bytes`);
+  assert.is(res.body.error.param.length, 256);
+  assert.ok(res.body.error.param.startsWith('events[0].data.kkk') && res.body.error.param.endsWith('…'), res.body.error.param.slice(0, 40));
+  assert.equal(res.body.error.details.map((d: any) => d.param), [res.body.error.param]);
+  assert.ok(res.body.error.message.length <= 1_024);
+});
+
 core('a lone surrogate (a \\ud800 escape UTF-8 cannot carry) is 400 validation naming the field; a surrogate pair is a character like any other', async ({ api, keys }) => {
   // stored, such a subscriber could never be read again (counted in total, missing from items, not addressable),
   // and a message to it stayed `sending`, its fan-out failing on every retry
