@@ -51,8 +51,15 @@ export function secretProblem(format: SourceFormat, secret: string): string | nu
   }
   if (format !== 'standard-webhooks') return null;
   const encoded = secret.startsWith('whsec_') ? secret.slice('whsec_'.length) : '';
-  return encoded !== '' && base64.test(encoded) ? null : 'must be whsec_ followed by base64 (the Standard Webhooks secret format)';
+  if (encoded === '' || !base64.test(encoded)) return 'must be whsec_ followed by base64 (the Standard Webhooks secret format)';
+  // the HMAC key is the decoded bytes: `whsec_q8` passed the 8 characters and was one byte, found
+  // among 256 tries (probe BD); Standard Webhooks asks for 24 to 64, senders (Svix) use 24 or 32
+  const bytes = Buffer.from(encoded, 'base64').length;
+  return bytes >= MIN_STANDARD_SECRET_BYTES ? null : `must decode to at least ${MIN_STANDARD_SECRET_BYTES} bytes (this one is ${bytes}); the Standard Webhooks secret format asks for 24 to 64`;
 }
+
+/** Shortest HMAC key a standard-webhooks source takes, in decoded bytes. */
+const MIN_STANDARD_SECRET_BYTES = 16;
 
 export type Verdict =
   | { ok: true }

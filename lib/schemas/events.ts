@@ -1,4 +1,5 @@
 import { EXPRESSION_EVENT_PATTERN } from '../expressions.js';
+import { PROVIDER_PATTERN } from '../source-limits.js';
 import { LIST_QUERY_PROPERTIES, externalIdField as externalId, type Schema } from './common.js';
 
 /** A `name` filter of the read routes: an event name as ingest takes it (`$` only in front), else 400. */
@@ -91,7 +92,7 @@ export const EventsListQuery: Schema = {
     ...LIST_QUERY_PROPERTIES,
     name: eventNameFilter,
     source: { type: 'string', enum: ['server', 'ios', 'android', 'web', 'system', 'webhook'] },
-    provider: { type: 'string', minLength: 1, maxLength: 64 },
+    provider: { type: 'string', minLength: 1, maxLength: 40, pattern: PROVIDER_PATTERN, description: 'A source\'s provider: its pattern, so a misspelt one is 400, not an empty list.' },
     after: { type: 'string', format: 'date-time', description: 'Only events received (receivedAt) strictly after this time. Events appear as the worker applies them, not in receivedAt order, so to follow the list poll with `after` a few seconds before the newest receivedAt seen and drop the ids already seen (docs/events.md).' },
   },
 };

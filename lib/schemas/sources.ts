@@ -20,8 +20,8 @@ const mappingInput: Schema = {
   description: 'Where each event field is read in a delivery\'s JSON payload.',
 };
 const name: Schema = { type: 'string', minLength: 1, maxLength: 128 };
-const namePrefix: Schema = { type: 'string', maxLength: 41, pattern: '^(?:[a-z0-9][a-z0-9_.-]*)?$', description: 'Put before the mapped name: empty, or a letter or digit then letters, digits, `_`, `.`, `-`; default `<provider>.`; `""` for none. At most 41 characters: the longest provider and its dot.' };
-const secret: Schema = { type: 'string', minLength: 8, maxLength: 256, description: 'The signing secret. standard-webhooks: `whsec_` + base64 (generated when omitted); stripe: required, the endpoint\'s secret from Stripe; github: any (generated when omitted). A new one in a PATCH leaves the replaced one verifying for 24 hours.' };
+const namePrefix: Schema = { type: 'string', maxLength: 41, pattern: '^(?:[a-z0-9][a-z0-9_.-]*)?$', description: 'Put before the mapped name: empty, or a lowercase letter or digit then lowercase letters, digits, `_`, `.`, `-`; default `<provider>.`; `""` for none. At most 41 characters: the longest provider and its dot.' };
+const secret: Schema = { type: 'string', minLength: 8, maxLength: 256, description: 'The signing secret. standard-webhooks: `whsec_` + base64 of at least 16 bytes (generated when omitted); stripe: required, the endpoint\'s secret from Stripe; github: any (generated when omitted). A new one in a PATCH leaves the replaced one verifying for 24 hours.' };
 const enabled: Schema = { type: 'boolean', description: 'A disabled source answers deliveries `ignored` and stores nothing.' };
 
 export const SourceCreate: Schema = {

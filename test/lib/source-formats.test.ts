@@ -34,6 +34,10 @@ formats('a Standard Webhooks secret must be whsec_ and base64; other formats tak
   assert.ok(secretProblem('standard-webhooks', 'whsec_'));
   assert.ok(secretProblem('standard-webhooks', 'whsec_not base64!'));
   assert.ok(secretProblem('standard-webhooks', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'));
+  // the key is the decoded bytes: at least 16 (probe BD: whsec_q8, one byte, was taken and forged in 172 tries)
+  assert.match(secretProblem('standard-webhooks', 'whsec_q8') ?? '', /at least 16 bytes \(this one is 1\)/);
+  assert.ok(secretProblem('standard-webhooks', `whsec_${Buffer.alloc(15, 7).toString('base64')}`));
+  assert.is(secretProblem('standard-webhooks', `whsec_${Buffer.alloc(16, 7).toString('base64')}`), null);
   assert.is(secretProblem('github', 'anything-goes'), null);
 });
 

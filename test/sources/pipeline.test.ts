@@ -59,6 +59,11 @@ pipeline('an accepted delivery reaches the tenant log by provider, the catalog, 
   assert.not.ok(byProvider.some((e) => e.id === serverEvent.id), 'the backend\'s event of the same name has no provider');
   await waitFor('the backend event applied', async () => (await api.get('/v1/events?limit=100', key)).body.data.items.some((e: any) => e.id === serverEvent.id));
   assert.equal((await api.get('/v1/events?provider=other', key)).body.data.items, [], 'another provider lists none of it');
+  // a provider no source can have is a typo: 400, not a silently empty list (probe BD)
+  for (const provider of ['Clerk', 'a'.repeat(41), '-x']) {
+    const res = await api.get(`/v1/events?provider=${provider}`, key);
+    assert.equal([res.status, res.body.error?.code, res.body.error?.param], [400, 'validation', 'provider'], provider);
+  }
   assert.ok((await api.get('/v1/events?source=webhook', key)).body.data.items.some((e: any) => e.id === event.id));
   assert.not.ok((await api.get('/v1/events?source=server', key)).body.data.items.some((e: any) => e.id === event.id));
   const byName = (await api.get('/v1/events?name=clerk.user.signed_in', key)).body.data.items as any[];
