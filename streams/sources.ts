@@ -38,7 +38,7 @@ export type InboundSource = Source & { workspaceId: string; tenantId: string; se
 
 export type SourceScope = { workspace: Ref; tenant: Ref };
 export type SourceInput = { name: string; provider: string; format: SourceFormat; secret: string; mapping: Partial<Mapping> & { externalId: string }; namePrefix?: string; enabled?: boolean };
-export type SourcePatch = { name?: string; secret?: string; mapping?: Partial<Mapping> & { externalId: string }; namePrefix?: string; enabled?: boolean };
+export type SourcePatch = { name?: string; secret?: string; mapping?: Partial<Mapping> & { externalId: string }; namePrefix?: string; enabled?: boolean; revokeOldSecrets?: boolean };
 
 const fullMapping = (m: Partial<Mapping> & { externalId: string }): Mapping => ({ externalId: m.externalId, name: m.name ?? null, id: m.id ?? null, timestamp: m.timestamp ?? null, data: m.data ?? null });
 
@@ -141,7 +141,8 @@ export async function createSource(redis: Redis, keys: Keys, scope: SourceScope,
 
 /**
  * Changes a source's settings; a new `secret` leaves the replaced one verifying for 24 hours (at
- * most 10 replaced secrets at once, as a webhook endpoint's rotations).
+ * most 10 replaced secrets at once, as a webhook endpoint's rotations), unless `revokeOldSecrets`
+ * ends every replaced one now (then `secretUpdatedAt` moves).
  * Audited as `source.updated` only when a value changed. 404 for an unknown id.
  */
 export async function updateSource(redis: Redis, keys: Keys, scope: SourceScope, id: string, patch: SourcePatch, by: Writer): Promise<Source> {
@@ -155,7 +156,7 @@ export async function updateSource(redis: Redis, keys: Keys, scope: SourceScope,
   if (patch.secret !== undefined) fields.secret = patch.secret;
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'source.update', writeScope(scope, by), null);
   const reply = await callScript<UpdateReply>(redis, 'updateSource', [keys.source(tenantId, id), intent.key],
-    [isoNow(), intent.token, intent.json, now(), OLD_SECRET_VALIDITY_MS, MAX_RETIRED_SECRETS, Object.keys(fields).length, ...Object.entries(fields).flat()]);
+    [isoNow(), intent.token, intent.json, now(), OLD_SECRET_VALIDITY_MS, MAX_RETIRED_SECRETS, Object.keys(fields).length, ...Object.entries(fields).flat(), patch.revokeOldSecrets ? '1' : '0']);
   if (reply[0] !== 1) throw notFound('Source');
   const drafts = SOURCE_AUDITS['source.update'](null, reply);
   if (drafts.length) await settleAudit(redis, keys, intent, drafts);

@@ -131,7 +131,8 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *     summary: Change a source
    *     description: |
    *       Scope `sources:write`. Changes `name`, `mapping` (replaced whole), `namePrefix`, `enabled` or `secret`.
-   *       A new secret leaves the replaced one verifying for 24 hours. `provider` and `format` cannot change
+   *       A new secret leaves the replaced one verifying for 24 hours; `revokeOldSecrets: true` ends every replaced
+   *       secret at once (a leaked one). `provider` and `format` cannot change
    *       (`validation` naming them). Audited as `source.updated` with `changes` and `previousAttributes` when a
    *       value changes (`updatedAt` moves only then; a new secret shows as `secretUpdatedAt`).
    *     tags: [Sources]

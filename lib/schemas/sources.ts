@@ -43,7 +43,10 @@ export const SourceUpdate: Schema = {
   type: 'object',
   additionalProperties: false,
   minProperties: 1,
-  properties: { name, secret, mapping: mappingInput, namePrefix, enabled },
+  properties: {
+    name, secret, mapping: mappingInput, namePrefix, enabled,
+    revokeOldSecrets: { type: 'boolean', description: '`true`: the secrets earlier changes replaced, which keep verifying for 24 hours, stop verifying now (with a new `secret` in the same PATCH, the one it replaces too): for a secret that leaked. `false` changes nothing.' },
+  },
   description: '`provider` and `format` cannot be changed: create another source.',
 };
 

@@ -557,6 +557,37 @@ inbound('rotation: the replaced secret verifies beside the new one for 24 hours,
   assertError(await deliver(ctx, stripe.id, three, stripeHeaders(stripeSecret(), three)), 401, 'invalid_signature');
 });
 
+inbound('revokeOldSecrets: a leaked secret stops verifying at once, with a new secret or alone; nothing to revoke is no change (probe BD: 24 hours, or 11 more rotations)', async (ctx) => {
+  const leaked = swSecret();
+  const s = await createSource(ctx, { name: 'Leaked', provider: 'clerk', format: 'standard-webhooks', secret: leaked, mapping: { externalId: 'data.id' } });
+  const send = signedSender(ctx, s.id, 'revoking');
+  // with the new secret in the same PATCH
+  const fresh = swSecret();
+  const patched = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: fresh, revokeOldSecrets: true });
+  assert.is(patched.status, 200, patched.text);
+  assertError(await send(leaked), 401, 'invalid_signature', 'the leaked secret, revoked with the change');
+  assertAccepted(await send(fresh), 'the new secret');
+  // alone, after an ordinary rotation
+  const next = swSecret();
+  assert.is((await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { secret: next })).status, 200);
+  assertAccepted(await send(fresh), 'the replaced secret verifies after an ordinary rotation');
+  const before = (await ctx.api.get(`/v1/sources/${s.id}`, ctx.key)).body.data;
+  await new Promise((r) => setTimeout(r, 5));
+  const revoked = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { revokeOldSecrets: true });
+  assert.is(revoked.status, 200, revoked.text);
+  assert.ok(revoked.body.data.secretUpdatedAt > before.secretUpdatedAt, 'a revocation moves secretUpdatedAt');
+  assert.ok(revoked.body.data.updatedAt > before.updatedAt);
+  assertError(await send(fresh), 401, 'invalid_signature', 'revoked alone');
+  assertAccepted(await send(next), 'the current secret is untouched');
+  // nothing left to revoke, or false: no change
+  const again = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { revokeOldSecrets: true });
+  assert.is(again.body.data.updatedAt, revoked.body.data.updatedAt, 'nothing to revoke: unchanged');
+  const no = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { revokeOldSecrets: false });
+  assert.is(no.body.data.updatedAt, revoked.body.data.updatedAt, 'false: unchanged');
+  const wrong = await ctx.api.patch(`/v1/sources/${s.id}`, ctx.key, { revokeOldSecrets: 'yes' });
+  assert.equal([wrong.status, wrong.body.error.param], [400, 'revokeOldSecrets']);
+});
+
 inbound('a delivery holding what no request body may (a __proto__ key, a number beyond a double) is 400 validation naming it, counted rejected', async (ctx) => {
   const s = await createSource(ctx, { name: 'Hostile', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } });
   const proto = '{"type":"user.created","data":{"id":"u-proto","__proto__":{"admin":true}}}';
