@@ -94,24 +94,51 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
   const lockKey = ctx.keys.lock('audit-outbox-sweep');
-  const timer = setInterval(async () => {
+  // each step on its own: one that fails (Redis refusing a write, a record it cannot read) no longer
+  // skips the steps after it until it stops failing (probe BE)
+  const step = async (name: string, run: () => Promise<void>) => {
     try {
-      if ((await ctx.redis.set(lockKey, String(process.pid), 'PX', Math.max(50, every - 50), 'NX')) !== 'OK') return;
-      const known = await workspacesAndTenants(ctx);
+      await run();
+    } catch (err) {
+      ctx.log.warn('audit outbox sweep failed', { step: name, err: (err as Error).message });
+    }
+  };
+  const sweep = async () => {
+    if ((await ctx.redis.set(lockKey, String(process.pid), 'PX', Math.max(50, every - 50), 'NX')) !== 'OK') return;
+    const known = await workspacesAndTenants(ctx);
+    await step('audit outboxes', async () => {
       const { settled } = await sweepAuditOutboxes(ctx, every, known);
       if (settled) ctx.log.info('audit intents settled by the sweeper', { settled });
+    });
+    await step('subscriber cleanups', async () => {
       const { finished } = await sweepSubscriberCleanups(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (finished) ctx.log.info('subscriber cleanups finished by the sweeper', { finished });
+    });
+    await step('topic mirrors', async () => {
       const { mirrored } = await sweepTopicMirrors(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
+    });
+    await step('token moves', async () => {
       const moves = await sweepTokenMoves(ctx.redis, ctx.keys, ctx.config.partitions, known.tenants, every, ctx.log);
       if (moves.finished) ctx.log.info('token moves finished by the sweeper', { finished: moves.finished });
+    });
+    await step('deleted topics', async () => {
       const topics = await sweepDeletedTopics(ctx.redis, ctx.keys, known.tenants, ctx.config.partitions);
       if (topics.visited) ctx.log.info('deleted topics taken out of their members\' topic sets', topics);
-    } catch (err) {
-      ctx.log.warn('audit outbox sweep failed', { err: (err as Error).message });
-    }
+    });
+  };
+  // one sweep at a time in this process: a tick while the last still runs (a long deleted-topic walk
+  // outlives the lock) is skipped, not run beside it; the stop waits for the one in flight
+  let running: Promise<void> | null = null;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = sweep()
+      .catch((err: Error) => ctx.log.warn('audit outbox sweep failed', { err: err.message }))
+      .finally(() => (running = null));
   }, every);
   timer.unref();
-  return async () => clearInterval(timer);
+  return async () => {
+    clearInterval(timer);
+    await running;
+  };
 }
