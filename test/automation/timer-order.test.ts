@@ -156,6 +156,10 @@ order('a cancel a killed worker applied to the read models but never handled goe
   await api.post('/v1/workflows', boot.keys.tenant, { slug: 'long-nap', trigger: { event: 'long.nap' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'send', message: { title: 'Later', body: 'much' } }] });
   const worker = startRoleProcess('worker', env);
   ctx.roles.push(worker);
+  // the 8 s count from the trigger's arrival: the worker's start (1.4-2 s under load with coverage
+  // on, probe BF) stays out of them
+  const p = partitionOf(boot.tenant.id, 'cut-short', service.config.partitions);
+  await waitFor('the worker to hold the run\'s partition', async () => (await redis.get(keys.lease(p, 'worker'))) !== null, 30_000, 50);
   await api.post('/v1/events', boot.keys.tenant, { externalId: 'cut-short', name: 'siesta.started', data: {} });
   await waitFor('the run to sleep', async () => (await api.get('/v1/workflows/siesta/runs?status=sleeping', boot.keys.tenant)).body.data.total === 1, 20_000, 100);
   await stopRoleProcess(worker);
@@ -164,13 +168,14 @@ order('a cancel a killed worker applied to the read models but never handled goe
   // their automation step: the entries stay pending under its name, the sequences read as applied
   // (ahead of the cancel, runs started in the same partition: work enough that the next worker's timer
   // consumer reads the timer well before its event consumer is through the entries left pending)
-  const p = partitionOf(boot.tenant.id, 'cut-short', service.config.partitions);
   const fillers: string[] = [];
   for (let i = 0; fillers.length < 1000; i++) if (partitionOf(boot.tenant.id, `siesta-filler-${i}`, service.config.partitions) === p) fillers.push(`siesta-filler-${i}`);
   for (let i = 0; i < fillers.length; i += 100) {
     await api.post('/v1/events', boot.keys.tenant, { events: fillers.slice(i, i + 100).map((externalId) => ({ externalId, name: 'long.nap', data: {} })) });
   }
   await api.post('/v1/events', boot.keys.tenant, { events: [{ externalId: 'cut-short', name: 'siesta.cancel', data: {} }] });
+  const siesta = (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items[0];
+  assert.ok(Date.now() < Date.parse(siesta.wakeAt), `the cancel arrived before the sleep ended (it ends ${siesta.wakeAt}): what this test is about`);
   const read = (await redis.xreadgroup('GROUP', ACTOR_GROUP, 'worker:dead', 'COUNT', 10_000, 'STREAMS', keys.inbox(p), '>')) as [string, [string, string[]][]][];
   const ids = read[0]![1].map(([id]) => id);
   assert.ok(ids.length >= fillers.length * 2 + 1, `${ids.length} entries read`); // each filler's $subscriber.created and long.nap
