@@ -228,10 +228,24 @@ function hostName(env: Env, name: string, fallback: string): string {
   return raw;
 }
 
+/** The events tokens' HMAC key: at least 32 characters (a one-character key was taken, probe BG). */
+function tokenSecret(raw: string | undefined): string | null {
+  if (!raw) return null;
+  if (raw.length < 32) throw new ConfigError(`HERALD_TOKEN_SECRET must be at least 32 characters (it signs events tokens; make one with: openssl rand -hex 32), got ${raw.length}`);
+  return raw;
+}
+
 function redisUrl(raw: string | undefined): string | null {
   if (!raw) return null;
   if (!/^rediss?:\/\//.test(raw)) throw new ConfigError('REDIS_URL must start with redis:// or rediss://');
   if (!URL.canParse(raw)) throw new ConfigError('REDIS_URL is not a valid URL (percent-encode @, :, / and # in a password)');
+  // ioredis reads the path as the database number itself: `/abc` crashed the start with SELECT NaN,
+  // `/1x` was database 1 (probe BG)
+  const url = new URL(raw);
+  // an unencoded # in a password ends the URL there: the rest was read as its host (probe BG)
+  if (url.hash || raw.includes('#')) throw new ConfigError('REDIS_URL holds a "#": percent-encode it in a password (%23)');
+  const path = url.pathname;
+  if (!/^\/?(?:\d+)?$/.test(path)) throw new ConfigError(`REDIS_URL's path must be a database number (redis://host:6379/0), got "${path}"`);
   return raw;
 }
 
@@ -265,7 +279,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
     subscriberInboxMaxBacklog: integer(e, 'SUBSCRIBER_INBOX_MAX_BACKLOG', 250, 1, 1_000_000_000),
     tenantIngestConcurrency: integer(e, 'TENANT_INGEST_CONCURRENCY', 32, 1, 1_000_000),
-    tokenSecret: e.HERALD_TOKEN_SECRET || null,
+    tokenSecret: tokenSecret(e.HERALD_TOKEN_SECRET),
     leaseMs: integer(e, 'PARTITION_LEASE_MS', 10_000, 500, 600_000),
     fanoutChunkSize: integer(e, 'FANOUT_CHUNK_SIZE', 500, 1, 10_000),
     segmentBackfillChunk: integer(e, 'SEGMENT_BACKFILL_CHUNK', 500, 1, 10_000),

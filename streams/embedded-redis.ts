@@ -111,7 +111,10 @@ function waitForSocket(path: string, child: ChildProcess, limitMs: number, logFi
 export async function resolveRedis(config: Config, local: { host: string; port: number } = { host: '127.0.0.1', port: 6379 }): Promise<ResolvedRedis> {
   const none = async () => {};
   if (config.redisUrl) return { target: { url: config.redisUrl, verifyTls: config.redisTlsRejectUnauthorized }, embedded: false, stop: none };
-  if (await answersPing(local)) {
+  // any Redis reply counts as an answer: one that wants a password (-NOAUTH) or is loading is the
+  // operator's Redis, and the start then says why it cannot use it, rather than passing it over for a
+  // private server whose data the operator never meant to use (probe BG)
+  if ((await inlineCommand(local, 'PING'))?.match(/^[+-]/)) {
     return { target: { url: `redis://${local.host}:${local.port}` }, embedded: false, stop: none };
   }
   const dir = resolve(config.dataDir, 'redis');

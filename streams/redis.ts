@@ -94,6 +94,8 @@ export function describeTarget(target: RedisTarget): string {
   const url = new URL(target.url);
   url.password = '';
   url.username = '';
+  url.hash = '';
+  url.search = '';
   return url.toString();
 }
 

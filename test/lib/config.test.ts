@@ -23,6 +23,20 @@ config('a REDIS_URL that is not a URL is refused naming the setting (it was \"ca
     assert.throws(() => loadConfig({ REDIS_URL: bad }, {}), (err: Error) => err instanceof ConfigError && err.message === 'REDIS_URL is not a valid URL (percent-encode @, :, / and # in a password)', bad);
   }
   assert.is(loadConfig({ REDIS_URL: 'redis://:s%40cret@127.0.0.1:6380/2' }, {}).redisUrl, 'redis://:s%40cret@127.0.0.1:6380/2');
+  // the path is the database number or nothing (probe BG: /abc crashed the start with a stack trace, /1x was database 1)
+  for (const good of ['redis://127.0.0.1:6380', 'redis://127.0.0.1:6380/', 'redis://127.0.0.1:6380/15']) assert.is(loadConfig({ REDIS_URL: good }, {}).redisUrl, good);
+  assert.throws(() => loadConfig({ REDIS_URL: 'redis://:p@ss#x@127.0.0.1:6380' }, {}), (err: Error) => err instanceof ConfigError && err.message === 'REDIS_URL holds a "#": percent-encode it in a password (%23)', 'an unencoded # (the rest was read as the host, and echoed)');
+  for (const bad of ['redis://127.0.0.1:6380/abc', 'redis://127.0.0.1:6380/1x', 'redis://127.0.0.1:6380/%202', 'redis://127.0.0.1:6380/1/2']) {
+    assert.throws(() => loadConfig({ REDIS_URL: bad }, {}), (err: Error) => err instanceof ConfigError && /^REDIS_URL's path must be a database number/.test(err.message), bad);
+  }
+});
+
+config('HERALD_TOKEN_SECRET, the events tokens\' HMAC key, is at least 32 characters (probe BG: one character was taken)', () => {
+  assert.is(loadConfig({}, {}).tokenSecret, null, 'unset: generated and kept in Redis');
+  assert.is(loadConfig({ HERALD_TOKEN_SECRET: 'a'.repeat(32) }, {}).tokenSecret, 'a'.repeat(32));
+  for (const bad of ['x', 'a'.repeat(31)]) {
+    assert.throws(() => loadConfig({ HERALD_TOKEN_SECRET: bad }, {}), (err: Error) => err instanceof ConfigError && err.message === `HERALD_TOKEN_SECRET must be at least 32 characters (it signs events tokens; make one with: openssl rand -hex 32), got ${bad.length}`, bad);
+  }
 });
 
 config('the embedded Redis data folder is in the project folder whatever the working directory: `npx herald` from a subfolder finds the server `npm start` runs', () => {

@@ -1,6 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -8,6 +9,7 @@ import { ConfigError, loadConfig } from '../../lib/config.js';
 import { answersPing, INSTALL_HINT, resolveRedis, type ResolvedRedis } from '../../streams/embedded-redis.js';
 import { connectRedis } from '../../streams/redis.js';
 import { freePort, testRedisUrl } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
@@ -26,6 +28,18 @@ async function resolveEmbedded(ctx: Ctx, dataDir: string, local: { host: string;
   const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir }, {}), local);
   ctx.started.push(resolved);
   return resolved;
+}
+
+/** Whether something takes connections on the local `port`. */
+function listening(port: number): Promise<boolean> {
+  return new Promise((done) => {
+    const socket = createConnection(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      done(true);
+    });
+    socket.once('error', () => done(false));
+  });
 }
 
 /** Somewhere nothing listens: a port that was free a moment ago. */
@@ -63,6 +77,20 @@ embedded('without REDIS_URL it uses the local Redis when that answers', async (c
   assert.not.ok(existsSync(join(dataDir, 'redis')), 'no data directory is made');
   await resolved.stop();
   assert.ok(await answersPing({ host: hostname, port: Number(port) }), 'stop leaves a Redis it did not start alone');
+});
+
+embedded('without REDIS_URL a local Redis that wants a password is the one used, not passed over for a private server (probe BG)', async (ctx) => {
+  const dataDir = temp(ctx, 'local-auth');
+  const port = await freePort();
+  const server = spawn('redis-server', ['--port', String(port), '--save', '', '--appendonly', 'no', '--requirepass', 'secret'], { stdio: 'ignore' });
+  try {
+    await waitFor('the password-protected server to listen', () => listening(port), 10_000, 50);
+    const resolved = await resolveEmbedded(ctx, dataDir, { host: '127.0.0.1', port });
+    assert.equal([resolved.target, resolved.embedded], [{ url: `redis://127.0.0.1:${port}` }, false]);
+    assert.not.ok(existsSync(join(dataDir, 'redis')), 'no private server is made');
+  } finally {
+    server.kill('SIGKILL');
+  }
 });
 
 embedded('with nothing reachable it starts a private redis-server with append-only persistence under <dataDir>/redis, over a unix socket, and data survives a restart', async (ctx) => {
