@@ -279,18 +279,29 @@ async function openRedis(target: RedisTarget): Promise<Redis> {
   const seen: { error?: Error } = {};
   const redis = connectRedis(target, { lazyConnect: true, retryStrategy: () => null, commandTimeout: CLI_COMMAND_TIMEOUT_MS });
   redis.on('error', (err: Error) => (seen.error = err));
-  try {
-    await redis.connect();
-  } catch (err) {
-    redis.disconnect();
-    // connect() rejects with "Connection is closed."; the socket's own error says why.
-    throw new CliError(`cannot reach Redis at ${describeTarget(target)}: ${(seen.error ?? (err as Error)).message}`);
-  }
-  try {
+  const opening = (async () => {
+    try {
+      await redis.connect();
+    } catch (err) {
+      // connect() rejects with "Connection is closed."; the socket's own error says why.
+      throw new CliError(`cannot reach Redis at ${describeTarget(target)}: ${(seen.error ?? (err as Error)).message}`);
+    }
     await checkDatabase(redis, target);
+  })();
+  // one deadline for the connection and its checks: against a server that takes the connection and
+  // never replies, each waited out its own 10 s (22 s, probe BG)
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new CliError(`cannot reach Redis at ${describeTarget(target)}: no answer within ${CLI_COMMAND_TIMEOUT_MS / 1000} s (the connection is open, nothing replies)`)), CLI_COMMAND_TIMEOUT_MS);
+  });
+  try {
+    await Promise.race([opening, late]);
   } catch (err) {
+    opening.catch(() => undefined);
     redis.disconnect();
     throw err;
+  } finally {
+    clearTimeout(timer);
   }
   return redis;
 }

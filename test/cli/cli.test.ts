@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -451,6 +452,27 @@ cli('an unreachable Redis is one line naming it, exit 1, without ioredis stack t
   assert.is(run.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: connect ECONNREFUSED 127.0.0.1:${port}\n`);
   // Most of this is starting node with tsx; the bound only catches a client left reconnecting (connectRedis's default of 20 retries takes over 10 s).
   assert.ok(elapsed < 10_000, `finished in ${elapsed} ms`);
+});
+
+cli('a Redis that takes the connection and never replies is one line after 10 s, exit 1 (probe BG: 22 s, the connection and the checks waiting 10 s each)', async ({ env }) => {
+  const sockets = new Set<Socket>();
+  const hole = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => undefined);
+  });
+  const port = await new Promise<number>((done) => hole.listen(0, '127.0.0.1', () => done((hole.address() as AddressInfo).port)));
+  try {
+    const started = Date.now();
+    const run = await herald({ ...env, REDIS_URL: `redis://127.0.0.1:${port}` }, 'bootstrap', '--workspace', 'acme', '--json');
+    const elapsed = Date.now() - started;
+    assert.is(run.code, 1, run.stderr);
+    assert.is(run.stdout, '');
+    assert.is(run.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: no answer within 10 s (the connection is open, nothing replies)\n`);
+    assert.ok(elapsed < 18_000, `finished in ${elapsed} ms`);
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    hole.close();
+  }
 });
 
 cli('a usage mistake is exit 2 with its reason whether or not Redis can be reached: arguments are checked before Redis is (probe F: exit 1, "cannot reach Redis")', async ({ env }) => {
