@@ -160,9 +160,10 @@ function prepare(command: string, options: Options): Run {
       const slug = slugOption(options, 'slug');
       return async (redis, keys, out) => {
         const workspace = await workspaceOf(redis, keys, workspaceSlug);
+        // idempotent, as bootstrap is: a slug the workspace has is answered with that tenant, exit 0
+        // (a setup script run twice failed there with exit 1, the code of an unreachable Redis, probe BG)
         const { tenant, created } = await createTenant(redis, keys, workspace, slug, BY_CLI);
-        if (!created) throw new CliError(`tenant "${slug}" already exists in workspace "${workspace.slug}" (${tenant.id})`);
-        out({ id: tenant.id, slug: tenant.slug, workspace: { id: workspace.id, slug: workspace.slug } }, `tenant ${tenant.slug} (${tenant.id}) created in ${workspace.slug}`);
+        out({ id: tenant.id, slug: tenant.slug, workspace: { id: workspace.id, slug: workspace.slug }, created }, `tenant ${tenant.slug} (${tenant.id}) ${created ? 'created in' : 'already in'} ${workspace.slug}`);
       };
     }
     case 'tenant identity-secret': {

@@ -209,25 +209,25 @@ cli('the real entry bin/herald.js (building dist/ when it is missing or stale) p
   assertBootstrapShape(oneJsonLine(run), 'x');
 });
 
-cli('tenant create --json prints the tenant and its workspace; the same slug a second time fails with a clear reason', async ({ env }) => {
+cli('tenant create --json prints the tenant and its workspace; the same slug a second time is that tenant, created false, exit 0 (idempotent as bootstrap; probe BG: exit 1)', async ({ env }) => {
   const boot = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'tenants', '--json'));
   const run = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'apac', '--json');
   ok(run, 'tenant create');
   const out = oneJsonLine(run);
-  assert.equal(Object.keys(out), ['id', 'slug', 'workspace']);
+  assert.equal(Object.keys(out), ['id', 'slug', 'workspace', 'created']);
   assert.match(out.id, TNT_ID);
   assert.is.not(out.id, boot.tenant.id);
   assert.is(out.slug, 'apac');
   assert.equal(out.workspace, boot.workspace);
+  assert.is(out.created, true);
 
   const again = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'apac', '--json');
-  assert.is(again.code, 1);
-  assert.is(again.stdout, '');
-  assert.is(again.stderr, `herald: tenant "apac" already exists in workspace "tenants" (${out.id})\n`);
+  ok(again, 'tenant create again');
+  assert.equal(oneJsonLine(again), { ...out, created: false });
 
   const defaultAgain = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'default', '--json');
-  assert.is(defaultAgain.code, 1);
-  assert.is(defaultAgain.stderr, `herald: tenant "default" already exists in workspace "tenants" (${boot.tenant.id})\n`);
+  ok(defaultAgain, 'tenant create default');
+  assert.equal(oneJsonLine(defaultAgain), { id: boot.tenant.id, slug: 'default', workspace: boot.workspace, created: false });
 });
 
 cli('key create makes a key of each kind with the prefix of its kind, the tenant asked for, the scopes and the expiry', async ({ env, api }) => {
