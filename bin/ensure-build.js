@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Builds dist/ with tsc when it is missing or older than any source file. Plain JavaScript so it
 // runs before anything is compiled. Build output goes to stderr: stdout belongs to the CLI.
-import { existsSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -22,10 +22,73 @@ function newest(dir) {
   return latest;
 }
 
-export function ensureBuilt() {
+/** ms of the build stamp (0: never built), and whether it is at least as new as every source. */
+function freshness() {
   const built = existsSync(stamp) ? statSync(stamp).mtimeMs : 0;
   const sources = Math.max(...SOURCES.map((d) => newest(join(root, d))), statSync(join(root, 'tsconfig.build.json')).mtimeMs, statSync(join(root, 'tsconfig.json')).mtimeMs);
-  if (built && built >= sources) return;
+  return { built, fresh: built > 0 && built >= sources };
+}
+
+// One build at a time: `npm start` and an `npx herald` run moments later on a fresh checkout both
+// found dist/ stale and ran tsc into it together, one able to import a file the other was rewriting
+// (probe BG). The lock is a directory (mkdir is atomic) holding its owner's pid; one whose owner is
+// gone (killed mid-build) is taken over.
+const lockDir = join(root, 'var', 'build.lock');
+const LOCK_WAIT_MS = 300_000;
+
+function sleep(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err.code === 'EPERM';
+  }
+}
+
+function lock() {
+  mkdirSync(dirname(lockDir), { recursive: true });
+  for (const deadline = Date.now() + LOCK_WAIT_MS; ;) {
+    try {
+      mkdirSync(lockDir);
+      writeFileSync(join(lockDir, 'pid'), String(process.pid));
+      return;
+    } catch (err) {
+      if (err.code !== 'EEXIST') throw err;
+    }
+    let owner = 0;
+    try {
+      owner = Number(readFileSync(join(lockDir, 'pid'), 'utf8'));
+    } catch {
+      // made, its pid not yet written; a maker that died there leaves it for good: taken after 10 s
+      try {
+        if (Date.now() - statSync(lockDir).mtimeMs > 10_000) owner = -1;
+      } catch {
+        continue; // released meanwhile
+      }
+    }
+    if (owner === -1 || (Number.isInteger(owner) && owner > 0 && !alive(owner))) {
+      rmSync(lockDir, { recursive: true, force: true });
+      continue;
+    }
+    if (Date.now() > deadline) {
+      process.stderr.write(`herald: another build of dist/ (pid ${owner}) has held ${lockDir} for ${LOCK_WAIT_MS / 1000} s; remove it if no build runs\n`);
+      process.exit(1);
+    }
+    sleep(100);
+  }
+}
+
+function unlock() {
+  rmSync(lockDir, { recursive: true, force: true });
+}
+
+export function ensureBuilt() {
+  const { built, fresh } = freshness();
+  if (fresh) return;
   let tsc;
   try {
     tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
@@ -34,13 +97,20 @@ export function ensureBuilt() {
     process.stderr.write('herald: dist/ is missing and TypeScript is not installed; run npm install first\n');
     process.exit(1);
   }
-  process.stderr.write('herald: building dist/ with tsc…\n');
-  const run = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.build.json')], { cwd: root, stdio: ['ignore', 2, 2] });
-  if (run.status !== 0) {
-    process.stderr.write('herald: the TypeScript build failed\n');
-    process.exit(1);
+  lock();
+  try {
+    if (freshness().fresh) return; // built by the process this one waited for
+    process.stderr.write('herald: building dist/ with tsc…\n');
+    const run = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.build.json')], { cwd: root, stdio: ['ignore', 2, 2] });
+    if (run.status !== 0) {
+      unlock();
+      process.stderr.write('herald: the TypeScript build failed\n');
+      process.exit(1);
+    }
+    writeFileSync(stamp, new Date().toISOString() + '\n');
+  } finally {
+    unlock();
   }
-  writeFileSync(stamp, new Date().toISOString() + '\n');
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) ensureBuilt();

@@ -1,0 +1,52 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** A copy of the project's sources (node_modules linked) whose dist/ is never built. */
+function copy(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'herald-build-lock-'));
+  for (const entry of ['lib', 'http', 'actors', 'streams', 'bin', 'tsconfig.json', 'tsconfig.build.json', 'package.json']) cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  return dir;
+}
+
+function build(dir: string): Promise<{ code: number | null; stderr: string }> {
+  return new Promise((done) => {
+    const child = spawn(process.execPath, [join(dir, 'bin', 'ensure-build.js')], { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    child.on('close', (code) => done({ code, stderr }));
+  });
+}
+
+test('two processes finding dist/ stale at once build it once: the second waits for the first\'s build and uses it (probe BG: both ran tsc into dist/)', async () => {
+  const dir = copy();
+  try {
+    const runs = await Promise.all([build(dir), build(dir)]);
+    assert.equal(runs.map((r) => r.code), [0, 0], runs.map((r) => r.stderr).join('\n'));
+    assert.is(runs.filter((r) => r.stderr.includes('building dist/')).length, 1, runs.map((r) => r.stderr).join('\n'));
+    assert.ok(existsSync(join(dir, 'dist', '.build-stamp')));
+    assert.ok(existsSync(join(dir, 'dist', 'bin', 'start.js')));
+    assert.not.ok(existsSync(join(dir, 'var', 'build.lock')), 'the lock is released');
+
+    // a lock left by a build killed midway (its pid gone) is taken over
+    const gone = spawnSync(process.execPath, ['-e', '0']).pid!;
+    mkdirSync(join(dir, 'var', 'build.lock'), { recursive: true });
+    writeFileSync(join(dir, 'var', 'build.lock', 'pid'), String(gone));
+    const later = new Date(Date.now() + 60_000);
+    utimesSync(join(dir, 'lib', 'config.ts'), later, later);
+    const again = await build(dir);
+    assert.is(again.code, 0, again.stderr);
+    assert.match(again.stderr, /building dist\//);
+    assert.not.ok(existsSync(join(dir, 'var', 'build.lock')));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
