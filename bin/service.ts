@@ -112,7 +112,11 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       // ioredis's own message after its retries ("Reached the max retries per request limit") says
       // neither what nor why: the connection's last error does
       await redis.ping().catch((err: Error) => {
-        throw new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${(isRedisUnavailable(err) && seen.error ? seen.error : err).message}`);
+        // a web role alone times its commands out (5 s): said as the other roles say it at 12 s (probe BG)
+        const why = !seen.error && /Command timed out/.test(err.message)
+          ? `no answer within ${WEB_COMMAND_TIMEOUT_MS / 1000} s (the connection is open, nothing replies)`
+          : (isRedisUnavailable(err) && seen.error ? seen.error : err).message;
+        throw new ConfigError(`cannot reach Redis at ${describeTarget(resolved.target)}: ${why}`);
       });
       await checkDatabase(redis, resolved.target);
       await checkPartitionCount(redis, keys, config.partitions);

@@ -156,7 +156,7 @@ start('a REDIS_URL whose server takes the connection and never replies is one li
     assert.is(worker!.code, 1, worker!.stderr);
     assert.is(worker!.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: no answer within 12 s (the connection is open, nothing replies)\n`);
     assert.is(web!.code, 1, web!.stderr);
-    assert.match(web!.stderr, new RegExp(`^herald: cannot reach Redis at redis://127\\.0\\.0\\.1:${port}: .+\n$`));
+    assert.is(web!.stderr, `herald: cannot reach Redis at redis://127.0.0.1:${port}: no answer within 5 s (the connection is open, nothing replies)\n`, 'a web role alone, its commands timed out at 5 s, says it alike (probe BG: "Command timed out")');
   } finally {
     for (const socket of sockets) socket.destroy();
     hole.close();
