@@ -151,11 +151,20 @@ export async function timelinePage(redis: Redis, keys: Keys, p: number, tenantId
   for (const { logId } of pageIds) pipeline.xrange(keys.tenantLog(p, tenantId), logId, logId);
   const replies = (await pipeline.exec()) ?? [];
   const items: StoredEvent[] = [];
-  replies.forEach(([err, reply]) => {
+  // A member whose log entry is gone was trimmed by retention, and so was every older one (log ids
+  // rise with sequence): the timeline ends there. Paging on walked members the write side had not
+  // yet trimmed, page after empty page with hasMore (probe BK: 8 of them).
+  let trimmed = false;
+  for (const [err, reply] of replies) {
     const entries = reply as [string, string[]][] | undefined;
-    if (!err && entries?.[0]) items.push(eventFromLog(entries[0][1]));
-  });
-  return { items, next: ids.length > limit ? pageIds[pageIds.length - 1]!.seq : null };
+    if (err) continue;
+    if (!entries?.[0]) {
+      trimmed = true;
+      break;
+    }
+    items.push(eventFromLog(entries[0][1]));
+  }
+  return { items, next: !trimmed && ids.length > limit ? pageIds[pageIds.length - 1]!.seq : null };
 }
 
 /** What the catalog's order needs of an entry, and what a catalog cursor holds: a page is picked from entries of this shape. */

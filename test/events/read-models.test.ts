@@ -305,6 +305,35 @@ reads('a caller id keeps a pointer to the one stored copy; replays answer the or
   assert.match((await service.redis.hget(service.keys.dedupe(p), field)) ?? '', /^[il]\d+-\d+$/);
 });
 
+reads('a timeline whose older entries retention trimmed from the log ends at the first trimmed one: no empty pages with hasMore (probe BK: 8 empty pages before the end)', async ({ api, service }) => {
+  const boot = await bootstrapWorkspace(service, 'trimmed-timeline');
+  const key = boot.keys.tenant;
+  const x = 'burst-then-quiet';
+  assert.is((await api.post('/v1/events', key, { events: Array.from({ length: 12 }, (_, i) => ({ externalId: x, name: 'burst.tick', data: { i } })) })).status, 202);
+  const all = await waitFor('the burst applied', async () => {
+    const items = (await api.get(`/v1/subscribers/${x}/timeline?limit=100`, key)).body.data.items;
+    return items.length === 13 ? items : null;
+  });
+  // the retention trim of the tenant log (MINID) took every entry older than the newest three; the
+  // timeline's members stay until the subscriber's next writes trim them, or the key expires
+  const p = partitionOf(boot.tenant.id, x, service.config.partitions);
+  const log = service.keys.tenantLog(p, boot.tenant.id);
+  const ids = (await service.redis.xrange(log, '-', '+')).map(([id]) => id);
+  assert.is(ids.length, 13);
+  await service.redis.xtrim(log, 'MINID', ids[10]!);
+  assert.is(await service.redis.zcard(service.keys.timeline(p, boot.tenant.id, x)), 13, 'the members are still there');
+  const pages: number[][] = [];
+  let cursor: string | null = null;
+  for (let n = 0; n < 10; n++) {
+    const page: any = (await api.get(`/v1/subscribers/${x}/timeline?limit=2${cursor ? `&cursor=${cursor}` : ''}`, key)).body.data;
+    pages.push(page.items.map((e: any) => e.sequence));
+    cursor = page.nextCursor;
+    if (!page.hasMore) break;
+  }
+  assert.equal(pages, [[13, 12], [11]], 'the live events, then the end');
+  assert.equal(pages.flat(), all.slice(0, 3).map((e: any) => e.sequence));
+});
+
 reads('expired data really goes after the retention window', async ({ api, key, service }) => {
   await api.post('/v1/events', key, { externalId: 'old-timer', name: 'kept.briefly', id: 'once' });
   await waitFor('the event to be applied', async () => (await api.get('/v1/subscribers/old-timer/timeline', key)).body.data.items.length === 2);
