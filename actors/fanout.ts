@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { pause } from '../lib/abortable.js';
 import { isoNow, now } from '../lib/clock.js';
 import { derivedId, idTimeMs } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
@@ -16,6 +17,7 @@ import type { TenantScope } from '../streams/subscriber-writes.js';
 import { invalidateSubscription, toSubscription, type Subscription } from '../streams/subscriptions.js';
 import { topicMemberPage, type MemberPosition } from '../streams/topic-members.js';
 import { findTopic, findTopicById } from '../streams/topics.js';
+import type { Backfill } from '../streams/segments.js';
 import { indexedExternalId } from '../streams/subscriber-list.js';
 import { writeScope } from '../streams/audit-outbox.js';
 import { SYSTEM_WRITER, type IdentityRefs } from '../streams/identity.js';
@@ -313,6 +315,31 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   };
 }
 
+/** Longest a send to a segment waits for its backfill, and how often it looks. */
+const BACKFILL_WAIT_MS = 5 * 60_000;
+const BACKFILL_POLL_MS = 250;
+
+/**
+ * Waits until the segment's backfill has completed before its walk begins: a segment just created,
+ * or whose `where` just changed, lists only the subscribers evaluated so far, and a message sent to
+ * it at once reached part of its audience or nobody (probe BI: 0 of 666). At most BACKFILL_WAIT_MS,
+ * then the walk takes the members there are. False when the signal aborted meanwhile (a stop, a
+ * takeover): the walk has not begun, and whoever resumes the message waits in turn.
+ */
+async function backfilled(ctx: FanoutContext, scope: TenantScope, segmentId: string): Promise<boolean> {
+  const key = ctx.keys.segment(scope.tenantId, segmentId);
+  for (const deadline = now() + BACKFILL_WAIT_MS; ;) {
+    const raw = await ctx.redis.hget(key, 'backfill');
+    if (!raw || (JSON.parse(raw) as Backfill).status === 'completed') return true;
+    if (now() >= deadline) {
+      ctx.log.warn('segment backfill still running after the wait: the message goes to the members there are', { tenantId: scope.tenantId, segmentId, waitedMs: BACKFILL_WAIT_MS });
+      return true;
+    }
+    await pause(BACKFILL_POLL_MS, ctx.signal);
+    if (ctx.signal?.aborted) return false;
+  }
+}
+
 /** Chunks of one message in flight at once: while one chunk's pushes are out, the next is planned and created. */
 export const CHUNKS_IN_FLIGHT = 3;
 
@@ -508,6 +535,7 @@ async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Re
       if (!select) gone.at = true;
       else {
         if (select.id) await keep(select.id);
+        if (select.id && !cursor && !(await backfilled(ctx, scope, select.id))) return;
         if (!(await walk(ctx, scope, message, recordKey, whileThere(partitionPages(ctx, scope, select, cursor, startedMs), select.there, gone)))) return;
       }
     }
