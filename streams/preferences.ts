@@ -96,8 +96,10 @@ export const PREFERENCE_AUDITS = {
     if (reply[0] !== 1) return [];
     const subscriber = toSubscriber(input.externalId, recordOf(reply[4] ?? []), input.segments);
     const target = { type: 'subscriber', id: subscriber.id };
-    if (input.created) return [{ type: 'subscriber.created', target, object: subscriber }];
     const { preferences, previous } = input;
+    // the subscriber this write made has these preferences: without them an endpoint on subscriber.*
+    // never learnt that push was off for it (probe BJ)
+    if (input.created) return [{ type: 'subscriber.created', target, object: { ...subscriber, preferences } }];
     const changed = preferencesDiff(previous, preferences);
     return [{ type: 'subscriber.updated', target, object: { ...subscriber, preferences }, changes: { preferences: changed.changes }, previousAttributes: { preferences: changed.previousAttributes } }];
   },

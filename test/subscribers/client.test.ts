@@ -7,6 +7,7 @@ import { invalidateSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; boot: Awaited<ReturnType<typeof bootstrapWorkspace>> };
 const c = suite<Ctx>('client API and subscriptions');
@@ -391,6 +392,21 @@ c('widgets: register, list own, delete answers the widget then null', async ({ a
   assert.is(again.body.data, null);
   assert.is((await api.del('/v1/client/widgets/not-an-id?externalId=w-user', pk)).status, 404);
   assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'w-user', kind: 'k', configuration: { pad: 'x'.repeat(5000) } })).body.error.details[0].param, 'configuration');
+});
+
+c('client preferences that create the subscriber: its audit subscriber.created carries the preferences written (probe BJ: an endpoint on subscriber.* never learnt push was off)', async ({ api, pk, service, boot }) => {
+  const res = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-new', channels: { push: false } });
+  assert.is(res.status, 200, res.text);
+  const created = await waitFor('subscriber.created of pref-new in the ledger', async () => {
+    const entries = await service.redis.xrange(service.keys.ledger(boot.workspace.id), '-', '+');
+    for (const [, fields] of entries) {
+      const payload = JSON.parse(fields[fields.indexOf('payload') + 1]!);
+      if (payload.type === 'subscriber.created' && payload.data.object.externalId === 'pref-new') return payload;
+    }
+    return null;
+  }, 10_000, 50);
+  assert.equal(created.data.object.preferences, res.body.data);
+  assert.is(created.data.object.preferences.channels.push, false);
 });
 
 c('widgets: an id of another tenant or one never issued is 404 on DELETE (spec 2.3), and the widget stays', async ({ api, pk, service }) => {
