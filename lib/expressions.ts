@@ -172,12 +172,17 @@ function checkName(value: unknown, param: string, what: string, ctx: Ctx): void 
 function comparison(value: Record<string, unknown>, nameKey: 'attribute' | 'property', path: string, ctx: Ctx): void {
   checkName(value[nameKey], `${path}.${nameKey}`, nameKey === 'attribute' ? 'an attribute name' : 'a property path', ctx);
   const ops: string[] = [];
+  let unknown = false;
   for (const key of Object.keys(value)) {
     if (key === nameKey) continue;
     if (OPS.has(key)) ops.push(key);
-    else add(ctx, `${path}.${key}`, `unknown operator "${key}"`);
+    else {
+      add(ctx, `${path}.${key}`, `unknown operator "${key}"`);
+      unknown = true;
+    }
   }
-  if (ops.length === 0) return add(ctx, path, `must have one operator of ${list(OPERATORS)}`);
+  // one problem, one detail: an unknown operator already said what is wrong with the node (probe BI)
+  if (ops.length === 0) return unknown ? undefined : add(ctx, path, `must have one operator of ${list(OPERATORS)}`);
   if (ops.length > 1) return add(ctx, path, `must have only one operator: found ${ops.map((o) => `"${o}"`).join(' and ')}`);
   operand(ops[0] as Operator, value[ops[0]!], `${path}.${ops[0]}`, ctx);
 }
@@ -245,7 +250,7 @@ function eventCondition(value: Record<string, unknown>, path: string, ctx: Ctx):
   }
   if (value.within !== undefined) {
     const ms = parseDuration(value.within);
-    if (ms === null || ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) add(ctx, `${path}.within`, 'must be a duration from 1m to 90d');
+    if (ms === null || ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) add(ctx, `${path}.within`, 'must be a duration from 1m to 90d, at most 6 digits, like 30m, 24h or 7d');
   }
   if (value.where !== undefined) {
     const where = value.where;

@@ -116,7 +116,7 @@ function eventSpec(value: unknown, path: string, what: string, ctx: Ctx): void {
 function duration(value: unknown, param: string, ctx: Ctx): void {
   const ms = parseDuration(value);
   if (ms === null || ms < MIN_STEP_DURATION_MS || ms > MAX_STEP_DURATION_MS) {
-    ctx.details.push({ param, message: value === undefined ? 'is required' : 'must be a duration from 1s to 90d, like 30s, 15m, 24h or 7d' });
+    ctx.details.push({ param, message: value === undefined ? 'is required' : 'must be a duration from 1s to 90d, at most 6 digits, like 30s, 15m, 24h or 7d' });
   }
 }
 

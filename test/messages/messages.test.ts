@@ -456,7 +456,7 @@ m('canceling a message again (or many times at once) answers it canceled and aud
 m('bad requests are clear errors', async (ctx) => {
   const cases: [unknown, number, string, string][] = [
     [{ to: { segment: 'vips' }, title: 't', body: 'b' }, 400, 'validation', 'to.segment'],
-    [{ to: { where: { attribute: 'plan', op: 'pro' } }, title: 't', body: 'b' }, 400, 'validation', 'to.where'],
+    [{ to: { where: { attribute: 'plan', op: 'pro' } }, title: 't', body: 'b' }, 400, 'validation', 'to.where.op'],
     [{ to: { topic: 'no-such-topic' }, title: 't', body: 'b' }, 400, 'validation', 'to.topic'],
     [{ to: 'x', title: 't' }, 400, 'validation', 'body'],
     [{ to: 'x', title: 't', body: 'b', data: { aps: {} } }, 400, 'validation', 'data.aps'],
