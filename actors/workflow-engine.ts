@@ -96,7 +96,11 @@ function runData(run: Run, extra: Record<string, unknown> = {}): Record<string, 
   return { workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: run.version, ...extra };
 }
 
-/** Records a step done in the run's history and writes its `$run.step` event. */
+/**
+ * Records a step done in the run's history and writes its `$run.step` event, which carries what the
+ * history item does (a wait ended by an event names it, `eventId`: probe BI, webhook consumers could
+ * not tell which event resumed the run).
+ */
 function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>, step: Step | null): void {
   const at = isoNow(host.now);
   const { step: path, ...rest } = item;
@@ -104,7 +108,7 @@ function note(run: Run, host: EngineHost, item: Omit<HistoryItem, 'at' | 'name'>
   run.updatedAt = at;
   host.emit({
     name: '$run.step', runId: run.id, messageId: item.messageId ?? '', step: item.step,
-    data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}) }),
+    data: runData(run, { step: item.step, ...(step?.name ? { name: step.name } : {}), type: item.type, outcome: item.outcome, ...(item.branch ? { branch: item.branch } : {}), ...(item.messageId ? { messageId: item.messageId } : {}), ...(item.eventId ? { eventId: item.eventId } : {}) }),
   });
 }
 

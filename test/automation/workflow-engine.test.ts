@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { formatPath, newRun, nextPath, parsePath, startRun, stepAt, type EngineHost, type RunEvent } from '../../actors/workflow-engine.js';
+import { formatPath, newRun, nextPath, onEvent, parsePath, startRun, stepAt, type EngineHost, type RunEvent } from '../../actors/workflow-engine.js';
 import type { WorkflowDefinition } from '../../lib/workflow-definition.js';
 import { streamLedgerJson, streamLedgerPayload } from '../../streams/stream-ledger.js';
 
@@ -95,6 +95,27 @@ engine('a send that fails for a transient reason is thrown on: the run neither f
   assert.is(thrown, unreachable);
   assert.is.not(run.status, 'failed');
   assert.equal(run.history, []);
+});
+
+engine('a wait ended by an event: its $run.step names the event, as its history item does (probe BI: webhook consumers could not tell which event resumed it)', async () => {
+  const def: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'wait', event: 'reply', timeout: '1h' }, { type: 'exit' }] };
+  const emitted: RunEvent[] = [];
+  const host: EngineHost = {
+    now: Date.parse('2026-01-01T00:00:00.000Z'),
+    evaluate: () => true,
+    send: async () => { throw new Error('no send here'); },
+    transient: () => false,
+    armTimer: () => 'timer',
+    disarmTimer: () => {},
+    emit: (event) => emitted.push(event),
+  };
+  const run = newRun('run_1', { id: 'wfl_1', slug: 'ask' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
+  await startRun(run, def, host, { id: 'evt_1', name: 'go', data: {} });
+  assert.is(run.status, 'waiting');
+  assert.ok(await onEvent(run, def, host, { id: 'evt_2', name: 'reply', data: {} }, ''));
+  const waited = emitted.find((e) => e.name === '$run.step' && e.data.type === 'wait' && e.data.outcome === 'event')!;
+  assert.equal([waited.data.outcome, waited.data.eventId], ['event', 'evt_2']);
+  assert.is(run.history.find((h) => h.outcome === 'event')!.eventId, 'evt_2');
 });
 
 engine.run();
