@@ -184,6 +184,8 @@ function retrySchedule(raw: string | undefined): number[] {
   }
   return items.map((item) => {
     const ms = parseDuration(item);
+    // a zero (`0s`) is a duration the pattern refuses: said as what it is (probe BG)
+    if (ms === null && /^0+[smhd]$/.test(item)) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is no delay; each is at least 1s`);
     if (ms === null) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is not a duration like 30s, 5m, 2h or 1d`);
     if (ms > MAX_RETRY_DELAY_MS) throw new ConfigError(`WEBHOOK_RETRY_SCHEDULE: "${item}" is longer than 7d`);
     return ms;

@@ -68,6 +68,7 @@ config('lists are checked when the config is loaded, naming the setting (probe V
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,,30m' }, /^WEBHOOK_RETRY_SCHEDULE: "" is not a duration/);
   refused({ WEBHOOK_RETRY_SCHEDULE: Array(10).fill('1s').join(',') }, /^WEBHOOK_RETRY_SCHEDULE lists 10 delays; at most 9 are used/);
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,8d' }, /^WEBHOOK_RETRY_SCHEDULE: "8d" is longer than 7d$/);
+  refused({ WEBHOOK_RETRY_SCHEDULE: '0s,5m' }, /^WEBHOOK_RETRY_SCHEDULE: "0s" is no delay; each is at least 1s$/);
   // empty is unset, as for every setting (probe AP: refused; an empty REDIS_KEY_PREFIX wrote keys unprefixed)
   assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: '' }, {}).webhookRetryScheduleMs, loadConfig({}, {}).webhookRetryScheduleMs);
   assert.equal(loadConfig({ WEBHOOK_RETRY_SCHEDULE: ' ' }, {}).webhookRetryScheduleMs.length, 6);
