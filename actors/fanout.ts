@@ -316,14 +316,15 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
 }
 
 /** Longest a send to a segment waits for its backfill, and how often it looks. */
-const BACKFILL_WAIT_MS = 5 * 60_000;
+const BACKFILL_WAIT_MS = 60_000;
 const BACKFILL_POLL_MS = 250;
 
 /**
  * Waits until the segment's backfill has completed before its walk begins: a segment just created,
  * or whose `where` just changed, lists only the subscribers evaluated so far, and a message sent to
  * it at once reached part of its audience or nobody (probe BI: 0 of 666). At most BACKFILL_WAIT_MS,
- * then the walk takes the members there are. False when the signal aborted meanwhile (a stop, a
+ * then the walk takes the members there are. The wait holds its batch only: the tenant's queue is
+ * read again beside it (actors/message-dispatcher.ts BATCHES_PER_TENANT). False when the signal aborted meanwhile (a stop, a
  * takeover): the walk has not begun, and whoever resumes the message waits in turn.
  */
 async function backfilled(ctx: FanoutContext, scope: TenantScope, segmentId: string): Promise<boolean> {

@@ -33,14 +33,17 @@ export const TENANTS_IN_FLIGHT: Record<MessageLane, number> = { one: 16, audienc
  * runtime's `batchesPerStream`). One-user messages are independent, so a batch held by one push
  * that is retried for long (a device that never answers: five attempts of the request timeout, about
  * 30 s; probe V) no longer holds up the tenant's later messages: they are read and sent beside it.
- * An audience walk stays one batch at a time per queue (its batch is already worked side by side).
+ * Audience batches likewise: a send to a segment whose backfill has not completed waits for it in
+ * its batch (actors/fanout.ts `backfilled`, up to a minute), and with one batch at a time it held
+ * every later broadcast of the tenant as long (probe BL: a `where` message queued 9 s and more
+ * behind it); a long walk no longer holds up the tenant's next ones either.
  * A queue is read again only once its latest batch has run SLOW_BATCH_MS: batches that end quickly
  * keep it one at a time. Reading every busy queue again at once moved the 2-core machine's CPU from
  * the web role to the dispatcher (send bench, alternating, acceptance ÷ hello-world: 0.072–0.102
  * against 0.124–0.146 with one batch); with the threshold 0.107 and 0.123 against 0.108 and 0.150,
  * within the noise of that spell (hello-world 11–21k req/s), web and dispatcher CPU unchanged.
  */
-export const BATCHES_PER_TENANT: Record<MessageLane, number> = { one: 4, audience: 1 };
+export const BATCHES_PER_TENANT: Record<MessageLane, number> = { one: 4, audience: 4 };
 export const SLOW_BATCH_MS = 1_000;
 
 /**

@@ -38,6 +38,16 @@ backfilling('waits for the backfill and reaches the whole audience, not the memb
   await new Promise((r) => setTimeout(r, 1_000));
   const waiting = (await api.get(`/v1/messages/${id}`, key)).body.data;
   assert.equal([waiting.status, waiting.counts.total], ['sending', 0], 'not completed with the members evaluated so far');
+  // the wait holds its own batch only: the tenant's later broadcasts go out beside it (probe BL: a
+  // `where` message stayed queued behind it)
+  const other = await api.post('/v1/messages', key, { to: { where: { attribute: 'properties.plan', eq: 'basic' } }, title: 'Hello', body: 'basics' });
+  assert.is(other.status, 202, other.text);
+  const beside = await waitFor('the later broadcast to complete while the segment send waits', async () => {
+    const m = (await api.get(`/v1/messages/${other.body.data.id}`, key)).body.data;
+    return m.status === 'completed' ? m : null;
+  }, 15_000, 100);
+  assert.is(beside.counts.total, 1);
+  assert.is((await api.get(`/v1/messages/${id}`, key)).body.data.status, 'sending', 'still waiting for the backfill');
 
   const s = service.env;
   ctx.scheduler = startRoleProcess('scheduler', { REDIS_URL: s.REDIS_URL!, REDIS_KEY_PREFIX: s.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.HERALD_PARTITIONS! });
