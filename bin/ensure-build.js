@@ -35,6 +35,8 @@ function freshness() {
 // gone (killed mid-build) is taken over.
 const lockDir = join(root, 'var', 'build.lock');
 const LOCK_WAIT_MS = 300_000;
+/** A lock older than this is a dead build's whatever its pid says: a build takes seconds. */
+const STALE_LOCK_MS = 120_000;
 
 function sleep(ms) {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
@@ -70,7 +72,15 @@ function lock() {
         continue; // released meanwhile
       }
     }
-    if (owner === -1 || (Number.isInteger(owner) && owner > 0 && !alive(owner))) {
+    // stale: its owner is gone, or its pid is this process's or is older than any build takes (a
+    // container restarted after a build killed midway hands out the same pids again, probe BL)
+    let age = 0;
+    try {
+      age = Date.now() - statSync(lockDir).mtimeMs;
+    } catch {
+      continue;
+    }
+    if (owner === -1 || owner === process.pid || age > STALE_LOCK_MS || (Number.isInteger(owner) && owner > 0 && !alive(owner))) {
       rmSync(lockDir, { recursive: true, force: true });
       continue;
     }

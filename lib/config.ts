@@ -248,6 +248,9 @@ function redisUrl(raw: string | undefined): string | null {
   if (url.hash || raw.includes('#')) throw new ConfigError('REDIS_URL holds a "#": percent-encode it in a password (%23)');
   const path = url.pathname;
   if (!/^\/?(?:\d+)?$/.test(path)) throw new ConfigError(`REDIS_URL's path must be a database number (redis://host:6379/0), got "${path}"`);
+  // ioredis takes every query parameter as a connection option (`?db=abc` crashed as `/abc` did, and
+  // `?db=3` chose a database the logs never showed, probe BL): the database goes in the path
+  if (url.search) throw new ConfigError('REDIS_URL takes no query parameters: give the database as its path (redis://host:6379/2)');
   return raw;
 }
 

@@ -44,6 +44,19 @@ test('two processes finding dist/ stale at once build it once: the second waits 
     assert.is(again.code, 0, again.stderr);
     assert.match(again.stderr, /building dist\//);
     assert.not.ok(existsSync(join(dir, 'var', 'build.lock')));
+
+    // a lock naming a live pid but older than any build (a container restarted after a build killed
+    // midway hands out the same pids again, probe BL) is taken over too: here, this test's own pid
+    mkdirSync(join(dir, 'var', 'build.lock'), { recursive: true });
+    writeFileSync(join(dir, 'var', 'build.lock', 'pid'), String(process.pid));
+    const old = new Date(Date.now() - 10 * 60_000);
+    utimesSync(join(dir, 'var', 'build.lock'), old, old);
+    const newer = new Date(Date.now() + 120_000);
+    utimesSync(join(dir, 'lib', 'config.ts'), newer, newer);
+    const third = await build(dir);
+    assert.is(third.code, 0, third.stderr);
+    assert.match(third.stderr, /building dist\//);
+    assert.not.ok(existsSync(join(dir, 'var', 'build.lock')));
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -26,6 +26,9 @@ config('a REDIS_URL that is not a URL is refused naming the setting (it was \"ca
   // the path is the database number or nothing (probe BG: /abc crashed the start with a stack trace, /1x was database 1)
   for (const good of ['redis://127.0.0.1:6380', 'redis://127.0.0.1:6380/', 'redis://127.0.0.1:6380/15']) assert.is(loadConfig({ REDIS_URL: good }, {}).redisUrl, good);
   assert.throws(() => loadConfig({ REDIS_URL: 'redis://:p@ss#x@127.0.0.1:6380' }, {}), (err: Error) => err instanceof ConfigError && err.message === 'REDIS_URL holds a "#": percent-encode it in a password (%23)', 'an unencoded # (the rest was read as the host, and echoed)');
+  for (const bad of ['redis://127.0.0.1:6380/?db=abc', 'redis://127.0.0.1:6380?db=3']) {
+    assert.throws(() => loadConfig({ REDIS_URL: bad }, {}), (err: Error) => err instanceof ConfigError && err.message === 'REDIS_URL takes no query parameters: give the database as its path (redis://host:6379/2)', bad);
+  }
   for (const bad of ['redis://127.0.0.1:6380/abc', 'redis://127.0.0.1:6380/1x', 'redis://127.0.0.1:6380/%202', 'redis://127.0.0.1:6380/1/2']) {
     assert.throws(() => loadConfig({ REDIS_URL: bad }, {}), (err: Error) => err instanceof ConfigError && /^REDIS_URL's path must be a database number/.test(err.message), bad);
   }
