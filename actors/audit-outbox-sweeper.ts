@@ -96,7 +96,9 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const lockKey = ctx.keys.lock('audit-outbox-sweep');
   // each step on its own: one that fails (Redis refusing a write, a record it cannot read) no longer
   // skips the steps after it until it stops failing (probe BE)
+  let stopped = false;
   const step = async (name: string, run: () => Promise<void>) => {
+    if (stopped) return; // a stop waits for the step in flight, not for the steps after it (probe BL)
     try {
       await run();
     } catch (err) {
@@ -138,6 +140,7 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   }, every);
   timer.unref();
   return async () => {
+    stopped = true;
     clearInterval(timer);
     await running;
   };
