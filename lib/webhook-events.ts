@@ -104,19 +104,21 @@ export function patternProblem(pattern: string): { kind: 'malformed' | 'private'
 }
 
 /**
- * Checks an endpoint's `events`: the details of malformed patterns (answer `validation`), else
- * of private ones (answer `invalid_event`), else none. `param` is `events[i]`.
+ * Checks an endpoint's `events`: with a malformed pattern the answer is `validation`, its details
+ * naming every failing pattern, private ones included (probe BJ: they went unnamed until the
+ * malformed one was fixed); with only private ones, `invalid_event`; else none. `param` is `events[i]`.
  */
 export function checkPatterns(patterns: string[]): { code: 'validation' | 'invalid_event'; details: ErrorDetail[] } | null {
-  const malformed: ErrorDetail[] = [];
-  const private_: ErrorDetail[] = [];
+  const details: ErrorDetail[] = [];
+  let malformed = false;
   patterns.forEach((pattern, i) => {
     const problem = patternProblem(pattern);
-    if (problem) (problem.kind === 'malformed' ? malformed : private_).push({ param: `events[${i}]`, message: problem.message });
+    if (!problem) return;
+    malformed ||= problem.kind === 'malformed';
+    details.push({ param: `events[${i}]`, message: problem.message });
   });
-  if (malformed.length) return { code: 'validation', details: malformed };
-  if (private_.length) return { code: 'invalid_event', details: private_ };
-  return null;
+  if (details.length === 0) return null;
+  return { code: malformed ? 'validation' : 'invalid_event', details };
 }
 
 /** The patterns as stored: duplicates dropped, order kept. */

@@ -24,8 +24,8 @@ patterns('private audit names and patterns are invalid_event, other names of tho
   for (const p of ['key', 'keys.*', 'webhooks.x', 'profiles.*']) assert.is(patternProblem(p), null, p);
 });
 
-patterns('checkPatterns reports malformed before private, each with its index', () => {
-  assert.equal(checkPatterns(['ok.*', 'key.*', 'Bad']), { code: 'validation', details: [{ param: 'events[2]', message: 'must be *, an event name, or an event name prefix followed by .*' }] });
+patterns('checkPatterns: a malformed pattern makes the answer validation, naming every failing pattern with its index, private ones included (probe BJ)', () => {
+  assert.equal(checkPatterns(['ok.*', 'key.*', 'Bad']), { code: 'validation', details: [{ param: 'events[1]', message: 'key.* events are private and cannot be subscribed' }, { param: 'events[2]', message: 'must be *, an event name, or an event name prefix followed by .*' }] });
   assert.equal(checkPatterns(['ok.*', 'key.*', 'webhook.created'])?.code, 'invalid_event');
   assert.equal(checkPatterns(['ok.*', 'key.*', 'webhook.created'])?.details.map((d) => d.param), ['events[1]', 'events[2]']);
   assert.is(checkPatterns(['*', 'order.*']), null);
