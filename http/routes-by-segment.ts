@@ -78,8 +78,10 @@ type ParamLayer = {
 /**
  * A route's path parameters, percent-decoded as a URL path is (RFC 3986): `+` stays `+`.
  * @koa/router decodes them as a form-encoded query, `+` as a space, so `/v1/subscribers/jane+doe`
- * addressed the subscriber `jane doe`. A capture that is not valid percent-encoding stays as it is,
- * as @koa/router does (the route then answers 404 for an id or slug that cannot exist).
+ * addressed the subscriber `jane doe`. A capture that is not valid percent-encoding is a malformed
+ * id: 404 (spec 2.3). It was kept as it is, as @koa/router does, which reached the subscriber whose
+ * externalId is that raw text (any text can be one): `/v1/subscribers/50%off` deleted `50%off`,
+ * whose path is `/v1/subscribers/50%25off` (probe BM).
  */
 function pathParams(names: { name: string }[], captures: string[], params: Record<string, string> = {}): Record<string, string> {
   for (let i = 0; i < captures.length; i++) {
@@ -89,7 +91,7 @@ function pathParams(names: { name: string }[], captures: string[], params: Recor
     try {
       params[name] = decodeURIComponent(raw);
     } catch {
-      params[name] = raw;
+      throw new ApiError(404, 'not_found', `No resource at this path: its ${name} is not valid percent-encoding`, { param: name });
     }
   }
   return params;

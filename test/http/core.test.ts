@@ -63,6 +63,16 @@ core('another method on a known path is 405 method_not_allowed in the envelope',
   assert.is(res.headers.get('request-id'), res.body.metadata.requestId);
 });
 
+core('a path parameter that is not valid percent-encoding is a malformed id, 404, not the resource named by its raw text (probe BM: /v1/subscribers/50%off deleted "50%off")', async ({ api, keys }) => {
+  assert.is((await api.post('/v1/subscribers', keys.tenant, { externalId: '50%off' })).status, 201);
+  for (const [method, path] of [['GET', '/v1/subscribers/50%off'], ['DELETE', '/v1/subscribers/50%off'], ['GET', '/v1/subscribers/50%off/preferences'], ['GET', '/v1/topics/%zz']] as const) {
+    const res = await api.call(method, path, { key: keys.tenant });
+    assert.equal([res.status, res.body.error?.code], [404, 'not_found'], `${method} ${path}: ${res.text.slice(0, 200)}`);
+  }
+  const encoded = await api.get(`/v1/subscribers/${encodeURIComponent('50%off')}`, keys.tenant);
+  assert.equal([encoded.status, encoded.body.data?.externalId], [200, '50%off'], 'still there, at its encoded path');
+});
+
 core('a route with a path parameter gets it decoded, and a path of two segments below it is its own route', async ({ api, keys }) => {
   const externalId = 'user 1/ü';
   const created = await api.post('/v1/subscribers', keys.tenant, { externalId, properties: { plan: 'pro' } });
