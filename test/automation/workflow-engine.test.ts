@@ -52,18 +52,24 @@ engine('webhook payloads of run events carry workflow and versionId (spec 6.1 ru
   assert.not.ok('versionId' in plain);
 });
 
-engine('a send that fails writes its $run.step (outcome failed) before $run.failed', async () => {
-  const failing: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'send', name: 'hello', message: { title: 'a', body: 'b' } }, { type: 'exit' }] };
-  const emitted: RunEvent[] = [];
-  const host: EngineHost = {
+/** An engine host that records what it emits, at 2026-01-01; `send` and `transient` as the test needs. */
+function hostOf(emitted: RunEvent[], overrides: Partial<EngineHost> = {}): EngineHost {
+  return {
     now: Date.parse('2026-01-01T00:00:00.000Z'),
     evaluate: () => true,
-    send: async () => { throw new Error('no message'); },
+    send: async () => { throw new Error('no send here'); },
     transient: () => false,
     armTimer: () => 'timer',
     disarmTimer: () => {},
     emit: (event) => emitted.push(event),
+    ...overrides,
   };
+}
+
+engine('a send that fails writes its $run.step (outcome failed) before $run.failed', async () => {
+  const failing: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'send', name: 'hello', message: { title: 'a', body: 'b' } }, { type: 'exit' }] };
+  const emitted: RunEvent[] = [];
+  const host = hostOf(emitted, { send: async () => { throw new Error('no message'); } });
   const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
   await startRun(run, failing, host, { id: 'evt_1', name: 'go', data: {} });
   assert.is(run.status, 'failed');
@@ -81,15 +87,7 @@ engine('a send that fails for a transient reason is thrown on: the run neither f
   const def: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'send', message: { title: 'a', body: 'b' } }] };
   const emitted: RunEvent[] = [];
   const unreachable = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' });
-  const host: EngineHost = {
-    now: Date.parse('2026-01-01T00:00:00.000Z'),
-    evaluate: () => true,
-    send: async () => { throw unreachable; },
-    transient: (err) => err === unreachable,
-    armTimer: () => 'timer',
-    disarmTimer: () => {},
-    emit: (event) => emitted.push(event),
-  };
+  const host = hostOf(emitted, { send: async () => { throw unreachable; }, transient: (err) => err === unreachable });
   const run = newRun('run_1', { id: 'wfl_1', slug: 'hello' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
   const thrown = await startRun(run, def, host, { id: 'evt_1', name: 'go', data: {} }).then(() => null, (err: unknown) => err);
   assert.is(thrown, unreachable);
@@ -100,15 +98,7 @@ engine('a send that fails for a transient reason is thrown on: the run neither f
 engine('a wait ended by an event: its $run.step names the event, as its history item does (probe BI: webhook consumers could not tell which event resumed it)', async () => {
   const def: WorkflowDefinition = { trigger: { event: 'go' }, steps: [{ type: 'wait', event: 'reply', timeout: '1h' }, { type: 'exit' }] };
   const emitted: RunEvent[] = [];
-  const host: EngineHost = {
-    now: Date.parse('2026-01-01T00:00:00.000Z'),
-    evaluate: () => true,
-    send: async () => { throw new Error('no send here'); },
-    transient: () => false,
-    armTimer: () => 'timer',
-    disarmTimer: () => {},
-    emit: (event) => emitted.push(event),
-  };
+  const host = hostOf(emitted);
   const run = newRun('run_1', { id: 'wfl_1', slug: 'ask' }, { id: 'wfv_1', version: 1 }, 'ann', { id: 'evt_1', name: 'go', data: {} }, host.now, 0);
   await startRun(run, def, host, { id: 'evt_1', name: 'go', data: {} });
   assert.is(run.status, 'waiting');
