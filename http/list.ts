@@ -28,10 +28,12 @@ function parseCursor(cursor: string): CursorFields | null {
 
 /**
  * The list a request reads: its path (decoded: a client may encode an externalId's characters
- * either way; a trailing slash or none) in the credential's workspace and tenant. A cursor carries its list's tag, so one list's
- * cursor given to another (another tenant's events, another subscriber's timeline, another
- * endpoint's deliveries) is refused instead of read as a position there. Filters are not part of
- * it: a cursor is a position in the list's order, which filters do not change.
+ * either way; a trailing slash or none) in the credential's workspace and tenant, and, for a list
+ * whose owner is a query parameter (a client's widgets, by `externalId`), that owner
+ * (`pageRequest`'s `within`). A cursor carries its list's tag, so one list's cursor given to another
+ * (another tenant's events, another subscriber's timeline or widgets, another endpoint's
+ * deliveries) is refused instead of read as a position there. Filters are not part of it: a cursor
+ * is a position in the list's order, which filters do not change.
  */
 export function listTag(ctx: Context): string {
   // without a trailing slash: the router serves `/v1/topics/` as `/v1/topics`, so their cursors are one list's (probe T)
@@ -42,7 +44,9 @@ export function listTag(ctx: Context): string {
     // a malformed escape: the raw path, as the router matched it
   }
   const auth = ctx.state.auth as { workspace?: { id: string }; tenant?: { id: string } | null } | undefined;
-  return createHash('sha256').update(`${auth?.workspace?.id ?? ''}|${auth?.tenant?.id ?? ''}|${path}`).digest('base64url').slice(0, 12);
+  const within = (ctx.state as ListState).listWithin;
+  const owner = within === undefined ? '' : `|${JSON.stringify(within)}`;
+  return createHash('sha256').update(`${auth?.workspace?.id ?? ''}|${auth?.tenant?.id ?? ''}|${path}${owner}`).digest('base64url').slice(0, 12);
 }
 
 /** `cursor` (from `encodeCursor`) bound to the list `tag` names: what a list answer gives as `nextCursor`. */
@@ -67,12 +71,18 @@ export function badCursor(): ApiError {
   return new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
 }
 
+/** What `listTag` reads of the request's state besides its credential. */
+type ListState = { listWithin?: string };
+
 /**
  * Reads `limit` (default 50, at most 100) and `cursor` from the query, validating the rest of
- * the query with schema `schemaName` (which must include the ListQuery properties).
+ * the query with schema `schemaName` (which must include the ListQuery properties). `within` names
+ * the list's owner when a query parameter picks it (a client's widgets, by `externalId`): it is
+ * part of the list's tag, so one owner's cursor is refused on another's list (probe BN).
  */
-export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery'): PageRequest & { query: Q } {
+export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery', within?: (query: Q) => string): PageRequest & { query: Q } {
   const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.querystring);
+  if (within) (ctx.state as ListState).listWithin = within(query);
   return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor, listTag(ctx)) : null, query };
 }
 

@@ -286,7 +286,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
   });
 
   router.get('/v1/client/widgets', client, async (ctx) => {
-    const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery');
+    const { query, ...page } = pageRequest<Identified>(ctx, 'ClientWidgetsQuery', (q) => q.externalId);
     await verifyExisting(deps, ctx, query.externalId, query.identityHash);
     const tenantId = tenantOf(ctx).id;
     respond(ctx, 200, await pageRecords(redis, keys.subscriberWidgets(tenantId, query.externalId), page, 'widget', (ids) => loadWidgets(redis, keys, tenantId, ids)));

@@ -628,6 +628,17 @@ c('the widget list pages by limit and cursor like every list (spec 2.2)', async 
   }
 });
 
+c('a widget list cursor is its subscriber\'s: another subscriber\'s list refuses it (probe BN: it read as a position there and skipped the widget)', async ({ api, pk }) => {
+  for (const kind of ['c1', 'c2']) assert.is((await api.post('/v1/client/widgets', pk, { externalId: 'wc-owner', kind })).status, 201);
+  const other = (await api.post('/v1/client/widgets', pk, { externalId: 'wc-other', kind: 'a1' })).body.data.id;
+  const cursor = (await api.get('/v1/client/widgets?externalId=wc-owner&limit=1', pk)).body.data.nextCursor;
+  const refused = await api.get(`/v1/client/widgets?externalId=wc-other&cursor=${cursor}`, pk);
+  assert.equal([refused.status, refused.body.error?.code, refused.body.error?.param], [400, 'validation', 'cursor']);
+  const own = await api.get(`/v1/client/widgets?externalId=wc-owner&cursor=${cursor}`, pk);
+  assert.equal([own.status, own.body.data.items.length], [200, 1], 'the owner\'s own walk goes on');
+  assert.equal((await api.get('/v1/client/widgets?externalId=wc-other', pk)).body.data.items.map((w: any) => w.id), [other]);
+});
+
 /** What a subscriber is, everything a merge would change: record, subscriptions, widgets, events. */
 async function stateOf(api: ReturnType<typeof client>, ctx: Ctx, externalId: string) {
   const record = await api.get(`/v1/subscribers/${encodeURIComponent(externalId)}`, ctx.boot.keys.tenant);
