@@ -55,7 +55,7 @@ function throwProblems(details: ErrorDetail[]): void {
 }
 
 /**
- * The `Idempotency-Key` header: null when absent; present, it must hold 1 to 255 characters (an
+ * The `Idempotency-Key` header: null when absent; present, it must hold 1 to 255 bytes (an
  * empty or blank one is a mistake to report, not a request without a key).
  */
 function idempotencyKeyOf(ctx: Context): string | null {
@@ -63,7 +63,7 @@ function idempotencyKeyOf(ctx: Context): string | null {
   if (repeatsHeader(ctx.req, 'idempotency-key')) throw validationError([{ param: 'Idempotency-Key', message: 'must be sent once, not on several lines' }]);
   const key = ctx.get('Idempotency-Key');
   if (key.trim() === '') throw validationError([{ param: 'Idempotency-Key', message: 'must not be empty' }]);
-  if (key.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 characters' }]);
+  if (key.length > 255) throw validationError([{ param: 'Idempotency-Key', message: 'must be at most 255 bytes (a UTF-8 character such as é counts two)' }]);
   return key;
 }
 
@@ -91,7 +91,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
    *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
    *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire. An empty (or blank) or
-   *       longer than 255 characters `Idempotency-Key`, or one sent on several header lines (read as one, `k, k` would be a
+   *       longer than 255 bytes `Idempotency-Key`, or one sent on several header lines (read as one, `k, k` would be a
    *       new key), is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
    *       The whole APNs payload (title, body, data and the rest) must fit in 4 KB: over it is 400 `validation`

@@ -549,6 +549,10 @@ m('an empty or blank Idempotency-Key is 400 validation naming the header, as one
     assert.equal([res.status, res.body.error.code, res.body.error.param], [400, 'validation', 'Idempotency-Key'], `${JSON.stringify(key.slice(0, 10))}: ${res.text}`);
     assert.equal(res.body.error.details.map((d: any) => d.param), ['Idempotency-Key']);
   }
+  // the bound is in bytes, and the message says so (probe BO: it said characters): 128 × é in UTF-8 is 256 bytes
+  const accents = Buffer.from('é'.repeat(128), 'utf8').toString('latin1');
+  const long = await ctx.api.post('/v1/messages', ctx.key, { to: 'idem-empty', title: 't', body: 'b' }, { 'Idempotency-Key': accents });
+  assert.equal([long.status, long.body.error.details[0].message], [400, 'must be at most 255 bytes (a UTF-8 character such as é counts two)']);
   assert.is(await total(), before, 'no message was made');
   const ok = await ctx.api.post('/v1/messages', ctx.key, { to: 'idem-empty', title: 't', body: 'b' }, { 'Idempotency-Key': 'k'.repeat(255) });
   assert.is(ok.status, 202, '255 characters are fine');
