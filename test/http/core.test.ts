@@ -511,7 +511,7 @@ function handlerQueries(): Map<string, string> {
   const dir = join(import.meta.dirname, '..', '..', 'http', 'routes');
   const found = new Map<string, string>();
   const schemaIn = (text: string, helpers: Map<string, string>): string | undefined => {
-    const direct = /checkQuery(?:<[^(]*>)?\('(\w+)'|pageRequest(?:<[^(]*>)?\(ctx(?:, '(\w+)')?\)/.exec(text);
+    const direct = /checkQuery(?:<[^(]*>)?\('(\w+)'|pageRequest(?:<[^(]*>)?\(ctx(?:, '(\w+)')?[,)]/.exec(text);
     if (direct) return direct[1] ?? direct[2] ?? 'ListQuery';
     for (const [helper, schema] of helpers) if (new RegExp(`\\b${helper}\\(ctx`).test(text)) return schema;
     return undefined;
