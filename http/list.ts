@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
-import { ApiError } from '../lib/errors.js';
+import { ApiError, validationError } from '../lib/errors.js';
 import { isId, type IdKind } from '../lib/ids.js';
 import { checkQuery } from '../lib/validator.js';
 import { entriesAfter, type ScoredPosition } from '../streams/scored-index.js';
@@ -71,6 +71,16 @@ export function badCursor(): ApiError {
   return new ApiError(400, 'validation', 'cursor: is not a cursor this service issued', { param: 'cursor', details: [{ param: 'cursor', message: 'is not a cursor this service issued' }] });
 }
 
+/**
+ * The one `cursor` of a query string, decoded (null when absent or repeated: the query's check names
+ * that). Only whether it reads as a cursor at all is checked beside the query's other problems: its
+ * list's tag may depend on the query (`within`).
+ */
+function cursorGiven(querystring: string): string | null {
+  const values = new URLSearchParams(querystring).getAll('cursor');
+  return values.length === 1 ? values[0]! : null;
+}
+
 /** What `listTag` reads of the request's state besides its credential. */
 type ListState = { listWithin?: string };
 
@@ -81,7 +91,17 @@ type ListState = { listWithin?: string };
  * part of the list's tag, so one owner's cursor is refused on another's list (probe BN).
  */
 export function pageRequest<Q extends object = { limit?: number; cursor?: string }>(ctx: Context, schemaName = 'ListQuery', within?: (query: Q) => string): PageRequest & { query: Q } {
-  const query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.querystring);
+  let query: Q & { limit?: number; cursor?: string };
+  try {
+    query = checkQuery<Q & { limit?: number; cursor?: string }>(schemaName, ctx.querystring);
+  } catch (err) {
+    // a cursor this list did not issue is told beside the query's other problems (Part 7: details
+    // list each failing field; probe BP: `?limit=0&cursor=bad` named only limit)
+    const details = err instanceof ApiError ? err.details : null;
+    const cursor = details && !details.some((d) => d.param === 'cursor') ? cursorGiven(ctx.querystring) : null;
+    if (details && cursor !== null && parseCursor(cursor) === null) throw validationError([...details, ...badCursor().details!]);
+    throw err;
+  }
   if (within) (ctx.state as ListState).listWithin = within(query);
   return { limit: query.limit ?? 50, after: query.cursor ? decodeCursor(query.cursor, listTag(ctx)) : null, query };
 }

@@ -239,6 +239,20 @@ export function parseQuery(querystring: string): { params: Map<string, string | 
  * `?limit=500&limit=1` is 400 naming `limit`, not the last value read and the others unchecked.
  */
 export function checkQuery<T>(name: string, querystring: string): T {
+  const { query, details } = readQuery<T>(name, querystring);
+  if (details.length) throw validationError(details);
+  return query;
+}
+
+/**
+ * The problems of a query string under query schema `name` (those checkQuery throws), for a route
+ * that tells them together with its body's (Part 7: `details` lists each failing field).
+ */
+export function queryProblems(name: string, querystring: string): ErrorDetail[] {
+  return readQuery(name, querystring).details;
+}
+
+function readQuery<T>(name: string, querystring: string): { query: T; details: ErrorDetail[] } {
   // no prototype: `copy.__proto__ = v` on a plain object would set its prototype (ignored for a
   // string) instead of keeping the key, and `?__proto__=1` would pass unnamed
   const copy: Record<string, unknown> = Object.create(null);
@@ -260,6 +274,5 @@ export function checkQuery<T>(name: string, querystring: string): T {
   }
   const fn = compiled(queries, name, 'query');
   if (!fn(copy)) errorDetails(fn.errors ?? []).forEach(add);
-  if (details.length) throw validationError(details.slice(0, MAX_DETAILS));
-  return copy as T;
+  return { query: copy as T, details: details.slice(0, MAX_DETAILS) };
 }

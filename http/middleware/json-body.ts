@@ -33,13 +33,48 @@ function protoKeyOf(value: unknown): string | null {
   return walk(value, '', 0);
 }
 
-/** protoKeyOf of a JSON text (null when it does not parse). */
-function protoKeyPath(text: string): string | null {
+/**
+ * A JSON text that may hold a `__proto__` key, escaped or not (`"\u005f_proto__"` parses to one as
+ * well): only such a text is walked for one, so every other body costs no walk.
+ */
+const SUSPECT_PROTO = /"(?:_|\\u005[Ff])(?:_|\\u005[Ff])(?:p|\\u0070)(?:r|\\u0072)(?:o|\\u006[Ff])(?:t|\\u0074)(?:o|\\u006[Ff])(?:_|\\u005[Ff])(?:_|\\u005[Ff])"/;
+
+/** UTF-8 that refuses what is not UTF-8, instead of reading each bad byte as U+FFFD; a leading BOM is dropped. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The text of a request body's bytes, which JSON requires to be UTF-8 (RFC 8259 8.1); 400 `parse`
+ * when they are not. Read leniently, a byte that is not UTF-8 became U+FFFD and was stored so: an
+ * externalId or property changed silently, and two message bodies differing only there made one
+ * `Idempotency-Key` replay the other (probe BP).
+ */
+export function utf8Text(bytes: Buffer): string {
   try {
-    return protoKeyOf(JSON.parse(text));
+    return UTF8.decode(bytes);
   } catch {
-    return null;
+    throw new ApiError(400, 'parse', 'Request body is not valid UTF-8 (JSON must be sent as UTF-8, RFC 8259)', { param: 'body' });
   }
+}
+
+/** Any byte outside ASCII in a body read one character per byte (latin1). */
+const NOT_ASCII = /[^\x00-\x7f]/;
+
+/**
+ * The JSON value of a request body read one character per byte: ASCII as it stands, anything else
+ * decoded as UTF-8 first (400 `parse` when it is not UTF-8, or not JSON); a `__proto__` key is 400
+ * `validation` naming it. Any JSON value parses (`null` or `42` then fail the route's schema).
+ */
+function parseBody(bytes: string): unknown {
+  const text = NOT_ASCII.test(bytes) ? utf8Text(Buffer.from(bytes, 'latin1')) : bytes;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new ApiError(400, 'parse', 'Request body is not valid JSON', { param: 'body' });
+  }
+  const proto = SUSPECT_PROTO.test(text) ? protoKeyOf(value) : null;
+  if (proto) throw validationError([{ param: proto, message: 'is not an allowed field' }]);
+  return value;
 }
 
 /**
@@ -124,16 +159,16 @@ export function parsedJsonProblem(value: unknown): ErrorDetail | null {
   return proto ? { param: proto, message: 'is not an allowed field' } : bodyProblem(value);
 }
 
-/** What body parsing throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
+/** What reading a body throws (http-errors shaped, or a zlib error for a corrupt compressed body), as the service's error. */
 function bodyError(err: unknown, limitBytes: number): ApiError {
   if (err instanceof ApiError) return err;
-  const e = err as { status?: number; type?: string; body?: unknown; message?: string };
-  if (typeof e?.body === 'string' && /prototype property/.test(e.message ?? '')) {
-    const path = protoKeyPath(e.body);
-    if (path) return validationError([{ param: path, message: 'is not an allowed field' }]);
-  }
+  const e = err as { status?: number; type?: string; code?: string; message?: string };
   if (e?.type === 'entity.too.large' || e?.status === 413) return new ApiError(413, 'payload_too_large', `Request body is larger than the limit of ${limitBytes} bytes`);
   if (e?.type === 'encoding.unsupported' || e?.status === 415) return new ApiError(400, 'bad_request', 'Unsupported Content-Encoding; send the body uncompressed, gzip, deflate or br', { param: 'Content-Encoding' });
+  // zlib's Z_DATA_ERROR, Z_BUF_ERROR, ERR_BROTLI_…, ERR__ERROR_FORMAT_… (probe BP: said "not valid JSON")
+  if (typeof e?.code === 'string' && /^(Z_|ERR_BROTLI|ERR__|ERR_ZLIB)/.test(e.code)) {
+    return new ApiError(400, 'parse', 'Request body is not valid for its Content-Encoding (a corrupt or truncated compressed stream)', { param: 'body' });
+  }
   return new ApiError(400, 'parse', 'Request body is not valid JSON', { param: 'body' });
 }
 
@@ -144,7 +179,9 @@ function bodyError(err: unknown, limitBytes: number): ApiError {
  * with `validation`); a body in another media type (a form, multipart) is 400 `bad_request`.
  */
 export function jsonBody(limitBytes: number) {
-  const parse = koaBody({ json: true, urlencoded: false, text: false, multipart: false, jsonLimit: limitBytes, jsonStrict: false, parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
+  // read as text one character per byte (latin1), then decoded as UTF-8 strictly by parseBody:
+  // koa-body's JSON reading decodes leniently (a byte that is not UTF-8 becomes U+FFFD, silently)
+  const read = koaBody({ json: false, urlencoded: false, text: true, multipart: false, textLimit: limitBytes, encoding: 'latin1', parsedMethods: [HttpMethodEnum.POST, HttpMethodEnum.PUT, HttpMethodEnum.PATCH, HttpMethodEnum.DELETE] });
   return async function body(ctx: Context, next: Next): Promise<void> {
     if (ctx.method === 'GET' || ctx.method === 'HEAD') return next();
     const hasBody = Number(ctx.get('Content-Length') || 0) > 0 || Boolean(ctx.get('Transfer-Encoding'));
@@ -153,23 +190,22 @@ export function jsonBody(limitBytes: number) {
       return next();
     }
     const type = ctx.get('Content-Type');
-    // the usual headers are known JSON as they stand: no media-type parsing for them (type-is, twice)
-    if (!JSON_AS_SENT.has(type)) {
-      if (type && !ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
-      // none, text/plain and every +json type are read as JSON: koa-body itself parses only a few +json types
-      // (probe M: application/merge-patch+json bodies went unread and were answered "body: must be object")
-      ctx.request.headers['content-type'] = 'application/json';
-    }
+    // none, text/plain and every +json type are read as JSON (probe M: application/merge-patch+json
+    // bodies went unread and were answered "body: must be object"); the usual headers need no
+    // media-type parsing (type-is)
+    if (!JSON_AS_SENT.has(type) && type && !ctx.is(READ_AS_JSON)) throw new ApiError(400, 'bad_request', 'Send the request body as JSON (Content-Type: application/json)', { param: 'Content-Type' });
+    ctx.request.headers['content-type'] = 'text/plain';
     // content codings are case-insensitive, and x-gzip is gzip (RFC 9110 8.4.1); the inflater knows only the lowercase names
     const coding = ctx.get('Content-Encoding');
     if (coding) ctx.request.headers['content-encoding'] = coding.toLowerCase().replace(/\bx-gzip\b/g, 'gzip');
     try {
-      await parse(ctx, async () => {});
+      await read(ctx, async () => {});
     } catch (err) {
       throw bodyError(err, limitBytes);
     }
+    const bytes = ctx.request.body as unknown;
     // a chunked body with nothing in it reads as an empty object, as a Content-Length: 0 one does
-    if (ctx.request.body === undefined || ctx.request.body === '') ctx.request.body = {};
+    ctx.request.body = typeof bytes === 'string' && bytes !== '' ? parseBody(bytes) : {};
     const problem = bodyProblem(ctx.request.body);
     if (problem) throw validationError([problem]);
     return next();

@@ -1,7 +1,7 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
-import { notFound } from '../../lib/errors.js';
-import { checkBody, checkQuery } from '../../lib/validator.js';
+import { notFound, validationError } from '../../lib/errors.js';
+import { bodyProblems, checkBody, checkQuery, queryProblems } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { now } from '../../lib/clock.js';
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
@@ -193,7 +193,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.patch('/v1/client/subscriptions/:id', client, async (ctx) => {
-    const { enabled } = checkBody<{ enabled: boolean }>('SubscriptionEnabled', ctx.request.body);
+    // the body's problems and the query's are told together (Part 7: details list each failing field; probe BP)
+    const problems = [...bodyProblems('SubscriptionEnabled', ctx.request.body), ...queryProblems('ClientOwnerQuery', ctx.querystring)];
+    if (problems.length) throw validationError(problems);
+    const { enabled } = ctx.request.body as { enabled: boolean };
     const owner = await subscriptionOwner(ctx);
     const scope = scopeOf(ctx, deps);
     const { subscription } = await setSubscriptionEnabled(redis, keys, scope, owner, ctx.params.id!, enabled, auditTrailOf(ctx, deps));

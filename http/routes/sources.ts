@@ -16,7 +16,7 @@ import { respond } from '../envelope.js';
 import { readBody } from '../read-body.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, refsOf, tenantOf, writerOf } from '../middleware/auth.js';
-import { parsedJsonProblem } from '../middleware/json-body.js';
+import { parsedJsonProblem, utf8Text } from '../middleware/json-body.js';
 import { requestOrigin } from '../origin.js';
 
 /**
@@ -246,8 +246,9 @@ export function registerSources(router: Router, deps: AppDeps): void {
     if (!verdict.ok) return refuse(source, new ApiError(401, verdict.code, verdict.message), false);
     let payload: unknown;
     try {
-      payload = JSON.parse(body.toString('utf8'));
-    } catch {
+      payload = JSON.parse(utf8Text(body));
+    } catch (err) {
+      if (err instanceof ApiError) return refuse(source, err, true); // not UTF-8 (probe BP: read as U+FFFD and stored)
       payload = undefined;
     }
     if (payload === null || typeof payload !== 'object' || Array.isArray(payload)) {

@@ -42,10 +42,10 @@ function schemaFor(contract: Contract, op: Operation | undefined, status: number
  * envelope's Request-Id rule. A drift between behaviour and document fails the test.
  */
 export function client(baseUrl: string) {
-  const call = async <T = any>(method: string, path: string, options: { key?: string; body?: unknown; headers?: Record<string, string>; raw?: string } = {}): Promise<Reply<T>> => {
+  const call = async <T = any>(method: string, path: string, options: { key?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Uint8Array } = {}): Promise<Reply<T>> => {
     const headers: Record<string, string> = { ...options.headers };
     if (options.key) headers.authorization = `Bearer ${options.key}`;
-    let body: string | undefined;
+    let body: string | Uint8Array | undefined;
     if (options.raw !== undefined) body = options.raw;
     else if (options.body !== undefined) body = JSON.stringify(options.body);
     if (body !== undefined && !headers['content-type']) headers['content-type'] = 'application/json';

@@ -92,6 +92,33 @@ core('malformed JSON is 400 parse, its details naming the body (Part 7: details 
   assert.equal(res.body.error.details, [{ param: 'body', message: 'Request body is not valid JSON' }]);
 });
 
+core('a body whose bytes are not UTF-8 is 400 parse, whatever charset it declares or coding it comes in; nothing stored with U+FFFD in their place (probe BP)', async ({ api, keys }) => {
+  const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p, 'utf8') : Buffer.from(p))));
+  const bad = bytes('{"externalId":"t-bad', [0xff, 0xfe], '","name":"app.opened"}');
+  const latin1 = bytes('{"externalId":"t-lat","name":"app.opened","data":{"n":"caf', [0xe9], '"}}');
+  for (const [body, headers, what] of [
+    [bad, {}, 'stray bytes'],
+    [latin1, { 'content-type': 'application/json; charset=latin1' }, 'latin1 declared'],
+    [gzipSync(bad), { 'content-encoding': 'gzip' }, 'compressed'],
+    [bytes('{"externalId":"t-cut","name":"app.opened","data":{"n":"', [0xe2, 0x82], '"}}'), {}, 'a character cut short'],
+  ] as [Buffer, Record<string, string>, string][]) {
+    const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: body, headers });
+    assert.equal([res.status, res.body.error?.code, res.body.error?.param], [400, 'parse', 'body'], what);
+    assert.is(res.body.error.message, 'Request body is not valid UTF-8 (JSON must be sent as UTF-8, RFC 8259)', what);
+  }
+  for (const id of ['t-bad\uFFFD\uFFFD', 't-lat', 't-cut']) assert.is((await api.get(`/v1/subscribers/${encodeURIComponent(id)}`, keys.tenant)).status, 404, id);
+  // UTF-8 itself, a BOM in front, a U+FFFD sent as such and a character of four bytes, is stored as sent
+  const good = bytes([0xef, 0xbb, 0xbf], '{"externalId":"t-good","name":"app.opened","data":{"n":"caf\u00e9 \ufffd \u{1F600}"}}');
+  const ok = await api.call('POST', '/v1/events', { key: keys.tenant, raw: good });
+  assert.is(ok.status, 202, ok.text);
+  assert.is(ok.body.data.items[0].data.n, 'caf\u00e9 \ufffd \u{1F600}');
+});
+
+core('a __proto__ key escaped in the JSON text (\\u005f_proto__) is refused like a plain one', async ({ api, keys }) => {
+  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: '{"externalId":"proto-esc","name":"app.opened","data":{"\\u005f_proto__":{"admin":true}}}' });
+  assert.equal([res.status, res.body.error.code, res.body.error.param], [400, 'validation', 'data.__proto__']);
+});
+
 core('a __proto__ key is valid JSON but never accepted: 400 validation naming the field, nothing stored', async ({ api, keys }) => {
   const raw = '{"events":[{"externalId":"proto-1","name":"app.opened","data":{"ok":1,"__proto__":{"admin":true}}}]}';
   const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw });
@@ -220,6 +247,15 @@ core('requests Node would answer itself are answered in the envelope: an Expect 
     assert.equal([body.success, body.data, body.error.code], [false, null, code]);
     assert.is(res.headers['request-id'], body.metadata.requestId);
   }
+});
+
+core('a cursor that is not one is named beside the query\'s other problems; body and query problems are told together (Part 7; probe BP: one place at a time)', async ({ api, keys }) => {
+  const list = await api.get('/v1/subscribers?limit=0&cursor=bad', keys.tenant);
+  assert.equal([list.status, list.body.error.details.map((d: any) => d.param)], [400, ['limit', 'cursor']]);
+  const alone = await api.get('/v1/subscribers?limit=0', keys.tenant);
+  assert.equal(alone.body.error.details.map((d: any) => d.param), ['limit'], 'no cursor, no cursor problem');
+  const patch = await api.patch('/v1/client/subscriptions/sbn_x?externalId=%ZZ', keys.client, { enabled: 'yes' });
+  assert.equal([patch.status, patch.body.error.details.map((d: any) => d.param)], [400, ['enabled', 'externalId']]);
 });
 
 core('list limit is 1 to 100 in decimal digits; other spellings of a number are 400 naming limit', async ({ api, keys }) => {
@@ -365,7 +401,8 @@ core('a corrupt gzip body is 400 parse, a gzip one is read, an unknown encoding 
   const event = Buffer.from(JSON.stringify({ externalId: 'gz-1', name: 'gz.sent' }));
   const corrupt = await post(event, 'gzip');
   assert.is(corrupt.status, 400);
-  assert.is(((await corrupt.json()) as any).error.code, 'parse');
+  const { error: corruptError } = (await corrupt.json()) as any;
+  assert.equal([corruptError.code, corruptError.message], ['parse', 'Request body is not valid for its Content-Encoding (a corrupt or truncated compressed stream)'], 'said as such, not as JSON (probe BP)');
   assert.is((await post(gzipSync(event), 'gzip')).status, 202);
   // codings are case-insensitive and x-gzip is gzip (RFC 9110 8.4.1; probe M: 400 before)
   for (const coding of ['GZIP', 'x-gzip', 'Gzip']) assert.is((await post(gzipSync(event), coding)).status, 202, coding);

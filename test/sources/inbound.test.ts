@@ -34,7 +34,7 @@ async function createSource(ctx: Ctx, body: Record<string, unknown>): Promise<an
 }
 
 /** A delivery as a sender makes it: no Herald key, the exact bytes, the signature headers. */
-const deliver = (ctx: Ctx, id: string, raw: string, headers: Record<string, string> = {}): Promise<Reply> =>
+const deliver = (ctx: Ctx, id: string, raw: string | Uint8Array, headers: Record<string, string> = {}): Promise<Reply> =>
   ctx.api.call('POST', `/v1/sources/${id}/inbound`, { raw, headers });
 
 const read = async (ctx: Ctx, id: string) => {
@@ -470,6 +470,19 @@ inbound('stripe: Stripe-Signature verifies, created is the timestamp, id dedupes
   assertIgnored(await deliver(ctx, s.id, noUser, stripeHeaders(secret, noUser)), 'no_external_id');
   assert.equal((await read(ctx, s.id)).counts, { accepted: 2, duplicate: 1, ignored: 1, rejected: 6 });
   assert.is((await read(ctx, s.id)).lastError.code, 'missing_authorization');
+});
+
+inbound('a signed delivery whose bytes are not UTF-8 is 400 parse and counted rejected, never stored with U+FFFD in their place (probe BP)', async (ctx) => {
+  const s = await createSource(ctx, { name: 'GitHub bytes', provider: 'github', format: 'github', mapping: { externalId: 'sender.login' } });
+  const body = Buffer.concat([Buffer.from('{"action":"opened","sender":{"login":"bad'), Buffer.from([0xff, 0xfe]), Buffer.from('"}}')]);
+  const res = await deliver(ctx, s.id, body, githubHeaders(s.secret, body, 'issues'));
+  assertError(res, 400, 'parse', 'not UTF-8');
+  assert.match(res.body.error.message, /UTF-8/);
+  assert.equal((await read(ctx, s.id)).counts, { accepted: 0, duplicate: 0, ignored: 0, rejected: 1 });
+  assert.is((await ctx.api.get(`/v1/subscribers/${encodeURIComponent('bad\uFFFD\uFFFD')}`, ctx.key)).status, 404);
+  // UTF-8 proper, a BOM in front included, is read as sent
+  const good = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from('{"action":"opened","sender":{"login":"jos\u00e9-\ufffd"}}', 'utf8')]);
+  assert.is(eventOf(await deliver(ctx, s.id, good, githubHeaders(s.secret, good, 'issues'))).externalId, 'jos\u00e9-\ufffd');
 });
 
 inbound('github: the name is X-GitHub-Event then the action, the signed body dedupes (whatever its unsigned headers say), X-Hub-Signature-256 verifies', async (ctx) => {

@@ -23,7 +23,7 @@ export function swHeaders(secret: string, body: string, options: { id?: string; 
 }
 
 /** The hex HMAC-SHA256 of `text` under the secret's UTF-8 bytes (Stripe's and GitHub's scheme). */
-export const hexHmac = (secret: string, text: string): string => createHmac('sha256', Buffer.from(secret, 'utf8')).update(text).digest('hex');
+export const hexHmac = (secret: string, text: string | Uint8Array): string => createHmac('sha256', Buffer.from(secret, 'utf8')).update(text).digest('hex');
 
 /** `Stripe-Signature: t=<secs>,v1=<hex>` of `body`; `extra` v1 values are put before the real one. */
 export function stripeHeaders(secret: string, body: string, options: { t?: number; extra?: string[] } = {}): Record<string, string> {
@@ -33,7 +33,7 @@ export function stripeHeaders(secret: string, body: string, options: { t?: numbe
 }
 
 /** GitHub's headers of `body`: `X-Hub-Signature-256`, `X-GitHub-Event`, `X-GitHub-Delivery`. */
-export function githubHeaders(secret: string, body: string, event: string, delivery: string = randomUUID()): Record<string, string> {
+export function githubHeaders(secret: string, body: string | Uint8Array, event: string, delivery: string = randomUUID()): Record<string, string> {
   return {
     'x-hub-signature-256': `sha256=${hexHmac(secret, body)}`,
     'x-github-event': event,
