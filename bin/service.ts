@@ -1,5 +1,5 @@
 import { createServer, ServerResponse, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
@@ -88,12 +88,35 @@ async function closeRedis(redis: Redis, deadline: number): Promise<void> {
 
 export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void> };
 
+/** The error a port the web role cannot listen on is told by, or `err` itself. */
+function listenError(err: NodeJS.ErrnoException, port: number): Error {
+  if (err.code === 'EADDRINUSE') return new ConfigError(`PORT ${port} is already in use: stop what listens on it, or set PORT to a free port`);
+  if (err.code === 'EACCES') return new ConfigError(`PORT ${port} needs privileges this process lacks: set PORT to 1024 or above`);
+  return err;
+}
+
+/**
+ * Whether the web role will be able to listen on `port`, tried before anything starts: a port in
+ * use (a second `npm start` beside a running one) stopped the start only once Redis, an embedded
+ * server and the other roles' actors had started, and they had taken work (leases, fan-outs) to
+ * give back (probe BG). The listen itself still tells a port taken in between.
+ */
+async function checkPort(port: number): Promise<void> {
+  if (port === 0) return;
+  await new Promise<void>((done, fail) => {
+    const probe = createNetServer();
+    probe.once('error', (err: NodeJS.ErrnoException) => fail(listenError(err, port)));
+    probe.listen(port, () => probe.close(() => done()));
+  });
+}
+
 /**
  * Starts `roles` in this process: one Redis client for commands, the web server when `web` is
  * among them, and the long-running actors of the other roles. `stop` ends them in reverse order,
  * except the actors, whose stops begin at once.
  */
 export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles })): Promise<Service> {
+  if (roles.includes('web')) await checkPort(config.port);
   const resolved: ResolvedRedis = await resolveRedis(config);
   const webOnly = roles.length === 1 && roles[0] === 'web';
   const redis = connectRedis(resolved.target, commandsOf(roles));
@@ -211,9 +234,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       for (const stop of stops.reverse()) await stop().catch(() => undefined);
       await redis.quit().catch(() => redis.disconnect());
       await resolved.stop();
-      if (err.code === 'EADDRINUSE') throw new ConfigError(`PORT ${config.port} is already in use: stop what listens on it, or set PORT to a free port`);
-      if (err.code === 'EACCES') throw new ConfigError(`PORT ${config.port} needs privileges this process lacks: set PORT to 1024 or above`);
-      throw err;
+      throw listenError(err, config.port);
     });
     server.keepAliveTimeout = 65_000;
     server.on('clientError', answerUnparsedRequest);

@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { Redis } from 'ioredis';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
@@ -103,15 +104,17 @@ start('Ctrl-C in a terminal (SIGINT to npm and the service together, then npm\'s
   assert.not.ok(await answers(port), 'nothing answers on the port once npm is gone');
 });
 
-start('a port already in use is one line on stderr and exit 1, with nothing left running', async () => {
+start('a port already in use is one line on stderr and exit 1, before anything started: nothing written to Redis, nothing left running', async () => {
   const { createServer } = await import('node:net');
   const taken = createServer();
   const port = await freePort();
+  const prefix = uniquePrefix('port-taken');
   await new Promise<void>((done) => taken.listen(port, '0.0.0.0', () => done()));
+  const redis = new Redis(await testRedisUrl());
   try {
     const child = spawn(process.execPath, ['bin/serve.js'], {
       cwd: ROOT,
-      env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('port-taken'), HERALD_ROLES: 'web,worker', LOG_LEVEL: 'error' },
+      env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: prefix, HERALD_ROLES: 'web,worker', LOG_LEVEL: 'error' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';
@@ -119,8 +122,11 @@ start('a port already in use is one line on stderr and exit 1, with nothing left
     const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
     assert.is(code, 1, stderr);
     assert.is(stderr, `herald: PORT ${port} is already in use: stop what listens on it, or set PORT to a free port\n`);
+    // the worker never started: no partition count, lease or heartbeat written (probe BG: it started, then stopped)
+    assert.equal((await redis.scan('0', 'MATCH', `${prefix}*`, 'COUNT', 100_000))[1], []);
   } finally {
     taken.close();
+    redis.disconnect();
   }
 });
 
