@@ -195,8 +195,11 @@ export function readDelivery(source: { format: SourceFormat; mapping: Mapping; n
     timestampMs = ms;
   }
 
-  const value = mapping.data ? valueAt(payload, mapping.data) : payload;
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+  // absent (or null) in this delivery: no data, as an event posted without any (probe BO: refused,
+  // so a provider retried for days a delivery that could only be refused again)
+  const mapped = mapping.data ? valueAt(payload, mapping.data) : payload;
+  const value = mapped === undefined || mapped === null ? {} : mapped;
+  if (typeof value !== 'object' || Array.isArray(value)) {
     return { kind: 'rejected', code: 'validation', param: 'data', message: `the value at ${mapping.data} must be a JSON object` };
   }
   const data = JSON.stringify(value);
