@@ -5,6 +5,7 @@ import { ConfigError, loadConfig } from '../lib/config.js';
 import { ApiError } from '../lib/errors.js';
 import { createSecretBox } from '../lib/secret-box.js';
 import { isoTimeMs } from '../lib/iso-time.js';
+import { isId } from '../lib/ids.js';
 import { describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
 import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
 import { scopeProblem, scopeProblemForKind } from '../lib/scopes.js';
@@ -219,6 +220,8 @@ function prepare(command: string, options: Options): Run {
     case 'key revoke': {
       const workspaceSlug = slugOption(options, 'workspace');
       const id = required(options, 'id');
+      // a bad argument, as a malformed slug is (exit 2; probe BO: exit 1, as a key that does not exist)
+      if (!isId('key', id)) throw new UsageError(`--id "${id}" is not an API key id (key_…, as \`herald key list\` shows)`);
       return async (redis, keys, out) => {
         const workspace = await workspaceOf(redis, keys, workspaceSlug);
         const revoked = await revokeApiKey(redis, keys, workspace, id, BY_CLI);
