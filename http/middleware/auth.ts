@@ -1,7 +1,7 @@
 import type { Context, Next } from 'koa';
 import { now } from '../../lib/clock.js';
 import { ApiError } from '../../lib/errors.js';
-import { KEY_PREFIX, kindOfPresentedKey } from '../../lib/key-kinds.js';
+import { KEY_PREFIX, KEY_SECRET_HEX, kindOfPresentedKey } from '../../lib/key-kinds.js';
 import { hasScope, isSessionOnly } from '../../lib/scopes.js';
 import { sha256Hex } from '../../lib/secrets.js';
 import { looksLikeToken, verifyEventsToken } from '../../lib/events-token.js';
@@ -109,7 +109,7 @@ function hashOf(presented: string): string {
 async function authenticate(ctx: Context, deps: AppDeps, presented: string): Promise<Principal> {
   if (!ctx.get('Authorization')) throw new ApiError(401, 'missing_authorization', 'Send Authorization: Bearer <API key>');
   const kind = kindOfPresentedKey(presented);
-  if (!kind) throw new ApiError(401, 'invalid_api_key', `The API key is malformed (it must start with ${Object.values(KEY_PREFIX).join(', ')})`);
+  if (!kind) throw new ApiError(401, 'invalid_api_key', `The API key is malformed (it must be ${Object.values(KEY_PREFIX).join(', ')} followed by ${KEY_SECRET_HEX} hex characters)`);
   const principal = await deps.keyCache.lookup(hashOf(presented));
   // A key under another kind's prefix hashes differently and is not found; the kind check is belt and braces.
   if (!principal || principal.key.kind !== kind || principal.key.revokedAt) throw new ApiError(401, 'invalid_api_key', 'The API key is unknown or revoked');

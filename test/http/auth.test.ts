@@ -115,6 +115,17 @@ auth('an unknown key with a valid prefix is 401 invalid_api_key', async ({ api }
   }
 });
 
+auth('a string under a key prefix that is not a key\'s 48 hex characters is malformed, never looked up nor remembered (probe BZ: 15 KB strings each kept in the hash cache)', async ({ api }) => {
+  const malformed = 'The API key is malformed (it must be svc_ws_, svc_tn_, svc_pk_ followed by 48 hex characters)';
+  for (const key of ['svc_ws_' + 'a'.repeat(15_000), 'svc_tn_' + randomBytes(24).toString('hex') + '0', 'svc_pk_' + randomBytes(24).toString('hex').toUpperCase(), 'svc_ws_' + 'g'.repeat(48)]) {
+    const res = await api.get('/v1/events/names', key);
+    isError(res, 401, 'invalid_api_key');
+    assert.is(res.body.error.message, malformed, key.slice(0, 20));
+  }
+  const unknown = await api.get('/v1/events/names', 'svc_ws_' + randomBytes(24).toString('hex'));
+  assert.is(unknown.body.error.message, 'The API key is unknown or revoked', 'a well-formed key is looked up');
+});
+
 auth('a valid key presented under another kind\'s prefix is 401 invalid_api_key', async ({ api, acme }) => {
   const body = acme.keys.workspace.slice('svc_ws_'.length);
   // the key itself works
