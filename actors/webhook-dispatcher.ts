@@ -111,7 +111,10 @@ class WebhookDispatcher {
     // an endpoint's attempts taken by this process: its lanes plus as many waiting, so lanes never starve
     this.perEndpoint = 2 * config.webhookEndpointConcurrency;
     this.refillAt = Math.floor(this.perEndpoint * 0.75);
-    this.send = { timeoutMs: this.timeoutMs, production: config.production, allow: createAllowList(config.webhookAllowPrivateNetworks) };
+    this.send = {
+      timeoutMs: this.timeoutMs, production: config.production, allow: createAllowList(config.webhookAllowPrivateNetworks),
+      refused: (err) => ctx.log.warn('webhook attempt refused: its host resolved to an address that is not public', { host: err.hostname, address: err.address, reason: err.reason }),
+    };
     this.refs = new IdentityRefs(ctx.redis, ctx.keys);
   }
 

@@ -3,7 +3,7 @@ import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import Bottleneck from 'bottleneck';
 import { isoNow, now } from '../lib/clock.js';
-import { checkWebhookUrl, guardedLookup, type AllowList } from '../lib/ssrf-guard.js';
+import { checkWebhookUrl, guardedLookup, PRIVATE_ADDRESS_ERROR_CODE, type AllowList, type PrivateAddressError } from '../lib/ssrf-guard.js';
 import { VERSION } from '../lib/version.js';
 import { RESPONSE_EXCERPT_BYTES, WEBHOOK_USER_AGENT_PRODUCT } from '../lib/webhook-policy.js';
 import { utf8Prefix } from '../lib/code-points.js';
@@ -11,7 +11,8 @@ import { webhookLookup } from '../lib/webhook-resolver.js';
 import { webhookHeaders } from '../lib/webhook-signing.js';
 import type { AttemptRecord } from '../streams/webhook-deliveries.js';
 
-export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList };
+/** `refused`: told the address a host name resolved to when the connection was refused for it (for the server's log only). */
+export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList; refused?: (err: PrivateAddressError) => void };
 
 const USER_AGENT = `${WEBHOOK_USER_AGENT_PRODUCT}/${VERSION}`;
 /** Linger of an idle lane before it ends (bottleneck starts lanes slowly; a steady flow keeps them). */
@@ -43,8 +44,18 @@ function prepare(url: string, o: SendOptions): Prepared {
   return p;
 }
 
-function describe(err: Error & { code?: string }): string {
-  if (err.code === 'ERR_WEBHOOK_PRIVATE_ADDRESS') return err.message;
+/**
+ * An attempt's error as recorded. A connection refused for the address a name resolved to says
+ * neither the address nor its kind, as the save-time refusal does not (docs/webhooks.md, URL safety):
+ * anyone holding `webhooks:read` reads attempts, and the text mapped the service's own network
+ * (probe BZ: `refusing to connect to 127.0.0.1 (loopback) for vm`). The server's log has it (`refused`).
+ */
+function describe(err: Error & { code?: string }, o: SendOptions): string {
+  if (err.code === PRIVATE_ADDRESS_ERROR_CODE) {
+    const refused = err as PrivateAddressError;
+    o.refused?.(refused);
+    return `refused: ${refused.hostname} does not resolve to a public address only`;
+  }
   return err.code && !err.message.includes(err.code) ? `${err.code}: ${err.message}` : err.message;
 }
 
@@ -102,10 +113,10 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
         }
       });
       res.on('end', () => finish(redirect));
-      res.on('error', (err) => finish(redirect ?? describe(err)));
+      res.on('error', (err) => finish(redirect ?? describe(err, o)));
       res.on('aborted', () => finish(redirect ?? 'connection closed before the whole answer was read'));
     });
-    req.on('error', (err) => finish(describe(err)));
+    req.on('error', (err) => finish(describe(err, o)));
     req.end(body);
   });
 }

@@ -429,11 +429,12 @@ delivery('a host name whose DNS answer moves to a private address is refused at 
   const moved = await track(ctx, ws.keys.tenant, 'dns.two');
   const refused = await waitDelivery(ctx, ws, e.id, wheOf(moved.id), (x) => x.attempts.length >= 1, 'the refused attempt');
   assert.equal([refused.status, refused.attempts[0].statusCode], ['failed', null]);
-  assert.match(refused.attempts[0].error, /refusing to connect to 10\.20\.30\.40 \(private\)/);
+  // neither the address nor its kind (probe BZ: the attempt named 10.20.30.40, private, to any webhooks:read key)
+  assert.is(refused.attempts[0].error, 'refused: receiver.example.test does not resolve to a public address only');
   answer = '::ffff:169.254.169.254';
   const mapped = await track(ctx, ws.keys.tenant, 'dns.three');
   const refusedMapped = await waitDelivery(ctx, ws, e.id, wheOf(mapped.id), (x) => x.attempts.length >= 1, 'the refused IPv4-mapped attempt');
-  assert.match(refusedMapped.attempts[0].error, /refusing to connect to ::ffff:169\.254\.169\.254 \(link-local\)/);
+  assert.is(refusedMapped.attempts[0].error, 'refused: receiver.example.test does not resolve to a public address only');
   await ctx.api.patch(`/v1/workspaces/whd-dns/webhooks/${e.id}`, ws.keys.workspace, { enabled: false });
   assert.equal(r.requests.map((q) => q.body.type), ['dns.one'], 'nothing reached a refused address');
   assertVerified(r);
