@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { isId, newId } from '../lib/ids.js';
-import { KEY_PREFIX, type KeyKind } from '../lib/key-kinds.js';
+import { KEY_PREFIX, KEY_SECRET_HEX, type KeyKind } from '../lib/key-kinds.js';
+import { isSessionOnly } from '../lib/scopes.js';
 import { randomBytes } from 'node:crypto';
 import { sha256Hex } from '../lib/secrets.js';
 import { auditIntent, recordIntent, settleAudit, writeScope, type AuditDraft, type AuditIntent, type AuditScope } from './audit-outbox.js';
@@ -181,14 +182,18 @@ export function publicKey(record: ApiKeyRecord): Omit<ApiKeyRecord, 'hash'> {
  * Creates an API key and returns the key itself once; only its SHA-256 is stored. The record
  * is written before the hash pointer, so a lookup never finds a pointer without its record.
  * Scopes must already be checked with `scopeProblem` and `scopeProblemForKind` (tests make
- * deliberately useless keys, so this does not check them itself).
+ * deliberately useless keys, so this does not check them all itself); a session-only scope is
+ * refused here too, whatever the caller checked (spec 5.7: never granted to a key, by any path;
+ * probe BZ).
  */
 export async function createApiKey(
   redis: Redis, keys: Keys,
   input: { workspace: Workspace; tenant: Tenant | null; kind: KeyKind; scopes: string[]; expiresAt: string | null; name: string | null },
   by: Writer,
 ): Promise<{ key: string; record: ApiKeyRecord }> {
-  const key = KEY_PREFIX[input.kind] + randomBytes(24).toString('hex');
+  const sessionOnly = input.scopes.find(isSessionOnly);
+  if (sessionOnly !== undefined) throw new Error(`createApiKey: "${sessionOnly}" is session-only and can never be granted to a key`);
+  const key = KEY_PREFIX[input.kind] + randomBytes(KEY_SECRET_HEX / 2).toString('hex');
   const at = now();
   const id = newId('key', at);
   const record: ApiKeyRecord = {

@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import { KEY_KINDS } from '../../lib/key-kinds.js';
 import { hasScope, isSessionOnly, ROUTE_SCOPES, SCOPE_RESOURCES, scopeProblem, scopeProblemForKind, SESSION_ONLY_SCOPES, WORKSPACE_ONLY_RESOURCES } from '../../lib/scopes.js';
 import { signEventsToken } from '../../lib/events-token.js';
-import { createTenant, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
+import { createTenant, listApiKeys, revokeApiKey, type Tenant, type Workspace } from '../../streams/identity.js';
 import { eventsTokenSecret } from '../../streams/secrets.js';
 import type { Reply } from '../helpers/api.js';
 import { rawRequest } from '../helpers/raw-request.js';
@@ -136,6 +136,19 @@ auth('a valid key presented under another kind\'s prefix is 401 invalid_api_key'
   isError(await api.get('/v1/events/names', `svc_ws_${tenantBody}`), 401, 'invalid_api_key');
   const clientBody = acme.keys.client.slice('svc_pk_'.length);
   isError(await api.post('/v1/events', `svc_ws_${clientBody}`, EVENT), 401, 'invalid_api_key');
+});
+
+auth('the key store itself refuses a session-only scope, whatever path asks (spec 5.7; probe BZ: only the CLI checked), and writes nothing', async ({ service, acme }) => {
+  const before = (await listApiKeys(service.redis, service.keys, acme.workspace.id)).length;
+  for (const scopes of [['keys:write'], ['events:read', 'account:read'], ['members:write']]) {
+    try {
+      await makeKey(service, 'acme', 'workspace', scopes);
+      assert.unreachable(`${scopes} granted`);
+    } catch (err) {
+      assert.match((err as Error).message, /is session-only and can never be granted to a key/, String(scopes));
+    }
+  }
+  assert.is((await listApiKeys(service.redis, service.keys, acme.workspace.id)).length, before);
 });
 
 auth('a revoked key is 401 invalid_api_key', async ({ service, api, acme }) => {
