@@ -42,6 +42,8 @@ export function lockTimeout(what: string): ApiError {
 }
 
 /** Longest `param` (a field's path) and `message` an error carries; longer ones are cut, ending in `…`. */
+/** Details one answer lists at most, however many lists of them it joins (probe BV: body and query, 1,000 each). */
+export const MAX_DETAILS = 1_000;
 const MAX_PARAM_CHARS = 256;
 const MAX_MESSAGE_CHARS = 1_024;
 
@@ -67,14 +69,15 @@ export class ApiError extends Error {
     const param = options.param == null ? options.param : clipped(options.param, MAX_PARAM_CHARS);
     // spec Part 7: for the three 400 request codes `details` lists each failing field, always (the
     // whole request, `request`, when no one field is at fault); `param` names the first of them
-    this.details = options.details?.map((d) => ({ param: clipped(d.param, MAX_PARAM_CHARS), message: clipped(d.message, MAX_MESSAGE_CHARS) }))
+    this.details = options.details?.slice(0, MAX_DETAILS).map((d) => ({ param: clipped(d.param, MAX_PARAM_CHARS), message: clipped(d.message, MAX_MESSAGE_CHARS) }))
       ?? (LISTS_FIELDS.has(code) ? [{ param: param ?? 'request', message }] : null);
     this.param = param ?? this.details?.[0]?.param ?? null;
   }
 }
 
 /** 400 `validation` with one detail per failing field; `param` names the first. */
-export function validationError(details: ErrorDetail[], code: ErrorCode = 'validation'): ApiError {
+export function validationError(all: ErrorDetail[], code: ErrorCode = 'validation'): ApiError {
+  const details = all.slice(0, MAX_DETAILS);
   const first = details[0];
   const message = details.length === 1 && first ? `${first.param}: ${first.message}` : `${details.length} fields are invalid`;
   return new ApiError(400, code, message, { param: first?.param ?? null, details });

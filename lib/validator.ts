@@ -1,6 +1,6 @@
 import { Ajv, type ErrorObject, type SchemaValidateFunction, type ValidateFunction } from 'ajv';
 import addFormatsModule from 'ajv-formats';
-import { validationError, type ErrorDetail } from './errors.js';
+import { MAX_DETAILS, validationError, type ErrorDetail } from './errors.js';
 import { allSchemas, type Schema } from './schemas/index.js';
 import { isTimeZone } from './time-zones.js';
 
@@ -140,8 +140,6 @@ export function errorDetails(errors: ErrorObject[], base = ''): ErrorDetail[] {
 
 /** Values (objects, arrays, scalars) of a body past which a failing one gets its first problem only. */
 export const FULL_CHECK_VALUES = 10_000;
-/** Details one answer lists at most. */
-export const MAX_DETAILS = 1_000;
 
 /** Whether `value` holds more than `limit` values, counted until it does. */
 function holdsMoreThan(value: unknown, limit: number): boolean {

@@ -12,7 +12,7 @@ const mappingProperties: Record<string, Schema> = {
   name: path('the event name (before the prefix); default `type`, or for github the X-GitHub-Event header and the payload\'s `action`'),
   id: path('the dedupe key; default the webhook-id header (standard-webhooks), `id` (stripe), the SHA-256 of the body (github: the part GitHub signs; its X-GitHub-Delivery header is not signed)'),
   timestamp: path('when it happened (ISO 8601, unix seconds or ms); default `created` (stripe), else the time of receipt'),
-  data: path('the event `data` (a JSON object of at most 8 KB); default the whole payload'),
+  data: path('the event `data` (a JSON object of at most 8 KB); default the whole payload; a delivery without it (absent or null at the path) gets `{}`, as an event posted without data'),
 };
 
 const mappingInput: Schema = {

@@ -2,7 +2,8 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
-import { FULL_CHECK_VALUES, MAX_DETAILS } from '../../lib/validator.js';
+import { MAX_DETAILS } from '../../lib/errors.js';
+import { FULL_CHECK_VALUES } from '../../lib/validator.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; keys: { tenant: string; client: string } };
 const huge = suite<Ctx>('huge invalid bodies get a bounded answer (probe K2)');
@@ -36,6 +37,15 @@ huge('unknown fields past the full-check bound: the first problem only; below it
   const capped = Object.fromEntries(Array.from({ length: Math.min(FULL_CHECK_VALUES - 10, MAX_DETAILS + 500) }, (_, i) => [`k${i}`, 1]));
   const bounded = await api.post('/v1/events', keys.tenant, { externalId: 'u', name: 'a.b', ...capped });
   assert.is(bounded.body.error.details.length, MAX_DETAILS);
+});
+
+huge('joined lists of problems stay within MAX_DETAILS: body and query of one route, a query and its cursor (probe BV: 2,000 and 1,001)', async ({ api, keys }) => {
+  const query = Array.from({ length: 1_500 }, (_, i) => `q${i}=`).join('&');
+  const body = Object.fromEntries(Array.from({ length: 1_500 }, (_, i) => [`k${i}`, 1]));
+  const patch = await api.patch(`/v1/client/subscriptions/sbn_x?${query}`, keys.client, body);
+  assert.equal([patch.status, patch.body.error.details.length, patch.body.error.message], [400, MAX_DETAILS, `${MAX_DETAILS} fields are invalid`]);
+  const list = await api.get(`/v1/topics?${query}&cursor=bad`, keys.tenant);
+  assert.equal([list.status, list.body.error.details.length], [400, MAX_DETAILS]);
 });
 
 huge('a workflow of 40,000 steps is refused for its size, not checked step by step', async ({ api, keys }) => {
