@@ -1,7 +1,8 @@
 --[[
-  Gives up a partition lease if ARGV[1] still holds it.
+  Gives up a lease if ARGV[1] still holds it: a partition's, or a lock taken with SET NX PX
+  (streams/subscriber-merge.ts).
 
-  KEYS[1] the lease key ({pN}:lease)
+  KEYS[1] the lease key ({pN}:lease, lock:…)
 
   ARGV[1] owner id
 

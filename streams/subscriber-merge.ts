@@ -1,6 +1,8 @@
+import { createHash, randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { ApiError, lockTimeout } from '../lib/errors.js';
 import type { Keys } from './keys.js';
+import { callScript } from './lua-scripts.js';
 import type { AuditTrail } from './subscriber-audit.js';
 import { readSubscriber, SubscriberChanged, type TenantScope } from './subscriber-writes.js';
 import { deleteSubscriber, getSubscriber, mergeAttributes } from './subscribers.js';
@@ -65,17 +67,50 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
  * user made it anew and moved the devices and topics into the new one, or lost them (probe X).
  */
 export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail, intoId?: string): Promise<boolean> {
+  const release = await holdMergeLock(redis, keys, scope.tenantId, plan.anonymousId);
   try {
     return await mergeRounds(redis, keys, intoId === undefined ? scope : { ...scope, only: { externalId: plan.externalId, id: intoId } }, plan, audit);
   } catch (err) {
     if (err instanceof SubscriberChanged) return false;
     throw err;
+  } finally {
+    await release();
   }
+}
+
+/** How long a merge holds its anonymous subscriber unrenewed (one that died lets the next go on after it). */
+const MERGE_LOCK_MS = 30_000;
+/** How long a merge waits for another merge of the same anonymous subscriber before answering 429 `lock_timeout`. */
+const MERGE_LOCK_WAIT_MS = 5_000;
+const MERGE_LOCK_POLL_MS = 25;
+
+/**
+ * One merge of an anonymous subscriber at a time, in the whole deployment: two identify calls
+ * merging it into two users at once each moved its devices (a device taken from the one that had
+ * it), topics and attributes, so both users got them (probe BX: 13 of 15 rounds of two calls). The
+ * second waits for the first (at most MERGE_LOCK_WAIT_MS, else 429 `lock_timeout`, retried), then
+ * finds it deleted and merges nothing. Resolves with the release.
+ */
+async function holdMergeLock(redis: Redis, keys: Keys, tenantId: string, anonymousId: string): Promise<() => Promise<void>> {
+  const lock = keys.lock(`merge:${tenantId}:${createHash('sha256').update(anonymousId).digest('hex')}`);
+  const owner = randomUUID();
+  const giveUpAt = Date.now() + MERGE_LOCK_WAIT_MS;
+  while ((await redis.set(lock, owner, 'PX', MERGE_LOCK_MS, 'NX')) !== 'OK') {
+    if (Date.now() >= giveUpAt) throw lockTimeout('The anonymous subscriber (another merge of it is in progress)');
+    await new Promise((done) => setTimeout(done, MERGE_LOCK_POLL_MS));
+  }
+  return async () => {
+    await callScript(redis, 'releaseLease', [lock], [owner]).catch(() => 0); // else it expires
+  };
 }
 
 async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: MergePlan, audit?: AuditTrail): Promise<boolean> {
   const { anonymousId, externalId } = plan;
-  let subscriptions = plan.subscriptions;
+  // read again under the lock: a merge that held it before may have moved them, or deleted the
+  // anonymous subscriber, since the plan was made (moving the plan's devices took them back from
+  // the user that merge gave them to)
+  let subscriptions = await listSubscriptions(redis, keys, scope, anonymousId);
+  if (!(await readSubscriber(redis, keys, scope, anonymousId, { record: false })).exists) return false;
   for (let round = 0; round < MERGE_ROUNDS; round++) {
     // moved widgets are tagged with the identified subscriber's sub_ id (the cleanup of a delete checks it)
     const into = await readSubscriber(redis, keys, scope, externalId);

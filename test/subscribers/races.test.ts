@@ -162,6 +162,30 @@ races('identify calls racing to merge one anonymous subscriber: exactly one $ide
   }
 });
 
+races('identify calls merging one anonymous subscriber into two users at once: one merge takes its device, topics and properties, the other nothing (probe BX: both got them, the device moved on to the loser)', async ({ api, key, pk, service, tenantId }) => {
+  assert.is((await api.post('/v1/topics', key, { slug: 'merge-pair', name: 'Merge pair' })).status, 201);
+  for (let round = 0; round < 8; round++) {
+    const anonymousId = `anon-pair-${round}`, a = `pair-a-${round}`, b = `pair-b-${round}`, token = `${round}`.padStart(64, 'd');
+    await api.post('/v1/client/subscriptions', pk, { externalId: anonymousId, channel: 'push', token, platform: 'ios' });
+    await api.post('/v1/client/identify', pk, { externalId: anonymousId, source: 'ios', attributes: { properties: { fromAnon: round } } });
+    assert.is((await api.post('/v1/topics/merge-pair/subscribers', key, { externalIds: [anonymousId] })).status, 200);
+    const answers = await Promise.all([a, b].map((externalId) => api.post('/v1/client/identify', pk, { externalId, anonymousId, source: 'ios' })));
+    assert.ok(answers.every((r) => r.status === 200), JSON.stringify(answers.map((r) => r.body.error)));
+    const merged = (externalId: string) => inboxEvents(service, tenantId, externalId).then((events) => events.filter((e) => e.name === '$identify').map((e) => e.data.merged));
+    const [mergedA, mergedB] = [await merged(a), await merged(b)];
+    assert.equal([mergedA, mergedB].map((m) => m.length), [1, 1], `round ${round}: one $identify each`);
+    const winner = mergedA[0] === true ? a : b, loser = winner === a ? b : a;
+    assert.equal([mergedA[0], mergedB[0]].filter((m) => m === true).length, 1, `round ${round}: one merge`);
+    const devices = async (externalId: string) => (await api.get(`/v1/subscribers/${externalId}/subscriptions`, key)).body.data.items.map((x: { token: string }) => x.token);
+    assert.equal([await devices(winner), await devices(loser)], [[token], []], `round ${round}: the device is the merged user's only`);
+    const properties = async (externalId: string) => (await api.get(`/v1/subscribers/${externalId}`, key)).body.data.properties;
+    assert.equal([(await properties(winner)).fromAnon, (await properties(loser)).fromAnon], [round, undefined], `round ${round}: the properties too`);
+    const members = (await api.get('/v1/topics/merge-pair/subscribers?limit=100', key)).body.data.items.map((m: { externalId: string }) => m.externalId);
+    assert.equal([members.includes(winner), members.includes(loser)], [true, false], `round ${round}: and the topic`);
+    assert.is((await api.get(`/v1/subscribers/${anonymousId}`, key)).status, 404, 'the anonymous subscriber is gone');
+  }
+});
+
 races('deleting a subscriber while its device registers again leaves the device with one subscription, and its token owned', async ({ api, key, pk }) => {
   for (let round = 0; round < 12; round++) {
     const externalId = `leaving-${round}`, other = `next-user-${round}`, token = `${round}`.padStart(64, 'e');
