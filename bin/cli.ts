@@ -1,6 +1,8 @@
 import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { ConfigError, loadConfig } from '../lib/config.js';
 import { ApiError } from '../lib/errors.js';
 import { createSecretBox } from '../lib/secret-box.js';
@@ -388,3 +390,7 @@ export async function main(argv: string[]): Promise<number> {
     await resolved?.stop();
   }
 }
+
+// Run directly (`node dist/bin/cli.js …`, as a release phase or a script may) it does what
+// `npx herald …` does (probe BX: it did nothing and exited 0); imported by bin/herald.js, nothing.
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) process.exit(await main(process.argv.slice(2)));

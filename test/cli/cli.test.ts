@@ -211,6 +211,16 @@ cli('the real entry bin/herald.js (building dist/ when it is missing or stale) p
   assertBootstrapShape(oneJsonLine(run), 'x');
 });
 
+cli('dist/bin/cli.js run directly is the CLI too (after bin/herald.js built it): same output and exit codes (probe BX: it did nothing, exit 0)', async ({ env }) => {
+  const cliJs = join(ROOT, 'dist', 'bin', 'cli.js');
+  const run = await spawnNode([cliJs, 'bootstrap', '--workspace', 'direct', '--json'], env, 30_000);
+  ok(run, 'node dist/bin/cli.js bootstrap');
+  assertBootstrapShape(oneJsonLine(run), 'direct');
+  const bad = await spawnNode([cliJs, 'bogus'], env, 30_000);
+  assert.equal([bad.code, bad.stdout], [2, '']);
+  assert.match(bad.stderr, /^herald: unknown command "bogus"/);
+});
+
 cli('tenant create --json prints the tenant and its workspace; the same slug a second time is that tenant, created false, exit 0 (idempotent as bootstrap; probe BG: exit 1)', async ({ env }) => {
   const boot = oneJsonLine(await herald(env, 'bootstrap', '--workspace', 'tenants', '--json'));
   const run = await herald(env, 'tenant', 'create', '--workspace', 'tenants', '--slug', 'apac', '--json');
