@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import type { Redis } from 'ioredis';
 import { ApiError, validationError } from '../lib/errors.js';
 import { isId, type IdKind } from '../lib/ids.js';
-import { checkQuery } from '../lib/validator.js';
+import { checkQuery, parseQuery } from '../lib/validator.js';
 import { entriesAfter, type ScoredPosition } from '../streams/scored-index.js';
 
 /** A page of a list (spec 2.2); `total` only on record lists. */
@@ -77,8 +77,8 @@ export function badCursor(): ApiError {
  * list's tag may depend on the query (`within`).
  */
 function cursorGiven(querystring: string): string | null {
-  const values = new URLSearchParams(querystring).getAll('cursor');
-  return values.length === 1 ? values[0]! : null;
+  const value = parseQuery(querystring).params.get('cursor');
+  return typeof value === 'string' ? value : null;
 }
 
 /** What `listTag` reads of the request's state besides its credential. */
