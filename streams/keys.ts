@@ -147,6 +147,9 @@ export function createKeys(prefix: string) {
     subscriberVerifiedIndex: (n: number, tenantId: string) => `${p(n)}:subidx-verified:${tenantId}`,
     /** hash: one subscription (device or address) of a subscriber */
     subscription: (n: number, tenantId: string, subscriptionId: string) => `${p(n)}:scr:${tenantId}:${subscriptionId}`,
+    /** hash: `claim` → the claim number of the move that removed this subscriber partition's copy of a
+     *  subscription (expires after MOVED_OUT_KEEP_MS): an older registration writes no copy after it */
+    subscriptionMovedOut: (n: number, tenantId: string, subscriptionId: string) => `${p(n)}:scr-out:${tenantId}:${subscriptionId}`,
     /** set of a subscriber's subscription ids */
     subscriberSubscriptions: (n: number, tenantId: string, externalId: string) => `${p(n)}:sub-scrs:${tenantId}:${externalId}`,
     /** set of the topic ids a subscriber belongs to */
@@ -190,6 +193,8 @@ export function createKeys(prefix: string) {
     tokenMoves: (tenantId: string) => `${t(tenantId)}:token-moves`,
     /** hash subscription id → externalId of its subscriber */
     subscriptionOwners: (tenantId: string) => `${t(tenantId)}:scr-owner`,
+    /** string: the lock of one registration of a push token or address at a time (`field` its token field, lua/claimToken) */
+    tokenLock: (tenantId: string, field: string) => `${t(tenantId)}:token-lock:${field}`,
     /** hash subscription id → number of the latest claim of its token (lua/claimToken); fences the removal of a moved copy */
     subscriptionClaims: (tenantId: string) => `${t(tenantId)}:scr-claims`,
     /** hash: a topic record */

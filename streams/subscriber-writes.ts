@@ -34,7 +34,8 @@ export type RecordOp =
   | ['sadd', string, string]
   | ['srem', string, string]
   | ['zadd', string, number, string]
-  | ['zrem', string, string];
+  | ['zrem', string, string]
+  | ['pexpireat', string, string];
 
 export type EngineEvent = { name: string; data: Record<string, unknown> };
 

@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError, notFound } from '../lib/errors.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ApiError, lockTimeout, notFound } from '../lib/errors.js';
 import { isId, newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { AuditDraft } from './audit-outbox.js';
@@ -140,9 +141,22 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
 };
 
 /**
+ * How long the mark of a copy removed by a move (`keys.subscriptionMovedOut`) is kept: far longer
+ * than a registration takes from its claim to its write (its compare-and-set is bounded).
+ */
+const MOVED_OUT_KEEP_MS = 3_600_000;
+
+/** The claim number of the move that removed `externalId`'s partition's copy of subscription `id` (0: none known). */
+const movedOutClaim = (redis: Redis, keys: Keys, scope: TenantScope, p: number, id: string) => redis.hget(keys.subscriptionMovedOut(p, scope.tenantId, id), 'claim');
+
+/**
  * Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not
  * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
- * record written by a later claim of the token stays). A reference to a record another subscriber
+ * record written by a later claim of the token stays), and the removal is a move's: it marks the
+ * copy moved out under that claim (the highest such claim stays), in the same write, so that a
+ * registration of `externalId` claimed before the move and not written yet writes no copy after
+ * it (`writeRegistration`; it came back as a fresh copy, audited created, then removed again and
+ * audited moved again). A reference to a record another subscriber
  * of the partition holds now is dropped without touching the record (guarded: the holder is checked
  * again in the write), with reason `moved`, and answers null: the subscription is not this
  * subscriber's any more (its GET is 404 too).
@@ -159,8 +173,8 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  * write audits the change itself.
  */
 async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail, lost = false): Promise<{ subscription: Subscription; claim: number } | null> {
-  type Read = Held & { owner: string | null; theirs: Record<string, string> };
-  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs }) => {
+  type Read = Held & { owner: string | null; theirs: Record<string, string>; out: string | null };
+  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs, out }, at) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -180,12 +194,22 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     const entry = !audit ? null
       : lost ? (ownerWrote && theirs.movedFrom !== `${externalId}#${claim}` ? movedAudit(audit, externalId, h, owner!, theirs) : null)
         : ownerWrote ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
+    const ops: RecordOp[] = [['del', recordKey], ['srem', set, id]];
+    if (Number.isFinite(upTo)) {
+      const outKey = keys.subscriptionMovedOut(snapshot.partition, scope.tenantId, id);
+      guards.push(['fieldIs', outKey, 'claim', out ?? '']);
+      ops.push(['hset', outKey, 'claim', String(Math.max(Number(out ?? 0), upTo))], ['pexpireat', outKey, String(at + MOVED_OUT_KEEP_MS)]);
+    }
+    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops, guards, audit: entry, result: { subscription, claim } };
   }, async (p) => {
-    const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
-    if (owner === null || owner === externalId) return { ...held, owner, theirs: {} };
+    const [held, owner, out] = await Promise.all([
+      readHeld(redis, keys, scope, externalId, id)(p),
+      audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null,
+      Number.isFinite(upTo) ? movedOutClaim(redis, keys, scope, p, id) : null,
+    ]);
+    if (owner === null || owner === externalId) return { ...held, owner, theirs: {}, out };
     const theirs = await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
-    return { ...held, owner, theirs };
+    return { ...held, owner, theirs, out };
   });
 }
 
@@ -232,26 +256,80 @@ export async function registerSubscription(
   }
 }
 
+/** How long a registration holds its token's lock (lua/claimToken) unless it gives it up sooner: far longer than one takes; one that died holds it this long at most. */
+const TOKEN_LOCK_MS = 2_000;
+/** How long a registration waits for another registration of the same token before answering 429 `lock_timeout`. */
+const TOKEN_LOCK_WAIT_MS = 5_000;
+const TOKEN_LOCK_POLL_MAX_MS = 5;
+
+/** A registration's lock on its token: the key, the owner (the registration's new subscription id), and whether it may still hold it. */
+type TokenLock = { key: string; owner: string; held: boolean };
+
+/**
+ * Claims the token (lua/claimToken) under its registration lock: while another registration of the
+ * same token holds it (in any process), waits (1 ms, doubling to 5 ms, at most TOKEN_LOCK_WAIT_MS,
+ * then 429 `lock_timeout`). Two app users registering one device at once each saw the other's
+ * copy half-moved: a copy created again (createdAt reset), the owner change audited twice and the
+ * ledger's last entry naming the one that lost (probe BX).
+ */
+async function claimUnderLock(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, lock: TokenLock): Promise<[string, string, number, string?]> {
+  const tokens = [...tokenKeys(keys, scope.tenantId), lock.key];
+  const giveUpAt = Date.now() + TOKEN_LOCK_WAIT_MS;
+  for (let wait = 1; ; wait = Math.min(wait * 2, TOKEN_LOCK_POLL_MAX_MS)) {
+    const reply = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, lock.owner, externalId, lock.owner, TOKEN_LOCK_MS]);
+    if (reply[0] !== 'busy') return reply;
+    if (Date.now() >= giveUpAt) throw lockTimeout('The device (another registration of it is in progress)');
+    await sleep(wait);
+  }
+}
+
+/** Gives up the registration's lock on its token unless lua/confirmToken did (else it expires). */
+async function releaseTokenLock(redis: Redis, lock: TokenLock): Promise<void> {
+  if (!lock.held) return;
+  lock.held = false;
+  await callScript(redis, 'releaseLease', [lock.key], [lock.owner]).catch(() => 0);
+}
+
 async function registerOnce(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
   options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
 ): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
+  const lock: TokenLock = { key: keys.tokenLock(scope.tenantId, field), owner: newId('subscription'), held: true };
+  const [claim, id, claimNumber, previous] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
+  try {
+    return await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous });
+  } finally {
+    await releaseTokenLock(redis, lock);
+  }
+}
+
+/**
+ * A registration after its claim: writes its copy, removes the previous subscriber's on a move,
+ * then checks the token still names its copy (which gives the lock up).
+ */
+async function registerClaimed(
+  redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
+  options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
+  { field, lock, claim, id, stamp, previous }: { field: string; lock: TokenLock; claim: string; id: string; stamp: number; previous?: string },
+): Promise<Registered> {
   const tokens = tokenKeys(keys, scope.tenantId);
-  const [claim, id, claimNumber, previous] = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, newId('subscription'), externalId]);
-  const stamp = Number(claimNumber);
-  await options.afterClaim?.();
+  if (options.afterClaim) {
+    // tests: what runs here happens as if the lock had expired (its holder stalled that long)
+    await releaseTokenLock(redis, lock);
+    await options.afterClaim();
+  }
   const enabled = options.enabled ?? true;
   const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined };
-  let outcome: { created: boolean; record: Record<string, string>; before: Record<string, string> };
+  let outcome: Written;
   try {
     if (claim === 'new') {
       // The id was made for this call: no record of it can exist unless a concurrent registration of the
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
       if (fresh) {
-        await confirmToken(redis, keys, scope, field, externalId, id, stamp, options.audit);
+        await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
       }
     }
@@ -268,10 +346,25 @@ async function registerOnce(
     await detach(redis, keys, scope, previous, id, 'moved', stamp);
     await settleMove(redis, keys, scope.tenantId, field, previous, `${id}|${externalId}`);
   }
-  await confirmToken(redis, keys, scope, field, externalId, id, stamp, options.audit);
+  if (outcome.overtaken) return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
+  await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
   // the record as written (no second read)
   const subscription = toSubscription(externalId, outcome.record);
   return { subscription, created: outcome.created, ...(outcome.created ? { changes: {}, previousAttributes: {} } : diffOf(toSubscription(externalId, outcome.before), subscription)) };
+}
+
+/**
+ * The answer of a registration overtaken before its write (it wrote nothing): the device was this
+ * subscriber's when it claimed it, and another's right after. It answers the subscription as its
+ * holder now has it (its id, its createdAt), not created; as the registration would have written it
+ * when no holder's copy is found.
+ */
+async function overtakenReply(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, field: string, id: string, make: Make, wanted: Record<string, string>): Promise<Registered> {
+  const named = await redis.hget(keys.tokens(scope.tenantId), field);
+  const owner = named?.startsWith(`${id}|`) ? named.slice(id.length + 1) : null;
+  const theirs = owner === null ? {} : await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
+  const record = owner !== null && heldBy(theirs, owner) ? theirs : newRecord(id, wanted, isoNow(now()), { ...make, holder: externalId });
+  return { subscription: toSubscription(externalId, record), created: false, changes: {}, previousAttributes: {} };
 }
 
 /**
@@ -315,9 +408,16 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  * retry finishing a move a crash left unsettled: same claim number) records no second one. Without a
  * previous copy (its registration died before writing one) the record is new: `subscription.created`.
  */
+/**
+ * What `writeRegistration` did: `created` a copy here, or updated (or found as it is) `before`;
+ * `overtaken` when it wrote nothing because a later claim's move had removed this subscriber's copy
+ * (`record` then empty).
+ */
+type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: boolean };
+
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
-  type Read = Held & { count: number; prior: Record<string, string> };
-  return changeSubscriber<{ created: boolean; record: Record<string, string>; before: Record<string, string> }, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior }, atMs) => {
+  type Read = Held & { count: number; prior: Record<string, string>; out: string | null };
+  return changeSubscriber<Written, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior, out }, atMs) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
     const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
@@ -329,6 +429,10 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // another subscriber of the partition wrote the record under a later claim: this claim is over
       // already (the check after the write drops this subscriber's reference)
       if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
+      // a later claim's move removed this subscriber's copy before this write: this claim is over too,
+      // and a copy written now would be one nobody claims (the check after the write removed it again)
+      if (!current.id && Number(out ?? 0) >= make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: true } };
+      guards.push(['fieldIs', keys.subscriptionMovedOut(p, scope.tenantId, id), 'claim', out ?? '']);
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,
       // device) where the registration leaves it out: a sandbox token stays a sandbox token
@@ -380,12 +484,13 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
   }, async (p) => {
     // the previous subscriber's copy of a move (in its own partition, perhaps this one), read before this write
     const from = make.from;
-    const [held, count, prior] = await Promise.all([
+    const [held, count, prior, out] = await Promise.all([
       readHeld(redis, keys, scope, externalId, id)(p),
       redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
       from === undefined ? {} : readRecord(redis, keys, scope, from, id)(partitionOf(scope.tenantId, from, scope.partitions)),
+      movedOutClaim(redis, keys, scope, p, id),
     ]);
-    return { ...held, count, prior };
+    return { ...held, count, prior, out };
   }, { record: false });
 }
 
@@ -408,8 +513,9 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
  * A crash between the write and this check can leave such a copy; the fan-out never sends to a
  * subscription whose owner is another subscriber (actors/fanout.ts).
  */
-async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number, audit?: AuditTrail): Promise<void> {
-  const held = await callScript<string>(redis, 'confirmToken', tokenKeys(keys, scope.tenantId), [field, id, externalId, stamp]);
+async function confirmToken(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, id: string, stamp: number, lock: TokenLock, audit?: AuditTrail): Promise<void> {
+  const held = await callScript<string>(redis, 'confirmToken', [...tokenKeys(keys, scope.tenantId), lock.key], [field, id, externalId, stamp, lock.held ? lock.owner : '']);
+  lock.held = false;
   if (held !== 'lost') return;
   if (await leftToMover(redis, keys, scope, field, externalId, id)) return;
   await detach(redis, keys, scope, externalId, id, 'moved', stamp, audit, true);

@@ -2,6 +2,7 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { sweepAuditOutboxes } from '../../actors/audit-outbox-sweeper.js';
 import { newId } from '../../lib/ids.js';
+import { partitionOf } from '../../lib/partition.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { createLogger } from '../../lib/log.js';
 import { AuditTrail, type MadeIntent, type WriteAudit, type WriteReply } from '../../streams/subscriber-audit.js';
@@ -36,6 +37,13 @@ move.before(async (ctx) => {
 move.after(async (ctx) => ctx.service.stop());
 
 const token = (n: number) => n.toString(16).padStart(64, 'f');
+
+/** lua/claimToken alone, as a registration killed right after its claim leaves it (its lock expired: none taken here). */
+const claimOnly = (ctx: Ctx, field: string, externalId: string) => {
+  const { keys } = ctx.service;
+  const t = ctx.tenant.id;
+  return callScript<string[]>(ctx.service.redis, 'claimToken', [keys.tokens(t), keys.subscriptionOwners(t), keys.tokenMoves(t), keys.subscriptionClaims(t), keys.tokenLock(t, field)], [field, newId('subscription'), externalId, '', 0]);
+};
 
 /**
  * The trail of a writer whose process dies right after its write applied: the write (and its
@@ -82,11 +90,10 @@ move('a token registered by A, then by B: subscription.created (A), then one sub
 });
 
 move('a move killed after the claim, before the new owner\'s write, is finished by the next registration: one subscription.updated', async (ctx) => {
-  const { api, pk, service: { redis, keys } } = ctx;
+  const { api, pk } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-a', channel: 'push', token: token(2), platform: 'ios' });
   // the killed registration of B got as far as lua/claimToken
-  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
-  const [claim] = await callScript<string[]>(redis, 'claimToken', tokens, [tokenField('push', token(2)), newId('subscription'), 'claimed-b']);
+  const [claim] = await claimOnly(ctx, tokenField('push', token(2)), 'claimed-b');
   assert.is(claim, 'moved');
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-b', channel: 'push', token: token(2), platform: 'ios' })).status, 201);
   assert.equal(await subscriptionEntries(ctx, first.body.data.id), [
@@ -163,12 +170,10 @@ move('a move killed after the new owner\'s write, then the previous subscriber d
 
 move('a move killed after its claim, before the new owner\'s write, then the previous subscriber deleted: the device nobody holds is audited deleted (probe AI)', async (ctx) => {
   const { api, pk, service } = ctx;
-  const { redis, keys } = service;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(16), platform: 'ios' });
   const id = first.body.data.id;
   // the killed registration of B got as far as lua/claimToken: the owner index names B, who holds nothing
-  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
-  assert.equal((await callScript<string[]>(redis, 'claimToken', tokens, [tokenField('push', token(16)), newId('subscription'), 'unwritten-b']))[0], 'moved');
+  assert.equal((await claimOnly(ctx, tokenField('push', token(16)), 'unwritten-b'))[0], 'moved');
   assert.is((await api.del('/v1/subscribers/unwritten-a', ctx.key)).status, 200);
   await sweepAuditOutboxes(roleContext(service), 0);
   assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'unwritten-a'], ['subscription.deleted', 'unwritten-a']]);
@@ -199,8 +204,7 @@ move('a move whose mover died before its write is left to the next registration 
   const { api, pk, service: { redis, keys } } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(8), platform: 'ios' });
   const field = tokenField('push', token(8));
-  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
-  await callScript(redis, 'claimToken', tokens, [field, newId('subscription'), 'unwritten-b']);
+  await claimOnly(ctx, field, 'unwritten-b');
   assert.equal(await sweepTokenMoves(redis, keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 0, kept: 0 });
   assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'unwritten-a');
   assert.is((await api.get('/v1/subscribers/unwritten-a/subscriptions', ctx.key)).body.data.total, 1, 'the copy stays for the mover to take over');
@@ -210,10 +214,9 @@ move('a registration settling its move does not forget a later claim\'s move of 
   const { api, pk, service: { redis, keys } } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'chain-a', channel: 'push', token: token(9), platform: 'ios' });
   const field = tokenField('push', token(9));
-  const tokens = [keys.tokens(ctx.tenant.id), keys.subscriptionOwners(ctx.tenant.id), keys.tokenMoves(ctx.tenant.id), keys.subscriptionClaims(ctx.tenant.id)];
   // B's registration moves the token from A; C claims it from B before B's write (and dies)
   await registerSubscription(redis, keys, ctx.scope, 'chain-b', { channel: 'push', token: token(9), platform: 'ios' }, {
-    afterClaim: async () => void (await callScript(redis, 'claimToken', tokens, [field, newId('subscription'), 'chain-c'])),
+    afterClaim: async () => void (await claimOnly(ctx, field, 'chain-c')),
   });
   assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'chain-b', 'C\'s move from B is still recorded');
 });
@@ -230,6 +233,34 @@ move('the worker\'s sweeper finishes a move whose mover died after its write', a
   }
   assert.is((await api.get('/v1/subscribers/worker-a/subscriptions', ctx.key)).body.data.total, 0);
   assert.is((await api.get('/v1/subscribers/worker-b/subscriptions', ctx.key)).body.data.total, 1);
+});
+
+move('a registration of the owner overtaken by another app user\'s whole move before its write writes nothing: no second subscription.created, no second owner change', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const { redis, keys } = service;
+  // B in another partition than A: its copy is another record, which A's write would not see (one partition shares one record)
+  const partition = (externalId: string) => partitionOf(ctx.tenant.id, externalId, ctx.scope.partitions);
+  const other = Array.from({ length: 64 }, (_, i) => `late-b${i}`).find((b) => partition(b) !== partition('late-a'))!;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'late-a', channel: 'push', token: token(11), platform: 'ios' });
+  const id = first.body.data.id;
+  const trail = new AuditTrail(redis, keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, quiet);
+  // A registers the device again (its claim: 'same'); before A's write, B's registration claims, writes, removes A's copy and settles
+  const late = await registerSubscription(redis, keys, ctx.scope, 'late-a', { channel: 'push', token: token(11), platform: 'ios' }, {
+    audit: trail,
+    afterClaim: async () => assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: other, channel: 'push', token: token(11), platform: 'ios' })).status, 201),
+  });
+  assert.is(late.subscription.id, id);
+  assert.is(late.created, false, 'A\'s registration found the device registered (its claim came first), then lost it');
+  assert.is(late.subscription.createdAt, first.body.data.createdAt);
+  await sweepAuditOutboxes(roleContext(service), 0);
+  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'late-a'], ['subscription.updated', other]]);
+  assert.is((await api.get('/v1/subscribers/late-a/subscriptions', ctx.key)).body.data.total, 0);
+  const held = (await api.get(`/v1/subscribers/${other}/subscriptions`, ctx.key)).body.data.items;
+  assert.equal(held.map((s: any) => [s.id, s.createdAt]), [[id, first.body.data.createdAt]], 'B holds it, created when A first registered it');
+  assert.equal(names(await inboxEvents(service, ctx.tenant.id, 'late-a')), ['$subscriber.created', '$subscription.registered', '$subscription.removed'], 'A\'s stream: no registered after the removal');
+  // A registering it once more afterwards takes it back (a later claim than the move)
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'late-a', channel: 'push', token: token(11), platform: 'ios' })).status, 201);
+  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'late-a'], ['subscription.updated', other], ['subscription.updated', 'late-a']]);
 });
 
 move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change', async (ctx) => {

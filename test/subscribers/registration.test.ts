@@ -10,6 +10,7 @@ import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startServicePair, stopServicePair, type ServicePair } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { auditEntries } from '../helpers/audit.js';
 
 type Api = ReturnType<typeof client>;
 type Ctx = ServicePair & {
@@ -118,6 +119,38 @@ r('a tenant without an identity secret gets exactly one, made on first use, whic
   for (const each of [api, peerApi]) {
     assert.is((await identify(each, pk, 'lazy-user', identityHash(secret, 'lazy-user'))).body.data.verified, true);
     assert.is((await identify(each, pk, 'lazy-user-2', identityHash(secret, 'someone-else'))).body.data.verified, false, 'a hash of another id verifies nothing');
+  }
+});
+
+r('one device registered at once by two app users through two processes: one subscription, created once, its createdAt kept, the ledger a chain of owner changes ending at its holder', async ({ service, api, peerApi, boot }) => {
+  const pk = boot.keys.client;
+  const partition = (externalId: string) => partitionOf(boot.tenant.id, externalId, service.config.partitions);
+  // two app users of different partitions: each holds its own copy of the record while the device moves
+  const y = Array.from({ length: 64 }, (_, i) => `tug-y${i}`).find((id) => partition(id) !== partition('tug-x'))!;
+  for (let round = 0; round < 20; round++) {
+    const device = token(500 + round);
+    const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'tug-x', channel: 'push', token: device, platform: 'ios' });
+    assert.is(first.status, 201);
+    const id = first.body.data.id;
+    const replies = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? peerApi : api).post('/v1/client/subscriptions', pk, { externalId: i % 2 ? y : 'tug-x', channel: 'push', token: device, platform: 'ios' })));
+    assert.ok(replies.every((res) => res.status === 200 || res.status === 201), `round ${round}: ${replies.map((res) => res.status)}`);
+    assert.ok(replies.every((res) => res.body.data.id === id && res.body.data.createdAt === first.body.data.createdAt), `round ${round}: one subscription, created once ${first.body.data.createdAt} ${JSON.stringify(replies.map((res, i) => [i % 2, res.status, res.body.data.id === id, res.body.data.createdAt]))}`);
+    const holders = [];
+    for (const externalId of ['tug-x', y]) {
+      const items = (await api.get(`/v1/subscribers/${externalId}/subscriptions?limit=100`, boot.keys.tenant)).body.data.items.filter((s: any) => s.id === id);
+      for (const s of items) holders.push([externalId, s.createdAt]);
+    }
+    assert.is(holders.length, 1, `round ${round}: one holder, got ${JSON.stringify(holders)}`);
+    assert.is(holders[0]![1], first.body.data.createdAt);
+    const entries = (await auditEntries(service, boot.workspace.id)).filter((e) => e.target?.id === id);
+    assert.equal(entries.filter((e) => e.type === 'subscription.created').length, 1, `round ${round}: ${entries.map((e) => e.type)}`);
+    assert.is(entries[0]!.type, 'subscription.created');
+    assert.ok(entries.every((e) => e.type !== 'subscription.deleted'));
+    for (let k = 1; k < entries.length; k++) {
+      const owner = entries[k]!.data.object.externalId;
+      if (owner !== entries[k - 1]!.data.object.externalId) assert.is(entries[k]!.previousAttributes?.externalId, entries[k - 1]!.data.object.externalId, `round ${round}: entry ${k} follows the one before`);
+    }
+    assert.is(entries.at(-1)!.data.object.externalId, holders[0]![0], `round ${round}: the ledger ends at the holder ${JSON.stringify(entries.map((e) => [e.type, e.data.object.externalId, e.previousAttributes, e.createdAt ?? e.created]))}`);
   }
 });
 

@@ -10,10 +10,17 @@
   KEYS[2] subscription owners  ({t}:scr-owner)    field subscriptionId -> externalId
   KEYS[3] unsettled moves      ({t}:token-moves)  field channel:handle -> previous externalId
   KEYS[4] claim numbers        ({t}:scr-claims)   field subscriptionId -> number of its latest claim
+  KEYS[5] the token's registration lock ({t}:token-lock:<channel:handle>)
 
   ARGV[1] token field (push:<token> or email:<address>)
   ARGV[2] subscription id to use when the token is new
   ARGV[3] externalId registering it
+  ARGV[4] the registration's lock owner ('' to take no lock), ARGV[5] how long the lock holds (ms)
+
+  One registration of a token at a time (from its claim to its check after the write,
+  lua/confirmToken, which gives the lock up): a claim taken while another registration holds the
+  lock answers { 'busy' } and changes nothing; the caller waits and claims again. A lock that
+  expires (its holder died or stalled) lets the next go on; the claim numbers keep that one right.
 
   Returns { 'new', id, claim }                       the token was unknown: it is now the caller's
           { 'same', id, claim }                      it already belongs to this externalId
@@ -23,6 +30,7 @@
                                                      settles the move
 ]]
 local rcall = redis.call
+if ARGV[4] ~= '' and not rcall('SET', KEYS[5], ARGV[4], 'PX', ARGV[5], 'NX') then return { 'busy' } end
 local current = rcall('HGET', KEYS[1], ARGV[1])
 if not current then
   rcall('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])

@@ -9,17 +9,20 @@
   KEYS[2] subscription owners  ({t}:scr-owner)
   KEYS[3] unsettled moves      ({t}:token-moves)
   KEYS[4] claim numbers        ({t}:scr-claims)
+  KEYS[5] the token's registration lock ({t}:token-lock:<channel:handle>, lua/claimToken)
 
   ARGV[1] token field (push:<token> or email:<address>)
   ARGV[2] subscription id written
   ARGV[3] externalId that wrote it
   ARGV[4] the claim number stamped on the record
+  ARGV[5] the registration's lock owner: the lock is given up when it still holds it ('' for none)
 
   Returns 'held' (the token names this record), 'reinstated' (it was forgotten: it names this record
   again, with this claim number unless a later one is known), or 'lost' (it names another record or
   another subscriber: the caller removes its own copy).
 ]]
 local rcall = redis.call
+if ARGV[5] ~= '' and rcall('GET', KEYS[5]) == ARGV[5] then rcall('DEL', KEYS[5]) end
 local mine = ARGV[2] .. '|' .. ARGV[3]
 local current = rcall('HGET', KEYS[1], ARGV[1])
 if current == mine then return 'held' end
