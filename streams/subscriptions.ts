@@ -346,8 +346,9 @@ async function registerClaimed(
     await detach(redis, keys, scope, previous, id, 'moved', stamp);
     await settleMove(redis, keys, scope.tenantId, field, previous, `${id}|${externalId}`);
   }
-  if (outcome.overtaken) return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
+  if (outcome.overtaken === 'moved-out') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
   await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
+  if (outcome.overtaken) return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
   // the record as written (no second read)
   const subscription = toSubscription(externalId, outcome.record);
   return { subscription, created: outcome.created, ...(outcome.created ? { changes: {}, previousAttributes: {} } : diffOf(toSubscription(externalId, outcome.before), subscription)) };
@@ -355,15 +356,17 @@ async function registerClaimed(
 
 /**
  * The answer of a registration overtaken before its write (it wrote nothing): the device was this
- * subscriber's when it claimed it, and another's right after. It answers the subscription as its
- * holder now has it (its id, its createdAt), not created; as the registration would have written it
- * when no holder's copy is found.
+ * subscriber's when it claimed it, and another's right after. It answers, not created, the
+ * subscription as this registration gave it (its own fields, never the holder's: another app user's
+ * device details, mute and permission status are not the caller's to read, probe CA), with the
+ * subscription's `createdAt` when its holder's copy is found.
  */
 async function overtakenReply(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, field: string, id: string, make: Make, wanted: Record<string, string>): Promise<Registered> {
   const named = await redis.hget(keys.tokens(scope.tenantId), field);
   const owner = named?.startsWith(`${id}|`) ? named.slice(id.length + 1) : null;
   const theirs = owner === null ? {} : await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
-  const record = owner !== null && heldBy(theirs, owner) ? theirs : newRecord(id, wanted, isoNow(now()), { ...make, holder: externalId });
+  const record = newRecord(id, wanted, isoNow(now()), { ...make, holder: externalId });
+  if (owner !== null && heldBy(theirs, owner)) record.createdAt = theirs.createdAt!;
   return { subscription: toSubscription(externalId, record), created: false, changes: {}, previousAttributes: {} };
 }
 
@@ -410,10 +413,11 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  */
 /**
  * What `writeRegistration` did: `created` a copy here, or updated (or found as it is) `before`;
- * `overtaken` when it wrote nothing because a later claim's move had removed this subscriber's copy
- * (`record` then empty).
+ * `overtaken` when it wrote nothing because a later claim had won: another subscriber of the
+ * partition holds the record under it (`later-claim`), or its move removed this subscriber's copy
+ * (`moved-out`); `record` is then not this subscriber's.
  */
-type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: boolean };
+type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: 'later-claim' | 'moved-out' };
 
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
   type Read = Held & { count: number; prior: Record<string, string>; out: string | null };
@@ -428,10 +432,10 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       guards.push(['fieldIs', recordKey, 'claim', current.claim ?? '']);
       // another subscriber of the partition wrote the record under a later claim: this claim is over
       // already (the check after the write drops this subscriber's reference)
-      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: current, before: current } };
+      if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: 'later-claim' } };
       // a later claim's move removed this subscriber's copy before this write: this claim is over too,
       // and a copy written now would be one nobody claims (the check after the write removed it again)
-      if (!current.id && Number(out ?? 0) >= make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: true } };
+      if (!current.id && Number(out ?? 0) >= make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: 'moved-out' } };
       guards.push(['fieldIs', keys.subscriptionMovedOut(p, scope.tenantId, id), 'claim', out ?? '']);
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,

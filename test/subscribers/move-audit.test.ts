@@ -235,33 +235,41 @@ move('the worker\'s sweeper finishes a move whose mover died after its write', a
   assert.is((await api.get('/v1/subscribers/worker-b/subscriptions', ctx.key)).body.data.total, 1);
 });
 
-move('a registration of the owner overtaken by another app user\'s whole move before its write writes nothing: no second subscription.created, no second owner change', async (ctx) => {
-  const { api, pk, service } = ctx;
-  const { redis, keys } = service;
-  // B in another partition than A: its copy is another record, which A's write would not see (one partition shares one record)
-  const partition = (externalId: string) => partitionOf(ctx.tenant.id, externalId, ctx.scope.partitions);
-  const other = Array.from({ length: 64 }, (_, i) => `late-b${i}`).find((b) => partition(b) !== partition('late-a'))!;
-  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'late-a', channel: 'push', token: token(11), platform: 'ios' });
-  const id = first.body.data.id;
-  const trail = new AuditTrail(redis, keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, quiet);
-  // A registers the device again (its claim: 'same'); before A's write, B's registration claims, writes, removes A's copy and settles
-  const late = await registerSubscription(redis, keys, ctx.scope, 'late-a', { channel: 'push', token: token(11), platform: 'ios' }, {
-    audit: trail,
-    afterClaim: async () => assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: other, channel: 'push', token: token(11), platform: 'ios' })).status, 201),
+for (const [where, n] of [['another partition', 11], ['the same partition', 12]] as const) {
+  move(`a registration of the owner overtaken by another app user\'s whole move before its write (${where}) writes nothing and answers what it sent, never the holder\'s details: no second subscription.created, no second owner change`, async (ctx) => {
+    const { api, pk, service } = ctx;
+    const { redis, keys } = service;
+    // in another partition B's copy is another record, which A's write does not see; in the same one both name one record
+    const partition = (externalId: string) => partitionOf(ctx.tenant.id, externalId, ctx.scope.partitions);
+    const a = `late-a${n}`;
+    const b = Array.from({ length: 64 }, (_, i) => `late-b${n}-${i}`).find((id) => (partition(id) === partition(a)) === (n === 12))!;
+    const first = await api.post('/v1/client/subscriptions', pk, { externalId: a, channel: 'push', token: token(n), platform: 'ios' });
+    const id = first.body.data.id;
+    const trail = new AuditTrail(redis, keys, { workspace: ctx.workspace, tenant: ctx.tenant, ...BY_TEST }, quiet);
+    // A registers the device again (its claim: 'same'); before A's write (its lock expired), B's registration claims, writes, removes A's copy and settles, then B mutes it
+    const late = await registerSubscription(redis, keys, ctx.scope, a, { channel: 'push', token: token(n), platform: 'ios', device: { model: 'A-model' } }, {
+      audit: trail,
+      afterClaim: async () => {
+        const moved = await api.post('/v1/client/subscriptions', pk, { externalId: b, channel: 'push', token: token(n), platform: 'ios', authorizationStatus: 'denied', device: { model: 'B-model', locale: 'de-DE' } });
+        assert.is(moved.status, 201);
+        assert.is((await api.patch(`/v1/client/subscriptions/${id}?externalId=${b}`, pk, { enabled: false })).status, 200);
+      },
+    });
+    assert.is(late.subscription.id, id);
+    assert.is(late.created, false, 'A\'s registration found the device registered (its claim came first), then lost it');
+    assert.equal([late.subscription.externalId, late.subscription.device, late.subscription.authorizationStatus, late.subscription.enabled], [a, { model: 'A-model' }, null, true], 'what A sent, nothing of B\'s');
+    assert.is(late.subscription.createdAt, first.body.data.createdAt);
+    await sweepAuditOutboxes(roleContext(service), 0);
+    assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', a], ['subscription.updated', b], ['subscription.updated', b]]);
+    assert.is((await api.get(`/v1/subscribers/${a}/subscriptions`, ctx.key)).body.data.total, 0);
+    const held = (await api.get(`/v1/subscribers/${b}/subscriptions`, ctx.key)).body.data.items;
+    assert.equal(held.map((s: any) => [s.id, s.createdAt, s.device.model]), [[id, first.body.data.createdAt, 'B-model']], 'B holds it, created when A first registered it');
+    assert.equal(names(await inboxEvents(service, ctx.tenant.id, a)), ['$subscriber.created', '$subscription.registered', '$subscription.removed'], 'A\'s stream: no registered after the removal');
+    // A registering it once more afterwards takes it back (a later claim than the move)
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: a, channel: 'push', token: token(n), platform: 'ios' })).status, 201);
+    assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', a], ['subscription.updated', b], ['subscription.updated', b], ['subscription.updated', a]]);
   });
-  assert.is(late.subscription.id, id);
-  assert.is(late.created, false, 'A\'s registration found the device registered (its claim came first), then lost it');
-  assert.is(late.subscription.createdAt, first.body.data.createdAt);
-  await sweepAuditOutboxes(roleContext(service), 0);
-  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'late-a'], ['subscription.updated', other]]);
-  assert.is((await api.get('/v1/subscribers/late-a/subscriptions', ctx.key)).body.data.total, 0);
-  const held = (await api.get(`/v1/subscribers/${other}/subscriptions`, ctx.key)).body.data.items;
-  assert.equal(held.map((s: any) => [s.id, s.createdAt]), [[id, first.body.data.createdAt]], 'B holds it, created when A first registered it');
-  assert.equal(names(await inboxEvents(service, ctx.tenant.id, 'late-a')), ['$subscriber.created', '$subscription.registered', '$subscription.removed'], 'A\'s stream: no registered after the removal');
-  // A registering it once more afterwards takes it back (a later claim than the move)
-  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'late-a', channel: 'push', token: token(11), platform: 'ios' })).status, 201);
-  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'late-a'], ['subscription.updated', other], ['subscription.updated', 'late-a']]);
-});
+}
 
 move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change', async (ctx) => {
   const { api, pk } = ctx;
