@@ -24,10 +24,18 @@
 
   Returns { 'new', id, claim }                       the token was unknown: it is now the caller's
           { 'same', id, claim }                      it already belongs to this externalId
-          { 'moved', id, claim, previousExternalId } it belonged to another subscriber (or its move from one is
+          { 'moved', id, claim, previousExternalId[, unsettledFrom] }
+                                                     it belonged to another subscriber (or its move from one is
                                                      not settled yet): it is the caller's now; the caller writes
                                                      its record, removes the previous subscriber's copy, then
-                                                     settles the move
+                                                     settles the move. `unsettledFrom`: the previous subscriber's
+                                                     own move from that one was not settled (its mover was
+                                                     killed, or is still at work), and this claim records its
+                                                     own in its place: that one's copy may still be there, so
+                                                     the caller takes it over (when the previous subscriber
+                                                     wrote none) and removes it too (probe CA: a third user's
+                                                     registration after a mover was killed left the first user
+                                                     a copy nobody would remove)
 ]]
 local rcall = redis.call
 if ARGV[4] ~= '' and not rcall('SET', KEYS[5], ARGV[4], 'PX', ARGV[5], 'NX') then return { 'busy' } end
@@ -48,5 +56,9 @@ if owner == ARGV[3] then
 end
 rcall('HSET', KEYS[1], ARGV[1], id .. '|' .. ARGV[3])
 rcall('HSET', KEYS[2], id, ARGV[3])
+local unsettled = rcall('HGET', KEYS[3], ARGV[1])
 rcall('HSET', KEYS[3], ARGV[1], owner)
+if unsettled and unsettled ~= ARGV[3] and unsettled ~= owner then
+  return { 'moved', id, rcall('HINCRBY', KEYS[4], id, 1), owner, unsettled }
+end
 return { 'moved', id, rcall('HINCRBY', KEYS[4], id, 1), owner }

@@ -15,6 +15,7 @@
   ARGV[2] subscription id the claim answered
   ARGV[3] externalId whose registration was refused
   ARGV[4] externalId the token was moved from ('' when it was claimed as new)
+  ARGV[5] the unsettled move the claim replaced (lua/claimToken's `unsettledFrom`), '' for none: it is recorded again
 
   Returns 1 when the claim was given back, 0 when it no longer stood (nothing changed).
 ]]
@@ -28,5 +29,5 @@ else
   rcall('HDEL', KEYS[2], ARGV[2])
   rcall('HDEL', KEYS[4], ARGV[2])
 end
-rcall('HDEL', KEYS[3], ARGV[1])
+if ARGV[5] ~= nil and ARGV[5] ~= '' then rcall('HSET', KEYS[3], ARGV[1], ARGV[5]) else rcall('HDEL', KEYS[3], ARGV[1]) end
 return 1

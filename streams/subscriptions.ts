@@ -146,17 +146,33 @@ const readRecord = (redis: Redis, keys: Keys, scope: TenantScope, externalId: st
  */
 const MOVED_OUT_KEEP_MS = 3_600_000;
 
-/** The claim number of the move that removed `externalId`'s partition's copy of subscription `id` (0: none known). */
-const movedOutClaim = (redis: Redis, keys: Keys, scope: TenantScope, p: number, id: string) => redis.hget(keys.subscriptionMovedOut(p, scope.tenantId, id), 'claim');
+/** The claim number of the latest move of subscription `id` away from `externalId` (null: none known; `p` its partition). */
+const movedOutClaim = (redis: Redis, keys: Keys, scope: TenantScope, p: number, externalId: string, id: string) => redis.hget(keys.subscriptionMovedOut(p, scope.tenantId, id), externalId);
+
+/**
+ * Marks `externalId`'s copy of subscription `id` moved out under claim number `claim`
+ * (lua/markMovedOut), before the move reads that copy: a registration of `externalId` that claimed
+ * before the move and has not written yet then writes nothing (`writeRegistration`, `createFresh`),
+ * so the copy the move took over (or found missing) is the last one that subscriber writes under an
+ * older claim. Without it a registration stalled past its lock, or killed and retried, wrote a copy
+ * after the move: audited created, then removed again and audited moved again (probes BX, CA).
+ */
+async function markMovedOut(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, claim: number): Promise<void> {
+  await callScript(redis, 'markMovedOut', [movedOutKey(keys, scope, externalId, id)], [externalId, claim, now() + MOVED_OUT_KEEP_MS]);
+}
+
+/** Takes back the mark of a move whose registration was refused (lua/unmarkMovedOut), unless a later move's replaced it. */
+async function unmarkMovedOut(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, claim: number): Promise<void> {
+  await callScript(redis, 'unmarkMovedOut', [movedOutKey(keys, scope, externalId, id)], [externalId, claim]);
+}
+
+const movedOutKey = (keys: Keys, scope: TenantScope, externalId: string, id: string) => keys.subscriptionMovedOut(partitionOf(scope.tenantId, externalId, scope.partitions), scope.tenantId, id);
 
 /**
  * Removes subscription `id` from `externalId` with `$subscription.removed`; null when it is not
  * there. With `upTo`, only a record whose claim stamp is not newer than that claim number (a
- * record written by a later claim of the token stays), and the removal is a move's: it marks the
- * copy moved out under that claim (the highest such claim stays), in the same write, so that a
- * registration of `externalId` claimed before the move and not written yet writes no copy after
- * it (`writeRegistration`; it came back as a fresh copy, audited created, then removed again and
- * audited moved again). A reference to a record another subscriber
+ * record written by a later claim of the token stays; the move marked the copy moved out first,
+ * `markMovedOut`). A reference to a record another subscriber
  * of the partition holds now is dropped without touching the record (guarded: the holder is checked
  * again in the write), with reason `moved`, and answers null: the subscription is not this
  * subscriber's any more (its GET is 404 too).
@@ -173,8 +189,8 @@ const movedOutClaim = (redis: Redis, keys: Keys, scope: TenantScope, p: number, 
  * write audits the change itself.
  */
 async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail, lost = false): Promise<{ subscription: Subscription; claim: number } | null> {
-  type Read = Held & { owner: string | null; theirs: Record<string, string>; out: string | null };
-  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs, out }, at) => {
+  type Read = Held & { owner: string | null; theirs: Record<string, string> };
+  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -194,22 +210,12 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     const entry = !audit ? null
       : lost ? (ownerWrote && theirs.movedFrom !== `${externalId}#${claim}` ? movedAudit(audit, externalId, h, owner!, theirs) : null)
         : ownerWrote ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    const ops: RecordOp[] = [['del', recordKey], ['srem', set, id]];
-    if (Number.isFinite(upTo)) {
-      const outKey = keys.subscriptionMovedOut(snapshot.partition, scope.tenantId, id);
-      guards.push(['fieldIs', outKey, 'claim', out ?? '']);
-      ops.push(['hset', outKey, 'claim', String(Math.max(Number(out ?? 0), upTo))], ['pexpireat', outKey, String(at + MOVED_OUT_KEEP_MS)]);
-    }
-    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops, guards, audit: entry, result: { subscription, claim } };
+    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
   }, async (p) => {
-    const [held, owner, out] = await Promise.all([
-      readHeld(redis, keys, scope, externalId, id)(p),
-      audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null,
-      Number.isFinite(upTo) ? movedOutClaim(redis, keys, scope, p, id) : null,
-    ]);
-    if (owner === null || owner === externalId) return { ...held, owner, theirs: {}, out };
+    const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
+    if (owner === null || owner === externalId) return { ...held, owner, theirs: {} };
     const theirs = await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
-    return { ...held, owner, theirs, out };
+    return { ...held, owner, theirs };
   });
 }
 
@@ -272,11 +278,11 @@ type TokenLock = { key: string; owner: string; held: boolean };
  * copy half-moved: a copy created again (createdAt reset), the owner change audited twice and the
  * ledger's last entry naming the one that lost (probe BX).
  */
-async function claimUnderLock(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, lock: TokenLock): Promise<[string, string, number, string?]> {
+async function claimUnderLock(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, lock: TokenLock): Promise<[string, string, number, string?, string?]> {
   const tokens = [...tokenKeys(keys, scope.tenantId), lock.key];
   const giveUpAt = Date.now() + TOKEN_LOCK_WAIT_MS;
   for (let wait = 1; ; wait = Math.min(wait * 2, TOKEN_LOCK_POLL_MAX_MS)) {
-    const reply = await callScript<[string, string, number, string?]>(redis, 'claimToken', tokens, [field, lock.owner, externalId, lock.owner, TOKEN_LOCK_MS]);
+    const reply = await callScript<[string, string, number, string?, string?]>(redis, 'claimToken', tokens, [field, lock.owner, externalId, lock.owner, TOKEN_LOCK_MS]);
     if (reply[0] !== 'busy') return reply;
     if (Date.now() >= giveUpAt) throw lockTimeout('The device (another registration of it is in progress)');
     await sleep(wait);
@@ -297,9 +303,9 @@ async function registerOnce(
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
   const lock: TokenLock = { key: keys.tokenLock(scope.tenantId, field), owner: newId('subscription'), held: true };
-  const [claim, id, claimNumber, previous] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
+  const [claim, id, claimNumber, previous, unsettled] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
   try {
-    return await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous });
+    return await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous, unsettled });
   } finally {
     await releaseTokenLock(redis, lock);
   }
@@ -312,7 +318,7 @@ async function registerOnce(
 async function registerClaimed(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
   options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
-  { field, lock, claim, id, stamp, previous }: { field: string; lock: TokenLock; claim: string; id: string; stamp: number; previous?: string },
+  { field, lock, claim, id, stamp, previous, unsettled }: { field: string; lock: TokenLock; claim: string; id: string; stamp: number; previous?: string; unsettled?: string },
 ): Promise<Registered> {
   const tokens = tokenKeys(keys, scope.tenantId);
   if (options.afterClaim) {
@@ -321,13 +327,17 @@ async function registerClaimed(
     await options.afterClaim();
   }
   const enabled = options.enabled ?? true;
-  const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined };
+  const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined, unsettled };
+  // a move: the copies it takes from are marked before they are read (`markMovedOut`)
+  if (make.from !== undefined) await markMovedOut(redis, keys, scope, make.from, id, stamp);
+  if (unsettled !== undefined) await markMovedOut(redis, keys, scope, unsettled, id, stamp);
   let outcome: Written;
   try {
     if (claim === 'new') {
       // The id was made for this call: no record of it can exist unless a concurrent registration of the
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
+      if (fresh === 'overtaken') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
       if (fresh) {
         await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
@@ -337,13 +347,21 @@ async function registerClaimed(
     outcome = await writeRegistration(redis, keys, scope, externalId, id, wanted, givenFieldsOf(input, wanted), make);
   } catch (err) {
     // refused (the limit, or a subscriber changing too fast): this call wrote no record, so its claim goes back
-    if (err instanceof ApiError && claim !== 'same') await callScript(redis, 'unclaimToken', tokens, [field, id, externalId, claim === 'moved' ? previous ?? '' : '']);
+    if (err instanceof ApiError && claim !== 'same') {
+      await callScript(redis, 'unclaimToken', tokens, [field, id, externalId, claim === 'moved' ? previous ?? '' : '', unsettled ?? '']);
+      // and so do its marks: the previous subscriber's registrations under that same claim number (a
+      // dead mover's retry) are not overtaken by a move that never happened
+      for (const from of [make.from, unsettled]) if (from !== undefined) await unmarkMovedOut(redis, keys, scope, from, id, stamp);
+    }
     throw err;
   }
   // only once this subscriber holds the record does the previous one lose its copy (unless a later
-  // claim of the previous subscriber wrote it anew), then the move is settled
+  // claim of the previous subscriber wrote it anew), and so does the one an unsettled move of that
+  // one left; then the move is settled. A copy removed that this write did not take over (written
+  // meanwhile by a registration that claimed before this one) is audited as the owner change here.
   if (claim === 'moved' && previous !== undefined) {
-    await detach(redis, keys, scope, previous, id, 'moved', stamp);
+    await detach(redis, keys, scope, previous, id, 'moved', stamp, options.audit, true);
+    if (unsettled !== undefined) await detach(redis, keys, scope, unsettled, id, 'moved', stamp, options.audit, true);
     await settleMove(redis, keys, scope.tenantId, field, previous, `${id}|${externalId}`);
   }
   if (outcome.overtaken === 'moved-out') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
@@ -381,7 +399,7 @@ export type Registered = { subscription: Subscription; created: boolean; changes
  * How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the
  * audit of its write, and, for a claim that moved the token, the subscriber it moved `from`.
  */
-type Make = { enabled: boolean; stamp: number; audit?: AuditTrail; from?: string };
+type Make = { enabled: boolean; stamp: number; audit?: AuditTrail; from?: string; unsettled?: string };
 
 function diffOf(before: Subscription, after: Subscription): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } {
   const changes: Record<string, unknown> = {};
@@ -420,12 +438,15 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
 type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: 'later-claim' | 'moved-out' };
 
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
-  type Read = Held & { count: number; prior: Record<string, string>; out: string | null };
-  return changeSubscriber<Written, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior, out }, atMs) => {
+  type Read = Held & { count: number; prior: Record<string, string>; priorFrom?: string; out: string | null };
+  return changeSubscriber<Written, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior, priorFrom, out }, atMs) => {
     const p = snapshot.partition;
     const recordKey = keys.subscription(p, scope.tenantId, id);
-    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? '']];
+    // a later claim's move of this subscriber's copy marked it (`markMovedOut`): this claim is over
+    const outKey = keys.subscriptionMovedOut(p, scope.tenantId, id);
+    const guards: WriteGuard[] = [['fieldIs', recordKey, 'holder', current.holder ?? ''], ['fieldIs', outKey, externalId, out ?? '']];
     const at = isoNow(atMs);
+    const movedOut = Number(out ?? 0) >= make.stamp;
     if (!member || !heldBy(current, externalId)) {
       // the record is replaced on the strength of its claim stamp too: a later claim of the same holder
       // (which bumps that holder's version, not this subscriber's) must make this write recompute
@@ -433,23 +454,19 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // another subscriber of the partition wrote the record under a later claim: this claim is over
       // already (the check after the write drops this subscriber's reference)
       if (current.id && Number(current.claim ?? 0) > make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: 'later-claim' } };
-      // a later claim's move removed this subscriber's copy before this write: this claim is over too,
-      // and a copy written now would be one nobody claims (the check after the write removed it again)
-      if (!current.id && Number(out ?? 0) >= make.stamp) return { skip: { created: false, record: {}, before: {}, overtaken: 'moved-out' } };
-      guards.push(['fieldIs', keys.subscriptionMovedOut(p, scope.tenantId, id), 'claim', out ?? '']);
+      // a copy written now would be one nobody claims (the check after the write removed it again)
+      if (movedOut) return { skip: { created: false, record: {}, before: {}, overtaken: 'moved-out' } };
       if (!member && count >= MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) throw tooMany();
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,
       // device) where the registration leaves it out: a sandbox token stays a sandbox token
       const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
       // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
       // after its write knows this write audited the move (confirmToken)
-      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${make.from}#${prior.claim ?? 0}` } : {}) };
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
       // a copy taken from another subscriber is the owner change; so is a move whose previous copy is
       // gone or not written yet (the subscription was created by an earlier claim, which audits its
       // own copy); only a first copy is subscription.created
-      const audit = make.audit && (prior.id ? movedAudit(make.audit, make.from!, prior, externalId, record)
-        : make.from !== undefined ? ownerChangeAudit(make.audit, make.from, toSubscription(externalId, record))
-          : createdAudit(make.audit, toSubscription(externalId, record)));
+      const audit = make.audit && (prior.id ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
       // this subscriber still names a record another one took over (whose move has not removed this
       // reference yet, and now will not: this claim is later): its stream says the device went
       // before it says it came back, so `registered` never follows `registered`
@@ -464,6 +481,8 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
         result: { created: true, record, before: {} },
       };
     }
+    // the copy is going to the mover (its removal follows): changing it now would be audited, then removed
+    if (movedOut) return { skip: { created: false, record: {}, before: {}, overtaken: 'moved-out' } };
     const changed = Object.entries(given).filter(([k, v]) => (current[k] ?? '') !== v);
     // a token the provider had invalidated is valid again once the app registers it anew
     const revived = Boolean(current.invalidatedAt);
@@ -472,6 +491,11 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     // the time of the latest registration, which a provider's word on the token is weighed against
     // (invalidateSubscription); it is not public, so it moves no `updatedAt`
     if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)], ['registeredAt', String(Date.parse(at))]);
+    // this subscriber's own copy, from before the token went to `priorFrom` (whose copy is still there),
+    // taken back under a new claim: the owner changes again; the copy names the one it came back from,
+    // as a copy taken over does, so the removal of that one audits nothing more (`detach`)
+    const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp;
+    if (takenBack) changed.push(['movedFrom', `${priorFrom}#${prior.claim ?? 0}`]);
     if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const record = { ...current, ...Object.fromEntries(changed) };
@@ -480,21 +504,21 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     // re-registered as android stayed in the ios segment until the subscriber's next state event)
     const reread = revived || changed.some(([k]) => k === 'platform');
     const events = reread ? [{ name: '$subscription.registered', data: { subscription: publicOf(toSubscription(externalId, record)) } }] : [];
-    // this subscriber's own copy, from before the token went to `from` (whose copy is still there),
-    // taken back under a new claim: the owner changes again
-    const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp;
-    const audit = make.audit && (takenBack ? movedAudit(make.audit, make.from!, prior, externalId, record) : updatedAudit(make.audit, externalId, current, record));
+    const audit = make.audit && (takenBack ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : updatedAudit(make.audit, externalId, current, record));
     return { create: true, events, ops: changed.map(([k, v]): RecordOp => ['hset', recordKey, k, v]), guards, audit, result: { created: false, record, before: current } };
   }, async (p) => {
-    // the previous subscriber's copy of a move (in its own partition, perhaps this one), read before this write
-    const from = make.from;
-    const [held, count, prior, out] = await Promise.all([
+    // the previous subscriber's copy of a move (in its own partition, perhaps this one), read before
+    // this write; when it wrote none, the copy an unsettled move of it left (its mover was killed)
+    const copyOf = (who: string | undefined): Promise<Record<string, string>> => who === undefined ? Promise.resolve({}) : readRecord(redis, keys, scope, who, id)(partitionOf(scope.tenantId, who, scope.partitions));
+    const [held, count, fromCopy, unsettledCopy, out] = await Promise.all([
       readHeld(redis, keys, scope, externalId, id)(p),
       redis.scard(keys.subscriberSubscriptions(p, scope.tenantId, externalId)),
-      from === undefined ? {} : readRecord(redis, keys, scope, from, id)(partitionOf(scope.tenantId, from, scope.partitions)),
-      movedOutClaim(redis, keys, scope, p, id),
+      copyOf(make.from),
+      copyOf(make.unsettled),
+      movedOutClaim(redis, keys, scope, p, externalId, id),
     ]);
-    return { ...held, count, prior, out };
+    const [prior, priorFrom] = fromCopy.id || !unsettledCopy.id ? [fromCopy, make.from] : [unsettledCopy, make.unsettled];
+    return { ...held, count, prior, priorFrom, out };
   }, { record: false });
 }
 
@@ -614,9 +638,11 @@ const newRecord = (id: string, fields: Record<string, string>, at: string, make:
  * (guards) before writing: the record does not exist yet and the subscriber holds fewer than
  * MAX_SUBSCRIPTIONS_PER_SUBSCRIBER subscriptions (409 otherwise). The write bumps the subscriber's
  * version, so concurrent compare-and-set writers of the subscriber still see a conflict and recompute.
- * Null when the record exists already (written by a concurrent registration of the same token).
+ * Null when the record exists already (written by a concurrent registration of the same token);
+ * `overtaken` when a later claim's move marked this copy moved out already (lua/markMovedOut: this
+ * registration stalled past its lock, and another app user took the device meanwhile).
  */
-async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput, make: Make): Promise<Subscription | null> {
+async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, input: RegisterInput, make: Make): Promise<Subscription | null | 'overtaken'> {
   const p = partitionOf(scope.tenantId, externalId, scope.partitions);
   const recordKey = keys.subscription(p, scope.tenantId, id);
   const setKey = keys.subscriberSubscriptions(p, scope.tenantId, externalId);
@@ -628,12 +654,13 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
       create: true, expected: null, at: atMs,
       events: [{ name: '$subscription.registered', data: { subscription: publicOf(subscription) } }],
       ops: [...Object.entries(record).map(([k, v]): RecordOp => ['hset', recordKey, k, v]), ['sadd', setKey, id]],
-      guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER]],
+      guards: [['absent', recordKey], ['scardBelow', setKey, MAX_SUBSCRIPTIONS_PER_SUBSCRIBER], ['fieldIs', keys.subscriptionMovedOut(p, scope.tenantId, id), externalId, '']],
       audit: make.audit && createdAudit(make.audit, subscription),
     });
   } catch (err) {
     if (!(err instanceof GuardFailed)) throw err;
     if (err.index === 0) return null;
+    if (err.index === 2) return 'overtaken';
     throw tooMany();
   }
   return subscription;
@@ -762,10 +789,6 @@ function updatedAudit(trail: AuditTrail, externalId: string, before: Record<stri
   if (Object.keys(changes).length === 0) return null;
   return draftedAudit(trail, op, [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes, previousAttributes }]);
 }
-
-/** `subscription.updated` of a move whose previous copy this write did not find: the owner change alone. */
-const ownerChangeAudit = (trail: AuditTrail, from: string, subscription: Subscription) =>
-  draftedAudit(trail, 'subscription.register', [{ type: 'subscription.updated', target: { type: 'subscription', id: subscription.id }, object: subscription, changes: { externalId: subscription.externalId }, previousAttributes: { externalId: from } }]);
 
 /**
  * `subscription.updated` of a write taking subscription `id` over from `from`'s copy (`before`): the

@@ -8,7 +8,7 @@ import { createLogger } from '../../lib/log.js';
 import { AuditTrail, type MadeIntent, type WriteAudit, type WriteReply } from '../../streams/subscriber-audit.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { tokenField } from '../../streams/subscribers.js';
-import { registerSubscription, sweepTokenMoves } from '../../streams/subscriptions.js';
+import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, registerSubscription, sweepTokenMoves } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { auditEntries, roleContext, startSweeper } from '../helpers/audit.js';
 import { stopRoleProcess } from '../helpers/processes.js';
@@ -219,6 +219,39 @@ move('a registration settling its move does not forget a later claim\'s move of 
     afterClaim: async () => void (await claimOnly(ctx, field, 'chain-c')),
   });
   assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'chain-b', 'C\'s move from B is still recorded');
+});
+
+move('a third user registering the device after a mover was killed right after its claim takes the first user\'s copy over and removes it: one holder, createdAt kept, one owner change (probe CA)', async (ctx) => {
+  const { api, pk, service: { redis, keys } } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'dead-a', channel: 'push', token: token(13), platform: 'ios' });
+  const id = first.body.data.id;
+  const field = tokenField('push', token(13));
+  await claimOnly(ctx, field, 'dead-b');
+  const third = await api.post('/v1/client/subscriptions', pk, { externalId: 'dead-c', channel: 'push', token: token(13), platform: 'ios' });
+  assert.is(third.status, 201);
+  assert.equal([third.body.data.id, third.body.data.createdAt], [id, first.body.data.createdAt]);
+  assert.is((await api.get('/v1/subscribers/dead-a/subscriptions', ctx.key)).body.data.total, 0, 'A\'s copy went with the move');
+  assert.equal((await api.get('/v1/subscribers/dead-c/subscriptions', ctx.key)).body.data.items.map((s: any) => s.id), [id]);
+  assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), null, 'settled');
+  assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId, e.previousAttributes?.externalId]), [
+    ['subscription.created', 'dead-a', undefined],
+    ['subscription.updated', 'dead-c', 'dead-a'],
+  ]);
+});
+
+move('a third user\'s registration refused at its limit after a mover was killed gives the claim back with the unsettled move it replaced: the next registration still finishes it', async (ctx) => {
+  const { api, pk, service: { redis, keys } } = ctx;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-a', channel: 'push', token: token(14), platform: 'ios' });
+  const field = tokenField('push', token(14));
+  await claimOnly(ctx, field, 'full-b');
+  for (let i = 0; i < MAX_SUBSCRIPTIONS_PER_SUBSCRIBER; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-c', channel: 'push', token: token(1_000 + i), platform: 'ios' })).status, 201);
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-c', channel: 'push', token: token(14), platform: 'ios' })).status, 409);
+  assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'full-a', 'the move from A is recorded again');
+  assert.is((await redis.hget(keys.tokens(ctx.tenant.id), field))!.split('|')[1], 'full-b');
+  // the dead mover's user registers the device: the move from A is finished
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-b', channel: 'push', token: token(14), platform: 'ios' })).status, 201);
+  assert.is((await api.get('/v1/subscribers/full-a/subscriptions', ctx.key)).body.data.total, 0);
+  assert.equal((await api.get('/v1/subscribers/full-b/subscriptions', ctx.key)).body.data.items.map((s: any) => [s.id, s.createdAt]), [[first.body.data.id, first.body.data.createdAt]]);
 });
 
 move('the worker\'s sweeper finishes a move whose mover died after its write', async (ctx) => {
