@@ -13,7 +13,7 @@ import { KeyCache } from '../streams/key-cache.js';
 import { createKeys, type Keys } from '../streams/keys.js';
 import { checkDatabase, coalesceWrites, connectRedis, describeTarget, isRedisUnavailable } from '../streams/redis.js';
 import { auditsSettled } from '../streams/audit-outbox.js';
-import { eventsTokenSecret } from '../streams/secrets.js';
+import { eventsTokenSecret, keepEventsTokenSecret } from '../streams/secrets.js';
 import { ROLE_ACTORS } from './role-actors.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
@@ -198,6 +198,8 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     await keyCache.start();
     stops.push(() => keyCache.stop());
     const tokenSecret = await eventsTokenSecret(webRedis, keys, config);
+    const stopKeepingSecret = keepEventsTokenSecret(webRedis, keys, config, tokenSecret);
+    stops.push(async () => stopKeepingSecret());
     const app = createApp({ config, redis: webRedis, keys, keyCache, log, tokenSecret });
     // Stopping answers the requests in flight (each with `Connection: close`) and closes idle
     // keep-alive connections; only what is still open after SHUTDOWN_GRACE_MS is cut. Cutting a

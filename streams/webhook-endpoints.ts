@@ -192,7 +192,11 @@ export async function createEndpoint(redis: Redis, keys: Keys, workspace: Worksp
     [keys.webhookEndpoints(workspace.id), keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id)],
     [id, MAX_ENDPOINTS_PER_WORKSPACE, ...Object.entries(fields).flat()]);
   if (created !== 1) return null;
-  await joinRegistry(redis, keys, workspace.id);
+  // The endpoint exists: it is answered as made, with its secret, whatever follows. A registry write
+  // Redis refuses (out of memory) answered 503, and the secret, shown only here, was lost with an
+  // enabled endpoint delivering under it; a retry made a second one (probe CB). The dispatchers'
+  // sweep joins a workspace left out (`joinLeftOut`: it is in webhookForwarding, joined above).
+  await joinRegistry(redis, keys, workspace.id).catch(() => undefined);
   const record = toEndpoint(fields)!;
   await audit(redis, keys, workspace, 'webhook.created', record, by);
   return record;

@@ -62,7 +62,7 @@ export async function withinTenantLimit(group: string, limit: number, tenantId: 
 
 /** Authenticates an events token: 401 `invalid_session` when it is invalid or expired. */
 async function authenticateToken(ctx: Context, deps: AppDeps, token: string, options: AuthOptions, scope: string | null): Promise<AuthState> {
-  const claims = await verifyEventsToken(deps.tokenSecret, token);
+  const claims = await verifyEventsToken(deps.tokenSecret.key, token);
   if (!claims) throw new ApiError(401, 'invalid_session', 'The events token is invalid or has expired; request a new one');
   if (!options.eventsToken) throw new ApiError(403, 'forbidden', 'An events token only reads the event catalog, volume, recent events and timelines');
   const [workspace, tenant, key] = await Promise.all([

@@ -215,7 +215,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.get('/v1/events/token', authorize(deps, 'tenant', 'events:read'), async (ctx) => {
     const auth = ctx.state.auth as AuthState;
     const key = auth.principal!.key;
-    const { token, expiresAt } = await signEventsToken(deps.tokenSecret, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id, keyId: key.id }, key.expiresAt ? Date.parse(key.expiresAt) : null);
+    const { token, expiresAt } = await signEventsToken(deps.tokenSecret.key, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id, keyId: key.id }, key.expiresAt ? Date.parse(key.expiresAt) : null);
     respond(ctx, 200, { token, url: `${requestOrigin(ctx, deps.config.trustProxyHops)}/v1/events`, expiresAt });
   });
 

@@ -220,6 +220,29 @@ auth('an events token signed with another secret is 401 invalid_session', async 
   isError(await api.get('/v1/events/names', token), 401, 'invalid_session');
 });
 
+auth('after Redis loses the generated events-token secret, every web process signs and verifies with one secret again within seconds (probe CB)', async ({ service, api, peerApi, acme }) => {
+  const { redis, keys } = service;
+  const keyId = await keyIdOf(api, acme.keys.tenant);
+  const accepted = async (token: string) => (await api.get('/v1/events/names', token)).status === 200 && (await peerApi.get('/v1/events/names', token)).status === 200;
+  const before = (await redis.get(keys.eventsTokenSecret))!;
+  try {
+    // a process started after the loss stored a secret of its own: both processes take it
+    const other = randomBytes(32);
+    await redis.set(keys.eventsTokenSecret, other.toString('base64'));
+    const { token } = await signEventsToken(other, { workspaceId: acme.workspace.id, tenantId: acme.tenant.id, keyId });
+    await waitFor('both processes to verify with the stored secret', () => accepted(token), 12_000, 250);
+    // the secret gone with the data: a running process stores the one it signs with again, and both verify what either mints
+    await redis.del(keys.eventsTokenSecret);
+    await waitFor('the secret stored again', () => redis.get(keys.eventsTokenSecret), 12_000, 250);
+    assert.is(await redis.get(keys.eventsTokenSecret), other.toString('base64'));
+    for (const each of [api, peerApi]) assert.ok(await accepted((await each.get('/v1/events/token', acme.keys.tenant)).body.data.token));
+  } finally {
+    await redis.set(keys.eventsTokenSecret, before);
+    const { token } = await signEventsToken(Buffer.from(before, 'base64'), { workspaceId: acme.workspace.id, tenantId: acme.tenant.id, keyId });
+    await waitFor('both processes back on the first secret', () => accepted(token), 12_000, 250);
+  }
+});
+
 auth('an events token lives no longer than its key: revoking the key, or its expiry, ends the token at once (401 invalid_session)', async ({ service, api, acme }) => {
   const revoked = await makeKey(service, 'acme', 'tenant', ['events:read']);
   const token = (await api.get('/v1/events/token', revoked.key)).body.data.token as string;
@@ -241,7 +264,7 @@ auth('an events token lives no longer than its key: revoking the key, or its exp
   assert.is(decodeJwt(short.token).exp, keyExpiry.getTime() / 1000);
   isOk(await api.get('/v1/events/names', short.token));
   // a token naming no key (or one of another workspace) is refused alike
-  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const { key: secret } = await eventsTokenSecret(service.redis, service.keys, service.config);
   const iat = Math.floor(Date.now() / 1000);
   for (const claims of [{ wid: acme.workspace.id, scope: 'events:read' }, { wid: acme.workspace.id, key: 'key_01m85tazena0dqvre022vdzbtt', scope: 'events:read' }]) {
     const forged = await new SignJWT(claims).setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
@@ -251,7 +274,7 @@ auth('an events token lives no longer than its key: revoking the key, or its exp
 });
 
 auth('an expired events token is 401 invalid_session', async ({ service, api, acme }) => {
-  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const { key: secret } = await eventsTokenSecret(service.redis, service.keys, service.config);
   const key = await keyIdOf(api, acme.keys.tenant);
   const iat = Math.floor(Date.now() / 1000) - 7200;
   const expired = await new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })
@@ -277,7 +300,7 @@ auth('an expired events token is 401 invalid_session', async ({ service, api, ac
 });
 
 auth('an events token naming a tenant its key cannot reach is 401 invalid_session, had the secret leaked; a workspace key\'s reaches every tenant of its workspace (probe J)', async ({ service, api, acme, secondKey }) => {
-  const secret = await eventsTokenSecret(service.redis, service.keys, service.config);
+  const { key: secret } = await eventsTokenSecret(service.redis, service.keys, service.config);
   const second = decodeJwt((await api.get('/v1/events/token', secondKey)).body.data.token as string).sub as string;
   const nowS = Math.floor(Date.now() / 1000);
   const forge = async (key: string) => new SignJWT({ wid: acme.workspace.id, key, scope: 'events:read' })

@@ -44,6 +44,26 @@ sweep('a workspace without endpoints leaves the registry; one with endpoints sta
   assert.equal(await redis.zrange(keys.webhookWorkspaces, 0, -1), [b.workspace.id]);
 });
 
+sweep('an endpoint made whose registry write Redis refuses is answered 201 with its secret, and the sweep registers its workspace (probe CB)', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const f = await bootstrapWorkspace(ctx.service, 'sw-f');
+  const registry = await redis.zrange(keys.webhookWorkspaces, 0, -1);
+  // the registry write fails (as Redis out of memory refuses it), after the endpoint's own script
+  await redis.del(keys.webhookWorkspaces);
+  await redis.set(keys.webhookWorkspaces, 'not a sorted set');
+  try {
+    const res = await ctx.api.post('/v1/workspaces/sw-f/webhooks', f.keys.workspace, { url: 'https://8.8.8.8/hooks' });
+    assert.is(res.status, 201);
+    assert.match(res.body.data.secret, /^whsec_/);
+  } finally {
+    await redis.del(keys.webhookWorkspaces);
+    if (registry.length) await redis.zadd(keys.webhookWorkspaces, ...registry.flatMap((ws) => [0, ws]));
+  }
+  assert.is((await ctx.api.get('/v1/workspaces/sw-f/webhooks', f.keys.workspace)).body.data.total, 1, 'one endpoint: a retry is not needed');
+  assert.ok((await sweepWebhooks(ctx.role)).joined >= 1);
+  assert.ok((await redis.zrange(keys.webhookWorkspaces, 0, -1)).includes(f.workspace.id));
+});
+
 sweep('a workspace whose endpoint was made but not registered (its writer stopped in between) joins the registry', async (ctx) => {
   const { redis, keys } = ctx.service;
   const d = await bootstrapWorkspace(ctx.service, 'sw-d');
