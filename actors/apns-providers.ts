@@ -196,6 +196,8 @@ export class ApnsProviders {
     try {
       provider = new apn.Provider(options);
       keepStreamsWhileClosing(provider, this.#graceMs);
+      awaitPeerSettings(provider, this.config.apnsRequestTimeoutMs);
+      throttleTokenRenewal(provider);
     } catch (err) {
       this.#drop(key);
       this.log.error('apns provider could not be made', { tenantId, err: (err as Error).message });
@@ -271,6 +273,66 @@ function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void 
   client.closeAndDestroySession = async (session) => {
     if (session && session.closed && !session.destroyed) await closed(session);
     return closeAndDestroy.call(client, session);
+  };
+}
+
+/**
+ * A new connection's pushes go out once the peer's SETTINGS arrived (at most `timeoutMs` later; a
+ * peer that never sends them meets the pushes' own timeout): node-apn sent them as soon as it had
+ * asked for the connection, before the peer's SETTINGS_MAX_CONCURRENT_STREAMS was known, so every
+ * stream beyond the limit was refused (REFUSED_STREAM), retried, and on a slow peer timed out and
+ * reopened the connection to be refused again (probe CH: a peer advertising 10 streams, 90 of 400
+ * pushes failed after 5 attempts without reaching it). Node queues the streams beyond the limit once
+ * it is known. While the session waits, node-apn's `session` is left empty, so every push starting
+ * meanwhile waits on the same connection instead of taking the session early.
+ */
+function awaitPeerSettings(provider: apn.Provider, timeoutMs: number): void {
+  type Session = { closed: boolean; destroyed: boolean; once(event: string, listener: () => void): void; off(event: string, listener: () => void): void };
+  type Client = { session?: Session | null; connect?: () => Promise<void> };
+  const client = (provider as unknown as { client?: Client }).client;
+  const connect = client?.connect;
+  if (!client || typeof connect !== 'function') return;
+  let settling: Promise<void> | null = null;
+  client.connect = () => {
+    settling ??= (async () => {
+      await connect.call(client);
+      const session = client.session;
+      if (!session || session.closed || session.destroyed) return;
+      client.session = null;
+      try {
+        await new Promise<void>((done) => {
+          const finish = () => {
+            clearTimeout(timer);
+            for (const event of ['remoteSettings', 'close', 'error'] as const) session.off(event, finish);
+            done();
+          };
+          const timer = setTimeout(finish, timeoutMs);
+          for (const event of ['remoteSettings', 'close', 'error'] as const) session.once(event, finish);
+        });
+      } finally {
+        client.session = session;
+      }
+    })().finally(() => (settling = null));
+    return settling;
+  };
+}
+
+/** Apple's least interval between two provider tokens: a refresh sooner is answered 429 TooManyProviderTokenUpdates. */
+const PROVIDER_TOKEN_MIN_AGE_S = 20 * 60;
+
+/**
+ * node-apn signs a new provider token on every `403 ExpiredProviderToken`; a token younger than 20
+ * minutes is kept instead (Apple refreshes no more often, and answers 429 TooManyProviderTokenUpdates
+ * otherwise): a device or a clock skew answering it on every attempt made a new token per attempt,
+ * 15 in 7 s, for every push of the tenant (probe CH). node-apn still renews a token before its hour.
+ */
+function throttleTokenRenewal(provider: apn.Provider): void {
+  type Token = { regenerate?: (generation: number) => void; isExpired?: (validSeconds: number) => boolean };
+  const token = (provider as unknown as { client?: { config?: { token?: Token } } }).client?.config?.token;
+  const regenerate = token?.regenerate;
+  if (!token || typeof regenerate !== 'function' || typeof token.isExpired !== 'function') return;
+  token.regenerate = (generation: number) => {
+    if (token.isExpired!(PROVIDER_TOKEN_MIN_AGE_S)) regenerate.call(token, generation);
   };
 }
 

@@ -5,7 +5,7 @@ import type { Redis } from 'ioredis';
 import { ConfigError, type Config, type Role } from '../lib/config.js';
 import { createLogger, type Logger } from '../lib/log.js';
 import { createApp } from '../http/app.js';
-import { answerUnparsedRequest } from '../http/middleware/errors.js';
+import { answerUnparsedRequest, cutLingering } from '../http/middleware/errors.js';
 import { resolveRedis, type ResolvedRedis } from '../streams/embedded-redis.js';
 import { startHeartbeat } from '../streams/heartbeat.js';
 import { checkPartitionCount } from '../streams/partition-leases.js';
@@ -257,6 +257,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
     log.info('web listening', { port });
     stops.push(() => new Promise<void>((done) => {
       closing = true;
+      cutLingering(app);
       const force = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
       server.close(() => {
         clearTimeout(force);

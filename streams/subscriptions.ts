@@ -302,14 +302,22 @@ async function registerOnce(
 ): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
-  const lock: TokenLock = { key: keys.tokenLock(scope.tenantId, field), owner: newId('subscription'), held: true };
-  const [claim, id, claimNumber, previous, unsettled] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
-  try {
-    return await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous, unsettled });
-  } finally {
-    await releaseTokenLock(redis, lock);
+  // an overtaken registration whose overtaking move was given back (refused) claims again, a few times
+  for (let attempt = 1; ; attempt++) {
+    const lock: TokenLock = { key: keys.tokenLock(scope.tenantId, field), owner: newId('subscription'), held: true };
+    const [claim, id, claimNumber, previous, unsettled] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
+    try {
+      const done = await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous, unsettled }, attempt < OVERTAKEN_ATTEMPTS);
+      if (done) return done;
+    } finally {
+      await releaseTokenLock(redis, lock);
+    }
+    await sleep(attempt * 10);
   }
 }
+
+/** Claims an overtaken registration makes when the move that overtook it was given back (`overtakenReply`). */
+const OVERTAKEN_ATTEMPTS = 3;
 
 /**
  * A registration after its claim: writes its copy, removes the previous subscriber's on a move,
@@ -319,7 +327,8 @@ async function registerClaimed(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
   options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
   { field, lock, claim, id, stamp, previous, unsettled }: { field: string; lock: TokenLock; claim: string; id: string; stamp: number; previous?: string; unsettled?: string },
-): Promise<Registered> {
+  mayRetry = false,
+): Promise<Registered | null> {
   const tokens = tokenKeys(keys, scope.tenantId);
   if (options.afterClaim) {
     // tests: what runs here happens as if the lock had expired (its holder stalled that long)
@@ -337,7 +346,7 @@ async function registerClaimed(
       // The id was made for this call: no record of it can exist unless a concurrent registration of the
       // same token by the same externalId (claim 'same') wrote it first; then the general path below updates it.
       const fresh = await createFresh(redis, keys, scope, externalId, id, input, make);
-      if (fresh === 'overtaken') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
+      if (fresh === 'overtaken') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input), mayRetry);
       if (fresh) {
         await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
         return { subscription: fresh, created: true, changes: {}, previousAttributes: {} };
@@ -364,7 +373,7 @@ async function registerClaimed(
     if (unsettled !== undefined) await detach(redis, keys, scope, unsettled, id, 'moved', stamp, options.audit, true);
     await settleMove(redis, keys, scope.tenantId, field, previous, `${id}|${externalId}`);
   }
-  if (outcome.overtaken === 'moved-out') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
+  if (outcome.overtaken === 'moved-out') return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input), mayRetry);
   await confirmToken(redis, keys, scope, field, externalId, id, stamp, lock, options.audit);
   if (outcome.overtaken) return overtakenReply(redis, keys, scope, externalId, field, id, make, fieldsOf(input));
   // the record as written (no second read)
@@ -379,8 +388,12 @@ async function registerClaimed(
  * device details, mute and permission status are not the caller's to read, probe CA), with the
  * subscription's `createdAt` when its holder's copy is found.
  */
-async function overtakenReply(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, field: string, id: string, make: Make, wanted: Record<string, string>): Promise<Registered> {
+async function overtakenReply(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, field: string, id: string, make: Make, wanted: Record<string, string>, mayRetry = false): Promise<Registered | null> {
   const named = await redis.hget(keys.tokens(scope.tenantId), field);
+  // the move that overtook this registration was refused (409) and gave the token back to it: this
+  // one claims again (the refused move takes its mark back too); else it answered 200 and wrote
+  // nothing, and the token named a copy that did not exist until the next registration (probe CD)
+  if (mayRetry && named === `${id}|${externalId}`) return null;
   const owner = named?.startsWith(`${id}|`) ? named.slice(id.length + 1) : null;
   const theirs = owner === null ? {} : await redis.hgetall(keys.subscription(partitionOf(scope.tenantId, owner, scope.partitions), scope.tenantId, id));
   const record = newRecord(id, wanted, isoNow(now()), { ...make, holder: externalId });

@@ -33,7 +33,17 @@ const LINGER_MAX_BYTES = 16 * 1024 * 1024;
 /** How long the rest of such a body may take; then the connection is cut. */
 const LINGER_MS = 10_000;
 /** Connections reading the rest of a body after its answer (answerUnparsedRequest must not answer that request again). */
-const lingering = new WeakSet<Duplex>();
+const lingering = new Set<Duplex>();
+/** The same connections by the app that answered them (a stop cuts its own only). */
+const lingeringByApp = new WeakMap<object, Set<Duplex>>();
+
+/**
+ * Cuts `app`'s connections still reading the rest of a body already answered: the service is
+ * stopping, and their answers are out (waiting for them held a stop for the whole grace, 5 s; probe CD).
+ */
+export function cutLingering(app: object): void {
+  for (const socket of lingeringByApp.get(app) ?? []) socket.destroy();
+}
 
 /**
  * An answer given before the request's body arrived whole (a 401 before it was read, a 413 found
@@ -50,7 +60,11 @@ function readRestOf(ctx: Context): void {
   const declared = Number(req.headers['content-length']);
   if (declared > LINGER_MAX_BYTES) return void ctx.set('Connection', 'close');
   const socket = req.socket;
+  let mine = lingeringByApp.get(ctx.app);
+  if (!mine) lingeringByApp.set(ctx.app, (mine = new Set()));
+  const own = mine;
   lingering.add(socket);
+  own.add(socket);
   let seen = 0;
   const cut = () => socket.destroy();
   const timer = setTimeout(cut, LINGER_MS).unref();
@@ -61,11 +75,13 @@ function readRestOf(ctx: Context): void {
   const done = () => {
     clearTimeout(timer);
     lingering.delete(socket);
+    own.delete(socket);
     req.off('data', count);
   };
   req.on('data', count);
   req.once('end', done);
   req.once('close', done);
+  socket.once('close', done);
   // a compressed body was piped into its inflater, which stopped reading at the limit: the pipe would hold the rest back
   req.unpipe();
   req.resume();

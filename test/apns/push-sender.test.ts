@@ -241,6 +241,32 @@ sends('403 ExpiredProviderToken is retried with a new provider token', async (ct
   assert.equal(result.answers[0]!.reason, 'ExpiredProviderToken');
 });
 
+sends('a 403 ExpiredProviderToken on every attempt does not sign a new provider token each time: one younger than 20 minutes is kept (probe CH: 15 tokens in 7 s)', async (ctx) => {
+  const sender = senderWith(ctx, {});
+  const stuck = job(ctx);
+  ctx.production.respondWith({ token: stuck.token, status: 403, reason: 'ExpiredProviderToken' });
+  const result = await sender.send(stuck);
+  assert.is(result.outcome, 'failed');
+  assert.ok(result.attempts > 1, 'retried');
+  assert.is((await sender.send(job(ctx))).outcome, 'sent');
+  const bearers = new Set(ctx.production.requests.map((r) => r.headers.authorization));
+  assert.is(bearers.size, 1, 'one provider token for every attempt and the next push');
+});
+
+sends('a new connection\'s pushes wait for the peer\'s SETTINGS: a peer allowing 10 streams at once gets 60 pushes, none refused, each sent on its first attempt (probe CH)', async (ctx) => {
+  const narrow = await startApnsPeer({ keyId: ctx.key.keyId, teamId: ctx.key.teamId, publicKey: ctx.key.publicKey, topic: BUNDLE, maxConcurrentStreams: 10 });
+  try {
+    const sender = senderWith(ctx, { APNS_PORT: String(narrow.port) });
+    const jobs = Array.from({ length: 60 }, () => job(ctx));
+    const results = await Promise.all(jobs.map((j) => sender.send(j)));
+    assert.equal(results.map((r) => [r.outcome, r.attempts]), jobs.map(() => ['sent', 1]));
+    assert.is(narrow.accepted, 60);
+    assert.is(narrow.sessionsOpened, 1);
+  } finally {
+    await narrow.close();
+  }
+});
+
 sends('a tenant without APNs credentials fails with apns_not_configured and sends nothing', async (ctx) => {
   const bare = await tenantWith(ctx, 'bare', null);
   const result = await ctx.sender.send(job(ctx, { tenantId: bare.id }));

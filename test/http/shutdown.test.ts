@@ -1,4 +1,5 @@
 import { Agent, request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
@@ -58,6 +59,28 @@ shutdown('a request in flight when the service stops is answered, its connection
     await stopping;
   } finally {
     agent.destroy();
+    await service.stop();
+  }
+});
+
+shutdown('a connection still sending the rest of a body already answered (401 before it was read) does not hold the stop up: it is cut (probe CD)', async () => {
+  const service = await startTestService('shutdown-linger');
+  const { port } = new URL(service.url);
+  try {
+    const socket = connect(Number(port), '127.0.0.1');
+    let text = '';
+    const closed = new Promise<void>((done) => socket.on('close', () => done()));
+    socket.on('data', (chunk) => (text += chunk));
+    socket.on('error', () => undefined);
+    socket.write('POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"externalI');
+    await waitFor('the early answer', async () => text.includes('"code":"missing_authorization"'), 3_000);
+    // the rest never comes: the stop cuts the connection instead of waiting out its grace (5 s)
+    let stopped = false;
+    const stopping = service.stop().then(() => (stopped = true));
+    await waitFor('the stop to finish without waiting out the grace', async () => stopped, 2_500);
+    await stopping;
+    await closed;
+  } finally {
     await service.stop();
   }
 });

@@ -254,6 +254,27 @@ move('a third user\'s registration refused at its limit after a mover was killed
   assert.equal((await api.get('/v1/subscribers/full-b/subscriptions', ctx.key)).body.data.items.map((s: any) => [s.id, s.createdAt]), [[first.body.data.id, first.body.data.createdAt]]);
 });
 
+move('a first registration overtaken by a move that is then refused (its claim given back, its mark not yet) claims again and writes its copy (probe CD)', async (ctx) => {
+  const { service: { redis, keys } } = ctx;
+  const t = ctx.tenant.id;
+  const field = tokenField('push', token(15));
+  let claims = 0;
+  const first = await registerSubscription(redis, keys, ctx.scope, 'given-a', { channel: 'push', token: token(15), platform: 'ios' }, {
+    afterClaim: async () => {
+      if (claims++ > 0) return; // A's claim again: nothing in between
+      // another user's registration claims the device and marks A's copy moved out, then is refused: its claim goes back first
+      const [claim, id, stamp] = await claimOnly(ctx, field, 'given-b');
+      assert.is(claim, 'moved');
+      await callScript(redis, 'markMovedOut', [keys.subscriptionMovedOut(partitionOf(t, 'given-a', ctx.scope.partitions), t, id!)], ['given-a', stamp!, Date.now() + 60_000]);
+      await callScript(redis, 'unclaimToken', [keys.tokens(t), keys.subscriptionOwners(t), keys.tokenMoves(t), keys.subscriptionClaims(t)], [field, id!, 'given-b', 'given-a', '']);
+    },
+  });
+  assert.is(first.created, true, 'A\'s registration wrote its copy');
+  assert.is(claims, 2, 'A claimed twice');
+  assert.equal((await ctx.api.get('/v1/subscribers/given-a/subscriptions', ctx.key)).body.data.items.map((s: any) => s.id), [first.subscription.id]);
+  assert.is(await redis.hget(keys.tokens(t), field), `${first.subscription.id}|given-a`);
+});
+
 move('the worker\'s sweeper finishes a move whose mover died after its write', async (ctx) => {
   const { api, pk, service } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'worker-a', channel: 'push', token: token(10), platform: 'ios' });
