@@ -281,39 +281,47 @@ function keepStreamsWhileClosing(provider: apn.Provider, graceMs: number): void 
  * peer that never sends them meets the pushes' own timeout): node-apn sent them as soon as it had
  * asked for the connection, before the peer's SETTINGS_MAX_CONCURRENT_STREAMS was known, so every
  * stream beyond the limit was refused (REFUSED_STREAM), retried, and on a slow peer timed out and
- * reopened the connection to be refused again (probe CH: a peer advertising 10 streams, 90 of 400
+ * reopened the connection to be refused again (probe CH: a peer allowing 10 streams, 90 of 400
  * pushes failed after 5 attempts without reaching it). Node queues the streams beyond the limit once
- * it is known. While the session waits, node-apn's `session` is left empty, so every push starting
- * meanwhile waits on the same connection instead of taking the session early.
+ * it is known. node-apn's `request` (every push and retry goes through it, on the session it names)
+ * waits for its session's SETTINGS; the session itself stays node-apn's current one (emptied while
+ * waiting, node-apn's retry of an answer arriving meanwhile read a null session and recorded a
+ * connection error, and a timeout closed the newer connection: probe CE).
  */
 function awaitPeerSettings(provider: apn.Provider, timeoutMs: number): void {
   type Session = { closed: boolean; destroyed: boolean; once(event: string, listener: () => void): void; off(event: string, listener: () => void): void };
-  type Client = { session?: Session | null; connect?: () => Promise<void> };
+  type Client = { session?: Session | null; connect?: () => Promise<void>; request?: (session: Session, ...rest: unknown[]) => Promise<unknown> };
   const client = (provider as unknown as { client?: Client }).client;
   const connect = client?.connect;
-  if (!client || typeof connect !== 'function') return;
-  let settling: Promise<void> | null = null;
-  client.connect = () => {
-    settling ??= (async () => {
-      await connect.call(client);
-      const session = client.session;
-      if (!session || session.closed || session.destroyed) return;
-      client.session = null;
-      try {
-        await new Promise<void>((done) => {
-          const finish = () => {
-            clearTimeout(timer);
-            for (const event of ['remoteSettings', 'close', 'error'] as const) session.off(event, finish);
-            done();
-          };
-          const timer = setTimeout(finish, timeoutMs);
-          for (const event of ['remoteSettings', 'close', 'error'] as const) session.once(event, finish);
-        });
-      } finally {
-        client.session = session;
-      }
-    })().finally(() => (settling = null));
-    return settling;
+  const request = client?.request;
+  if (!client || typeof connect !== 'function' || typeof request !== 'function') return;
+  const settling = new WeakMap<Session, Promise<void>>();
+  /** why a session ended before its SETTINGS (told in the push's failure, as node-apn told it) */
+  const ended = new WeakMap<Session, Error>();
+  client.connect = async () => {
+    await connect.call(client);
+    const session = client.session;
+    if (!session || session.closed || session.destroyed || settling.has(session)) return;
+    settling.set(session, new Promise<void>((done) => {
+      const events = ['remoteSettings', 'close', 'error'] as const;
+      const finish = (err?: unknown) => {
+        clearTimeout(timer);
+        for (const event of events) session.off(event, finish);
+        settling.delete(session);
+        if (err instanceof Error) ended.set(session, err);
+        done();
+      };
+      const timer = setTimeout(finish, timeoutMs);
+      for (const event of events) session.once(event, finish);
+    }));
+  };
+  client.request = async (session: Session, ...rest: unknown[]) => {
+    const wait = session ? settling.get(session) : undefined;
+    if (wait) {
+      await wait;
+      if (session.closed || session.destroyed) throw { error: new Error(`apn write failed: ${ended.get(session)?.message ?? 'the connection closed before the peer\'s SETTINGS'}`) };
+    }
+    return request.call(client, session, ...rest);
   };
 }
 

@@ -187,7 +187,8 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   // deliveries already made, looked at again (`settleLeftPending`): none is made anew
   if (only) for (const p of plans) p.planned = p.planned.filter((d) => only.has(d.id));
   if (plans.every((p) => p.planned.length === 0)) return existing;
-  const args: (string | number)[] = [keys.tenantBase(scope.tenantId), whole ? isoNow() : '', items.length];
+  const createdAt = plans.find((p) => p.planned.length > 0)!.planned[0]!.fields.createdAt;
+  const args: (string | number)[] = [keys.tenantBase(scope.tenantId), whole ? isoNow() : '', String(Date.parse(createdAt)), items.length];
   items.forEach(({ message }, i) => {
     args.push(message.id, plans[i]!.planned.length);
     for (const d of plans[i]!.planned) args.push(d.id, d.status, JSON.stringify(d.fields));

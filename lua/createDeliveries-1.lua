@@ -10,17 +10,21 @@
   ARGV[1] tenant key base ({t} with the key prefix)
   ARGV[2] '' for a chunk of a longer audience; for whole audiences (messages to one subscriber), now
           (ISO 8601): each message's fan-out is then marked done as lua/finishFanout does, in the same call
-  ARGV[3] number of messages M, then per message: its id, the number of deliveries D, and D groups of
+  ARGV[3] the deliveries' createdAt in ms: a delivery's score in its message's indexes is that ms × 1000
+          + the order it was made in by this call (streams/scored-index.ts: the list is newest first;
+          delivery ids are derived from message and subscription, so they carry no order; probe CF)
+  ARGV[4] number of messages M, then per message: its id, the number of deliveries D, and D groups of
           3: delivery id, status (pending|skipped), fields (JSON object of strings)
   Returns per message, in order, one { id, status } per delivery: its status now (an existing
   delivery keeps its own).
 ]]
 -- @include "completeWhenSettled"
 local rcall = redis.call
-local base, whole = ARGV[1], ARGV[2]
+local base, whole, ms = ARGV[1], ARGV[2], ARGV[3]
 local replies = {}
-local i = 4
-for _ = 1, tonumber(ARGV[3]) do
+local made = 0
+local i = 5
+for _ = 1, tonumber(ARGV[4]) do
   local msg, n = ARGV[i], tonumber(ARGV[i + 1])
   local record, index = base .. ':msg:' .. msg, base .. ':msg-dlv:' .. msg
   i = i + 2
@@ -39,8 +43,11 @@ for _ = 1, tonumber(ARGV[3]) do
         flat[#flat + 1] = value
       end
       rcall('HSET', key, unpack(flat))
-      rcall('ZADD', index, 0, id)
-      rcall('ZADD', index .. ':' .. status, 0, id)
+      -- the score as text: a Lua number prints 16 digits in exponent form
+      local score = ms .. string.format('%03d', math.min(made, 999))
+      made = made + 1
+      rcall('ZADD', index, score, id)
+      rcall('ZADD', index .. ':' .. status, score, id)
       created[status] = (created[status] or 0) + 1
       out[#out + 1] = { id, status }
     end

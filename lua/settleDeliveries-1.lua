@@ -34,7 +34,8 @@ for _ = 1, tonumber(ARGV[3]) do
       end
       rcall('HSET', key, unpack(fields))
       rcall('ZREM', index .. ':pending', id)
-      rcall('ZADD', index .. ':' .. to, 0, id)
+      -- it keeps its place (its score in the message's index: lua/createDeliveries)
+      rcall('ZADD', index .. ':' .. to, rcall('ZSCORE', index, id) or 0, id)
       byStatus[to] = (byStatus[to] or 0) + 1
       recorded = recorded + 1
     end

@@ -234,7 +234,7 @@ export function createKeys(prefix: string) {
     messageDue: (tenantId: string) => `${t(tenantId)}:msg-due`,
     /** hash: one delivery of a message to one subscription */
     delivery: (tenantId: string, deliveryId: string) => `${t(tenantId)}:dlv:${deliveryId}`,
-    /** zset (score 0) of a message's delivery ids; `messageDeliveriesByStatus` per status */
+    /** zset of a message's delivery ids scored by creation (streams/scored-index.ts; 0 for those made before session 55); `messageDeliveriesByStatus` per status */
     messageDeliveries: (tenantId: string, messageId: string) => `${t(tenantId)}:msg-dlv:${messageId}`,
     messageDeliveriesByStatus: (tenantId: string, messageId: string, status: string) => `${t(tenantId)}:msg-dlv:${messageId}:${status}`,
     /** zset of `<tenantId>|<workspaceId>` of every tenant that ever sent a message: the dispatchers read their queues */

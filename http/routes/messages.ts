@@ -237,7 +237,11 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const message = await getMessage(redis, keys, tenantId, ctx.params.id!);
     const { limit, after, query } = pageRequest<{ status?: string }>(ctx, 'DeliveriesQuery');
     const index = query.status ? keys.messageDeliveriesByStatus(tenantId, message.id, query.status) : keys.messageDeliveries(tenantId, message.id);
-    respond(ctx, 200, await pageRecords(redis, index, { limit, after }, 'delivery', (ids) => loadDeliveries(redis, keys, tenantId, ids)));
+    // newest first by creation (the scores lua/createDeliveries gives; ids are derived, in no order:
+    // probe CF); a cursor of an id alone (given before session 55) is placed by that delivery's score
+    respond(ctx, 200, await pageRecords(redis, index, { limit, after }, 'delivery', (ids) => loadDeliveries(redis, keys, tenantId, ids), {
+      unscored: (id) => redis.zscore(index, id),
+    }));
   });
 
   router.get('/v1/deliveries/:id', authorize(deps, 'tenant', 'messages:read'), async (ctx: Context) => {

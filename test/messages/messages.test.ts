@@ -130,6 +130,22 @@ m('a topic fan-out in many chunks delivers to every member exactly once', async 
   const page = await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=100`, ctx.key);
   assert.is(page.body.data.total, 150);
   assert.is(page.body.data.hasMore, true);
+  // newest first (spec 2.2), across the chunks' deliveries, on every page and under a status filter
+  // too: they were listed by their ids, derived from message and subscription, in no order (probe CF)
+  for (const filter of ['', '&status=sent']) {
+    const listed: any[] = [];
+    let cursor: string | null = null;
+    for (let n = 0; n < 10; n++) {
+      const body: any = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=30${filter}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, ctx.key)).body.data;
+      listed.push(...body.items);
+      cursor = body.nextCursor;
+      if (!cursor) break;
+    }
+    assert.is(new Set(listed.map((d) => d.id)).size, 150, `every delivery once${filter}`);
+    const times = listed.map((d) => Date.parse(d.createdAt));
+    assert.ok(times.every((t, i) => i === 0 || t <= times[i - 1]!), `newest first${filter}: ${listed.map((d) => d.createdAt).join(' ')}`);
+    assert.ok(new Set(times).size > 1, 'the chunks were made at different times');
+  }
 });
 
 m('a broadcast being walked does not hold up a one-user message sent after it (separate queues)', async (ctx) => {
