@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
@@ -18,6 +18,7 @@ import { connectRedis } from '../../streams/redis.js';
 import { generateProviderKey, startApnsPeer, type ApnsPeer, type ProviderKey } from '../helpers/apns-peer.js';
 import { freePort, testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 import { BY_TEST } from '../helpers/service.js';
+import { waitFor } from '../helpers/wait.js';
 
 const BUNDLE = 'com.example.herald';
 const BASE_MS = 40;
@@ -264,6 +265,51 @@ sends('a new connection\'s pushes wait for the peer\'s SETTINGS: a peer allowing
     assert.is(narrow.sessionsOpened, 1);
   } finally {
     await narrow.close();
+  }
+});
+
+/** A TCP relay to `port` whose n-th connection (from 1) gets the peer's bytes only after `holdMs(n)`: its TLS handshake and SETTINGS come late. */
+async function slowStartRelay(port: number, holdMs: (n: number) => number): Promise<{ port: number; connections: number; close: () => void }> {
+  const relay = { port: 0, connections: 0, close: () => server.close() };
+  const server = createServer((client: Socket) => {
+    const upstream = connect(port, '127.0.0.1');
+    let held: Buffer[] | null = [];
+    setTimeout(() => {
+      for (const chunk of held ?? []) client.write(chunk);
+      held = null;
+    }, holdMs(++relay.connections));
+    upstream.on('data', (chunk: Buffer) => (held ? held.push(chunk) : client.write(chunk)));
+    client.on('data', (chunk: Buffer) => upstream.write(chunk));
+    for (const [a, b] of [[client, upstream], [upstream, client]] as const) {
+      a.on('error', () => b.destroy());
+      a.on('close', () => b.destroy());
+    }
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', () => done()));
+  relay.port = (server.address() as AddressInfo).port;
+  return relay;
+}
+
+sends('an answer on a closing connection while the next one waits for its SETTINGS is recorded as APNs gave it: 429 TooManyProviderTokenUpdates once, not retried (probe CE)', async (ctx) => {
+  const relay = await slowStartRelay(ctx.production.port, (n) => (n === 1 ? 0 : 1_500));
+  try {
+    const sender = senderWith(ctx, { APNS_PORT: String(relay.port) });
+    const [p0, p1, p2] = [job(ctx), job(ctx), job(ctx)];
+    // p0's 500 makes node-apn close the first connection gracefully; p1 is still out on it, answered later
+    ctx.production.respondWith({ token: p0.token, status: 500, reason: 'InternalServerError', times: 1 });
+    ctx.production.respondWith({ token: p1.token, status: 429, reason: 'TooManyProviderTokenUpdates', delayMs: 600 });
+    const first = sender.sendAll([p0, p1]);
+    await waitFor('p0 answered', async () => ctx.production.requests.some((r) => r.token === p0.token && r.status === 500), 3_000, 10);
+    // p2 opens the second connection, whose SETTINGS come 1.5 s late: p1's answer arrives meanwhile
+    const second = sender.send(p2);
+    const [r0, r1] = await first;
+    assert.equal([r1!.outcome, r1!.httpStatus, r1!.reason, r1!.attempts], ['failed', 429, 'TooManyProviderTokenUpdates', 1]);
+    assert.is(ctx.production.requests.filter((r) => r.token === p1.token).length, 1, 'p1 sent once');
+    assert.is(r0!.outcome, 'sent');
+    assert.is((await second).outcome, 'sent');
+    assert.is(relay.connections, 2);
+  } finally {
+    relay.close();
   }
 });
 
