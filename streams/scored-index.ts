@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { callScript } from './lua-scripts.js';
 
 /**
  * Sorted sets whose score is their order, newest first: `<ms> * 1000 + n`, n counting what the set
@@ -25,18 +26,10 @@ function pairs(flat: string[]): [string, string][] {
 
 /**
  * Up to `count` `[member, score]` after `after` in newest-first order: by score descending, then
- * (as Redis orders equal scores) by member bytes descending. Members sharing the cursor's score
- * are read whole and filtered here (only arrivals landing in the same slot share a score, so that
- * group is tiny); the rest is one bounded range. One round trip.
+ * (as Redis orders equal scores) by member bytes descending, in one script call (lua/entriesAfter:
+ * a cursor whose member is still there continues from its rank, however many members share its
+ * score). One round trip.
  */
 export async function entriesAfter(redis: Redis, key: string, after: ScoredPosition | null, count: number): Promise<[string, string][]> {
-  if (!after) return pairs(await redis.zrange(key, '+inf', '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES'));
-  const [[tieErr, tie], [restErr, rest]] = ((await redis.pipeline()
-    .zrange(key, after.score, after.score, 'BYSCORE', 'REV', 'WITHSCORES')
-    .zrange(key, `(${after.score}`, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, count, 'WITHSCORES')
-    .exec()) ?? []) as [Error | null, string[]][];
-  if (tieErr || restErr) throw tieErr ?? restErr;
-  const cursor = Buffer.from(after.member);
-  const tied = pairs(tie ?? []).filter(([m]) => Buffer.compare(Buffer.from(m), cursor) < 0);
-  return [...tied, ...pairs(rest ?? [])].slice(0, count);
+  return pairs(await callScript<string[]>(redis, 'entriesAfter', [key], [after?.score ?? '', after?.member ?? '', count]));
 }

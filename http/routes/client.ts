@@ -133,7 +133,10 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       APNs declared gone longest ago (`invalidatedAt`), if any, is removed to make room, else the answer is 409 `conflict`
    *       and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,
    *       that subscriber is first merged into this one, with the proof and limits of `POST /v1/client/identify` (the device
-   *       registered here counts towards the 50), all checked before any write.
+   *       registered here counts towards the 50), all checked before any write. Registrations of one token run one at a
+   *       time across processes (a registration waits for another of the same token at most 5 s, then 429 `lock_timeout`);
+   *       one overtaken by another app user's registration of the device before its write (it stalled over 2 s) writes
+   *       nothing and answers 200 with the fields it sent (the device is the other user's).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionRegister' } } } }
    *     responses:

@@ -239,8 +239,10 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const index = query.status ? keys.messageDeliveriesByStatus(tenantId, message.id, query.status) : keys.messageDeliveries(tenantId, message.id);
     // newest first by creation (the scores lua/createDeliveries gives; ids are derived, in no order:
     // probe CF); a cursor of an id alone (given before session 55) is placed by that delivery's score
+    // in the message's index, whatever its status now, else at 0 (where those made before are)
+    const all = keys.messageDeliveries(tenantId, message.id);
     respond(ctx, 200, await pageRecords(redis, index, { limit, after }, 'delivery', (ids) => loadDeliveries(redis, keys, tenantId, ids), {
-      unscored: (id) => redis.zscore(index, id),
+      unscored: async (id) => (await redis.zscore(all, id)) ?? '0',
     }));
   });
 

@@ -4,6 +4,7 @@ import { auditEntries } from '../helpers/audit.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { apnsCredentials, BUNDLE_ID, startPushService } from '../helpers/push-setup.js';
 import { startTestService } from '../helpers/service.js';
+import { encodeCursor } from '../../http/list.js';
 import { rawRequest } from '../helpers/raw-request.js';
 import { waitFor } from '../helpers/wait.js';
 import { messageTimerPartition } from '../../streams/messages.js';
@@ -146,6 +147,12 @@ m('a topic fan-out in many chunks delivers to every member exactly once', async 
     assert.ok(times.every((t, i) => i === 0 || t <= times[i - 1]!), `newest first${filter}: ${listed.map((d) => d.createdAt).join(' ')}`);
     assert.ok(new Set(times).size > 1, 'the chunks were made at different times');
   }
+  // a cursor of an id alone (as given before deliveries were scored) continues after that delivery, on a status list too
+  const firstPage = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=30&status=sent`, ctx.key)).body.data;
+  const next = (await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=30&status=sent&cursor=${firstPage.nextCursor}`, ctx.key)).body.data;
+  const legacy = await ctx.api.get(`/v1/messages/${res.body.data.id}/deliveries?limit=30&status=sent&cursor=${encodeCursor(firstPage.items.at(-1).id)}`, ctx.key);
+  assert.is(legacy.status, 200);
+  assert.equal(legacy.body.data.items.map((d: any) => d.id), next.items.map((d: any) => d.id));
 });
 
 m('a broadcast being walked does not hold up a one-user message sent after it (separate queues)', async (ctx) => {
