@@ -311,7 +311,7 @@ function awaitPeerSettings(provider: apn.Provider, timeoutMs: number): void {
         if (err instanceof Error) ended.set(session, err);
         done();
       };
-      const timer = setTimeout(finish, timeoutMs);
+      const timer = setTimeout(finish, timeoutMs).unref();
       for (const event of events) session.once(event, finish);
     }));
   };
