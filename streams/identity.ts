@@ -213,8 +213,10 @@ export async function createApiKey(
     id, kind: record.kind, workspaceId: record.workspaceId, tenantId: record.tenantId ?? '', scopes: record.scopes.join(','),
     name: record.name ?? '', hint: record.hint, hash: record.hash, createdAt: record.createdAt, expiresAt: record.expiresAt ?? '', revokedAt: '',
   });
-  await redis.set(keys.apiKeyByHash(record.hash), id);
+  // listed before it works: a write Redis refuses in between (out of memory) leaves no working key
+  // that the key list does not show, and so cannot be revoked (probe CB)
   await redis.zadd(keys.apiKeyIndex(input.workspace.id), 0, id);
+  await redis.set(keys.apiKeyByHash(record.hash), id);
   await appendAudit(redis, keys, {
     type: 'key.created', workspace: ref(input.workspace), tenant: input.tenant ? ref(input.tenant) : null,
     actor: by.actor, target: { type: 'api_key', id }, request: by.request, object: publicKey(record),
