@@ -58,8 +58,9 @@ export function cutLingering(app: object): void {
 function readRestOf(ctx: Context): void {
   const req = ctx.req;
   const declared = Number(req.headers['content-length']);
-  if (declared > LINGER_MAX_BYTES) return void ctx.set('Connection', 'close');
-  const socket = req.socket;
+  const socket = req.socket as Duplex | null;
+  // a request already destroyed has no rest to read (and no socket): the connection closes
+  if (declared > LINGER_MAX_BYTES || req.destroyed || !socket) return void ctx.set('Connection', 'close');
   let mine = lingeringByApp.get(ctx.app);
   if (!mine) lingeringByApp.set(ctx.app, (mine = new Set()));
   const own = mine;
