@@ -9,11 +9,24 @@ import type { Context } from 'koa';
  * proxy, the request's own scheme and `Host`.
  */
 export function requestOrigin(ctx: Context, hops: number): string {
-  if (hops === 0) return ctx.origin;
+  const own = { proto: ctx.protocol, host: ctx.get('Host') };
   const trusted = (name: string): string | undefined => {
     const entries = ctx.get(name).split(',').map((entry) => entry.trim()).filter(Boolean);
     return entries.length ? entries[Math.max(0, entries.length - hops)] : undefined;
   };
-  const proto = trusted('X-Forwarded-Proto') ?? ctx.protocol;
-  return `${proto}://${trusted('X-Forwarded-Host') ?? ctx.get('Host')}`;
+  const proto = hops === 0 ? own.proto : trusted('X-Forwarded-Proto')?.toLowerCase() ?? own.proto;
+  const host = hops === 0 ? own.host : trusted('X-Forwarded-Host') ?? own.host;
+  // only a URL's own parts: a host such as `a b` or `x/y?z#`, or a scheme such as `javascript`, made
+  // the URL given out something else (probe CI); then the service's own address as the socket has it
+  return `${proto === 'https' ? 'https' : 'http'}://${HOST.test(host) ? host.toLowerCase() : localHost(ctx)}`;
+}
+
+/** A host and optional port as a URL's authority holds it: a DNS name or IPv4 address, or a bracketed IPv6 one. */
+const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
+/** This service's address as the request's socket reached it. */
+function localHost(ctx: Context): string {
+  const socket = ctx.req.socket;
+  const address = (socket?.localAddress ?? '127.0.0.1').replace(/^::ffff:/, '');
+  return `${address.includes(':') ? `[${address}]` : address}:${socket?.localPort ?? 80}`;
 }

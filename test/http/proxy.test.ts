@@ -57,4 +57,20 @@ proxy('X-Forwarded-Host and -Proto are read from the right as X-Forwarded-For is
   }
 });
 
+proxy('a forwarded or own Host, or a forwarded Proto, that is not a URL\'s part gives the service\'s own address in the URLs answers give (probe CI: http://a b/…, javascript://…)', async () => {
+  const service = await startTestService('proxy-bad-host');
+  try {
+    const { port } = new URL(service.url);
+    const api = client(service.url);
+    const boot = await bootstrapWorkspace(service, 'proxy-bad-host');
+    const urlWith = async (headers: Record<string, string>) => (await api.get('/v1/events/token', boot.keys.tenant, headers)).body.data.url as string;
+    for (const host of ['a b', 'x/y?z#', 'evil.example/path', 'user@evil.example']) assert.is(await urlWith({ 'x-forwarded-host': host }), `http://127.0.0.1:${port}/v1/events`, host);
+    assert.is(await urlWith({ 'x-forwarded-proto': 'javascript', 'x-forwarded-host': 'api.example.com' }), 'http://api.example.com/v1/events');
+    assert.is(await urlWith({ 'x-forwarded-proto': 'HTTPS', 'x-forwarded-host': 'API.example.com:8443' }), 'https://api.example.com:8443/v1/events');
+    assert.is(await urlWith({ 'x-forwarded-host': '[::1]:9000' }), 'http://[::1]:9000/v1/events');
+  } finally {
+    await service.stop();
+  }
+});
+
 proxy.run();
