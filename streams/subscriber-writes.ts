@@ -34,8 +34,7 @@ export type RecordOp =
   | ['sadd', string, string]
   | ['srem', string, string]
   | ['zadd', string, number, string]
-  | ['zrem', string, string]
-  | ['pexpireat', string, string];
+  | ['zrem', string, string];
 
 export type EngineEvent = { name: string; data: Record<string, unknown> };
 

@@ -426,6 +426,14 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
 }
 
 /**
+ * What `writeRegistration` did: `created` a copy here, or updated (or found as it is) `before`;
+ * `overtaken` when it wrote nothing because a later claim had won: another subscriber of the
+ * partition holds the record under it (`later-claim`), or its move removed this subscriber's copy
+ * (`moved-out`); `record` is then not this subscriber's.
+ */
+type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: 'later-claim' | 'moved-out' };
+
+/**
  * Writes subscription `id` into `externalId` by compare-and-set, stamped with the claim number
  * `stamp`: creates it (409 when the subscriber holds MAX_SUBSCRIPTIONS_PER_SUBSCRIBER already,
  * decided on the state the write applies to), takes over the record another subscriber of the
@@ -440,16 +448,10 @@ function diffOf(before: Subscription, after: Subscription): { changes: Record<st
  * one `subscription.updated`, the owner change (`externalId`) with the other public fields that differ,
  * and the record keeps that copy's `createdAt`. A write that took it over already under this claim (a
  * retry finishing a move a crash left unsettled: same claim number) records no second one. Without a
- * previous copy (its registration died before writing one) the record is new: `subscription.created`.
+ * previous copy (gone, or never written: the move marked it moved out before this read, so none comes
+ * later, `markMovedOut`) the record is new: `subscription.created`. A registration of this subscriber
+ * whose claim is not newer than the latest move of its copy (`movedOut`) writes nothing (`overtaken`).
  */
-/**
- * What `writeRegistration` did: `created` a copy here, or updated (or found as it is) `before`;
- * `overtaken` when it wrote nothing because a later claim had won: another subscriber of the
- * partition holds the record under it (`later-claim`), or its move removed this subscriber's copy
- * (`moved-out`); `record` is then not this subscriber's.
- */
-type Written = { created: boolean; record: Record<string, string>; before: Record<string, string>; overtaken?: 'later-claim' | 'moved-out' };
-
 async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, wanted: Record<string, string>, given: Record<string, string>, make: Make) {
   type Read = Held & { count: number; prior: Record<string, string>; priorFrom?: string; out: string | null };
   return changeSubscriber<Written, Read>(redis, keys, scope, externalId, (snapshot, { record: current, member, count, prior, priorFrom, out }, atMs) => {
@@ -476,9 +478,8 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
       // after its write knows this write audited the move (confirmToken)
       const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
-      // a copy taken from another subscriber is the owner change; so is a move whose previous copy is
-      // gone or not written yet (the subscription was created by an earlier claim, which audits its
-      // own copy); only a first copy is subscription.created
+      // a copy taken from another subscriber is the owner change; without one (gone, or never written:
+      // marked moved out before the read) the copy written here is the subscription's: created
       const audit = make.audit && (prior.id ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
       // this subscriber still names a record another one took over (whose move has not removed this
       // reference yet, and now will not: this claim is later): its stream says the device went

@@ -32,17 +32,18 @@ function hostProblem(req: IncomingMessage): string | null {
 const LINGER_MAX_BYTES = 16 * 1024 * 1024;
 /** How long the rest of such a body may take; then the connection is cut. */
 const LINGER_MS = 10_000;
-/** Connections reading the rest of a body after its answer (answerUnparsedRequest must not answer that request again). */
-const lingering = new Set<Duplex>();
-/** The same connections by the app that answered them (a stop cuts its own only). */
-const lingeringByApp = new WeakMap<object, Set<Duplex>>();
+/**
+ * Connections reading the rest of a body after its answer, with the app that answered
+ * (answerUnparsedRequest must not answer that request again; a stop cuts its own app's).
+ */
+const lingering = new Map<Duplex, object>();
 
 /**
  * Cuts `app`'s connections still reading the rest of a body already answered: the service is
  * stopping, and their answers are out (waiting for them held a stop for the whole grace, 5 s; probe CD).
  */
 export function cutLingering(app: object): void {
-  for (const socket of lingeringByApp.get(app) ?? []) socket.destroy();
+  for (const [socket, owner] of lingering) if (owner === app) socket.destroy();
 }
 
 /**
@@ -61,11 +62,7 @@ function readRestOf(ctx: Context): void {
   const socket = req.socket as Duplex | null;
   // a request already destroyed has no rest to read (and no socket): the connection closes
   if (declared > LINGER_MAX_BYTES || req.destroyed || !socket) return void ctx.set('Connection', 'close');
-  let mine = lingeringByApp.get(ctx.app);
-  if (!mine) lingeringByApp.set(ctx.app, (mine = new Set()));
-  const own = mine;
-  lingering.add(socket);
-  own.add(socket);
+  lingering.set(socket, ctx.app);
   let seen = 0;
   const cut = () => socket.destroy();
   const timer = setTimeout(cut, LINGER_MS).unref();
@@ -76,7 +73,6 @@ function readRestOf(ctx: Context): void {
   const done = () => {
     clearTimeout(timer);
     lingering.delete(socket);
-    own.delete(socket);
     req.off('data', count);
   };
   req.on('data', count);
