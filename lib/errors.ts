@@ -41,9 +41,9 @@ export function lockTimeout(what: string): ApiError {
   return new ApiError(429, 'lock_timeout', `${what} is changing too fast; retry`);
 }
 
-/** Longest `param` (a field's path) and `message` an error carries; longer ones are cut, ending in `…`. */
 /** Details one answer lists at most, however many lists of them it joins (probe BV: body and query, 1,000 each). */
 export const MAX_DETAILS = 1_000;
+/** Longest `param` (a field's path) and `message` an error carries; longer ones are cut, ending in `…`. */
 const MAX_PARAM_CHARS = 256;
 const MAX_MESSAGE_CHARS = 1_024;
 

@@ -22,13 +22,12 @@ if score and tonumber(score) == tonumber(ARGV[1]) then
 end
 -- the member left: those sharing its score that sort after it, then those below its score
 local out = {}
-for _, pair in ipairs({ rcall('ZRANGE', key, ARGV[1], ARGV[1], 'BYSCORE', 'REV', 'WITHSCORES') }) do
-  for i = 1, #pair, 2 do
-    if #out >= 2 * count then break end
-    if pair[i] < ARGV[2] then
-      out[#out + 1] = pair[i]
-      out[#out + 1] = pair[i + 1]
-    end
+local tied = rcall('ZRANGE', key, ARGV[1], ARGV[1], 'BYSCORE', 'REV', 'WITHSCORES')
+for i = 1, #tied, 2 do
+  if #out >= 2 * count then break end
+  if tied[i] < ARGV[2] then
+    out[#out + 1] = tied[i]
+    out[#out + 1] = tied[i + 1]
   end
 end
 if #out >= 2 * count then return out end

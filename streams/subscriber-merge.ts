@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Redis } from 'ioredis';
 import { ApiError, lockTimeout } from '../lib/errors.js';
 import type { Keys } from './keys.js';
@@ -97,7 +98,7 @@ async function holdMergeLock(redis: Redis, keys: Keys, tenantId: string, anonymo
   const giveUpAt = Date.now() + MERGE_LOCK_WAIT_MS;
   while ((await redis.set(lock, owner, 'PX', MERGE_LOCK_MS, 'NX')) !== 'OK') {
     if (Date.now() >= giveUpAt) throw lockTimeout('The anonymous subscriber (another merge of it is in progress)');
-    await new Promise((done) => setTimeout(done, MERGE_LOCK_POLL_MS));
+    await sleep(MERGE_LOCK_POLL_MS);
   }
   return async () => {
     await callScript(redis, 'releaseLease', [lock], [owner]).catch(() => 0); // else it expires
