@@ -12,10 +12,13 @@
   KEYS[4] claim numbers        ({t}:scr-claims)   field subscriptionId -> number of its latest claim
   KEYS[5] the token's registration lock ({t}:token-lock:<channel:handle>)
 
-  ARGV[1] token field (push:<token> or email:<address>)
+  ARGV[1] token field (push:<token>, or email:<length of externalId>:<externalId>:<address>)
   ARGV[2] subscription id to use when the token is new
   ARGV[3] externalId registering it
   ARGV[4] the registration's lock owner ('' to take no lock), ARGV[5] how long the lock holds (ms)
+  ARGV[6] for an email address, its field from before addresses were one per subscriber
+          (email:<address>; '' or absent otherwise): when ARGV[1] is unknown and that field is the
+          caller's, it becomes ARGV[1] (the same subscription, not a second one)
 
   One registration of a token at a time (from its claim to its check after the write,
   lua/confirmToken, which gives the lock up): a claim taken while another registration holds the
@@ -40,6 +43,15 @@
 local rcall = redis.call
 if ARGV[4] ~= '' and not rcall('SET', KEYS[5], ARGV[4], 'PX', ARGV[5], 'NX') then return { 'busy' } end
 local current = rcall('HGET', KEYS[1], ARGV[1])
+if not current and ARGV[6] and ARGV[6] ~= '' then
+  local legacy = rcall('HGET', KEYS[1], ARGV[6])
+  if legacy and string.sub(legacy, string.find(legacy, '|', 1, true) + 1) == ARGV[3] then
+    rcall('HSET', KEYS[1], ARGV[1], legacy)
+    rcall('HDEL', KEYS[1], ARGV[6])
+    rcall('HDEL', KEYS[3], ARGV[6])
+    current = legacy
+  end
+end
 if not current then
   rcall('HSET', KEYS[1], ARGV[1], ARGV[2] .. '|' .. ARGV[3])
   rcall('HSET', KEYS[2], ARGV[2], ARGV[3])

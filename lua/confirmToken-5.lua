@@ -11,7 +11,7 @@
   KEYS[4] claim numbers        ({t}:scr-claims)
   KEYS[5] the token's registration lock ({t}:token-lock:<channel:handle>, lua/claimToken)
 
-  ARGV[1] token field (push:<token> or email:<address>)
+  ARGV[1] token field (push:<token>, or email:<length of externalId>:<externalId>:<address>)
   ARGV[2] subscription id written
   ARGV[3] externalId that wrote it
   ARGV[4] the claim number stamped on the record

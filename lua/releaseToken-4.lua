@@ -7,7 +7,7 @@
   KEYS[3] unsettled moves      ({t}:token-moves)
   KEYS[4] claim numbers        ({t}:scr-claims)
 
-  ARGV[1] token field (push:<token> or email:<address>), or '' when unknown
+  ARGV[1] token field (push:<token>, or email:<length of externalId>:<externalId>:<address>), or '' when unknown
   ARGV[2] subscription id
   ARGV[3] externalId the subscription was removed from
   ARGV[4] claim number stamped on the record that was removed ('' for none known)

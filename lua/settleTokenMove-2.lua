@@ -7,7 +7,7 @@
   KEYS[1] token index          ({t}:tokens)       field channel:handle -> subscriptionId|externalId
   KEYS[2] unsettled moves      ({t}:token-moves)  field channel:handle -> previous externalId
 
-  ARGV[1] token field (push:<token> or email:<address>)
+  ARGV[1] token field (push:<token>, or email:<length of externalId>:<externalId>:<address>)
   ARGV[2] previous externalId whose copy was removed
   ARGV[3] subscriptionId|externalId of the mover
 

@@ -11,7 +11,7 @@
   KEYS[3] unsettled moves      ({t}:token-moves)  field channel:handle -> previous externalId
   KEYS[4] claim numbers        ({t}:scr-claims)   field subscriptionId -> number of its latest claim
 
-  ARGV[1] token field (push:<token> or email:<address>)
+  ARGV[1] token field (push:<token>, or email:<length of externalId>:<externalId>:<address>)
   ARGV[2] subscription id the claim answered
   ARGV[3] externalId whose registration was refused
   ARGV[4] externalId the token was moved from ('' when it was claimed as new)

@@ -7,7 +7,7 @@ import { callScript } from './lua-scripts.js';
 import type { AuditTrail } from './subscriber-audit.js';
 import { readSubscriber, SubscriberChanged, type TenantScope } from './subscriber-writes.js';
 import { deleteSubscriber, getSubscriber, mergeAttributes } from './subscribers.js';
-import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, listSubscriptions, registerSubscription, tokenOwner, type RegisterInput, type Subscription } from './subscriptions.js';
+import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER, listSubscriptions, registerSubscription, removeSubscription, tokenOwner, type RegisterInput, type Subscription } from './subscriptions.js';
 import { addTopicMembers, topicsOfSubscriber } from './topic-members.js';
 import { moveWidgets } from './widgets.js';
 
@@ -34,7 +34,7 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
     readSubscriber(redis, keys, scope, anonymousId, { record: false }),
     listSubscriptions(redis, keys, scope, anonymousId),
     listSubscriptions(redis, keys, scope, externalId),
-    registering ? tokenOwner(redis, keys, scope.tenantId, registering) : Promise.resolve(null),
+    registering ? tokenOwner(redis, keys, scope.tenantId, externalId, registering) : Promise.resolve(null),
   ]);
   if (!anonymous.exists) return null;
   const wouldHold = own.length + subscriptions.length + (registering && owner !== externalId && owner !== anonymousId ? 1 : 0);
@@ -123,6 +123,13 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
         environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
       };
       await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, audit });
+      // an address is one per subscriber (it never moves: `tokenField`): the identified user now has
+      // its own, and the anonymous one's goes (after, so a crash between leaves it with both, never neither)
+      if (s.channel === 'email') {
+        await removeSubscription(redis, keys, scope, anonymousId, s.id, audit).catch((err: unknown) => {
+          if (!(err instanceof ApiError && err.status === 404)) throw err; // removed meanwhile
+        });
+      }
     }
     for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);

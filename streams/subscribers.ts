@@ -370,9 +370,20 @@ export async function deleteSubscriber(redis: Redis, keys: Keys, scope: TenantSc
   return subscriber;
 }
 
-/** The field of the tenant's token index for a push token or an email address. */
-export function tokenField(channel: string, handle: string): string {
-  return channel === 'email' ? `email:${handle.toLowerCase()}` : `push:${handle}`;
+/**
+ * The field of the tenant's token index for a push token or an email address registered by
+ * `externalId`. A push token is one per tenant (holding it proves the device: it moves between app
+ * users); an email address is one per subscriber (knowing an address proves nothing: two users may
+ * each register it, and it never moves from one to another; probe DD). The length prefix keeps any
+ * externalId from running into the address.
+ */
+export function tokenField(channel: string, handle: string, externalId: string): string {
+  return channel === 'email' ? `email:${externalId.length}:${externalId}:${handle.toLowerCase()}` : `push:${handle}`;
+}
+
+/** The field an email address had before it was one per subscriber (`tokenField`): read only to take it over or release it. */
+export function legacyEmailField(address: string): string {
+  return `email:${address.toLowerCase()}`;
 }
 
 /** What an attribute write's entry needs besides the reply (the record after the write). */

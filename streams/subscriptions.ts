@@ -9,7 +9,7 @@ import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { drafted, draftedAudit, type AuditTrail } from './subscriber-audit.js';
 import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type TenantScope, type WriteGuard } from './subscriber-writes.js';
-import { tokenField } from './subscribers.js';
+import { legacyEmailField, tokenField } from './subscribers.js';
 import { apnsTokenForm } from '../lib/apns-token.js';
 import type { Logger } from '../lib/log.js';
 import { sweepHashes } from './hash-sweep.js';
@@ -278,11 +278,11 @@ type TokenLock = { key: string; owner: string; held: boolean };
  * copy half-moved: a copy created again (createdAt reset), the owner change audited twice and the
  * ledger's last entry naming the one that lost (probe BX).
  */
-async function claimUnderLock(redis: Redis, keys: Keys, scope: TenantScope, field: string, externalId: string, lock: TokenLock): Promise<[string, string, number, string?, string?]> {
+async function claimUnderLock(redis: Redis, keys: Keys, scope: TenantScope, field: string, legacy: string, externalId: string, lock: TokenLock): Promise<[string, string, number, string?, string?]> {
   const tokens = [...tokenKeys(keys, scope.tenantId), lock.key];
   const giveUpAt = Date.now() + TOKEN_LOCK_WAIT_MS;
   for (let wait = 1; ; wait = Math.min(wait * 2, TOKEN_LOCK_POLL_MAX_MS)) {
-    const reply = await callScript<[string, string, number, string?, string?]>(redis, 'claimToken', tokens, [field, lock.owner, externalId, lock.owner, TOKEN_LOCK_MS]);
+    const reply = await callScript<[string, string, number, string?, string?]>(redis, 'claimToken', tokens, [field, lock.owner, externalId, lock.owner, TOKEN_LOCK_MS, legacy]);
     if (reply[0] !== 'busy') return reply;
     if (Date.now() >= giveUpAt) throw lockTimeout('The device (another registration of it is in progress)');
     await sleep(wait);
@@ -301,11 +301,12 @@ async function registerOnce(
   options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
 ): Promise<Registered> {
   checkRegistration(input);
-  const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!);
+  const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!, externalId);
+  const legacy = input.channel === 'email' ? legacyEmailField(input.address!) : '';
   // an overtaken registration whose overtaking move was given back (refused) claims again, a few times
   for (let attempt = 1; ; attempt++) {
     const lock: TokenLock = { key: keys.tokenLock(scope.tenantId, field), owner: newId('subscription'), held: true };
-    const [claim, id, claimNumber, previous, unsettled] = await claimUnderLock(redis, keys, scope, field, externalId, lock);
+    const [claim, id, claimNumber, previous, unsettled] = await claimUnderLock(redis, keys, scope, field, legacy, externalId, lock);
     try {
       const done = await registerClaimed(redis, keys, scope, externalId, input, options, { field, lock, claim, id, stamp: Number(claimNumber), previous, unsettled }, attempt < OVERTAKEN_ATTEMPTS);
       if (done) return done;
@@ -680,11 +681,11 @@ async function createFresh(redis: Redis, keys: Keys, scope: TenantScope, externa
   return subscription;
 }
 
-/** The externalId a registration's token or address belongs to in the tenant, or null when it is new. */
-export async function tokenOwner(redis: Redis, keys: Keys, tenantId: string, input: RegisterInput): Promise<string | null> {
+/** The externalId a registration of `externalId`'s token or address belongs to in the tenant (for an address, `externalId` or nobody), or null when it is new. */
+export async function tokenOwner(redis: Redis, keys: Keys, tenantId: string, externalId: string, input: RegisterInput): Promise<string | null> {
   const handle = input.channel === 'push' ? input.token : input.address;
   if (!handle) return null;
-  const current = await redis.hget(keys.tokens(tenantId), tokenField(input.channel, handle));
+  const current = await redis.hget(keys.tokens(tenantId), tokenField(input.channel, handle, externalId));
   return current === null ? null : current.slice(current.indexOf('|') + 1);
 }
 
@@ -756,7 +757,9 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
  */
 export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, externalId: string, s: { id: string; channel: string; token: string | null; address: string | null; claim: number }): Promise<void> {
   const handle = s.channel === 'email' ? s.address : s.token;
-  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle) : '', s.id, externalId, s.claim]);
+  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle, externalId) : '', s.id, externalId, s.claim]);
+  // an address registered before addresses were one per subscriber, and not registered since, is under its former field
+  if (s.channel === 'email' && s.address) await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [legacyEmailField(s.address), s.id, externalId, s.claim]);
 }
 
 /**

@@ -128,7 +128,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *       (`$subscription.registered`, 201). `channel` may be left out when the body has exactly one of `token` (then `push`)
    *       and `address` (then `email`); otherwise it is required (400 `validation`). Registering a token this externalId holds updates it (200; the fields given
    *       replace the stored ones, and platform, environment, authorizationStatus and device left out keep theirs); a token another
-   *       subscriber holds moves to this externalId (201, same subscription id, `$subscription.removed` on the previous one). `environment` is the APNs environment of
+   *       subscriber holds moves to this externalId (201, same subscription id, `$subscription.removed` on the previous one); an email
+   *       address never moves (it is one per subscriber, another subscriber's stays theirs and this one gets its own). `environment` is the APNs environment of
    *       the token; `device` strings are at most 128 characters. A subscriber holds at most 50 subscriptions; at the limit the one
    *       APNs declared gone longest ago (`invalidatedAt`), if any, is removed to make room, else the answer is 409 `conflict`
    *       and nothing changes (a device another subscriber holds stays with it). With `anonymousId`,

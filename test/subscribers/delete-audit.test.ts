@@ -82,16 +82,20 @@ deletion('DELETE /v1/subscribers records one subscription.deleted per subscripti
   assert.equal(pending.filter((n) => n > 0), [], 'the request settled its intent');
 });
 
-deletion('identify merging an anonymous subscriber that held a device and an address: subscription.updated each (moved), no subscription.deleted', async (ctx) => {
+deletion('identify merging an anonymous subscriber that held a device and an address: the device one subscription.updated (moved); the address one subscription.created for the identified user and one subscription.deleted of the anonymous one\'s (addresses never move)', async (ctx) => {
   const { api, boot, service } = ctx;
   const device = await register(ctx, 'anon-m', { channel: 'push', token: token(200), platform: 'ios' });
   const address = await register(ctx, 'anon-m', { channel: 'email', address: 'anon-m@example.com' });
   const res = await api.post('/v1/client/identify', boot.keys.client, { externalId: 'user-m', anonymousId: 'anon-m', source: 'ios' });
   assert.ok(res.status === 200 || res.status === 201, res.text);
   assert.is((await api.get('/v1/subscribers/anon-m', boot.keys.tenant)).status, 404, 'the anonymous subscriber is deleted');
-  const entries = (await auditEntries(service, boot.workspace.id)).filter((e) => e.target?.id === device.id || e.target?.id === address.id || e.data?.object?.externalId === 'anon-m');
-  assert.equal(entries.filter((e) => e.type === 'subscription.deleted'), [], 'moved, not deleted');
-  assert.equal(entries.filter((e) => e.type === 'subscription.updated').map((e) => [e.target.id, e.changes.externalId]).sort(), [[device.id, 'user-m'], [address.id, 'user-m']].sort());
+  const own = (await api.get('/v1/subscribers/user-m/subscriptions', boot.keys.tenant)).body.data.items.find((s: any) => s.channel === 'email');
+  assert.is(own.address, 'anon-m@example.com');
+  assert.is.not(own.id, address.id);
+  const entries = (await auditEntries(service, boot.workspace.id)).filter((e) => [device.id, address.id, own.id].includes(e.target?.id) || e.data?.object?.externalId === 'anon-m');
+  assert.equal(entries.filter((e) => e.type === 'subscription.deleted').map((e) => e.target.id), [address.id]);
+  assert.equal(entries.filter((e) => e.type === 'subscription.created').map((e) => e.target.id).sort(), [device.id, address.id, own.id].sort(), 'the anonymous one\'s two, then the identified one\'s address');
+  assert.equal(entries.filter((e) => e.type === 'subscription.updated').map((e) => [e.target.id, e.changes.externalId]), [[device.id, 'user-m']]);
   assert.is(entries.filter((e) => e.type === 'subscriber.deleted').length, 1);
 });
 

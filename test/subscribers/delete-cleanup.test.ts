@@ -6,7 +6,7 @@ import { partitionOf } from '../../lib/partition.js';
 import { commandName } from '../../streams/lua-scripts.js';
 import { connectRedis } from '../../streams/redis.js';
 import { sweepSubscriberCleanups } from '../../streams/subscriber-cleanup.js';
-import { deleteSubscriber } from '../../streams/subscribers.js';
+import { deleteSubscriber, tokenField } from '../../streams/subscribers.js';
 import { registerWidget } from '../../streams/widgets.js';
 import { client } from '../helpers/api.js';
 import { killUnderLoad, startSweeper, startWebProcess, killSuite } from '../helpers/audit.js';
@@ -141,7 +141,8 @@ once('left for the sweeper; a retried DELETE answers 404; the sweep frees the to
   const tenantId = boot.tenant.id;
   assert.is(await redis.hget(keys.tokens(tenantId), `push:${token(1)}`), `${again.id}|${x}`, 'the device stays with the subscriber created again');
   assert.is(await redis.hget(keys.subscriptionOwners(tenantId), again.id), x);
-  assert.is(await redis.hget(keys.tokens(tenantId), 'email:leaving@example.com'), `${address.id}|other`, 'the address stays with the other subscriber');
+  assert.is(await redis.hget(keys.tokens(tenantId), tokenField('email', 'leaving@example.com', 'other')), `${address.id}|other`, 'the address stays with the other subscriber');
+  assert.is(await redis.hget(keys.tokens(tenantId), tokenField('email', 'leaving@example.com', x)), null, 'the deleted subscriber\'s is freed');
   assert.equal((expect(await api.get(`/v1/subscribers/${x}/subscriptions`, boot.keys.tenant), 200)).items.map((s: any) => s.id), [again.id]);
   assert.equal((expect(await api.get('/v1/subscribers/other/subscriptions', boot.keys.tenant), 200)).items.map((s: any) => s.id), [address.id]);
   assert.equal(await redis.zrange(keys.topicMembers(tenantId, topics[0].id), 0, -1), ['staying', x].sort(), 'rejoined: still a member');
@@ -164,7 +165,7 @@ once('an externalId holding `$SUB` (lua/writeSubscriber rewrites only a leading 
   const cleanup = JSON.parse(json!);
   assert.is(cleanup.externalId, x);
   assert.equal(await sweepSubscriberCleanups(service.redis, service.keys, service.config.partitions, 0, createLogger('error')), { finished: 1, kept: 0 });
-  assert.is(await service.redis.hget(service.keys.tokens(scope.tenantId), `email:${address}`), null, 'the address is free');
+  assert.is(await service.redis.hget(service.keys.tokens(scope.tenantId), tokenField('email', address, x)), null, 'the address is free');
 });
 
 once('a widget registration that read the subscriber before its delete and writes after the delete\'s cleanup leaves no widget behind', async (ctx) => {
@@ -274,14 +275,14 @@ kill('deletes of subscribers with devices, an address, widgets and topics, SIGKI
     const i = names.indexOf(x);
     assert.is(tokens[`push:${token(1000 + 2 * i)}`], `${own.subscription}|${x}`, `${x} keeps its device`);
     assert.not.ok(tokens[`push:${token(1001 + 2 * i)}`], `${x}'s old device is free`);
-    assert.not.ok(tokens[`email:${x}@example.com`], `${x}'s old address is free`);
+    assert.not.ok(tokens[tokenField('email', `${x}@example.com`, x)], `${x}'s old address is free`);
     topics.forEach((t, k) => assert.is(members[k]!.includes(x), t.id === own.topic, `${x} in ${t.slug}`));
     assert.equal(await redis.zrange(keys.subscriberWidgets(tenantId, x), 0, -1), [own.widget], `${x} keeps the widget it registered again, alone`);
   }
   // the survivor keeps everything
   const s = everyone.length - 1;
   assert.is(tokens[`push:${token(1000 + 2 * s)}`]?.endsWith(`|${survivor}`), true);
-  assert.is(tokens[`email:${survivor}@example.com`]?.endsWith(`|${survivor}`), true);
+  assert.is(tokens[tokenField('email', `${survivor}@example.com`, survivor)]?.endsWith(`|${survivor}`), true);
   assert.is(members.filter((m) => m.includes(survivor)).length, 2);
   assert.is(await redis.zcard(keys.subscriberWidgets(tenantId, survivor)), 2);
   // the kill left cleanups, and subscribers were created again before theirs ran (else this proved nothing)

@@ -93,7 +93,7 @@ move('a move killed after the claim, before the new owner\'s write, is finished 
   const { api, pk } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-a', channel: 'push', token: token(2), platform: 'ios' });
   // the killed registration of B got as far as lua/claimToken
-  const [claim] = await claimOnly(ctx, tokenField('push', token(2)), 'claimed-b');
+  const [claim] = await claimOnly(ctx, tokenField('push', token(2), ''), 'claimed-b');
   assert.is(claim, 'moved');
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'claimed-b', channel: 'push', token: token(2), platform: 'ios' })).status, 201);
   assert.equal(await subscriptionEntries(ctx, first.body.data.id), [
@@ -142,7 +142,7 @@ move('the previous owner registering the device again before a crashed move was 
 });
 
 /** The unsettled move of token `n` (the previous externalId), or null. */
-const moveOf = (ctx: Ctx, n: number) => ctx.service.redis.hget(ctx.service.keys.tokenMoves(ctx.tenant.id), tokenField('push', token(n)));
+const moveOf = (ctx: Ctx, n: number) => ctx.service.redis.hget(ctx.service.keys.tokenMoves(ctx.tenant.id), tokenField('push', token(n), ''));
 const tenants = (ctx: Ctx) => [{ workspaceId: ctx.workspace.id, tenantId: ctx.tenant.id }];
 const quiet = createLogger('error');
 
@@ -173,7 +173,7 @@ move('a move killed after its claim, before the new owner\'s write, then the pre
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(16), platform: 'ios' });
   const id = first.body.data.id;
   // the killed registration of B got as far as lua/claimToken: the owner index names B, who holds nothing
-  assert.equal((await claimOnly(ctx, tokenField('push', token(16)), 'unwritten-b'))[0], 'moved');
+  assert.equal((await claimOnly(ctx, tokenField('push', token(16), ''), 'unwritten-b'))[0], 'moved');
   assert.is((await api.del('/v1/subscribers/unwritten-a', ctx.key)).status, 200);
   await sweepAuditOutboxes(roleContext(service), 0);
   assert.equal((await subscriptionEntries(ctx, id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'unwritten-a'], ['subscription.deleted', 'unwritten-a']]);
@@ -203,7 +203,7 @@ move('a move killed after the new owner\'s write is finished by the sweeper once
 move('a move whose mover died before its write is left to the next registration of the device; one whose mover is a live registration is not touched', async (ctx) => {
   const { api, pk, service: { redis, keys } } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'unwritten-a', channel: 'push', token: token(8), platform: 'ios' });
-  const field = tokenField('push', token(8));
+  const field = tokenField('push', token(8), '');
   await claimOnly(ctx, field, 'unwritten-b');
   assert.equal(await sweepTokenMoves(redis, keys, ctx.scope.partitions, tenants(ctx), 0, quiet), { finished: 0, kept: 0 });
   assert.is(await redis.hget(keys.tokenMoves(ctx.tenant.id), field), 'unwritten-a');
@@ -213,7 +213,7 @@ move('a move whose mover died before its write is left to the next registration 
 move('a registration settling its move does not forget a later claim\'s move of the same token (lua/settleTokenMove)', async (ctx) => {
   const { api, pk, service: { redis, keys } } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'chain-a', channel: 'push', token: token(9), platform: 'ios' });
-  const field = tokenField('push', token(9));
+  const field = tokenField('push', token(9), '');
   // B's registration moves the token from A; C claims it from B before B's write (and dies)
   await registerSubscription(redis, keys, ctx.scope, 'chain-b', { channel: 'push', token: token(9), platform: 'ios' }, {
     afterClaim: async () => void (await claimOnly(ctx, field, 'chain-c')),
@@ -225,7 +225,7 @@ move('a third user registering the device after a mover was killed right after i
   const { api, pk, service: { redis, keys } } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'dead-a', channel: 'push', token: token(13), platform: 'ios' });
   const id = first.body.data.id;
-  const field = tokenField('push', token(13));
+  const field = tokenField('push', token(13), '');
   await claimOnly(ctx, field, 'dead-b');
   const third = await api.post('/v1/client/subscriptions', pk, { externalId: 'dead-c', channel: 'push', token: token(13), platform: 'ios' });
   assert.is(third.status, 201);
@@ -242,7 +242,7 @@ move('a third user registering the device after a mover was killed right after i
 move('a third user\'s registration refused at its limit after a mover was killed gives the claim back with the unsettled move it replaced: the next registration still finishes it', async (ctx) => {
   const { api, pk, service: { redis, keys } } = ctx;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'full-a', channel: 'push', token: token(14), platform: 'ios' });
-  const field = tokenField('push', token(14));
+  const field = tokenField('push', token(14), '');
   await claimOnly(ctx, field, 'full-b');
   for (let i = 0; i < MAX_SUBSCRIPTIONS_PER_SUBSCRIBER; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-c', channel: 'push', token: token(1_000 + i), platform: 'ios' })).status, 201);
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-c', channel: 'push', token: token(14), platform: 'ios' })).status, 409);
@@ -257,7 +257,7 @@ move('a third user\'s registration refused at its limit after a mover was killed
 move('a first registration overtaken by a move that is then refused (its claim given back, its mark not yet) claims again and writes its copy (probe CD)', async (ctx) => {
   const { service: { redis, keys } } = ctx;
   const t = ctx.tenant.id;
-  const field = tokenField('push', token(15));
+  const field = tokenField('push', token(15), '');
   let claims = 0;
   const first = await registerSubscription(redis, keys, ctx.scope, 'given-a', { channel: 'push', token: token(15), platform: 'ios' }, {
     afterClaim: async () => {
@@ -325,7 +325,7 @@ for (const [where, n] of [['another partition', 11], ['the same partition', 12]]
   });
 }
 
-move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change', async (ctx) => {
+move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change; an address (never moved) is created for the identified one, muted as it was, and deleted from the anonymous one', async (ctx) => {
   const { api, pk } = ctx;
   const device = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-m', channel: 'push', token: token(4), platform: 'ios' });
   const muted = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-m', channel: 'email', address: 'anon-m@example.com' });
@@ -340,8 +340,11 @@ move('identify merging the anonymous subscriber: each device it held is one subs
   assert.equal((await subscriptionEntries(ctx, muted.body.data.id)).map((e) => [e.type, e.externalId, e.changes, e.previousAttributes]), [
     ['subscription.created', 'anon-m', undefined, undefined],
     ['subscription.updated', 'anon-m', { enabled: false }, { enabled: true }],
-    ['subscription.updated', 'user-m', { externalId: 'user-m' }, { externalId: 'anon-m' }],
+    ['subscription.deleted', 'anon-m', undefined, undefined],
   ]);
+  const own = (await api.get('/v1/subscribers/user-m/subscriptions', ctx.key)).body.data.items.find((s: any) => s.channel === 'email');
+  assert.equal([own.address, own.enabled], ['anon-m@example.com', false]);
+  assert.equal((await subscriptionEntries(ctx, own.id)).map((e) => [e.type, e.externalId]), [['subscription.created', 'user-m']]);
 });
 
 move.run();
