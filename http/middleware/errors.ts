@@ -70,10 +70,15 @@ function readRestOf(ctx: Context): void {
     seen += chunk.length;
     if (seen > LINGER_MAX_BYTES) cut();
   };
+  // every listener goes with the rest: a keep-alive connection answering early again and again
+  // gathered one socket 'close' listener (holding its request) per answer (probe DA)
   const done = () => {
     clearTimeout(timer);
     lingering.delete(socket);
     req.off('data', count);
+    req.off('end', done);
+    req.off('close', done);
+    socket.off('close', done);
   };
   req.on('data', count);
   req.once('end', done);

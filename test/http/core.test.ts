@@ -231,6 +231,51 @@ core('an answer given before the body arrived whole (413 found while it streams 
   assert.is(fine.headers.get('connection'), 'keep-alive');
 });
 
+core('early answers again and again on one keep-alive connection leave no listener behind (each used to keep one on the socket, with its request)', async ({ service }) => {
+  const port = Number(new URL(service.url).port);
+  const warnings: string[] = [];
+  const heard = (w: Error) => warnings.push(w.name);
+  process.on('warning', heard);
+  try {
+    const body = `{"externalId":"x","name":"app.opened","data":{"pad":"${'x'.repeat(2000)}"}}`;
+    const request = `POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer svc_tn_${'0'.repeat(48)}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`;
+    const rounds = 15;
+    const answered = await new Promise<number>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1');
+      const limit = setTimeout(() => {
+        socket.destroy();
+        reject(new Error('not answered within 10 s'));
+      }, 10_000);
+      let text = '';
+      let sent = 0;
+      // each request's head first; its body once it is answered (early, 401), then the next
+      const send = () => {
+        sent++;
+        socket.write(request);
+      };
+      socket.on('connect', send);
+      socket.on('data', (data) => {
+        text += data;
+        const answers = text.split('HTTP/1.1 401 ').length - 1;
+        if (answers < sent || !text.endsWith('}')) return;
+        socket.write(body);
+        if (sent < rounds) send();
+        else {
+          clearTimeout(limit);
+          socket.end();
+          resolve(answers);
+        }
+      });
+      socket.on('error', reject);
+    });
+    assert.is(answered, rounds);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(warnings.filter((w) => w === 'MaxListenersExceededWarning'), []);
+  } finally {
+    process.off('warning', heard);
+  }
+});
+
 core('a body declared larger than what is read after an early answer (16 MiB) is answered, and its connection closed', async ({ service, keys }) => {
   const res = await rawRequest(service.url, `POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\nContent-Type: application/json\r\nContent-Length: ${32 * 1024 * 1024}\r\n\r\n{"externalId"`);
   assert.is(res.status, 413);
