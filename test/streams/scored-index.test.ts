@@ -34,4 +34,40 @@ test('pages of a scored set with a large group sharing one score (deliveries mad
   }
 });
 
+test('a cursor whose member left continues right after where it sorted, by score then member bytes (mixed case, non-ASCII), as the set would have it', async () => {
+  const redis = connectRedis({ url: await testRedisUrl() });
+  const key = `${uniquePrefix('scored-index-left')}set`;
+  const alphabet = ['a', 'B', 'z', '_', 'é', 'Z', '0', 'ü', '~'];
+  let seed = 7;
+  const random = (n: number) => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+    return seed % n;
+  };
+  const word = () => Array.from({ length: 1 + random(6) }, () => alphabet[random(alphabet.length)]).join('');
+  try {
+    const members = new Map<string, number>();
+    while (members.size < 600) members.set(word(), random(4) * 1_000);
+    await redis.zadd(key, ...[...members].flatMap(([m, score]) => [score, m]));
+    // newest first: score descending, then member bytes descending (Redis's order of equal scores)
+    const order = [...members].sort(([a, x], [b, y]) => y - x || Buffer.compare(Buffer.from(b), Buffer.from(a)));
+    for (let round = 0; round < 60; round++) {
+      const at = random(order.length);
+      const [member, score] = order[at]!;
+      const count = 1 + random(40);
+      if (round % 2 === 0) {
+        await redis.zrem(key, member);
+        order.splice(at, 1);
+        const expected = order.slice(at, at + count).map(([m]) => m);
+        assert.equal((await entriesAfter(redis, key, { score: String(score), member }, count)).map(([m]) => m), expected, `left: ${member}@${score}`);
+      } else {
+        const expected = order.slice(at + 1, at + 1 + count).map(([m]) => m);
+        assert.equal((await entriesAfter(redis, key, { score: String(score), member }, count)).map(([m]) => m), expected, `there: ${member}@${score}`);
+      }
+    }
+  } finally {
+    await redis.del(key);
+    redis.disconnect();
+  }
+});
+
 test.run();
