@@ -17,12 +17,18 @@ export function requestOrigin(ctx: Context, hops: number): string {
   const proto = hops === 0 ? own.proto : trusted('X-Forwarded-Proto')?.toLowerCase() ?? own.proto;
   const host = hops === 0 ? own.host : trusted('X-Forwarded-Host') ?? own.host;
   // only a URL's own parts: a host such as `a b` or `x/y?z#`, or a scheme such as `javascript`, made
-  // the URL given out something else (probe CI); then the service's own address as the socket has it
-  return `${proto === 'https' ? 'https' : 'http'}://${HOST.test(host) ? host.toLowerCase() : localHost(ctx)}`;
+  // the URL given out something else (probe CI); then the service's own address as the socket has it,
+  // with the socket's own scheme (a forwarded https beside it named a URL nobody serves, probe DA)
+  if (!HOST.test(host)) return `${ctx.req.socket && 'encrypted' in ctx.req.socket ? 'https' : 'http'}://${localHost(ctx)}`;
+  return `${proto === 'https' ? 'https' : 'http'}://${host.toLowerCase().replace(/\.(?=:|$)/, '')}`;
 }
 
-/** A host and optional port as a URL's authority holds it: a DNS name or IPv4 address, or a bracketed IPv6 one. */
-const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+/**
+ * A host and optional port as a URL's authority holds it: a host name (labels of letters, digits,
+ * `-` and `_`, as container and compose service names have them; a final dot, dropped) or IPv4
+ * address, or a bracketed IPv6 one.
+ */
+const HOST = /^(?:[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
 
 /** This service's address as the request's socket reached it. */
 function localHost(ctx: Context): string {

@@ -68,6 +68,12 @@ proxy('a forwarded or own Host, or a forwarded Proto, that is not a URL\'s part 
     assert.is(await urlWith({ 'x-forwarded-proto': 'javascript', 'x-forwarded-host': 'api.example.com' }), 'http://api.example.com/v1/events');
     assert.is(await urlWith({ 'x-forwarded-proto': 'HTTPS', 'x-forwarded-host': 'API.example.com:8443' }), 'https://api.example.com:8443/v1/events');
     assert.is(await urlWith({ 'x-forwarded-host': '[::1]:9000' }), 'http://[::1]:9000/v1/events');
+    // the service's own address goes with its own scheme, whatever Proto came with the bad host (probe DA)
+    assert.is(await urlWith({ 'x-forwarded-proto': 'https', 'x-forwarded-host': 'a b' }), `http://127.0.0.1:${port}/v1/events`);
+    // container and compose service names have underscores; a final dot is the same name
+    assert.is(await urlWith({ 'x-forwarded-host': 'herald_web:3000' }), 'http://herald_web:3000/v1/events');
+    assert.is(await urlWith({ 'x-forwarded-host': 'api.example.com.' }), 'http://api.example.com/v1/events');
+    assert.is(await urlWith({ 'x-forwarded-host': 'api.example.com.:8443' }), 'http://api.example.com:8443/v1/events');
   } finally {
     await service.stop();
   }
