@@ -135,3 +135,24 @@ export function readClientEvents(body: unknown): { request: ClientEventsBody; ev
   const request = body as ClientEventsBody;
   return { request, events: items.map((e, i) => toNewEvent(e, data[i]!, request.source, request.externalId)) };
 }
+
+/**
+ * An app's own `$identify` events (POST /v1/client/events) carry what the call proved, not what the
+ * app wrote: `verified` is whether this call's identityHash was valid, `merged` false (a tracked
+ * event merges nothing). Else a client key could write a `$identify` indistinguishable from the one
+ * identify writes, `verified: true` without any hash (probe DD), and a workflow trigger or segment
+ * filtering on it would trust it. 400 `event_data_too_large` when the two fields take the data over
+ * the limit.
+ */
+export function settleAppIdentify(events: NewEvent[], verified: boolean): void {
+  const over: ErrorDetail[] = [];
+  events.forEach((event, i) => {
+    if (event.name !== '$identify') return;
+    const value = { ...(event.value ?? JSON.parse(event.data) as Record<string, unknown>), verified, merged: false };
+    const data = JSON.stringify(value);
+    if (Buffer.byteLength(data) > MAX_EVENT_DATA_BYTES) over.push({ param: `events[${i}].data`, message: `must be at most ${MAX_EVENT_DATA_BYTES} bytes serialized with the verified and merged fields Herald sets on an app's $identify` });
+    event.value = value;
+    event.data = data;
+  });
+  if (over.length) throw new ApiError(400, 'event_data_too_large', `${over[0]!.param}: ${over[0]!.message}`, { param: over[0]!.param, details: over });
+}

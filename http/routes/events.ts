@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import { notFound } from '../../lib/errors.js';
 import { signEventsToken } from '../../lib/events-token.js';
 import { partitionOf } from '../../lib/partition.js';
-import { readClientEvents, readServerEvents, type NewEvent } from '../../lib/track-events.js';
+import { readClientEvents, readServerEvents, settleAppIdentify, type NewEvent } from '../../lib/track-events.js';
 import { checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { CATALOG_ORDER_MAX_NAMES, keepCatalogOrder, readCatalogOrder } from '../../streams/catalog-order.js';
@@ -310,6 +310,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   router.post('/v1/client/events', authorize(deps, 'client', 'client', { perTenant: ingestLimit }), async (ctx) => {
     const { request, events } = readClientEvents(ctx.request.body);
     const verified = await verifyClient(deps, ctx, request.externalId, request.identityHash);
+    settleAppIdentify(events, verified);
     await track(ctx, events);
     await markVerified(deps, ctx, request.externalId, verified);
   });

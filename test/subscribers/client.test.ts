@@ -468,6 +468,22 @@ c('identity verification: a valid hash marks verified, a wrong one verifies noth
   }
 });
 
+c('an app\'s own $identify event carries what its call proved: verified from its hash, merged false, whatever the app wrote (probe DD)', async ({ api, pk, service, boot }) => {
+  const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
+  const forged = { name: '$identify', data: { anonymousId: 'someone', merged: true, verified: true, note: 'kept' } };
+  const unproven = await api.post('/v1/client/events', pk, { externalId: 'forger', source: 'ios', events: [forged] });
+  assert.is(unproven.status, 202, JSON.stringify(unproven.body));
+  assert.equal(unproven.body.data.items[0].data, { anonymousId: 'someone', merged: false, verified: false, note: 'kept' });
+  const proven = await api.post('/v1/client/events', pk, { externalId: 'forger', identityHash: identityHash(secret, 'forger'), source: 'ios', events: [{ name: '$app.opened' }, forged] });
+  assert.is(proven.status, 202);
+  assert.equal(proven.body.data.items.map((e: any) => e.data), [{}, { anonymousId: 'someone', merged: false, verified: true, note: 'kept' }]);
+  const stored = (await inboxEvents(service, boot.tenant.id, 'forger')).filter((e) => e.name === '$identify').map((e) => [e.data.verified, e.data.merged]);
+  assert.equal(stored, [[false, false], [true, false]]);
+  // the two fields may not take the data over 8 KB
+  const full = await api.post('/v1/client/events', pk, { externalId: 'forger', source: 'ios', events: [{ name: '$identify', data: { pad: 'x'.repeat(8_192 - 12) } }] });
+  assert.equal([full.status, full.body.error?.code, full.body.error?.param], [400, 'event_data_too_large', 'events[0].data']);
+});
+
 c('a valid identityHash marks the subscriber verified on every client call, reads and deletes included; one that reads a subscriber that does not exist creates nothing (probe H)', async ({ api, pk, key, service, boot }) => {
   const { secret } = await tenantIdentity(service.redis, service.keys, boot.tenant);
   const verified = async (externalId: string) => (await api.get(`/v1/subscribers/${externalId}`, key)).body.data.verified;
