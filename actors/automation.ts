@@ -83,9 +83,9 @@ export class Automation {
     // before any item is built
     const tenantIds = [...new Set(entries.map(({ fields }) => fields.t).filter((t): t is string => Boolean(t)))];
     if (tenantIds.length === 0) return;
-    const versions = tenantIds.length === 1
-      ? [await this.redis.get(this.keys.automationVersion(tenantIds[0]!))]
-      : await this.redis.mget(...tenantIds.map((t) => this.keys.automationVersion(t)));
+    // one GET per tenant, sent together: each tenant's key is in its own hash slot (an MGET across
+    // tenants is the one multi-key read the key layout would refuse on Redis Cluster, probe DB)
+    const versions = await Promise.all(tenantIds.map((t) => this.redis.get(this.keys.automationVersion(t))));
     const automated = new Set(tenantIds.filter((_, i) => versions[i])); // the others never defined a segment or workflow
     if (automated.size === 0) return;
     const byTenant = new Map<string, { workspaceId: string; subscribers: Map<string, Item[]> }>();
