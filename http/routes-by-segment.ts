@@ -60,8 +60,13 @@ export class RoutesBySegment {
       const chain = chains.get(path.split('/')[2] ?? '');
       if (!chain) return next();
       const matched = chain.router.match(path, ctx.method);
-      if (!matched.route) return otherMethod(ctx, next, matched.path);
-      const only = matched.pathAndMethod.length === 1 ? matched.pathAndMethod[0]! : undefined;
+      // a path that a route names outright is that route's, not also a `:param` route's
+      // (`webhooks/catalog`, not the endpoint `catalog`: PATCH there was 404 for an endpoint, and its
+      // Allow listed PATCH and DELETE; probe DC), as OpenAPI matches a fixed path first
+      const routes = mostLiteral(matched.path as unknown as PathLayer[]);
+      const taking = routes.length === matched.path.length ? matched.pathAndMethod : matched.pathAndMethod.filter((layer) => routes.includes(layer as unknown as PathLayer));
+      if (taking.length === 0) return otherMethod(ctx, next, routes);
+      const only = taking.length === 1 ? taking[0]! : undefined;
       const run = only && chain.composed.get(only);
       if (!only || !run) return chain.dispatch(ctx as never, next);
       (ctx as { params?: Record<string, string | undefined> }).params = only.params(path, only.captures(path), {});
@@ -95,6 +100,16 @@ function pathParams(names: { name: string }[], captures: string[], params: Recor
     }
   }
   return params;
+}
+
+type PathLayer = { path: string; methods: string[] };
+
+/** The routes among `layers` (all matching one path) with the most literal segments (fewest `:param`s). */
+function mostLiteral(layers: PathLayer[]): PathLayer[] {
+  if (layers.length < 2) return layers;
+  const params = layers.map((layer) => layer.path.split('/').filter((segment) => segment.startsWith(':')).length);
+  const fewest = Math.min(...params);
+  return layers.filter((_, i) => params[i] === fewest);
 }
 
 /** No route takes this method on this path: 404 when none has the path, else OPTIONS or 405 with `Allow`. */

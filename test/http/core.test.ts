@@ -63,6 +63,19 @@ core('another method on a known path is 405 method_not_allowed in the envelope',
   assert.is(res.headers.get('request-id'), res.body.metadata.requestId);
 });
 
+core('a path a route names outright is that route\'s alone: /webhooks/catalog takes GET only, not also the methods of /webhooks/{id} (probe DC)', async ({ service, api, keys }) => {
+  const path = '/v1/workspaces/core/webhooks/catalog';
+  const allowOf = async (at: string) => (await fetch(`${service.url}${at}`, { method: 'OPTIONS', headers: { authorization: `Bearer ${keys.workspace}` } })).headers.get('allow');
+  assert.is(await allowOf(path), 'HEAD, GET, OPTIONS');
+  for (const method of ['PATCH', 'DELETE']) {
+    const res = await api.call(method, path, { key: keys.workspace, body: { enabled: true } });
+    assert.equal([res.status, res.body.error?.code, res.headers.get('allow')], [405, 'method_not_allowed', 'HEAD, GET, OPTIONS'], method);
+  }
+  assert.is((await api.get(path, keys.workspace)).status, 200);
+  // a path two templates with as many parameters match takes the methods of both
+  assert.is(await allowOf('/v1/workspaces/core/webhooks/events/rotate'), 'HEAD, GET, POST, OPTIONS');
+});
+
 core('a path parameter that is not valid percent-encoding is a malformed id, 404, not the resource named by its raw text (probe BM: /v1/subscribers/50%off deleted "50%off")', async ({ api, keys }) => {
   assert.is((await api.post('/v1/subscribers', keys.tenant, { externalId: '50%off' })).status, 201);
   for (const [method, path] of [['GET', '/v1/subscribers/50%off'], ['DELETE', '/v1/subscribers/50%off'], ['GET', '/v1/subscribers/50%off/preferences'], ['GET', '/v1/topics/%zz']] as const) {
