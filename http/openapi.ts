@@ -40,7 +40,7 @@ export function buildOpenApi(): Record<string, unknown> {
       servers: [{ url: '/' }],
       security: [{ bearer: [] }],
       components: {
-        securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key: svc_ws_…, svc_tn_… or svc_pk_….' } },
+        securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key (svc_ws_…, svc_tn_… or svc_pk_…), or on the event read routes (catalog, volume, recent events, timeline) the JWT of GET /v1/events/token.' } },
         headers: {
           RequestId: { description: 'The request id, equal to `metadata.requestId` of the envelope.', required: true, schema: { type: 'string' } },
         },

@@ -101,7 +101,11 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *     tags: [Messages]
    *     parameters:
    *       - $ref: '#/components/parameters/serviceTenant'
-   *       - { name: Idempotency-Key, in: header, required: false, schema: { type: string, minLength: 1, maxLength: 255 } }
+   *       - name: Idempotency-Key
+   *         in: header
+   *         required: false
+   *         description: 1 to 255 bytes as UTF-8 (a character such as é counts two), not only whitespace; unique per tenant, never expires.
+   *         schema: { type: string, minLength: 1, maxLength: 255 }
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/MessageCreate' } } } }
    *     responses:
    *       '202':
