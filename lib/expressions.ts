@@ -236,6 +236,10 @@ function eventCondition(value: Record<string, unknown>, path: string, ctx: Ctx):
   } else if (isUnknownReserved(value.event)) {
     // such a condition could never match (no event carries the name): a typo of a reserved name
     add(ctx, `${path}.event`, UNKNOWN_RESERVED_MESSAGE);
+  } else if (value.event === '$subscriber.deleted') {
+    // a delete forgets the subscriber's counters with it, so no subscriber ever counts one (probe DE):
+    // as a workflow's trigger or cancelOn, the name is refused for the same reason
+    add(ctx, `${path}.event`, 'cannot be $subscriber.deleted: a delete forgets the subscriber\'s events, so no subscriber ever counts one (use a webhook on subscriber.deleted)');
   }
   if (value.count !== undefined) {
     const count = value.count;

@@ -380,6 +380,12 @@ invalid('an event condition on a $ name that is none of the reserved ones is an 
   assert.match(errors[0]!.message, /^names no reserved event/);
 });
 
+invalid('an event condition on $subscriber.deleted is an error: a delete forgets the counters, no subscriber ever counts one (probe DE), as in workflow triggers', () => {
+  const errors = validateExpression({ all: [{ event: '$subscriber.created' }, { not: { event: '$subscriber.deleted', count: { eq: 0 } } }] }, 'where');
+  assert.equal(errors.map((e) => e.param), ['where.all[1].not.event']);
+  assert.match(errors[0]!.message, /^cannot be \$subscriber\.deleted/);
+});
+
 invalid('a subscription field named like an Object.prototype member is an unknown field, not a crash (probe Q: 500)', () => {
   for (const key of ['constructor', 'toString', 'valueOf', 'hasOwnProperty', '__defineGetter__']) {
     assert.equal(validateExpression({ all: [{ topic: 'news' }, { subscription: { [key]: true } }] }, 'where'), [{ param: `where.all[1].subscription.${key}`, message: 'is not an allowed field' }], key);
