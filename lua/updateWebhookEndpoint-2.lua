@@ -9,7 +9,9 @@
     `activeUntil` when disabled) is kept in `past` with the patterns and tenant it had, so an event
     from inside it that a dispatcher reads only after the change still gets its delivery, as the
     endpoint was then (probe A1: an edit or a re-enable while dispatchers were behind lost it). At
-    most PAST_WINDOWS, none ended more than PAST_WINDOW_DAYS ago.
+    most PAST_WINDOWS, none ended more than PAST_WINDOW_DAYS ago (10 windows lost the events of the
+    oldest to a dozen edits made while no dispatcher ran, probe DF; 100 windows of ~200 bytes each
+    are what the dispatchers' script decodes per endpoint at most).
 
   Endpoint fields read: enabled, activeSince, activeUntil, events, tenantId, past (JSON list of
   { since, until, events, tenantId }; ms and the patterns as a list).
@@ -25,7 +27,7 @@
   after are the record as HGETALL lists and reenabled is 1 when this call enabled it again.
 ]]
 local rcall = redis.call
-local PAST_WINDOWS, PAST_WINDOW_DAYS = 10, 7
+local PAST_WINDOWS, PAST_WINDOW_DAYS = 100, 7
 if rcall('EXISTS', KEYS[1]) == 0 then return {} end
 local before = rcall('HGETALL', KEYS[1])
 local was = rcall('HMGET', KEYS[1], 'enabled', 'activeSince', 'activeUntil', 'events', 'tenantId', 'past')
