@@ -2,7 +2,7 @@ import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
 import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { checkWebhookUrl, createAllowList, resolveAndCheck, type AllowList } from '../../lib/ssrf-guard.js';
-import { checkBody } from '../../lib/validator.js';
+import { bodyProblems } from '../../lib/validator.js';
 import { checkPatterns, normalizePatterns, webhookCatalog } from '../../lib/webhook-events.js';
 import { MAX_URL_LENGTH } from '../../lib/webhook-policy.js';
 import { resolveAllFor } from '../../lib/webhook-resolver.js';
@@ -61,6 +61,25 @@ function checkEvents(events: string[]): string[] {
   const problem = checkPatterns(events);
   if (problem) throw validationError(problem.details, problem.code);
   return normalizePatterns(events);
+}
+
+/**
+ * The body of a create or update, checked against its schema; a malformed pattern fails there, so
+ * its 400 `validation` also names the list's private patterns (`key.*`…), which only the pattern
+ * check finds: each failing field in `details` (docs/webhooks.md; they went unnamed, probe DF).
+ */
+function checkEndpointBody<T>(name: string, body: unknown): T {
+  const details = bodyProblems(name, body);
+  if (details.length === 0) return body as T;
+  const events = (body as { events?: unknown } | null)?.events;
+  if (Array.isArray(events) && events.every((e) => typeof e === 'string')) {
+    const named = new Set(details.map((d) => d.param));
+    details.push(...(checkPatterns(events)?.details ?? []).filter((d) => !named.has(d.param)));
+    // the patterns' details in list order, after the other fields'
+    const item = (param: string) => Number(/^events\[(\d+)\]/.exec(param)?.[1] ?? -1);
+    details.sort((a, b) => item(a.param) - item(b.param));
+  }
+  throw validationError(details);
 }
 
 async function tenantRef(deps: AppDeps, workspaceId: string, slug: string | null): Promise<Ref | null> {
@@ -175,7 +194,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/workspaces/:workspaceSlug/webhooks', write, async (ctx) => {
-    const body = checkBody<CreateBody>('CreateWebhookRequest', ctx.request.body);
+    const body = checkEndpointBody<CreateBody>('CreateWebhookRequest', ctx.request.body);
     const workspace = workspaceOf(ctx);
     const events = checkEvents(body.events ?? ['*']);
     const tenant = await tenantRef(deps, workspace.id, body.tenant ?? null);
@@ -252,7 +271,7 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/workspaces/:workspaceSlug/webhooks/:id', write, async (ctx) => {
-    const body = checkBody<UpdateBody>('UpdateWebhookRequest', ctx.request.body);
+    const body = checkEndpointBody<UpdateBody>('UpdateWebhookRequest', ctx.request.body);
     const workspace = workspaceOf(ctx);
     await endpointOr404(ctx);
     const patch: EndpointPatch = {};

@@ -137,12 +137,17 @@ endpoints('private audit names are 400 invalid_event; malformed patterns are 400
   const shape = new RegExp(doc.components.schemas.CreateWebhookRequest.properties.events.items.pattern);
   for (const p of ['Order.*', '*.created', 'order..*', 'order.**', '*.completed']) assert.not.ok(shape.test(p), p);
   for (const p of ['*', 'order.*', 'order', 'order.', '$subscription.*', 'key.*', 'o.*']) assert.ok(shape.test(p), p);
-  const res = await api.post(base(), key, { url: PUBLIC_URL, events: ['key.*', 'Bad'] });
+  // a malformed pattern is validation, and its details name the private patterns of the list too (probe DF), on create and update
+  const res = await api.post(base(), key, { url: PUBLIC_URL, events: ['key.*', 'Bad', 'order.*', 'webhook.disabled'] });
   assert.is(res.body.error.code, 'validation');
-  assert.equal(res.body.error.details.map((d: any) => d.param), ['events[1]']);
+  assert.equal(res.body.error.details.map((d: any) => d.param), ['events[0]', 'events[1]', 'events[3]']);
+  const both = await api.post(base(), key, { events: ['profile.x', 'Order.*'] });
+  assert.equal(both.body.error.details.map((d: any) => d.param), ['url', 'events[0]', 'events[1]']);
   const e = (await api.post(base(), key, { url: PUBLIC_URL })).body.data;
   const patched = await api.patch(`${base()}/${e.id}`, key, { events: ['webhook.*'] });
   assert.is(patched.body.error.code, 'invalid_event');
+  const malformed = await api.patch(`${base()}/${e.id}`, key, { events: ['webhook.*', '*.x'] });
+  assert.equal([malformed.body.error.code, malformed.body.error.details.map((d: any) => d.param)], ['validation', ['events[0]', 'events[1]']]);
 });
 
 endpoints('tenant narrows to a tenant slug of the workspace; an unknown slug is 400 validation', async ({ service, api, key }) => {
