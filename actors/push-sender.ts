@@ -134,10 +134,12 @@ export class PushSender {
   }
 
   /**
-   * Sends many pushes (a fan-out chunk). Each round passes the limiter once per group of up to
+   * Sends many pushes (a fan-out chunk). The first attempts pass the limiter once per group of up to
    * `APNS_MAX_CONCURRENT_PER_TENANT` pushes (one weighted bottleneck job: per-job scheduling costs
-   * a timer hop and caps a limiter near 400 jobs/s), then the retryable ones wait their backoff
-   * and go again, up to `APNS_MAX_ATTEMPTS`. Results are in the order of `jobs`; `onResult` hears
+   * a timer hop and caps a limiter near 400 jobs/s); a push whose answer may succeed later waits its
+   * own backoff from that answer and goes again (with the other retries of that moment), up to
+   * `APNS_MAX_ATTEMPTS`: it does not wait for the slowest push beside it (one timing out held every
+   * retry of its chunk that long, probe CH). Results are in the order of `jobs`; `onResult` hears
    * each one as soon as it is final (its push answered for good), before the others are, so a
    * caller can record it at once. Once `signal` aborts (the fan-out was taken over by another
    * dispatcher, or this one stops), no push not yet sent is sent: those waiting in the limiter or for
@@ -154,88 +156,103 @@ export class PushSender {
     /** pushes out to APNs now (a stop waits for their answers, not for those still in the limiter) */
     const started = new Set<Promise<ApnsAnswer>>();
     const requests = jobs.map((job) => buildApnsRequest(job.content, { messageId: job.messageId, deliveryId: job.deliveryId }));
-    let pending: number[] = [];
+    const first: number[] = [];
     requests.forEach((request, i) => {
       if (payloadSize(request.payload) > APNS_MAX_PAYLOAD_BYTES) finish(i, refused('payload_too_large'));
       // a token that is not hex is no APNs device's (APNs answers BadDeviceToken), and sent as it is it
       // would be the request's path: spaces or control characters reset the stream on every attempt,
       // `/`, `?` or `..` named another path of the host (probe AS)
       else if (!APNS_TOKEN.test(jobs[i]!.token)) finish(i, { ...refused('malformed_token'), tokenInvalid: true });
-      else pending.push(i);
+      else first.push(i);
     });
     // a weighted job heavier than the limiter's reservoir would never start
     const batch = Math.max(1, Math.min(this.#config.apnsMaxConcurrentPerTenant, this.#config.apnsRatePerTenantPerSecond));
-    for (let attempt = 1; pending.length > 0 && !signal?.aborted; attempt++) {
-      const retry: number[] = [];
+    // the retries' waits listen on one signal of this call's own (hundreds of them on the caller's printed MaxListenersExceededWarning)
+    const stopping = sharedAbortController();
+    const abort = () => stopping.abort();
+    signal?.addEventListener('abort', abort, { once: true });
+    if (signal?.aborted) abort();
+    /** pushes waiting out their backoff (a stopped limiter's refusal leaves them to their own wait's end) */
+    const retrying = new Set<number>();
+    const waits: Promise<void>[] = [];
+    const retryLater = (tenantId: string, i: number, attempt: number) => {
+      retrying.add(i);
+      waits.push((async () => {
+        await pause(backoffMs(this.#config.apnsRetryBaseMs, attempt), stopping.signal, this.#closing.signal);
+        retrying.delete(i);
+        if (stopping.signal.aborted) return; // no result: pending for the new owner
+        if (this.#closed) return finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
+        await send(tenantId, [i], attempt + 1);
+      })());
+    };
+    const send = async (tenantId: string, indexes: number[], attempt: number): Promise<void> => {
+      for (let from = 0; from < indexes.length && !stopping.signal.aborted; from += batch) {
+        const group = indexes.slice(from, from + batch);
+        if (this.#closed) {
+          for (const i of group) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
+          continue;
+        }
+        // Held until their pushes are answered, however long these wait in the limiter: the idle sweep leaves them open.
+        const connections = await this.#providers.get(tenantId, group.map((i) => jobs[i]!.environment));
+        const sendable = group.filter((i, k) => {
+          const connection = connections[k]!;
+          if ('unavailable' in connection) finish(i, { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! });
+          return !('unavailable' in connection);
+        });
+        if (sendable.length === 0) continue; // none available, so none held
+        const attemptOf = async (i: number): Promise<ApnsAnswer> => {
+          const connection = connections[group.indexOf(i)] as ApnsConnection;
+          const answer = await this.#attempt(connection, requests[i]!, jobs[i]!.token);
+          answers[i]!.push(answer);
+          this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
+          // a key APNs refuses is tried again only when the tenant's credentials changed since this connection was made
+          const again = retryable(answer) || (answer.httpStatus === 403 && answer.reason === 'InvalidProviderToken' && await this.#providers.replaced(tenantId, connection).catch(() => false));
+          if (!again || attempt >= this.#config.apnsMaxAttempts) finish(i, resultOf(answer, attempt, answers[i]!));
+          else if (this.#closed) finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
+          else retryLater(tenantId, i, attempt);
+          return answer;
+        };
+        try {
+          // each answer is taken as it comes: a final one is told at once, not when the group is done
+          const scheduled = this.#schedule(tenantId, batch, sendable.map((i) => async () => {
+            if (stopping.signal.aborted) return NOT_SENT;
+            const sending = attemptOf(i);
+            started.add(sending);
+            try {
+              return await sending;
+            } finally {
+              started.delete(sending);
+            }
+          }));
+          // Once `signal` aborts, a group still waiting for the limiter is not waited for (its pushes,
+          // when their turn comes, are not sent; waiting drained them at the tenant's rate, ~8 s for 400 at
+          // 50/s, review of session 52), but the pushes already out are: their answers are recorded.
+          if ((await untilAborted(scheduled, stopping.signal)) === ABORTED) {
+            scheduled.catch(() => undefined);
+            await Promise.allSettled([...started]);
+          }
+        } catch (err) {
+          // Only a stopped limiter rejects: close() dropped these waiting pushes.
+          if (!this.#closed) throw err;
+          for (const i of sendable) if (!results[i] && !retrying.has(i)) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
+          continue;
+        } finally {
+          this.#providers.release(connections);
+        }
+      }
+    };
+    try {
       const byTenant = new Map<string, number[]>();
-      for (const i of pending) {
+      for (const i of first) {
         const indexes = byTenant.get(jobs[i]!.tenantId);
         if (indexes) indexes.push(i);
         else byTenant.set(jobs[i]!.tenantId, [i]);
       }
-      await Promise.all([...byTenant].map(async ([tenantId, indexes]) => {
-        for (let from = 0; from < indexes.length && !signal?.aborted; from += batch) {
-          const group = indexes.slice(from, from + batch);
-          if (this.#closed) {
-            for (const i of group) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
-            continue;
-          }
-          // Held until their pushes are answered, however long these wait in the limiter: the idle sweep leaves them open.
-          const connections = await this.#providers.get(tenantId, group.map((i) => jobs[i]!.environment));
-          const sendable = group.filter((i, k) => {
-            const connection = connections[k]!;
-            if ('unavailable' in connection) finish(i, { ...refused(connection.unavailable), attempts: attempt - 1, answers: answers[i]! });
-            return !('unavailable' in connection);
-          });
-          if (sendable.length === 0) continue; // none available, so none held
-          const attemptOf = async (i: number): Promise<ApnsAnswer> => {
-            const connection = connections[group.indexOf(i)] as ApnsConnection;
-            const answer = await this.#attempt(connection, requests[i]!, jobs[i]!.token);
-            answers[i]!.push(answer);
-            this.#log.debug('apns answer', { tenantId, deliveryId: jobs[i]!.deliveryId, attempt, status: answer.httpStatus, apnsId: answer.apnsId, reason: answer.reason });
-            // a key APNs refuses is tried again only when the tenant's credentials changed since this connection was made
-            const again = retryable(answer) || (answer.httpStatus === 403 && answer.reason === 'InvalidProviderToken' && await this.#providers.replaced(tenantId, connection).catch(() => false));
-            if (!again || attempt >= this.#config.apnsMaxAttempts) finish(i, resultOf(answer, attempt, answers[i]!));
-            else retry.push(i);
-            return answer;
-          };
-          try {
-            // each answer is taken as it comes: a final one is told at once, not when the group is done
-            const scheduled = this.#schedule(tenantId, batch, sendable.map((i) => async () => {
-              if (signal?.aborted) return NOT_SENT;
-              const sending = attemptOf(i);
-              started.add(sending);
-              try {
-                return await sending;
-              } finally {
-                started.delete(sending);
-              }
-            }));
-            // Once `signal` aborts, a group still waiting for the limiter is not waited for (its pushes,
-            // when their turn comes, are not sent; waiting drained them at the tenant's rate, ~8 s for 400 at
-            // 50/s, review of session 52), but the pushes already out are: their answers are recorded.
-            if ((await untilAborted(scheduled, signal)) === ABORTED) {
-              scheduled.catch(() => undefined);
-              await Promise.allSettled([...started]);
-            }
-          } catch (err) {
-            // Only a stopped limiter rejects: close() dropped these waiting pushes.
-            if (!this.#closed) throw err;
-            for (const i of sendable) if (!results[i] && !retry.includes(i)) finish(i, { ...refused('sender_closed'), attempts: attempt - 1, answers: answers[i]! });
-            continue;
-          } finally {
-            this.#providers.release(connections);
-          }
-        }
-      }));
-      pending = retry;
-      if (pending.length > 0) {
-        if (this.#closed) {
-          for (const i of pending) finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
-          break;
-        }
-        await pause(backoffMs(this.#config.apnsRetryBaseMs, attempt), signal, this.#closing.signal);
-      }
+      await Promise.all([...byTenant].map(([tenantId, indexes]) => send(tenantId, indexes, 1)));
+      // each retry may add another: until none waits
+      while (waits.length > 0) await Promise.all(waits.splice(0));
+    } finally {
+      signal?.removeEventListener('abort', abort);
     }
     return results;
   }

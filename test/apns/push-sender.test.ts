@@ -179,6 +179,16 @@ sends('429 twice then 200: sent on the third attempt after growing waits, every 
   assert.ok(gaps[1]! >= BASE_MS * 2 * 0.75 - 2, `second wait ${gaps[1]} ms ≥ ${BASE_MS * 1.5} (doubled)`);
 });
 
+sends('a push answered 429 goes again after its own backoff, not after the slowest push of its chunk (probe CH: a slow one held every retry beside it)', async (ctx) => {
+  const [quick, slow] = [job(ctx), job(ctx)];
+  ctx.production.respondWith({ token: quick.token, status: 429, reason: 'TooManyRequests', times: 1 });
+  ctx.production.respondWith({ token: slow.token, delayMs: 40 * BASE_MS, times: 1 });
+  const order: number[] = [];
+  const results = await ctx.sender.sendAll([quick, slow], (i) => order.push(i));
+  assert.equal(results.map((r) => [r?.outcome, r?.attempts]), [['sent', 2], ['sent', 1]]);
+  assert.equal(order, [0, 1], 'the retried push is sent while the slow one is still out');
+});
+
 sends('429 TooManyProviderTokenUpdates is not retried: Apple answers the same until enough time has passed (probe AS: four more requests)', async (ctx) => {
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 429, reason: 'TooManyProviderTokenUpdates' });
