@@ -45,7 +45,11 @@ export type FanoutContext = {
 };
 
 /** A delivery planned; one to send names its subscription and the claim number of the registration read (`PushedTo`). */
-type Planned = { id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null; claim?: number };
+type Planned = {
+  id: string; status: 'pending' | 'skipped'; fields: Record<string, string>; subscription: Subscription | null; claim?: number;
+  /** skipped for an invalidated token that this very delivery's push invalidated: what it records of that answer (`invalidatedBy`) */
+  answered?: Record<string, string>;
+};
 
 /** Why a subscription does not get a push of this message, or null when it does. */
 function skipReason(s: Subscription, optOut: string | null): string | null {
@@ -134,6 +138,17 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
       for (const h of records) {
         const s = toSubscription(externalId, h);
         const reason = skipReason(s, optOut);
+        if (reason === 'token_invalidated' && h.invalidatedBy) {
+          // the token went dead at this very delivery's push: a dispatcher killed between the
+          // invalidation and the record of the answer left it pending, and it is that answer's
+          // (failed, APNs's status and reason), not a push never sent (probe DG)
+          const by = JSON.parse(h.invalidatedBy) as { deliveryId: string; fields: Record<string, string> };
+          const d = base(externalId, s.id, s.channel);
+          if (by.deliveryId === d.id) {
+            planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null, answered: by.fields });
+            continue;
+          }
+        }
         if (reason) skip(s.id, reason, s.channel);
         else {
           const d = base(externalId, s.id, s.channel);
@@ -215,7 +230,9 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   // left pending, nothing sent or settled it and the message stayed `sending` for good (probe AF).
   const nowSkipped: Outcome[] = items.flatMap(({ message }, i) => plans[i]!.planned
     .filter((d, j) => states[i]![j]![1] === 'pending' && d.status === 'skipped')
-    .map((d) => ({ messageId: message.id, id: d.id, status: 'skipped' as const, fields: { reason: d.fields.reason! } })));
+    .map((d): Outcome => d.answered
+      ? { messageId: message.id, id: d.id, status: 'failed', fields: d.answered }
+      : { messageId: message.id, id: d.id, status: 'skipped', fields: { reason: d.fields.reason! } }));
   // taken over meanwhile: the deliveries are made, and their pushes are the new owner's to send
   if (ctx.signal?.aborted) return existing;
   if (nowSkipped.length) await settle(ctx, scope.tenantId, nowSkipped);
@@ -238,9 +255,10 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     else timer ??= setTimeout(flush, SETTLE_WITHIN_MS);
   };
   // A dead token (410, BadDeviceToken) disables its subscription as soon as APNs says so, and before
-  // its delivery is recorded: a dispatcher killed in between resends that push on resume (APNs
-  // answers the same, the invalidation is written once), never leaves the token enabled; and later
-  // messages skip it from then on, not from the chunk's end (probe V: both, with one slow push).
+  // its delivery is recorded: a dispatcher killed in between never leaves the token enabled, and on
+  // resume the delivery is settled failed with that answer, which the invalidation kept on the
+  // subscription (`invalidatedBy`; it was settled skipped, token_invalidated, as if never sent: probe
+  // DG); and later messages skip it from then on, not from the chunk's end (probe V: both, with one slow push).
   const invalidations: Promise<void>[] = [];
   await pusher.sendAll(toSend.map(({ d, message, content }) => ({
     tenantId: scope.tenantId, token: d.subscription!.token!, environment: d.subscription!.environment ?? 'production', content, messageId: message.id, deliveryId: d.id,
@@ -248,8 +266,9 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     const outcome = outcomeOf(toSend[i]!.message.id, toSend[i]!.d.id, result);
     if (!result.tokenInvalid) return record(outcome);
     const { subscription: s, claim } = toSend[i]!.d;
+    const by = { deliveryId: outcome.id, fields: outcome.fields };
     invalidations.push(systemAudit(ctx, scope)
-      .then((audit) => invalidateSubscription(redis, keys, scope, s!.externalId, s!.id, result.reason ?? 'invalid_token', { claim: claim ?? 0, unregisteredAt: result.timestamp }, audit))
+      .then((audit) => invalidateSubscription(redis, keys, scope, s!.externalId, s!.id, result.reason ?? 'invalid_token', { claim: claim ?? 0, unregisteredAt: result.timestamp, by }, audit))
       .then(() => record(outcome), (err: unknown) => void (failure ??= err)));
   }, ctx.signal);
   await Promise.all(invalidations);

@@ -770,7 +770,11 @@ export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, e
  * (lua/claimToken: every registration call gets a new one), and, from an APNs 410, the time (ms)
  * since which APNs holds the token unregistered.
  */
-export type PushedTo = { claim: number; unregisteredAt: number | null };
+export type PushedTo = {
+  claim: number; unregisteredAt: number | null;
+  /** the delivery whose push got the answer, and what that delivery records of it: kept on the subscription (`invalidatedBy`) */
+  by?: { deliveryId: string; fields: Record<string, string> };
+};
 
 /**
  * Disables a subscription whose token the push provider reports dead (BadDeviceToken,
@@ -792,7 +796,11 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
     return {
       create: false,
       events: [{ name: '$subscription.invalidated', data: { subscription: publicOf({ ...toSubscription(externalId, h), enabled: false }), reason } }],
-      ops: [['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at]],
+      ops: [
+        ['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at],
+        // which delivery's answer this was: a dispatcher killed before recording it settles that delivery from here on resume
+        ...(pushed.by ? [['hset', recordKey, 'invalidatedBy', JSON.stringify(pushed.by)] as RecordOp] : []),
+      ],
       audit: audit && updatedAudit(audit, externalId, h, after, 'subscription.update'),
       result: null,
     };
