@@ -177,13 +177,16 @@ export class PushSender {
     const waits: Promise<void>[] = [];
     const retryLater = (tenantId: string, i: number, attempt: number) => {
       retrying.add(i);
-      waits.push((async () => {
+      const wait = (async () => {
         await pause(backoffMs(this.#config.apnsRetryBaseMs, attempt), stopping.signal, this.#closing.signal);
         retrying.delete(i);
         if (stopping.signal.aborted) return; // no result: pending for the new owner
         if (this.#closed) return finish(i, { ...refused('sender_closed'), attempts: attempt, answers: answers[i]! });
         await send(tenantId, [i], attempt + 1);
-      })());
+      })();
+      // awaited below, maybe only after it failed: not an unhandled rejection meanwhile (which ends the process)
+      wait.catch(() => undefined);
+      waits.push(wait);
     };
     const send = async (tenantId: string, indexes: number[], attempt: number): Promise<void> => {
       for (let from = 0; from < indexes.length && !stopping.signal.aborted; from += batch) {
