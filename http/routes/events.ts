@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import { notFound } from '../../lib/errors.js';
 import { signEventsToken } from '../../lib/events-token.js';
 import { partitionOf } from '../../lib/partition.js';
-import { readClientEvents, readServerEvents, settleAppIdentify, type NewEvent } from '../../lib/track-events.js';
+import { EVENT_BATCH_BODY_BYTES, readClientEvents, readServerEvents, settleAppIdentify, type NewEvent } from '../../lib/track-events.js';
 import { checkQuery } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { CATALOG_ORDER_MAX_NAMES, keepCatalogOrder, readCatalogOrder } from '../../streams/catalog-order.js';
@@ -22,6 +22,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
   const read = authorize(deps, 'tenant', 'events:read', { eventsToken: true });
   // one tenant's event requests in progress in this process, both routes together (TENANT_INGEST_CONCURRENCY)
   const ingestLimit = { group: 'ingest', limit: config.tenantIngestConcurrency };
+  const ingest = { perTenant: ingestLimit, bodyAtLeast: EVENT_BATCH_BODY_BYTES };
 
   async function track(ctx: Context, events: NewEvent[]) {
     const auth = ctx.state.auth as AuthState;
@@ -90,7 +91,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *         content: { application/json: { schema: { $ref: '#/components/schemas/EventListResponse' } } }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.post('/v1/events', authorize(deps, 'tenant', 'events:write', { perTenant: ingestLimit }), async (ctx) => {
+  router.post('/v1/events', authorize(deps, 'tenant', 'events:write', ingest), async (ctx) => {
     await track(ctx, readServerEvents(ctx.request.body));
   });
 
@@ -307,7 +308,7 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       '503': { $ref: '#/components/responses/Unavailable' }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.post('/v1/client/events', authorize(deps, 'client', 'client', { perTenant: ingestLimit }), async (ctx) => {
+  router.post('/v1/client/events', authorize(deps, 'client', 'client', ingest), async (ctx) => {
     const { request, events } = readClientEvents(ctx.request.body);
     const verified = await verifyClient(deps, ctx, request.externalId, request.identityHash);
     settleAppIdentify(events, verified);

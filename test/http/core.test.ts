@@ -192,10 +192,11 @@ core('a number beyond a double (1e999, read as Infinity and stored as null) is 4
 
 core('an answer given before the body arrived whole (413 found while it streams in, 401 before it is read) reads the rest of it and drops it: the client reads the answer, and the connection\'s next request is answered', async ({ service, keys }) => {
   const port = Number(new URL(service.url).port);
-  const head = (extra: string, key = keys.tenant) => `POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n${extra}\r\n`;
-  const chunk = `{"externalId":"big-1","name":"app.opened","data":{"pad":"${'x'.repeat(3000)}`;
+  // a route read under HTTP_BODY_LIMIT_BYTES (event batches may be larger: EVENT_BATCH_BODY_BYTES)
+  const head = (extra: string, key = keys.tenant) => `POST /v1/subscribers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n${extra}\r\n`;
+  const chunk = `{"externalId":"big-1","properties":{"pad":"${'x'.repeat(3000)}`;
   const ending = '"}}';
-  const compressed = gzipSync(Buffer.from(JSON.stringify({ externalId: 'big-1', name: 'app.opened', data: { pad: randomBytes(300_000).toString('base64') } })));
+  const compressed = gzipSync(Buffer.from(JSON.stringify({ externalId: 'big-1', properties: { pad: randomBytes(300_000).toString('base64') } })));
   const next = 'GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n';
   // what is sent first (enough for the answer), then the rest of the body and a next request on the same connection
   const cases: [string, Buffer, Buffer, number][] = [
@@ -234,7 +235,7 @@ core('an answer given before the body arrived whole (413 found while it streams 
   // Node's fetch sending a body 64 times the limit reads the 413 every time (the connection was cut
   // under it, half the time a network error a client retries: probe CC)
   for (let i = 0; i < 10; i++) {
-    const res = await fetch(`${service.url}/v1/events`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json' }, body: Buffer.alloc(64 * 2048, 0x20) });
+    const res = await fetch(`${service.url}/v1/subscribers`, { method: 'POST', headers: { authorization: `Bearer ${keys.tenant}`, 'content-type': 'application/json' }, body: Buffer.alloc(64 * 2048, 0x20) });
     assert.is(res.status, 413);
     await res.text();
   }
@@ -354,11 +355,22 @@ core('list limit is 1 to 100 in decimal digits; other spellings of a number are 
   assert.equal(two.body.error.details.map((d: any) => d.param).sort(), ['limit', 'source'], 'every failing parameter is listed');
 });
 
-core('a body over the limit is 413 payload_too_large', async ({ api, keys }) => {
-  const res = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ pad: 'x'.repeat(5000) }) });
+core('a body over the limit is 413 payload_too_large; an event batch is read up to EVENT_BATCH_BODY_BYTES whatever the limit (probe DH: 100 events of 8 KB, non-ASCII escaped, is 2.4 MB)', async ({ api, keys }) => {
+  const res = await api.call('POST', '/v1/subscribers', { key: keys.tenant, raw: JSON.stringify({ externalId: 'big', properties: { pad: 'x'.repeat(5000) } }) });
   assert.is(res.status, 413);
   assert.is(res.body.error.code, 'payload_too_large');
   assert.match(res.body.error.message, /limit of \d+ bytes/, 'the message says the limit (probe D1)');
+  // every character of data escaped as \u00e9: 8,192 bytes serialized, 24,576 sent, 100 of them
+  const events = Array.from({ length: 100 }, (_, i) => ({ externalId: `escaped-${i % 7}`, name: 'big.batch', data: { s: 'é'.repeat(4090) } }));
+  const escaped = JSON.stringify({ events }).replace(/é/g, '\\u00e9');
+  assert.ok(escaped.length > 2_400_000);
+  const batch = await api.call('POST', '/v1/events', { key: keys.tenant, raw: escaped });
+  assert.is(batch.status, 202, batch.text.slice(0, 300));
+  assert.equal(new Set(batch.body.data.items.map((e: any) => e.status)), new Set(['accepted']));
+  const client = await api.call('POST', '/v1/client/events', { key: keys.client, raw: JSON.stringify({ externalId: 'escaped-c', source: 'ios', events: events.map(({ name, data }) => ({ name, data })) }).replace(/é/g, '\\u00e9') });
+  assert.is(client.status, 202, client.text.slice(0, 300));
+  const over = await api.call('POST', '/v1/events', { key: keys.tenant, raw: JSON.stringify({ events: [{ externalId: 'x', name: 'y', data: { s: ' '.repeat(4 * 1024 * 1024) } }] }) });
+  assert.is(over.status, 413);
 });
 
 core('a body in another media type (a form) is 400 bad_request naming Content-Type', async ({ api, keys }) => {
