@@ -46,7 +46,9 @@ class CliError extends Error {}
  * repeated; parseArgs's advice on `--` after an unknown option gives way to the pointer to --help.
  */
 function usageLine(reason: string): string {
-  return `herald: ${reason.replace(/\. To specify a positional argument.*$/s, '')} (run herald --help for usage)\n`;
+  // parseArgs's first line says what is wrong; its further lines advise on dashes and `--`
+  const first = reason.replace(/\. To specify a positional argument.*$/s, '').split('\n')[0]!;
+  return `herald: ${first} (run herald --help for usage)\n`;
 }
 
 const BY_CLI: Writer = { actor: { type: 'cli', id: null }, request: null };
@@ -334,6 +336,7 @@ export async function main(argv: string[]): Promise<number> {
       args: argv,
       allowPositionals: true,
       strict: true,
+      tokens: true,
       options: {
         workspace: { type: 'string' }, tenant: { type: 'string' }, slug: { type: 'string' }, kind: { type: 'string' }, scopes: { type: 'string' },
         expires: { type: 'string' }, name: { type: 'string' }, id: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
@@ -347,6 +350,16 @@ export async function main(argv: string[]): Promise<number> {
   }
   const options = parsed.values as Options;
   const command = parsed.positionals.join(' ');
+  // an option given twice kept the last one silently: `--workspace a --workspace b` acted on b (probe DI)
+  const seen = new Set<string>();
+  for (const token of parsed.tokens ?? []) {
+    if (token.kind !== 'option') continue;
+    if (seen.has(token.name)) {
+      process.stderr.write(usageLine(`--${token.name} is given more than once`));
+      return 2;
+    }
+    seen.add(token.name);
+  }
   if (options.help || command === 'help') {
     process.stdout.write(USAGE + '\n');
     return 0;

@@ -130,6 +130,9 @@ const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
   { what: 'an unknown flag', args: ['bootstrap', '--workspace', 'acme', '--colour', 'red', '--json'], code: 2, reason: /^herald: Unknown option '--colour'$/ },
   { what: 'a flag without its value', args: ['key', 'list', '--workspace'], code: 2, reason: /^herald: Option '--workspace <value>' argument missing$/ },
   { what: 'flags without a command', args: ['--workspace', 'acme', '--json'], code: 2, reason: /^herald: no command given$/ },
+  // probe DI: parseArgs's three-line advice, and a repeated flag whose last value was used silently
+  { what: 'a flag whose value was forgotten before the next flag', args: ['key', 'create', '--workspace', 'acme', '--kind', 'tenant', '--scopes', 'events:read', '--expires', '--json'], code: 2, reason: /^herald: Option '--expires' argument is ambiguous\.$/ },
+  { what: 'a flag given twice', args: ['bootstrap', '--workspace', 'acme', '--workspace', 'bad-other', '--json'], code: 2, reason: /^herald: --workspace is given more than once$/ },
   // Scopes a key of that kind can never use: the key would authenticate and then be refused on every route.
   { what: 'a client key with a data-plane scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'events:write', '--name', 'bad-client-scope', '--json'], code: 2, reason: /^herald: --scopes: "events:write" can never be used by a client key: client keys call only \/v1\/client routes, which need the scope client \(or \*\)$/ },
   { what: 'a client key with client and a data-plane scope', args: ['key', 'create', '--workspace', 'acme', '--kind', 'client', '--scopes', 'client,subscribers:*', '--name', 'bad-client-mixed', '--json'], code: 2, reason: /^herald: --scopes: "subscribers:\*" can never be used by a client key/ },
