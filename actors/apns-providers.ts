@@ -196,6 +196,7 @@ export class ApnsProviders {
     try {
       provider = new apn.Provider(options);
       keepStreamsWhileClosing(provider, this.#graceMs);
+      answerWithoutRetry(provider);
       awaitPeerSettings(provider, this.config.apnsRequestTimeoutMs);
       throttleTokenRenewal(provider);
     } catch (err) {
@@ -237,6 +238,21 @@ export class ApnsProviders {
     this.#retired.clear();
     await Promise.all(providers.map((p) => shutdown(p, this.#graceMs)));
   }
+}
+
+/**
+ * APNs's own answer of a push node-apn would retry (429, 5xx, ExpiredProviderToken), as it came:
+ * Herald retries it itself (`connectionRetryLimit: 0`), but node-apn's `retryRequest` first checks
+ * its session, and on one closing (another push's 500 closes it) it threw "client session is either
+ * closed or destroyed" in place of the answer, so the last attempt of a push answered 429 or 500 was
+ * recorded `connection_error` with no status or reason (probe DJ: 195 deliveries, every one answered).
+ */
+function answerWithoutRetry(provider: apn.Provider): void {
+  const client = (provider as unknown as { client?: { retryRequest?: (error: unknown) => Promise<unknown> } }).client;
+  if (!client || typeof client.retryRequest !== 'function') return;
+  client.retryRequest = async (error: unknown) => {
+    throw error;
+  };
 }
 
 /**

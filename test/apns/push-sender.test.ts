@@ -229,6 +229,20 @@ sends('500 InternalServerError is retried on a new connection and then sent', as
   assert.equal(result.answers.map((a) => [a.httpStatus, a.reason]), [[500, 'InternalServerError'], [200, null]]);
 });
 
+sends('a 429 answered on a session another push\'s 500 is closing is recorded as APNs gave it, not as a connection error (probe DJ: node-apn\'s retry check replaced it)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_MAX_ATTEMPTS: '1' });
+  const failing = job(ctx);
+  const throttled = job(ctx);
+  ctx.production.respondWith({ token: failing.token, status: 500, reason: 'InternalServerError' });
+  ctx.production.respondWith({ token: throttled.token, status: 429, reason: 'TooManyRequests', delayMs: 300 });
+  const late = sender.send(throttled);
+  await new Promise((r) => setTimeout(r, 100));
+  const first = await sender.send(failing);
+  assert.equal([first.httpStatus, first.reason], [500, 'InternalServerError']);
+  const result = await late;
+  assert.equal([result.outcome, result.httpStatus, result.reason, result.attempts], ['failed', 429, 'TooManyRequests', 1], JSON.stringify(result.answers));
+});
+
 sends('a 500 to one push does not cost the pushes in flight beside it their answers: each is sent once (probe I: connection errors, sent again)', async (ctx) => {
   const sender = senderWith(ctx, { APNS_MAX_ATTEMPTS: '2' });
   const failing = job(ctx);
