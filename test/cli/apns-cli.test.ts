@@ -97,8 +97,16 @@ cli.after(async (ctx) => {
   if (ctx.dir) rmSync(ctx.dir, { recursive: true, force: true });
 });
 
-const setArgs = (ctx: Ctx, extra: string[] = [], key: ProviderKey = ctx.provider, file = ctx.keyFile) =>
-  ['apns', 'set', '--workspace', 'acme', '--key-id', key.keyId, '--team-id', key.teamId, '--bundle-id', BUNDLE, '--key-file', file, ...extra];
+/** `apns set` with every flag; a flag in `extra` takes the place of the default one (a flag given twice is a usage error). */
+const setArgs = (ctx: Ctx, extra: string[] = [], key: ProviderKey = ctx.provider, file = ctx.keyFile) => {
+  const args = ['apns', 'set', '--workspace', 'acme', '--key-id', key.keyId, '--team-id', key.teamId, '--bundle-id', BUNDLE, '--key-file', file];
+  for (let i = 0; i < extra.length; i++) {
+    const at = extra[i]!.startsWith('--') ? args.indexOf(extra[i]!) : -1;
+    if (at >= 0 && extra[i + 1] !== undefined && !extra[i + 1]!.startsWith('--')) args.splice(at, 2, extra[i]!, extra[++i]!);
+    else args.push(extra[i]!);
+  }
+  return args;
+};
 
 cli('apns set --json stores the credentials of the default tenant and prints the public view, never the key', async (ctx) => {
   const run = await herald(ctx.env, ...setArgs(ctx, ['--json']));
