@@ -1,4 +1,8 @@
 /** IANA time zones as this runtime's Intl knows them (subscriber `timezone`, docs/subscribers.md). */
+import { IANA_TIME_ZONE_NAMES } from './iana-time-zones.js';
+
+/** Lowercased name → IANA's spelling, zones and links (aliases) alike. */
+const SPELLING = new Map(IANA_TIME_ZONE_NAMES.map((name) => [name.toLowerCase(), name]));
 
 /** Whether `value` names a time zone this runtime knows (IANA; Intl matches names ignoring case). */
 export function isTimeZone(value: string): boolean {
@@ -12,11 +16,15 @@ export function isTimeZone(value: string): boolean {
 
 /**
  * A known time zone written as IANA writes it: Intl takes `europe/paris` for `Europe/Paris`, so a
- * name differing from Intl's only by case is stored in Intl's case (one spelling per zone, so an
- * expression's `eq: "Europe/Paris"` finds it). An alias Intl resolves to another name
- * (`Asia/Kolkata` to `Asia/Calcutta`, `US/Eastern` to `America/New_York`) is kept as sent.
+ * name differing from IANA's only by case is stored in IANA's case (one spelling per zone, so an
+ * expression's `eq: "Europe/Paris"` finds it). An alias (`Asia/Kolkata`, which Intl resolves to
+ * `Asia/Calcutta`; `US/Eastern`) is kept as the alias, in IANA's case too: `asia/kolkata` was kept
+ * as sent, and one zone had as many spellings as callers (probe DL). A name outside the database's
+ * list that Intl knows gets Intl's case when it differs only by case, else is kept as sent.
  */
 export function timeZoneAsNamed(value: string): string {
+  const spelled = SPELLING.get(value.toLowerCase());
+  if (spelled !== undefined && isTimeZone(spelled)) return spelled;
   try {
     const resolved = new Intl.DateTimeFormat('en', { timeZone: value }).resolvedOptions().timeZone;
     return resolved.toLowerCase() === value.toLowerCase() ? resolved : value;
