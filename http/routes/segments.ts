@@ -174,7 +174,8 @@ export function registerSegments(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/segments/:segmentSlug/members', read, async (ctx) => {
     const segment = await segmentOf(ctx); // 404 first, whatever the query holds (spec 2.3)
-    const { limit, after } = pageRequest(ctx);
+    // a cursor of a segment deleted since, the same slug made anew, is another list's
+    const { limit, after } = pageRequest(ctx, 'ListQuery', () => segment.id);
     // the position is a member, `<sub_ id>|<externalId>`: anything else is another list's cursor (or forged)
     if (after !== null && !isSubscriberPosition(after)) throw badCursor();
     const page = await segmentMemberPage(redis, keys, scopeOf(ctx), segment.id, limit, after);

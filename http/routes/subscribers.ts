@@ -151,8 +151,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   router.get('/v1/subscribers/:externalId/subscriptions', authorize(deps, 'tenant', 'subscriptions:read'), async (ctx) => {
     const scope = scopeOf(ctx, deps);
     const externalId = externalIdParam(ctx);
-    await getSubscriber(redis, keys, scope, externalId); // 404 first, whatever the query holds (spec 2.3)
-    const page = pageRequest(ctx);
+    const subscriber = await getSubscriber(redis, keys, scope, externalId); // 404 first, whatever the query holds (spec 2.3)
+    // a cursor of a subscriber deleted since, the same externalId made anew, is another list's
+    const page = pageRequest(ctx, 'ListQuery', () => subscriber.id);
     respond(ctx, 200, pageList(await listSubscriptions(redis, keys, scope, externalId), page, (id) => isId('subscription', id)));
   });
 

@@ -192,7 +192,8 @@ export function registerTopics(router: Router, deps: AppDeps): void {
 
   router.get('/v1/topics/:topicSlug/subscribers', read, async (ctx) => {
     const topic = await topicOf(ctx); // 404 first, whatever the query holds (spec 2.3)
-    const { limit, after } = pageRequest(ctx);
+    // a cursor of the members of a topic deleted since, the same slug made anew, is another list's
+    const { limit, after } = pageRequest(ctx, 'ListQuery', () => topic.id);
     const position = after === null ? null : scoredCursor(after);
     const page = await topicMemberPage(redis, keys, tenantOf(ctx).id, topic.id, limit, position);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.score}|${page.next.member}`) : null, total: page.total });

@@ -201,7 +201,8 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
    */
   router.get('/v1/workflows/:workflowSlug/versions', read, async (ctx) => {
     const workflow = await workflowOf(ctx); // 404 first, whatever the query holds (spec 2.3)
-    const { limit, after } = pageRequest(ctx);
+    // a cursor of a workflow deleted since, the same slug made anew, is another list's
+    const { limit, after } = pageRequest(ctx, 'ListQuery', () => workflow.id);
     if (after !== null && !VERSION.test(after)) throw badCursor();
     const page = await versionPage(redis, keys, tenantOf(ctx).id, workflow.id, limit, after === null ? null : Number(after));
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(String(page.next)), total: page.total });
@@ -262,7 +263,7 @@ export function registerWorkflows(router: Router, deps: AppDeps): void {
   router.get('/v1/workflows/:workflowSlug/runs', read, async (ctx) => {
     // the workflow first: a malformed or unknown slug is 404 whatever the query holds (spec 2.3)
     const workflow = await workflowOf(ctx);
-    const { limit, after, query } = pageRequest<{ status?: RunStatus }>(ctx, 'WorkflowRunsQuery');
+    const { limit, after, query } = pageRequest<{ status?: RunStatus }>(ctx, 'WorkflowRunsQuery', () => workflow.id);
     if (after !== null && !isId('run', after)) throw badCursor();
     const page = await runPage(redis, keys, { tenantId: tenantOf(ctx).id, partitions: config.partitions }, workflow.id, { status: query.status, limit, after });
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next === null ? null : encodeCursor(page.next), total: page.total });

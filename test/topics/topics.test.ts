@@ -7,7 +7,7 @@ import { stopRoleProcess } from '../helpers/processes.js';
 import { bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
-type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; workspaceKey: string; workspaceId: string; tenantId: string };
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; workspaceKey: string; workspaceId: string; tenantId: string };
 const topics = suite<Ctx>('topics');
 
 topics.before(async (ctx) => {
@@ -16,6 +16,7 @@ topics.before(async (ctx) => {
   const { keys, workspace, tenant } = await bootstrapWorkspace(ctx.service, 'topics');
   ctx.tenantId = tenant.id;
   ctx.key = keys.tenant;
+  ctx.pk = keys.client;
   ctx.workspaceKey = keys.workspace;
   ctx.workspaceId = workspace.id;
 });
@@ -189,6 +190,30 @@ topics('delete answers the topic as it was, frees the slug and drops it from the
   const again = await api.post('/v1/topics', key, { slug: 'short-lived' });
   assert.is(again.status, 201);
   assert.is.not(again.body.data.id, created.id);
+});
+
+topics('a members cursor of a topic deleted since is refused by the topic made anew under its slug, as is a subscriptions cursor of a subscriber deleted and made anew (probe DL: an empty last page)', async ({ api, key, pk }) => {
+  const members = async (cursor?: string) => api.get(`/v1/topics/again/subscribers?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, key);
+  await api.post('/v1/topics', key, { slug: 'again' });
+  await api.post('/v1/topics/again/subscribers', key, { externalIds: ['o1', 'o2', 'o3'] });
+  const old = (await members()).body.data.nextCursor as string;
+  assert.ok(old);
+  assert.is((await members(old)).status, 200, 'the cursor reads its own list');
+  assert.is((await api.del('/v1/topics/again', key)).status, 200);
+  await api.post('/v1/topics', key, { slug: 'again' });
+  await api.post('/v1/topics/again/subscribers', key, { externalIds: ['n1', 'n2', 'n3'] });
+  const stale = await members(old);
+  assert.equal([stale.status, stale.body.error?.code, stale.body.error?.param], [400, 'validation', 'cursor']);
+  // the same for a subscriber's subscriptions
+  const subscriptions = async (cursor?: string) => api.get(`/v1/subscribers/reborn/subscriptions?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, key);
+  await api.post('/v1/subscribers', key, { externalId: 'reborn' });
+  for (const address of ['a@example.com', 'b@example.com']) await api.post('/v1/client/subscriptions', pk, { externalId: 'reborn', address });
+  const first = (await subscriptions()).body.data.nextCursor as string;
+  assert.ok(first);
+  assert.is((await api.del('/v1/subscribers/reborn', key)).status, 200);
+  for (const address of ['c@example.com', 'd@example.com']) await api.post('/v1/client/subscriptions', pk, { externalId: 'reborn', address });
+  const gone = await subscriptions(first);
+  assert.equal([gone.status, gone.body.error?.code, gone.body.error?.param], [400, 'validation', 'cursor']);
 });
 
 topics('a topics:read key reads but cannot write; a key without topics scopes cannot read', async ({ service, api }) => {
