@@ -121,8 +121,9 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
   });
 
   router.patch('/v1/subscribers/:externalId', authorize(deps, 'tenant', 'subscribers:write'), async (ctx) => {
-    const externalId = externalIdParam(ctx);
+    // the body first, as on every PATCH (probe DL: a malformed path was 404 here, 400 on the others)
     const attributes = checkBody<Attributes>('SubscriberUpdate', ctx.request.body);
+    const externalId = externalIdParam(ctx);
     const { subscriber } = await upsertSubscriber(redis, keys, scopeOf(ctx, deps), externalId, attributes, { create: false, audit: auditTrailOf(ctx, deps) });
     respond(ctx, 200, subscriber);
   });
