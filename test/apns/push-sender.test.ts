@@ -189,6 +189,29 @@ sends('a push answered 429 goes again after its own backoff, not after the slowe
   assert.equal(order, [0, 1], 'the retried push is sent while the slow one is still out');
 });
 
+sends('a sendAll that fails (Redis refusing a read) stops its waiting retries first: nothing is sent once it has rejected (review of session 56: they went on after it)', async (ctx) => {
+  const redis = connectRedis({ url: await testRedisUrl() });
+  const sender = new PushSender({ redis, keys: ctx.keys, config: loadConfig(ctx.env, {}), log: quiet });
+  ctx.extra.push(sender);
+  try {
+    const [quick, slow] = [job(ctx), job(ctx)];
+    ctx.production.respondWith({ token: quick.token, status: 503 });
+    ctx.production.respondWith({ token: slow.token, status: 503, delayMs: 8 * BASE_MS });
+    // the credentials are read again for each group (APNS_CREDENTIALS_CHECK_SECONDS 0): the retry's read fails
+    const hget = redis.hget.bind(redis);
+    let reads = 0;
+    (redis as unknown as { hget: unknown }).hget = (...args: Parameters<typeof hget>) => (++reads === 2 ? Promise.reject(new Error('redis blip')) : hget(...args));
+    const controller = new AbortController();
+    await sender.sendAll([quick, slow], undefined, controller.signal).then(() => assert.unreachable('the read failed'), (err: Error) => assert.is(err.message, 'redis blip'));
+    controller.abort();
+    const seen = ctx.production.requests.length;
+    await new Promise((r) => setTimeout(r, 30 * BASE_MS));
+    assert.is(ctx.production.requests.length, seen, 'nothing sent after the rejection');
+  } finally {
+    redis.disconnect();
+  }
+});
+
 sends('429 TooManyProviderTokenUpdates is not retried: Apple answers the same until enough time has passed (probe AS: four more requests)', async (ctx) => {
   const j = job(ctx);
   ctx.production.respondWith({ token: j.token, status: 429, reason: 'TooManyProviderTokenUpdates' });
