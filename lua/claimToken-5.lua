@@ -48,7 +48,12 @@ if not current and ARGV[6] and ARGV[6] ~= '' then
   if legacy and string.sub(legacy, string.find(legacy, '|', 1, true) + 1) == ARGV[3] then
     rcall('HSET', KEYS[1], ARGV[1], legacy)
     rcall('HDEL', KEYS[1], ARGV[6])
-    rcall('HDEL', KEYS[3], ARGV[6])
+    -- a move of it left unsettled goes with it, to be settled as any (its previous holder's copy removed)
+    local pending = rcall('HGET', KEYS[3], ARGV[6])
+    if pending then
+      rcall('HSET', KEYS[3], ARGV[1], pending)
+      rcall('HDEL', KEYS[3], ARGV[6])
+    end
     current = legacy
   end
 end

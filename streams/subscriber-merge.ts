@@ -37,7 +37,15 @@ export async function planMerge(redis: Redis, keys: Keys, scope: TenantScope, an
     registering ? tokenOwner(redis, keys, scope.tenantId, externalId, registering) : Promise.resolve(null),
   ]);
   if (!anonymous.exists) return null;
-  const wouldHold = own.length + subscriptions.length + (registering && owner !== externalId && owner !== anonymousId ? 1 : 0);
+  // an address is one per subscriber: one both hold stays one (`tokenField`), and so does the one
+  // registered here when either holds it already (a shared address counted twice was a false 409)
+  const addresses = new Set(own.filter((s) => s.channel === 'email').map((s) => s.address));
+  const moving = subscriptions.filter((s) => !(s.channel === 'email' && addresses.has(s.address))).length;
+  for (const s of subscriptions) if (s.channel === 'email') addresses.add(s.address);
+  const adds = registering && (registering.channel === 'email'
+    ? !addresses.has(registering.address?.toLowerCase() ?? null)
+    : owner !== externalId && owner !== anonymousId);
+  const wouldHold = own.length + moving + (adds ? 1 : 0);
   if (wouldHold > MAX_SUBSCRIPTIONS_PER_SUBSCRIBER) {
     throw new ApiError(409, 'conflict', `A subscriber holds at most ${MAX_SUBSCRIPTIONS_PER_SUBSCRIBER} subscriptions; merging would give it ${wouldHold}`);
   }

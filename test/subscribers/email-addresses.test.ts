@@ -94,4 +94,30 @@ e('an address registered under its former tenant-wide field is taken over by its
   assert.is(await redis.hget(index, legacyEmailField('old@example.org')), null);
 });
 
+e('a merge counts an address both subscribers hold once: a user at the limit of 50 merges an anonymous one holding one of its addresses (review of session 56: a false 409)', async ({ api, pk, boot }) => {
+  for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-mail', address: `f${i}@example.org` })).status, 201);
+  await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-full', address: 'F0@example.org' });
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'full-mail', anonymousId: 'anon-full', source: 'ios' });
+  assert.is(res.status, 200, JSON.stringify(res.body));
+  assert.is((await api.get('/v1/subscribers/full-mail/subscriptions?limit=100', boot.keys.tenant)).body.data.total, 50);
+  assert.is((await api.get('/v1/subscribers/anon-full', boot.keys.tenant)).status, 404);
+});
+
+e('a move an earlier version left unsettled under an address\'s former field is settled when its holder registers the address: the previous holder\'s copy goes (review of session 56: it stayed, one id under two subscribers)', async ({ api, pk, service, boot }) => {
+  const { redis, keys } = service;
+  const index = keys.tokens(boot.tenant.id);
+  // B registered the address, then (an earlier version) A's registration moved it and was killed before removing B's copy
+  const b = (await api.post('/v1/client/subscriptions', pk, { externalId: 'was-b', address: 'moving@example.org' })).body.data;
+  await redis.hdel(index, tokenField('email', 'moving@example.org', 'was-b'));
+  await redis.hset(index, legacyEmailField('moving@example.org'), `${b.id}|now-a`);
+  await redis.hset(keys.subscriptionOwners(boot.tenant.id), b.id, 'now-a');
+  await redis.hset(keys.tokenMoves(boot.tenant.id), legacyEmailField('moving@example.org'), 'was-b');
+  const a = await api.post('/v1/client/subscriptions', pk, { externalId: 'now-a', address: 'moving@example.org' });
+  assert.equal([a.status < 300, a.body.data.id], [true, b.id], JSON.stringify(a.body));
+  assert.equal((await subscriptionsOf(api, boot.keys.tenant, 'was-b')).map((s: any) => s.id), [], 'the previous holder\'s copy is removed');
+  assert.equal((await subscriptionsOf(api, boot.keys.tenant, 'now-a')).map((s: any) => s.id), [b.id]);
+  assert.is(await redis.hget(keys.tokenMoves(boot.tenant.id), legacyEmailField('moving@example.org')), null);
+  assert.is(await redis.hget(keys.tokenMoves(boot.tenant.id), tokenField('email', 'moving@example.org', 'now-a')), null, 'settled');
+});
+
 e.run();
