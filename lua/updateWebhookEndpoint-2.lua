@@ -10,8 +10,10 @@
     from inside it that a dispatcher reads only after the change still gets its delivery, as the
     endpoint was then (probe A1: an edit or a re-enable while dispatchers were behind lost it). At
     most PAST_WINDOWS, none ended more than PAST_WINDOW_DAYS ago (10 windows lost the events of the
-    oldest to a dozen edits made while no dispatcher ran, probe DF; 100 windows of ~200 bytes each
-    are what the dispatchers' script decodes per endpoint at most).
+    oldest to a dozen edits made while no dispatcher ran, probe DF), and at most PAST_MAX_BYTES of
+    JSON, the oldest going first: a window keeps its patterns, up to 100 of up to ~100 characters,
+    and 100 such windows made a field of ~1 MB that every enqueue decoded (~12 ms of Redis each;
+    review of session 56). A few hundred bytes a window is common: 100 windows then fit.
 
   Endpoint fields read: enabled, activeSince, activeUntil, events, tenantId, past (JSON list of
   { since, until, events, tenantId }; ms and the patterns as a list).
@@ -27,7 +29,7 @@
   after are the record as HGETALL lists and reenabled is 1 when this call enabled it again.
 ]]
 local rcall = redis.call
-local PAST_WINDOWS, PAST_WINDOW_DAYS = 100, 7
+local PAST_WINDOWS, PAST_WINDOW_DAYS, PAST_MAX_BYTES = 100, 7, 65536
 if rcall('EXISTS', KEYS[1]) == 0 then return {} end
 local before = rcall('HGETALL', KEYS[1])
 local was = rcall('HMGET', KEYS[1], 'enabled', 'activeSince', 'activeUntil', 'events', 'tenantId', 'past')
@@ -63,7 +65,12 @@ if moveActive then
     past[#past + 1] = { since = since, ['until'] = untilMs, events = cjson.decode(was[4] or '["*"]'), tenantId = was[5] or '' }
   end
   while #past > PAST_WINDOWS do table.remove(past, 1) end
-  rcall('HSET', KEYS[1], 'activeSince', ARGV[1], 'past', #past > 0 and cjson.encode(past) or '')
+  local encoded = #past > 0 and cjson.encode(past) or ''
+  while #encoded > PAST_MAX_BYTES do
+    table.remove(past, 1)
+    encoded = #past > 0 and cjson.encode(past) or ''
+  end
+  rcall('HSET', KEYS[1], 'activeSince', ARGV[1], 'past', encoded)
 end
 if changed then
   rcall('HSET', KEYS[1], 'updatedAt', ARGV[2])

@@ -38,4 +38,24 @@ test('an endpoint changed a dozen times while no dispatcher runs still gets ever
   }
 });
 
+test('the past windows an endpoint keeps fit 64 KB, the oldest going first (review of session 56: 100 windows of 100 long patterns were 1 MB, decoded by every enqueue)', async () => {
+  const service = await startTestService('wh-past-bytes', ENV, ['web']);
+  try {
+    const api = client(service.url);
+    const ws = await bootstrapWorkspace(service, 'wh-past-bytes');
+    const path = '/v1/workspaces/wh-past-bytes/webhooks';
+    const patterns = (round: number) => Array.from({ length: 100 }, (_, i) => `r${round}.${'p'.repeat(80)}${i}.*`);
+    const created = await api.post(path, ws.keys.workspace, { url: 'https://example.com/hook', events: patterns(0) });
+    assert.is(created.status, 201, created.text);
+    for (let round = 1; round <= 12; round++) assert.is((await api.patch(`${path}/${created.body.data.id}`, ws.keys.workspace, { events: patterns(round) })).status, 200);
+    const past = await service.redis.hget(service.keys.webhookEndpoint(ws.workspace.id, created.body.data.id), 'past');
+    assert.ok(past!.length <= 65_536, `${past!.length} bytes`);
+    const windows = JSON.parse(past!) as { events: string[] }[];
+    assert.ok(windows.length > 0 && windows.length < 12, `${windows.length} windows kept`);
+    assert.is(windows.at(-1)!.events[0], patterns(11)[0], 'the newest are kept');
+  } finally {
+    await service.stop();
+  }
+});
+
 test.run();
