@@ -353,7 +353,8 @@ export async function main(argv: string[]): Promise<number> {
   // an option given twice kept the last one silently: `--workspace a --workspace b` acted on b (probe DI)
   const seen = new Set<string>();
   for (const token of parsed.tokens ?? []) {
-    if (token.kind !== 'option') continue;
+    // a switch (`-h --help`, `--json --json`) says the same twice; a value given twice is ambiguous
+    if (token.kind !== 'option' || token.value === undefined) continue;
     if (seen.has(token.name)) {
       process.stderr.write(usageLine(`--${token.name} is given more than once`));
       return 2;

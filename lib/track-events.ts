@@ -6,7 +6,7 @@ import { bodyProblems } from './validator.js';
 export const MAX_EVENT_DATA_BYTES = 8 * 1024;
 export const MAX_EVENTS_PER_CALL = 100;
 /**
- * The body an event batch may need (`POST /v1/events`, `/v1/client/events`), read whatever
+ * The body a backend's event batch may need (`POST /v1/events`), read whatever
  * `HTTP_BODY_LIMIT_BYTES` says: 100 events of 8 KB data each, sent with every non-ASCII character
  * escaped as JSON allows (`\u00e9`, Python's `json.dumps` by default), is up to three times 800 KB,
  * plus ids and names of 256 characters escaped as well. A batch the spec allows got 413 under the
