@@ -174,9 +174,8 @@ export class PushSender {
     if (signal?.aborted) abort();
     /** pushes waiting out their backoff (a stopped limiter's refusal leaves them to their own wait's end) */
     const retrying = new Set<number>();
+    /** every retry's wait of this call, in the order made (a failure waits for them all to stop) */
     const waits: Promise<void>[] = [];
-    /** every wait of this call, those already awaited too (a failure waits for them all to stop) */
-    const all: Promise<void>[] = [];
     const retryLater = (tenantId: string, i: number, attempt: number) => {
       retrying.add(i);
       const wait = (async () => {
@@ -189,7 +188,6 @@ export class PushSender {
       // awaited below, maybe only after it failed: not an unhandled rejection meanwhile (which ends the process)
       wait.catch(() => undefined);
       waits.push(wait);
-      all.push(wait);
     };
     const send = async (tenantId: string, indexes: number[], attempt: number): Promise<void> => {
       for (let from = 0; from < indexes.length && !stopping.signal.aborted; from += batch) {
@@ -255,14 +253,18 @@ export class PushSender {
         else byTenant.set(jobs[i]!.tenantId, [i]);
       }
       await Promise.all([...byTenant].map(([tenantId, indexes]) => send(tenantId, indexes, 1)));
-      // each retry may add another: until none waits
-      while (waits.length > 0) await Promise.all(waits.splice(0));
+      // each retry may add another: until every one made is done
+      for (let done = 0; done < waits.length;) {
+        const next = waits.slice(done);
+        done = waits.length;
+        await Promise.all(next);
+      }
     } catch (err) {
       // a failure (Redis refusing a provider's read) ends the call: the retries still waiting stop
       // too, and the pushes out are answered, before the caller hears of it; else they went on
       // sending after it gave up, beside its own retry of the chunk (review of session 56)
       stopping.abort();
-      await Promise.allSettled([...all, ...started]);
+      await Promise.allSettled([...waits, ...started]);
       throw err;
     } finally {
       signal?.removeEventListener('abort', abort);

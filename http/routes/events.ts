@@ -57,6 +57,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       when the tenant already has `TENANT_INGEST_CONCURRENCY` (default 32) event requests in progress on the
    *       server that took this one:
    *       nothing of the request is stored; retry it after `Retry-After`. The other tenants' events go on meanwhile.
+   *       The body is read up to 4 MiB whatever `HTTP_BODY_LIMIT_BYTES` says (100 events of 8 KB with
+   *       every non-ASCII character escaped is 2.4 MB); 413 `payload_too_large` above.
    *     tags: [Events]
    *     parameters: [{ $ref: '#/components/parameters/serviceTenant' }]
    *     requestBody:
