@@ -18,7 +18,7 @@
   ARGV[4] the registration's lock owner ('' to take no lock), ARGV[5] how long the lock holds (ms)
   ARGV[6] for an email address, its field from before addresses were one per subscriber
           (email:<address>; '' or absent otherwise): when ARGV[1] is unknown and that field is the
-          caller's, it becomes ARGV[1] (the same subscription, not a second one)
+          caller's, it becomes ARGV[1] (the same subscription, not a second one), with its unsettled move
 
   One registration of a token at a time (from its claim to its check after the write,
   lua/confirmToken, which gives the lock up): a claim taken while another registration holds the
