@@ -131,7 +131,8 @@ export function eventNameOf(prefix: string, raw: string): string {
  * as `POST /v1/events` refuses it: `Date.parse` would read it in the server's own time zone.
  */
 function timestampMsOf(v: unknown): number | null {
-  if (typeof v === 'number' && Number.isFinite(v) && v > 0) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
+  // zero or below is unix time too, long past: the caller's range check refuses it as invalid_timestamp (probe DM)
+  if (typeof v === 'number' && Number.isFinite(v)) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
   return typeof v === 'string' ? isoTimeMs(v) : null;
 }
 

@@ -68,7 +68,7 @@ export function verifySignature(
   if (!/^\d{1,15}$/.test(headers.timestamp)) return false;
   const timestamp = Number(headers.timestamp);
   if (Math.abs(nowSeconds - timestamp) > TOLERANCE_SECONDS) return false;
-  // Signed over the number as written by a sender, as the reference library does.
+  // Signed over the number the header holds, written without leading zeros (`0<t>` is signed as `<t>`), as the reference library does.
   const expected = Buffer.from(hmac(secretKey(secret), headers.id, String(timestamp), body));
   for (const part of headers.signature.split(' ')) {
     const comma = part.indexOf(',');
