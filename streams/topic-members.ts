@@ -311,3 +311,42 @@ export async function topicsOfSubscriber(redis: Redis, keys: Keys, scope: Tenant
     .filter((t): t is TopicRef => typeof t.slug === 'string')
     .sort((a, b) => (a.slug < b.slug ? -1 : a.slug > b.slug ? 1 : 0));
 }
+
+/** Topic ids of the tenant's index read at a time by `subscriberTopicPage`. */
+const TOPIC_SCAN_CHUNK = 200;
+/** Most topic ids one `subscriberTopicPage` call reads: a page may hold fewer than asked, with `hasMore`. */
+export const TOPIC_SCAN_BUDGET = 2_000;
+
+/**
+ * One page of the topics a subscriber belongs to, newest topic first (the tenant's topic index order,
+ * as `GET /v1/topics`), with `total`. A subscriber's topics are not bounded, so its topic set is not
+ * read whole: the tenant's topic index is walked from `after` (a topic id, exclusive) and each chunk
+ * tested against the set (SMISMEMBER), reading at most TOPIC_SCAN_BUDGET ids a call; a page that
+ * ran out of that budget holds what it found (maybe nothing) and `next` where to go on. `total`
+ * is the set's size less the ids of deleted topics it still names (until the sweeper visits it).
+ */
+export async function subscriberTopicPage(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, limit: number, after: string | null): Promise<{ ids: string[]; next: string | null; total: number }> {
+  const set = topicSetOf(keys, scope, externalId);
+  const index = keys.topicIndex(scope.tenantId);
+  const [size, gone] = await Promise.all([redis.scard(set), redis.smembers(keys.deletedTopics(scope.tenantId))]);
+  const stale = gone.length && size ? (await redis.smismember(set, ...gone)).filter(Boolean).length : 0;
+  const total = Math.max(0, size - stale);
+  const ids: string[] = [];
+  let from = after;
+  for (let read = 0; size > 0 && read < TOPIC_SCAN_BUDGET;) {
+    const chunk = await redis.zrange(index, from === null ? '+' : `(${from}`, '-', 'BYLEX', 'REV', 'LIMIT', 0, TOPIC_SCAN_CHUNK);
+    if (chunk.length === 0) return { ids, next: null, total };
+    const member = await redis.smismember(set, ...chunk);
+    for (let i = 0; i < chunk.length; i++) {
+      if (!member[i]) continue;
+      // one more than the page: there is a next page, which starts after the page's last
+      if (ids.length === limit) return { ids, next: ids[ids.length - 1]!, total };
+      ids.push(chunk[i]!);
+    }
+    read += chunk.length;
+    from = chunk[chunk.length - 1]!;
+    if (chunk.length < TOPIC_SCAN_CHUNK) return { ids, next: null, total };
+  }
+  // the budget ran out with more of the index to read (or the set is empty: nothing to find)
+  return { ids, next: size > 0 ? from : null, total };
+}

@@ -7,6 +7,8 @@ import { isSubscriberPosition, listSubscribers } from '../../streams/subscriber-
 import { getPreferences, updatePreferences, type PreferencesUpdate } from '../../streams/preferences.js';
 import { listSubscriptions, removeSubscription, setSubscriptionEnabled, getSubscription } from '../../streams/subscriptions.js';
 import { AuditTrail } from '../../streams/subscriber-audit.js';
+import { subscriberTopicPage } from '../../streams/topic-members.js';
+import { loadTopics, type Topic } from '../../streams/topics.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { auditScopeOf } from '../audit.js';
 import type { AppDeps } from '../deps.js';
@@ -156,6 +158,39 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
     // a cursor of a subscriber deleted since, the same externalId made anew, is another list's
     const page = pageRequest(ctx, 'ListQuery', () => subscriber.id);
     respond(ctx, 200, pageList(await listSubscriptions(redis, keys, scope, externalId), page, (id) => isId('subscription', id)));
+  });
+
+  /**
+   * @openapi
+   * /v1/subscribers/{externalId}/topics:
+   *   get:
+   *     operationId: listSubscriberTopics
+   *     x-query: ListQuery
+   *     summary: The topics a subscriber belongs to
+   *     description: |
+   *       Scope `topics:read`. The subscriber's topics, newest topic first (the order of `GET /v1/topics`), paginated,
+   *       with `total`. An unknown subscriber is 404. A subscriber's topics are not limited, so a page is found by
+   *       reading the tenant's topics from the cursor, at most 2,000 a call; in a tenant of more topics than that, a
+   *       page may hold fewer than `limit` (even none) with `hasMore` true: follow `nextCursor` until `hasMore` is false.
+   *     tags: [Topics]
+   *     parameters:
+   *       - $ref: '#/components/parameters/serviceTenant'
+   *       - { name: externalId, in: path, required: true, description: "URL-encoded; a longer one is a malformed id: 404 not_found", schema: { type: string, minLength: 1, maxLength: 256 } }
+   *     responses:
+   *       '200': { description: The subscriber's topics, content: { application/json: { schema: { $ref: '#/components/schemas/TopicListResponse' } } } }
+   *       '404': { $ref: '#/components/responses/Error' }
+   *       default: { $ref: '#/components/responses/Error' }
+   */
+  router.get('/v1/subscribers/:externalId/topics', authorize(deps, 'tenant', 'topics:read'), async (ctx) => {
+    const scope = scopeOf(ctx, deps);
+    const externalId = externalIdParam(ctx);
+    const subscriber = await getSubscriber(redis, keys, scope, externalId); // 404 first, whatever the query holds (spec 2.3)
+    // a cursor of a subscriber deleted since, the same externalId made anew, is another list's
+    const page = pageRequest(ctx, 'ListQuery', () => subscriber.id);
+    if (page.after !== null && !isId('topic', page.after)) throw badCursor();
+    const { ids, next, total } = await subscriberTopicPage(redis, keys, scope, externalId, page.limit, page.after);
+    const items = (await loadTopics(redis, keys, scope.tenantId, ids)).filter((t): t is Topic => t !== null);
+    respond(ctx, 200, { items, hasMore: next !== null, nextCursor: next === null ? null : encodeCursor(next), total });
   });
 
   /**
