@@ -125,12 +125,17 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
     const into = await readSubscriber(redis, keys, scope, externalId);
     if (scope.only && into.id !== scope.only.id) throw new SubscriberChanged();
     await moveWidgets(redis, keys, scope.tenantId, anonymousId, externalId, { toId: into.record.id ?? '' });
+    // the addresses the identified user holds already (stored lowercased): its own subscription of one
+    // stays as it is (registering the anonymous copy over it took that copy's platform and device: probe DV)
+    const held = new Set((await listSubscriptions(redis, keys, scope, externalId)).filter((x) => x.channel === 'email').map((x) => x.address));
     for (const s of subscriptions) {
-      const input: RegisterInput = {
-        channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
-        environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
-      };
-      await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, audit });
+      if (s.channel !== 'email' || !held.has(s.address)) {
+        const input: RegisterInput = {
+          channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
+          environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
+        };
+        await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, audit });
+      }
       // an address is one per subscriber (it never moves: `tokenField`): the identified user now has
       // its own, and the anonymous one's goes (after, so a crash between leaves it with both, never neither)
       if (s.channel === 'email') {

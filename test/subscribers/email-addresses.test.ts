@@ -66,6 +66,21 @@ e('a merge gives the identified user the anonymous one\'s address (one subscript
   assert.is((await api.get('/v1/subscribers/anon-mail', boot.keys.tenant)).status, 404);
 });
 
+e('a merge leaves the identified user\'s own subscription of an address both hold as it was: its platform, device and mute (probe DV: the anonymous copy was registered over it)', async ({ api, pk, service, boot }) => {
+  const own = await api.post('/v1/client/subscriptions', pk, { externalId: 'keep-mail', address: 'both@example.org', platform: 'ios', device: { model: 'UserPhone', locale: 'de_DE' } });
+  assert.is(own.status, 201, JSON.stringify(own.body));
+  assert.is((await api.patch(`/v1/subscribers/keep-mail/subscriptions/${own.body.data.id}`, boot.keys.tenant, { enabled: false })).status, 200);
+  const before = (await subscriptionsOf(api, boot.keys.tenant, 'keep-mail'))[0];
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-keep', address: 'Both@example.org', platform: 'android', device: { model: 'AnonPhone' } })).status, 201);
+  const ledgerBefore = await service.redis.xlen(service.keys.ledger(boot.workspace.id));
+  const res = await api.post('/v1/client/identify', pk, { externalId: 'keep-mail', anonymousId: 'anon-keep', source: 'ios' });
+  assert.is(res.status, 200, JSON.stringify(res.body));
+  assert.equal(await subscriptionsOf(api, boot.keys.tenant, 'keep-mail'), [before], 'unchanged, updatedAt included');
+  const entries = (await service.redis.xrange(service.keys.ledger(boot.workspace.id), '-', '+')).slice(ledgerBefore).map(([, f]) => f.join(' '));
+  assert.not.ok(entries.some((f) => f.includes('subscription.updated') && f.includes(own.body.data.id)), 'no subscription.updated of the user\'s own');
+  assert.is((await api.get('/v1/subscribers/anon-keep', boot.keys.tenant)).status, 404);
+});
+
 e('an address registered under its former tenant-wide field is taken over by its holder\'s next registration (no second subscription) and released by its removal', async ({ api, pk, service, boot }) => {
   const { redis, keys } = service;
   const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'old-mail', address: 'old@example.org' });
