@@ -48,6 +48,8 @@ if not current and ARGV[6] and ARGV[6] ~= '' then
   if legacy and string.sub(legacy, string.find(legacy, '|', 1, true) + 1) == ARGV[3] then
     rcall('HSET', KEYS[1], ARGV[1], legacy)
     rcall('HDEL', KEYS[1], ARGV[6])
+    -- and its owner entry, which a removal racing this registration may have dropped (probe DV)
+    rcall('HSET', KEYS[2], string.sub(legacy, 1, string.find(legacy, '|', 1, true) - 1), ARGV[3])
     -- a move of it left unsettled goes with it, to be settled as any (its previous holder's copy removed)
     local pending = rcall('HGET', KEYS[3], ARGV[6])
     if pending then

@@ -760,9 +760,9 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
  */
 export async function releaseToken(redis: Redis, keys: Keys, tenantId: string, externalId: string, s: { id: string; channel: string; token: string | null; address: string | null; claim: number }): Promise<void> {
   const handle = s.channel === 'email' ? s.address : s.token;
-  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle, externalId) : '', s.id, externalId, s.claim]);
   // an address registered before addresses were one per subscriber, and not registered since, is under its former field
-  if (s.channel === 'email' && s.address) await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [legacyEmailField(s.address), s.id, externalId, s.claim]);
+  const former = s.channel === 'email' && s.address ? legacyEmailField(s.address) : '';
+  await callScript(redis, 'releaseToken', tokenKeys(keys, tenantId), [handle ? tokenField(s.channel, handle, externalId) : '', s.id, externalId, s.claim, former]);
 }
 
 /**

@@ -109,6 +109,28 @@ e('an address registered under its former tenant-wide field is taken over by its
   assert.is(await redis.hget(index, legacyEmailField('old@example.org')), null);
 });
 
+e('a removal racing its holder\'s registration of an address under its former field leaves the subscription its owner entry (probe DV: one release per field, the first dropping the owner, and the takeover not writing it back)', async ({ api, pk, service, boot }) => {
+  const { redis, keys } = service;
+  const index = keys.tokens(boot.tenant.id);
+  const first = (await api.post('/v1/client/subscriptions', pk, { externalId: 'race-mail', address: 'race@example.org' })).body.data;
+  const value = `${first.id}|race-mail`;
+  await redis.hdel(index, tokenField('email', 'race@example.org', 'race-mail'));
+  await redis.hset(index, legacyEmailField('race@example.org'), value);
+  // where the removal's first release left things: the owner entry and claim number gone, the former field still there
+  await redis.hdel(keys.subscriptionOwners(boot.tenant.id), first.id);
+  const again = await api.post('/v1/client/subscriptions', pk, { externalId: 'race-mail', address: 'race@example.org' });
+  assert.is(again.body.data.id, first.id, JSON.stringify(again.body));
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), first.id), 'race-mail', 'the takeover writes the owner entry');
+  const muted = await api.patch(`/v1/client/subscriptions/${first.id}?externalId=race-mail`, pk, { enabled: false });
+  assert.is(muted.status, 200, 'reachable by id');
+  // one release takes either field, and the owner with it
+  await redis.hdel(index, tokenField('email', 'race@example.org', 'race-mail'));
+  await redis.hset(index, legacyEmailField('race@example.org'), value);
+  assert.is((await api.del(`/v1/client/subscriptions/${first.id}?externalId=race-mail`, pk)).status, 200);
+  assert.is(await redis.hget(index, legacyEmailField('race@example.org')), null);
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), first.id), null);
+});
+
 e('a merge counts an address both subscribers hold once: a user at the limit of 50 merges an anonymous one holding one of its addresses (review of session 56: a false 409)', async ({ api, pk, boot }) => {
   for (let i = 0; i < 50; i++) assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'full-mail', address: `f${i}@example.org` })).status, 201);
   await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-full', address: 'F0@example.org' });
