@@ -21,7 +21,11 @@ const FIRST_FILTERED_CHUNK = 50;
  * reading and decoding them is ~20 µs each in the web process, so about 160 ms at most.
  */
 const PAGE_SCAN_BUDGET = 8_000;
-/** Entries read to finish the millisecond a partition's read stopped in. */
+/**
+ * Entries read to finish the millisecond a partition's read stopped in: more than a millisecond of
+ * a tenant log holds (lua/applyEvents moves the 1,001st entry to the next millisecond; logs written
+ * before session 57 may hold more, when a write stamped ahead piled entries onto one millisecond).
+ */
 const MS_FINISH_BUDGET = 2_000;
 /** Rounds of one page's read: more than the budget lets happen (a chunk doubles up to SCAN_CHUNK). */
 const MAX_PAGE_ROUNDS = 200;
