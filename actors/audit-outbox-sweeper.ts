@@ -4,7 +4,7 @@ import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
 import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
-import { sweepTokenMoves } from '../streams/subscriptions.js';
+import { sweepTokenMoves, sweepTokenReleases } from '../streams/subscriptions.js';
 import { sweepDeletedTopics, sweepTopicMirrors } from '../streams/topic-members.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 
@@ -86,8 +86,8 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
  * Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock), and with it
  * the sweeps of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts)
  * and of the topic membership changes whose member set copy was left unwritten
- * (streams/topic-members.ts), and the token moves whose mover wrote its copy and died before
- * removing the previous one (streams/subscriptions.ts), under the same rule: older than the
+ * (streams/topic-members.ts), the token releases a removal owed when it died, and the token moves
+ * whose mover wrote its copy and died before removing the previous one (streams/subscriptions.ts), under the same rule: older than the
  * interval, their writer died; and the members of deleted topics, whose own topic sets still name
  * them (`sweepDeletedTopics`).
  */
@@ -119,6 +119,10 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
     await step('topic mirrors', async () => {
       const { mirrored } = await sweepTopicMirrors(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
+    });
+    await step('token releases', async () => {
+      const releases = await sweepTokenReleases(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
+      if (releases.finished) ctx.log.info('token releases finished by the sweeper', { finished: releases.finished });
     });
     await step('token moves', async () => {
       const moves = await sweepTokenMoves(ctx.redis, ctx.keys, ctx.config.partitions, known.tenants, every, ctx.log);

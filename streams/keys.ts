@@ -53,6 +53,12 @@ export function createKeys(prefix: string) {
      * `TopicMirror`), recorded by the membership write itself and removed once the member set mirrors it
      */
     topicMirrors: (n: number) => `${p(n)}:topic-mirrors`,
+    /**
+     * hash `<tenantId>|<scr_ id>|<claim>` → a subscription removed in this partition whose token index
+     * entry may not be released yet (JSON, streams/subscriptions.ts `TokenRelease`), recorded by the
+     * removal's own write and removed once lua/releaseToken ran
+     */
+    tokenReleases: (n: number) => `${p(n)}:token-releases`,
     /** stream: the workspace ledger (audit events and subscriber stream events) */
     ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
     // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names

@@ -12,7 +12,7 @@ import { changeSubscriber, GuardFailed, writeSubscriber, type RecordOp, type Ten
 import { legacyEmailField, tokenField } from './subscribers.js';
 import { apnsTokenForm } from '../lib/apns-token.js';
 import type { Logger } from '../lib/log.js';
-import { sweepHashes } from './hash-sweep.js';
+import { sweepAgedEntries, sweepHashes } from './hash-sweep.js';
 
 export const MAX_SUBSCRIPTIONS_PER_SUBSCRIBER = 50;
 const DEVICE_FIELDS = ['appVersion', 'appBuild', 'sdkVersion', 'osVersion', 'model', 'locale', 'installedAt'] as const;
@@ -188,9 +188,9 @@ const movedOutKey = (keys: Keys, scope: TenantScope, externalId: string, id: str
  * after it the ledger must say where the subscription went. When the owner has not written yet, its
  * write audits the change itself.
  */
-async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail, lost = false): Promise<{ subscription: Subscription; claim: number } | null> {
+async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, reason: string, upTo = Infinity, audit?: AuditTrail, lost = false): Promise<{ subscription: Subscription; claim: number; release: ReleaseRef } | null> {
   type Read = Held & { owner: string | null; theirs: Record<string, string> };
-  return changeSubscriber<{ subscription: Subscription; claim: number } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs }) => {
+  return changeSubscriber<{ subscription: Subscription; claim: number; release: ReleaseRef } | null, Read>(redis, keys, scope, externalId, (snapshot, { record: h, member, owner, theirs }) => {
     if (!snapshot.exists || !member) return { skip: null };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     const set = keys.subscriberSubscriptions(snapshot.partition, scope.tenantId, externalId);
@@ -210,7 +210,14 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     const entry = !audit ? null
       : lost ? (ownerWrote && theirs.movedFrom !== `${externalId}#${claim}` ? movedAudit(audit, externalId, h, owner!, theirs) : null)
         : ownerWrote ? null : draftedAudit(audit, 'subscription.delete', [{ type: 'subscription.deleted', target: { type: 'subscription', id: subscription.id }, object: subscription }]);
-    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops: [['del', recordKey], ['srem', set, id]], guards, audit: entry, result: { subscription, claim } };
+    // a removal (not a move: the token is the mover's) owes the release of its token index entry,
+    // recorded here so that a process killed before lua/releaseToken leaves it to the sweeper
+    // (probe DV: an anonymous subscriber's address, its merge killed between the two, stayed for good)
+    const release: ReleaseRef = { partition: snapshot.partition, field: `${scope.tenantId}|${id}|${claim}` };
+    const owed: TokenRelease = { at: now(), tenantId: scope.tenantId, externalId, id, channel: subscription.channel, token: subscription.token, address: subscription.address, claim };
+    const ops: RecordOp[] = [['del', recordKey], ['srem', set, id]];
+    if (reason === 'removed') ops.push(['hset', keys.tokenReleases(snapshot.partition), release.field, JSON.stringify(owed)]);
+    return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops, guards, audit: entry, result: { subscription, claim, release } };
   }, async (p) => {
     const [held, owner] = await Promise.all([readHeld(redis, keys, scope, externalId, id)(p), audit ? redis.hget(keys.subscriptionOwners(scope.tenantId), id) : null]);
     if (owner === null || owner === externalId) return { ...held, owner, theirs: {} };
@@ -745,12 +752,35 @@ export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: Te
  * Removes a subscription (`$subscription.removed`) and forgets its token; 404 when it is not the
  * subscriber's. With `audit`, the write records `subscription.deleted`.
  */
-export async function removeSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, audit?: AuditTrail): Promise<Subscription> {
+export async function removeSubscription(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, id: string, audit?: AuditTrail, options: { /** tests: runs between the removal's write and its token release (a throw is a process killed there) */ afterDetach?: () => Promise<void> } = {}): Promise<Subscription> {
   if (!isId('subscription', id)) throw notFound('Subscription');
   const removed = await detach(redis, keys, scope, externalId, id, 'removed', Infinity, audit);
   if (!removed) throw notFound('Subscription');
+  await options.afterDetach?.();
   await releaseToken(redis, keys, scope.tenantId, externalId, { ...removed.subscription, claim: removed.claim });
+  await redis.hdel(keys.tokenReleases(removed.release.partition), removed.release.field);
   return removed.subscription;
+}
+
+/** Where a removal recorded the token release it owes (field of `keys.tokenReleases(partition)`). */
+type ReleaseRef = { partition: number; field: string };
+/** A token release a removal owes: `at` when the removal was computed (ms; the sweep leaves younger ones to their writer). */
+export type TokenRelease = { at: number; tenantId: string; externalId: string; id: string; channel: string; token: string | null; address: string | null; claim: number };
+/** Owed releases one sweep finishes per partition; the rest wait for the next sweep. */
+const RELEASES_PER_PARTITION = 1_000;
+
+/**
+ * Releases the token index entries that removals recorded and did not release, their process killed
+ * between the removal's write and lua/releaseToken (entries older than `minAgeMs`; the sweeper of
+ * actors/audit-outbox-sweeper.ts). The release is fenced as the removal's own (a later claim of the
+ * subscription keeps its entry), so finishing it late, or twice, takes nothing from anyone.
+ */
+export async function sweepTokenReleases(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
+  const hashes = Array.from({ length: partitions }, (_, p) => keys.tokenReleases(p));
+  return sweepAgedEntries<TokenRelease>(redis, hashes, RELEASES_PER_PARTITION, minAgeMs, log, 'token release', async (owed, key, field) => {
+    await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
+    await redis.hdel(key, field);
+  });
 }
 
 /**

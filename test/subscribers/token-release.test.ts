@@ -1,0 +1,68 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createLogger } from '../../lib/log.js';
+import { partitionOf } from '../../lib/partition.js';
+import { tokenField } from '../../streams/subscribers.js';
+import { registerSubscription, removeSubscription, sweepTokenReleases } from '../../streams/subscriptions.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+type Ctx = { service: TestService };
+const release = suite<Ctx>('a removal killed before releasing its token index entry leaves it to the sweeper');
+
+release.before(async (ctx) => {
+  ctx.service = await startTestService('token-release');
+});
+release.after(async (ctx) => ctx.service.stop());
+
+const log = createLogger('error');
+const killed = async () => {
+  throw new Error('killed between the removal and its release');
+};
+/** Runs `removal`, which must die where `killed` throws. */
+async function dies(removal: () => Promise<unknown>): Promise<void> {
+  const outcome = await removal().then(() => 'lived', (err: Error) => err.message);
+  assert.is(outcome, 'killed between the removal and its release');
+}
+
+release('an address and a device token removed by a process that died before lua/releaseToken: the sweeper releases both, once they are older than its interval (probe DV: they stayed for good)', async ({ service }) => {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, 'token-release');
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const index = keys.tokens(boot.tenant.id);
+  const mail = await registerSubscription(redis, keys, scope, 'anon-rel', { channel: 'email', address: 'rel@example.org' });
+  const phone = await registerSubscription(redis, keys, scope, 'anon-rel', { channel: 'push', platform: 'ios', token: 'ab'.repeat(32) });
+  const fields = [tokenField('email', 'rel@example.org', 'anon-rel'), tokenField('push', 'ab'.repeat(32), 'anon-rel')];
+  for (const s of [mail.subscription, phone.subscription]) {
+    await dies(() => removeSubscription(redis, keys, scope, 'anon-rel', s.id, undefined, { afterDetach: killed }));
+  }
+  const p = partitionOf(boot.tenant.id, 'anon-rel', config.partitions);
+  assert.is(await redis.hlen(keys.tokenReleases(p)), 2, 'each removal recorded the release it owes');
+  for (const f of fields) assert.ok(await redis.hget(index, f), `${f}: not released yet`);
+  assert.equal(await sweepTokenReleases(redis, keys, config.partitions, 60_000, log), { finished: 0, kept: 0 }, 'younger than the interval: its writer may be alive');
+  assert.equal(await sweepTokenReleases(redis, keys, config.partitions, 0, log), { finished: 2, kept: 0 });
+  for (const f of fields) assert.is(await redis.hget(index, f), null, `${f}: released`);
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), mail.subscription.id), null, 'and its owner entry');
+  assert.is(await redis.hlen(keys.tokenReleases(p)), 0);
+
+  // a removal that lives releases and forgets its record at once
+  const again = await registerSubscription(redis, keys, scope, 'anon-rel', { channel: 'email', address: 'rel@example.org' });
+  await removeSubscription(redis, keys, scope, 'anon-rel', again.subscription.id);
+  assert.is(await redis.hget(index, fields[0]!), null);
+  assert.is(await redis.hlen(keys.tokenReleases(p)), 0);
+});
+
+release('a late release takes nothing from a registration made after the removal (fenced by its claim)', async ({ service }) => {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, 'token-release-fence');
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const token = 'cd'.repeat(32);
+  const first = await registerSubscription(redis, keys, scope, 'owner-1', { channel: 'push', platform: 'ios', token });
+  await dies(() => removeSubscription(redis, keys, scope, 'owner-1', first.subscription.id, undefined, { afterDetach: killed }));
+  // the same device registers again before the sweeper comes: its entry must stay
+  const back = await registerSubscription(redis, keys, scope, 'owner-1', { channel: 'push', platform: 'ios', token });
+  assert.equal(await sweepTokenReleases(redis, keys, config.partitions, 0, log), { finished: 1, kept: 0 });
+  assert.is(await redis.hget(keys.tokens(boot.tenant.id), tokenField('push', token, 'owner-1')), `${back.subscription.id}|owner-1`);
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back.subscription.id), 'owner-1');
+});
+
+release.run();
