@@ -93,6 +93,11 @@ export function patternProblem(pattern: string): { kind: 'malformed' | 'private'
   if (!NAME.test(stem) || (wildcard && stem.endsWith('.'))) {
     return { kind: 'malformed', message: 'must be *, an event name, or an event name prefix followed by .*' };
   }
+  // a prefix is followed by a dot in every name it matches, and a name is at most 100 characters:
+  // one of 100 could match nothing (probe DR: it was taken, and its endpoint received nothing)
+  if (wildcard && !stem.startsWith('$') && stem.length > 99) {
+    return { kind: 'malformed', message: 'a prefix before .* is at most 99 characters (an event name is at most 100)' };
+  }
   if (stem.startsWith('$')) {
     const known = wildcard ? RESERVED_NAMES.some((n) => n.startsWith(stem + '.')) : RESERVED_NAMES.includes(stem);
     return known ? null : { kind: 'malformed', message: 'names no reserved event (the catalog lists the $ names)' };

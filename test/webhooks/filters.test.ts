@@ -8,13 +8,13 @@ import { loadConfig } from '../../lib/config.js';
 const patterns = suite('webhook event patterns');
 
 patterns('exact names, prefix.* and * are accepted, in either ledger', () => {
-  for (const p of ['*', 'order.completed', 'order.*', 'subscriber.*', 'subscriber.created', 'tick', '$subscription.*', '$subscriber.created', '$run.*', 'a-b_c.d.*', 'order.', 'a.b.']) {
+  for (const p of ['*', 'order.completed', 'order.*', 'subscriber.*', 'subscriber.created', 'tick', '$subscription.*', '$subscriber.created', '$run.*', 'a-b_c.d.*', 'order.', 'a.b.', `${'x'.repeat(99)}.*`, 'x'.repeat(100)]) {
     assert.is(patternProblem(p), null, p);
   }
 });
 
 patterns('malformed patterns are validation problems', () => {
-  for (const p of ['', 'Order.created', '*.created', 'order.*.x', 'order..*', '.*', '**', 'a b', '$', '$nope', '$subscription.nope', '$nope.*', 'x'.repeat(101)]) {
+  for (const p of ['', 'Order.created', '*.created', 'order.*.x', 'order..*', '.*', '**', 'a b', '$', '$nope', '$subscription.nope', '$nope.*', 'x'.repeat(101), `${'x'.repeat(100)}.*`]) {
     assert.is(patternProblem(p)?.kind, 'malformed', JSON.stringify(p));
   }
 });
