@@ -45,6 +45,8 @@ export function registerEvents(router: Router, deps: AppDeps): void {
    *       Scope `events:write`. Body `{ events: [...] }` (1 to 100) or one bare event. Answers 202 with one
    *       item per input event, in input order: the stored event plus `status` (`accepted`, or `duplicate`
    *       when the caller's `id` was seen before for that subscriber, in which case nothing is stored).
+   *       Each event's `id` is what makes a retry safe; an `Idempotency-Key` header is not read here (it is
+   *       `POST /v1/messages`'s): a retry of events without `id`s stores them again.
    *       A batch with any invalid event is refused whole: `validation`, `reserved_event` (a `$` name),
    *       `invalid_timestamp` (outside 7 days back / 1 hour ahead) or `event_data_too_large` (data over
    *       8 KB, status 400), with `details` naming each failing item (`events[3].name`).
