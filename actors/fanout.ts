@@ -536,9 +536,10 @@ async function fanOutAudience(ctx: FanoutContext, scope: TenantScope, record: Re
     const cursor = record.cursor || undefined;
     const what = 'topic' in message.to ? 'topic' : 'segment';
     const gone = { at: false };
-    // The topic or segment is the one the slug named when the walk began, kept on the record: a
-    // resumed walk of one deleted and created again under the slug meanwhile walked the new one
-    // from the old one's cursor (probe AF). A scheduled message's slug is read when it is due.
+    // The topic or segment is the one the slug named when the message was accepted (a message sent
+    // now) or when its walk began (a scheduled one, whose slug is read when it is due), kept on the
+    // record: a resumed walk of one deleted and created again under the slug meanwhile walked the new
+    // one from the old one's cursor (probe AF), and a queued message went to the new one (probe DW).
     const audienceId = record.audienceId || null;
     const keep = async (id: string) => {
       if (id !== audienceId) await redis.hset(recordKey, 'audienceId', id);

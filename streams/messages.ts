@@ -110,7 +110,7 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * fixed in the intent either way.
  */
 export async function createMessage(
-  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef },
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef; /** the topic or segment id the slug named at the request */ audienceId?: string | null },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
 ): Promise<{ message: Message; replayed: boolean }> {
   const ms = now();
@@ -125,6 +125,10 @@ export async function createMessage(
   const fields: Record<string, string> = {
     id, status, lane, to: JSON.stringify(input.to), content: JSON.stringify(content), createdAt: at, updatedAt: at,
     sendAt: sendAtMs ? isoNow(sendAtMs) : '', ...(input.run ? { run: JSON.stringify(input.run) } : {}),
+    // a message sent now goes to the topic or segment its slug named when it was accepted, not to one
+    // made under the slug before the dispatcher got to it (probe DW: a queued message went to the
+    // members of a new topic of the same slug); a scheduled one reads its slug when it is due
+    ...(input.audienceId && !sendAtMs ? { audienceId: input.audienceId } : {}),
     // a caller's Idempotency-Key keeps the message past the retention (keys never expire; lua/expireMessages)
     idem: idempotency.key !== null && !input.run ? '1' : '0', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };

@@ -70,11 +70,20 @@ function idempotencyKeyOf(ctx: Context): string | null {
 export function registerMessages(router: Router, deps: AppDeps): void {
   const { redis, keys } = deps;
 
-  /** A topic or segment target the tenant does not have (an externalId or `where` needs nothing). */
-  const targetProblems = async (tenantId: string, to: Target): Promise<ErrorDetail[]> => {
-    if ('topic' in to && !(await findTopic(redis, keys, tenantId, to.topic))) return [{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }];
-    if ('segment' in to && !(await redis.hget(keys.segmentSlugs(tenantId), to.segment))) return [{ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` }];
-    return [];
+  /**
+   * The topic or segment a target names, by id (null for an externalId or `where`, which need none),
+   * and the problem of one the tenant does not have.
+   */
+  const resolveTarget = async (tenantId: string, to: Target): Promise<{ audienceId: string | null; problems: ErrorDetail[] }> => {
+    if ('topic' in to) {
+      const topic = await findTopic(redis, keys, tenantId, to.topic);
+      return topic ? { audienceId: topic.id, problems: [] } : { audienceId: null, problems: [{ param: 'to.topic', message: `no topic "${to.topic}" in this tenant` }] };
+    }
+    if ('segment' in to) {
+      const id = await redis.hget(keys.segmentSlugs(tenantId), to.segment);
+      return id ? { audienceId: id, problems: [] } : { audienceId: null, problems: [{ param: 'to.segment', message: `no segment "${to.segment}" in this tenant` }] };
+    }
+    return { audienceId: null, problems: [] };
   };
 
   /**
@@ -144,7 +153,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
       const problems = [...schemaProblems.filter((d) => d.param !== 'to.where' || !content.some((c) => c.param === 'to.where')), ...content];
       // a well-formed `to` is checked against the tenant too, so the one answer names it as well
       const toOk = isObject(raw) && raw.to !== undefined && !problems.some((d) => d.param === 'to' || d.param.startsWith('to.'));
-      throwProblems(toOk ? [...problems, ...(await targetProblems(tenantId, targetOf(raw.to as CreateBody['to'])))] : problems);
+      throwProblems(toOk ? [...problems, ...(await resolveTarget(tenantId, targetOf(raw.to as CreateBody['to']))).problems] : problems);
     }
     const body = raw as CreateBody;
     // a replay answers the original before anything else is checked: its topic or segment may be gone since
@@ -154,7 +163,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
       return respond(ctx, 202, original);
     }
     const to = targetOf(body.to);
-    throwProblems([...contentProblems(body as unknown as Record<string, unknown>, true), ...(await targetProblems(tenantId, to))]);
+    const target = await resolveTarget(tenantId, to);
+    throwProblems([...contentProblems(body as unknown as Record<string, unknown>, true), ...target.problems]);
     let sendAtMs: number | null = null;
     if (body.sendAt) {
       sendAtMs = Date.parse(body.sendAt);
@@ -164,7 +174,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     const auth = ctx.state.auth as AuthState;
     // audits message.created when the message is new; a replay is answered, not audited again
     const { message, replayed } = await createMessage(
-      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAt: sendAtMs ? { atMs: sendAtMs, partitions: deps.config.partitions } : null }, { key: idempotencyKey, request: asSent }, auditScopeOf(ctx), deps.log,
+      redis, keys, { workspaceId: auth.workspace.id, tenantId: tenantOf(ctx).id }, { to, content, sendAt: sendAtMs ? { atMs: sendAtMs, partitions: deps.config.partitions } : null, audienceId: target.audienceId }, { key: idempotencyKey, request: asSent }, auditScopeOf(ctx), deps.log,
     );
     if (replayed) ctx.set('Idempotent-Replayed', 'true');
     respond(ctx, 202, message);

@@ -194,6 +194,29 @@ kill('a topic deleted and created again under its slug while the dispatcher lies
   assert.is(received.filter((r) => newTokens.includes(r.token)).length, 0, 'nobody of the new topic');
 });
 
+kill('a message queued while no dispatcher runs goes to the topic its slug named when it was accepted: one deleted and made again under the slug meanwhile fails it topic_not_found, nobody of the new topic pushed (probe DW)', async (ctx) => {
+  const boot = (ctx as any).boot;
+  const api = client(ctx.service.url);
+  const oldToken = 'e1'.repeat(32);
+  const newToken = 'e2'.repeat(32);
+  await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: 'queued-old', channel: 'push', token: oldToken, platform: 'ios' });
+  await api.post('/v1/client/subscriptions', boot.keys.client, { externalId: 'queued-new', channel: 'push', token: newToken, platform: 'ios' });
+  await api.post('/v1/topics', boot.keys.tenant, { slug: 'queued-re' });
+  await api.post('/v1/topics/queued-re/subscribers', boot.keys.tenant, { externalIds: ['queued-old'] });
+  const sent = await api.post('/v1/messages', boot.keys.tenant, { to: { topic: 'queued-re' }, title: 'Old', body: 'topic' });
+  assert.is(sent.status, 202);
+  assert.is((await api.del('/v1/topics/queued-re', boot.keys.tenant)).status, 200);
+  assert.is((await api.post('/v1/topics', boot.keys.tenant, { slug: 'queued-re' })).status, 201);
+  await api.post('/v1/topics/queued-re/subscribers', boot.keys.tenant, { externalIds: ['queued-new'] });
+  ctx.dispatchers.push(startRoleProcess('dispatcher', dispatcherEnv(ctx)));
+  const done = await waitFor('the dispatcher to end the message', async () => {
+    const m = (await api.get(`/v1/messages/${sent.body.data.id}`, boot.keys.tenant)).body.data;
+    return m.status === 'failed' || m.status === 'completed' ? m : null;
+  }, 30_000, 50);
+  assert.equal([done.status, done.error, done.counts.total], ['failed', 'topic_not_found', 0]);
+  assert.is(ctx.peer.requests.filter((r) => (r.payload as any)?.herald?.messageId === sent.body.data.id).length, 0, 'nobody pushed');
+});
+
 kill('a one-subscriber push in flight at the kill whose subscriber is deleted before the next dispatcher: settled skipped, the message completes (probe AF)', async (ctx) => {
   const boot = (ctx as any).boot;
   const api = client(ctx.service.url);
