@@ -193,7 +193,7 @@ export function checkWebhookUrl(raw: string, options: { production: boolean; all
   if (host === '') return { ok: false, reason: 'has no host' };
   if (isIP(host) !== 0) {
     const reason = refusal(host, options.allow);
-    return reason === null ? { ok: true, url } : { ok: false, reason: `points to a ${reason} address (${host})` };
+    return reason === null ? { ok: true, url } : { ok: false, reason: `points to ${article(reason)} ${reason} address (${host})` };
   }
   // localhost always means loopback (RFC 6761); open it by allowing a loopback address.
   if (isLocalhostName(host) && !options.allow.allows('127.0.0.1') && !options.allow.allows('::1')) {
@@ -217,7 +217,7 @@ export async function resolveAndCheck(
   if (addresses.length === 0) return { ok: false, reason: `${hostname} resolves to no address` };
   for (const { address } of addresses) {
     const reason = refusal(address, options.allow);
-    if (reason !== null) return { ok: false, reason: `${hostname} resolves to a ${reason} address (${address})` };
+    if (reason !== null) return { ok: false, reason: `${hostname} resolves to ${article(reason)} ${reason} address (${address})` };
   }
   return { ok: true, addresses };
 }
@@ -256,3 +256,6 @@ export function guardedLookup(allow: AllowList, lookup: LookupFunction = dnsLook
     });
   };
 }
+
+/** `an` before a reason starting with a vowel (`an unspecified address`), else `a`. */
+const article = (word: string) => (/^[aeiou]/i.test(word) ? 'an' : 'a');

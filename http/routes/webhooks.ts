@@ -111,7 +111,8 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *     description: Scope `webhooks:read`, workspace keys only. Public control-plane (audit) events grouped by
    *       resource, the reserved stream events of spec 6.1 by resource, then the stream event names the
    *       workspace's tenants have sent, grouped by their first segment. `*` subscribes to all of them;
-   *       `resource.*` to a group. Audit events of `key`, `webhook` and `profile` are private and never listed; the
+   *       `resource.*` to a group's names with a dot (a group's bare name, such as `order` beside `order.paid`, is
+   *       its own entry, which `order.*` does not match). Audit events of `key`, `webhook` and `profile` are private and never listed; the
    *       caller's stream event names in those words (`key.pressed`) reach `*` only, cannot be named, and are not listed
    *       either. Every name and pattern listed is accepted in an endpoint's `events`.
    *     tags: [Webhooks]
