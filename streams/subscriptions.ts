@@ -778,7 +778,12 @@ const RELEASES_PER_PARTITION = 1_000;
 export async function sweepTokenReleases(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
   const hashes = Array.from({ length: partitions }, (_, p) => keys.tokenReleases(p));
   return sweepAgedEntries<TokenRelease>(redis, hashes, RELEASES_PER_PARTITION, minAgeMs, log, 'token release', async (owed, key, field) => {
-    await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
+    // the subscriber registered the device again since: its record is back, and the entry is its
+    // (a registration that finishes an unsettled move of the token keeps the claim number, so the
+    // fence alone let this late release take it: probe EA)
+    const p = partitionOf(owed.tenantId, owed.externalId, partitions);
+    const [record, member] = await Promise.all([redis.hgetall(keys.subscription(p, owed.tenantId, owed.id)), redis.sismember(keys.subscriberSubscriptions(p, owed.tenantId, owed.externalId), owed.id)]);
+    if (member !== 1 || !heldBy(record, owed.externalId)) await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
     await redis.hdel(key, field);
   });
 }

@@ -65,4 +65,23 @@ release('a late release takes nothing from a registration made after the removal
   assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back.subscription.id), 'owner-1');
 });
 
+release('a late release takes nothing from a registration that finishes an unsettled move of the same device (probe EA: that claim kept its number, the fence let the release through)', async ({ service }) => {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, 'token-release-move');
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const token = 'ef'.repeat(32);
+  const field = tokenField('push', token, 'user-x');
+  await registerSubscription(redis, keys, scope, 'prev-x', { channel: 'push', platform: 'ios', token });
+  const moved = await registerSubscription(redis, keys, scope, 'user-x', { channel: 'push', platform: 'ios', token });
+  // the mover killed before settling its move
+  await redis.hset(keys.tokenMoves(boot.tenant.id), field, 'prev-x');
+  await dies(() => removeSubscription(redis, keys, scope, 'user-x', moved.subscription.id, undefined, { afterDetach: killed }));
+  const back = await registerSubscription(redis, keys, scope, 'user-x', { channel: 'push', platform: 'ios', token });
+  assert.equal(await sweepTokenReleases(redis, keys, config.partitions, 0, log), { finished: 1, kept: 0 });
+  assert.is(await redis.hget(keys.tokens(boot.tenant.id), field), `${back.subscription.id}|user-x`, 'the device keeps its entry');
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back.subscription.id), 'user-x', 'and its owner');
+  const again = await registerSubscription(redis, keys, scope, 'user-x', { channel: 'push', platform: 'ios', token });
+  assert.is(again.subscription.id, back.subscription.id, 'the next registration is the same subscription, no second one');
+});
+
 release.run();
