@@ -209,8 +209,8 @@ function prepare(command: string, options: Options): Run {
       const name = options.name ?? null;
       // a name is a label for key list: one line of at most MAX_KEY_NAME_LENGTH characters, with no
       // control character (C0, DEL, C1 such as NEL), line or paragraph separator, or bidirectional
-      // override or isolate, which would break or reorder the list's lines (probe DO)
-      if (name !== null && (name.length > MAX_KEY_NAME_LENGTH || /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/.test(name))) {
+      // mark, override or isolate, which would break or reorder the list's lines (probe DO)
+      if (name !== null && (name.length > MAX_KEY_NAME_LENGTH || /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/.test(name))) {
         throw new UsageError(`--name must be one line of at most ${MAX_KEY_NAME_LENGTH} characters`);
       }
       if (kind === 'workspace' && options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');

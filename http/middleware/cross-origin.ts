@@ -4,7 +4,8 @@ import { respond } from '../envelope.js';
 /** Request headers a preflight allows when it names none (besides the CORS-safelisted ones). */
 const ALLOWED_HEADERS = 'Authorization, Content-Type, Content-Encoding, Service-Tenant, Idempotency-Key';
 /** Response headers a browser page may read. */
-const EXPOSED_HEADERS = 'Request-Id, Idempotent-Replayed, Allow, WWW-Authenticate';
+// Retry-After is not a safelisted response header: a web page could not read the wait a 429 or 503 asks for (probe EB)
+const EXPOSED_HEADERS = 'Request-Id, Idempotent-Replayed, Allow, WWW-Authenticate, Retry-After';
 /** Every method some route of the API takes; the actual request learns its route's own (404, or 405 with `Allow`). */
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
 /** `Access-Control-Request-Headers` as browsers send it: header names (RFC 9110 tokens) separated by commas. */

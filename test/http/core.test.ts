@@ -458,6 +458,7 @@ core('browsers on other origins may call (CORS): a preflight is answered with th
   assert.is(refused.status, 401);
   assert.is(refused.headers.get('access-control-allow-origin'), '*', 'the page can read the error envelope');
   assert.match(refused.headers.get('access-control-expose-headers') ?? '', /WWW-Authenticate/);
+  assert.match(refused.headers.get('access-control-expose-headers') ?? '', /\bRetry-After\b/, 'a web page reads the wait a 429 or 503 asks for (probe EB)');
   // the same headers without an Origin: an answer a shared cache keeps serves a page as well
   const server = await fetch(`${service.url}/v1/openapi.json`);
   assert.is(server.headers.get('access-control-allow-origin'), '*');
