@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { codePoints } from '../lib/code-points.js';
 import { ConfigError, loadConfig } from '../lib/config.js';
 import { ApiError } from '../lib/errors.js';
 import { createSecretBox } from '../lib/secret-box.js';
@@ -207,10 +208,10 @@ function prepare(command: string, options: Options): Run {
       }
       const expiresAt = expiresOf(options);
       const name = options.name ?? null;
-      // a name is a label for key list: one line of at most MAX_KEY_NAME_LENGTH characters, with no
+      // a name is a label for key list: one line of at most MAX_KEY_NAME_LENGTH characters (code points: an emoji is one; probe DY), with no
       // control character (C0, DEL, C1 such as NEL), line or paragraph separator, or bidirectional
       // mark, override or isolate, which would break or reorder the list's lines (probe DO)
-      if (name !== null && (name.length > MAX_KEY_NAME_LENGTH || /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/.test(name))) {
+      if (name !== null && (codePoints(name) > MAX_KEY_NAME_LENGTH || /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/.test(name))) {
         throw new UsageError(`--name must be one line of at most ${MAX_KEY_NAME_LENGTH} characters`);
       }
       if (kind === 'workspace' && options.tenant) throw new UsageError('--tenant does not apply to workspace keys (they reach every tenant)');

@@ -124,6 +124,7 @@ const BAD: { what: string; args: string[]; code: number; reason: RegExp }[] = [
   { what: 'an --expires at 24:00', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--expires', '2027-01-01T24:00Z', '--name', 'bad-expires-3', '--json'], code: 2, reason: /^herald: --expires "2027-01-01T24:00Z" is not an ISO 8601 date/ },
   { what: 'a --name over 100 characters', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'n'.repeat(101), '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ },
   { what: 'a --name of two lines', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'two\nlines', '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ },
+  { what: 'a --name of 101 emoji', args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', '😀'.repeat(101), '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ },
   ...['\u2028', '\u0085', '\u202e', '\u2067', '\u200f', '\u061c'].map((c) => ({ what: `a --name holding U+${c.codePointAt(0)!.toString(16).padStart(4, '0')}`, args: ['key', 'create', '--workspace', 'acme', '--kind', 'workspace', '--scopes', 'events:read', '--name', `a${c}b`, '--json'], code: 2, reason: /^herald: --name must be one line of at most 100 characters$/ })),
   { what: 'an unknown workspace', args: ['key', 'create', '--workspace', 'nowhere', '--kind', 'workspace', '--scopes', 'events:read', '--name', 'bad-unknown-ws', '--json'], code: 1, reason: /^herald: workspace "nowhere" does not exist \(create it with: herald bootstrap --workspace nowhere\)$/ },
   { what: 'an unknown tenant', args: ['key', 'create', '--workspace', 'acme', '--tenant', 'mars', '--kind', 'tenant', '--scopes', 'events:read', '--name', 'bad-unknown-tenant', '--json'], code: 1, reason: /^herald: tenant "mars" does not exist in workspace "acme"$/ },
@@ -250,7 +251,7 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   const nordics = oneJsonLine(await herald(env, 'tenant', 'create', '--workspace', 'acme', '--slug', 'nordics', '--json'));
   const made: Record<string, { id: string; key: string }> = {};
   const expectations = [
-    { kind: 'workspace', prefix: 'svc_ws_', scopes: 'events:read,events:write', extra: ['--expires', '2999-01-01T02:00:00+02:00'] },
+    { kind: 'workspace', prefix: 'svc_ws_', scopes: 'events:read,events:write', extra: ['--expires', '2999-01-01T02:00:00+02:00', '--name', '😀'.repeat(100)] },
     { kind: 'tenant', prefix: 'svc_tn_', scopes: 'events:read,events:write,events:read', extra: ['--tenant', 'nordics'] },
     { kind: 'client', prefix: 'svc_pk_', scopes: 'client', extra: ['--tenant', 'nordics', '--name', 'ios app'] },
   ];
@@ -281,6 +282,7 @@ cli('key create makes a key of each kind with the prefix of its kind, the tenant
   assert.is(pk.kind, 'client');
   assert.is(pk.tenantId, nordicsId);
   assert.is(pk.name, 'ios app');
+  assert.is(byId.get(made.workspace!.id).name, '😀'.repeat(100), 'a name of 100 characters, emoji counted one each (probe DY: 200 UTF-16 units were refused)');
   assert.equal(pk.scopes, ['client']);
 
   // The tenant key reaches its own tenant's data plane, with the scopes it was given.
