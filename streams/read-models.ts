@@ -159,9 +159,10 @@ export async function timelinePage(redis: Redis, keys: Keys, p: number, tenantId
   // rise with sequence): the timeline ends there. Paging on walked members the write side had not
   // yet trimmed, page after empty page with hasMore (probe BK: 8 of them).
   let trimmed = false;
-  for (const [err, reply] of replies) {
+  // a failed read is the request's error (503 when Redis is unreachable), never a shorter page (probe DP)
+  for (const [err] of replies) if (err) throw err;
+  for (const [, reply] of replies) {
     const entries = reply as [string, string[]][] | undefined;
-    if (err) continue;
     if (!entries?.[0]) {
       trimmed = true;
       break;
@@ -390,6 +391,7 @@ export async function readVolume(redis: Redis, keys: Keys, partitions: number, t
     for (const s of starts) pipeline.hget(keys.volume(p, tenantId, unit, s), field);
     for (const s of starts) pipeline.pfcount(keys.uniques(p, tenantId, unit, s, field));
     const replies = (await pipeline.exec()) ?? [];
+    for (const [err] of replies) if (err) throw err; // never a smaller count (probe DP)
     starts.forEach((_, i) => {
       counts[i]! += Number(replies[i]![1] ?? 0);
       uniques[i]! += Number(replies[starts.length + i]![1] ?? 0);
@@ -407,9 +409,11 @@ export async function readSamples(redis: Redis, keys: Keys, partitions: number, 
     if (!ids.length) return;
     const pipeline = redis.pipeline();
     for (const id of ids) pipeline.xrange(keys.tenantLog(p, tenantId), id, id);
-    for (const [err, reply] of (await pipeline.exec()) ?? []) {
+    const replies = (await pipeline.exec()) ?? [];
+    for (const [err] of replies) if (err) throw err; // never fewer samples (probe DP)
+    for (const [, reply] of replies) {
       const entries = reply as [string, string[]][] | undefined;
-      if (!err && entries?.[0]) {
+      if (entries?.[0]) {
         const event = eventFromLog(entries[0][1]);
         all.push({ pos: { ms: msOf(entries[0][0]), id: event.id }, event });
       }

@@ -438,4 +438,19 @@ reads('a catalog walk goes on in its first page\'s order: a name that arrives at
   assert.equal([bad.status, bad.body.error.code, bad.body.error.param], [400, 'validation', 'cursor']);
 });
 
+reads('a read Redis answers with an error is the request\'s error, never a smaller count (probe DP: volume counted it as 0)', async ({ api, service }) => {
+  const boot = await bootstrapWorkspace(service, 'reads-broken');
+  const { redis, keys, config } = service;
+  const hour = Math.floor(Date.now() / HOUR) * HOUR;
+  // one partition's bucket of the current hour holds what HGET cannot read
+  await redis.rpush(keys.volume(config.partitions - 1, boot.tenant.id, 'h', hour), 'not a hash');
+  try {
+    const res = await api.get('/v1/events/volume?range=24h', boot.keys.tenant);
+    assert.is(res.status, 500, JSON.stringify(res.body));
+    assert.is(res.body.error.code, 'internal');
+  } finally {
+    await redis.del(keys.volume(config.partitions - 1, boot.tenant.id, 'h', hour));
+  }
+});
+
 reads.run();
