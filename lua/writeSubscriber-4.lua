@@ -30,13 +30,16 @@
        (absent key - - : the key must not exist | scardBelow key n - : the set must hold fewer than n members
         | fieldIs key field value : the hash field holds value, '' meaning absent or empty),
        checked after the version, before anything is written
+  then the largest partition inbox length the write is made at ('' or absent: no bound): above it,
+       nothing is written (the API's writes pass INBOX_MAX_BACKLOG, as ingest; the engine's pass none)
 
   Returns { 1, subscriberId, createdSequence, newVersion, record } when applied (record as below; with an audit intent:
           { 1, subscriberId, createdSequence, newVersion, record, absorbed }, record the subscriber's
           record after the write as HGETALL's flat list (empty unless ARGV[14] is 1), absorbed 1 when the intent of ARGV[13] was
           still there, else 0; this reply is what the outbox records),
           { 0, currentVersion } on a version mismatch (nothing written), { -2 } when the subscriber is unknown and ARGV[9] is 0,
-          { -3, g } when guard g (1-based) does not hold (nothing written).
+          { -3, g } when guard g (1-based) does not hold (nothing written),
+          { -4, length } when the inbox holds more entries than the bound (nothing written).
 ]]
 -- @include "ensureSubscriber"
 -- @include "applyOp"
@@ -76,6 +79,11 @@ for n = 1, guards do
     return redis.error_reply('unknown write guard ' .. tostring(kind))
   end
   g = g + 4
+end
+local maxBacklog = tonumber(ARGV[g + 1] or '')
+if maxBacklog then
+  local length = rcall('XLEN', KEYS[1])
+  if length > maxBacklog then return { -4, length } end
 end
 
 local sub, createdSeq = ensureSubscriber(part, externalId, ARGV[7], ARGV[8])

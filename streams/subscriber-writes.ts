@@ -14,7 +14,16 @@ import type { WriteAudit, WriteReply } from './subscriber-audit.js';
  * to the subscriber with that sub_ id only; once it is deleted or made anew, `changeSubscriber`
  * throws `SubscriberChanged` instead of writing (or creating it again).
  */
-export type TenantScope = { workspaceId: string; tenantId: string; partitions: number; only?: { externalId: string; id: string } };
+export type TenantScope = {
+  workspaceId: string; tenantId: string; partitions: number; only?: { externalId: string; id: string };
+  /**
+   * A write is refused (503 `unavailable`, nothing written) when the partition inbox holds more
+   * entries than this: the API's writes pass `INBOX_MAX_BACKLOG`, as ingest is refused there, so
+   * a flood of them (a client key toggling a mute) cannot grow the inbox without bound while the
+   * worker is stopped or behind (probe EB); the engine's own writes pass none and always go.
+   */
+  maxInboxBacklog?: number;
+};
 
 /**
  * 404: the subscriber a write was limited to (`TenantScope.only`) is gone or was made anew. A merge
@@ -103,8 +112,10 @@ export async function writeSubscriber(
   const guards = change.guards ?? [];
   args.push(guards.length);
   for (const g of guards) args.push(g[0], g[1], g[2] ?? '-', g[3] ?? '-');
+  args.push(scope.maxInboxBacklog ?? '');
   const reply = await callScript<WriteReply>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), outbox], args);
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
+  if (reply[0] === -4) throw new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
   if (made) audit!.trail.written(made, audit!, reply);

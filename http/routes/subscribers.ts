@@ -20,7 +20,7 @@ import { authorize, type AuthState } from '../middleware/auth.js';
 /** The tenant scope of subscriber writes for the current request. */
 export function scopeOf(ctx: Context, deps: AppDeps): TenantScope {
   const { workspace, tenant } = ctx.state.auth as AuthState;
-  return { workspaceId: workspace.id, tenantId: tenant!.id, partitions: deps.config.partitions };
+  return { workspaceId: workspace.id, tenantId: tenant!.id, partitions: deps.config.partitions, maxInboxBacklog: deps.config.inboxMaxBacklog };
 }
 
 /** Where the current request's subscriber writes settle their audit entries (each write records its own). */

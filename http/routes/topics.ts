@@ -17,7 +17,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
   const write = authorize(deps, 'tenant', 'topics:write');
 
   /** Where membership writes go: the subscribers' partitions of the tenant. */
-  const tenantScope = (ctx: Context) => ({ workspaceId: (ctx.state.auth as AuthState).workspace.id, tenantId: tenantOf(ctx).id, partitions: config.partitions });
+  const tenantScope = (ctx: Context) => ({ workspaceId: (ctx.state.auth as AuthState).workspace.id, tenantId: tenantOf(ctx).id, partitions: config.partitions, maxInboxBacklog: config.inboxMaxBacklog });
   /** The topic the path names, or 404 (a malformed slug too). */
   const topicOf = async (ctx: Context): Promise<Topic> => {
     const topic = await findTopic(redis, keys, tenantOf(ctx).id, ctx.params.topicSlug ?? '');

@@ -39,6 +39,32 @@ backlog('every route that ingests answers 503 unavailable over the backlog, and 
   }
 });
 
+backlog('a subscriber write over the backlog answers 503 unavailable and writes nothing: a client key cannot grow the inbox without bound (probe EB: 300 mute toggles went in past the limit)', async ({ api, service, tenantKey, clientKey }) => {
+  const { redis, keys, config } = service;
+  const tenantId = (await api.get('/v1/whoami', tenantKey)).body.data.tenant.id as string;
+  const inbox = keys.inbox(partitionOf(tenantId, 'busy-1', config.partitions));
+  // the partition is over its limit since the test above; fill it again should it run alone
+  if ((await redis.xlen(inbox)) <= 100) await api.post('/v1/client/events', clientKey, { externalId: 'busy-1', source: 'ios', events: Array.from({ length: 100 }, (_, i) => ({ name: 'page.viewed', id: `refill-${i}` })) });
+  const before = await redis.xlen(inbox);
+  assert.ok(before > 100, `over the limit: ${before}`);
+  const answers = {
+    'a registration': await api.post('/v1/client/subscriptions', clientKey, { externalId: 'busy-1', channel: 'push', token: 'ab'.repeat(32), platform: 'ios' }),
+    'preferences': await api.patch('/v1/client/preferences', clientKey, { externalId: 'busy-1', channels: { push: false } }),
+    'an attribute change': await api.patch('/v1/subscribers/busy-1', tenantKey, { properties: { plan: 'pro' } }),
+    'a topic join': await (async () => {
+      await api.post('/v1/topics', tenantKey, { slug: 'busy-topic' });
+      return api.post('/v1/topics/busy-topic/subscribers', tenantKey, { externalIds: ['busy-1'] });
+    })(),
+  };
+  for (const [what, res] of Object.entries(answers)) {
+    assert.is(res.status, 503, `${what}: ${res.text}`);
+    assert.is(res.body.error.code, 'unavailable', what);
+    assert.is(res.headers.get('retry-after'), '5', what);
+  }
+  assert.is(await redis.xlen(inbox), before, 'nothing appended');
+  assert.is((await api.get('/v1/subscribers/busy-1/subscriptions', tenantKey)).body.data.total, 0, 'nothing registered');
+});
+
 backlog('a batch touching one partition over the backlog is refused whole: nothing of it is stored in the others (probe X)', async ({ api, service, tenantKey }) => {
   const { redis, keys, config } = service;
   const tenantId = (await api.get('/v1/whoami', tenantKey)).body.data.tenant.id as string;
