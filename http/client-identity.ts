@@ -82,7 +82,9 @@ export async function verifyExisting(deps: AppDeps, ctx: Context, externalId: st
 export async function markVerified(deps: AppDeps, ctx: Context, externalId: string, verified: boolean, options: { create: boolean } = { create: true }): Promise<void> {
   if (!verified) return;
   try {
-    await upsertSubscriber(deps.redis, deps.keys, scopeOf(ctx, deps), externalId, {}, { create: options.create, verified: true });
+    // not refused over INBOX_MAX_BACKLOG as the call's own writes are: a read carrying a valid hash
+    // answered 503 (probe EC), and the mark is written once, so no flood can repeat it
+    await upsertSubscriber(deps.redis, deps.keys, { ...scopeOf(ctx, deps), maxInboxBacklog: undefined }, externalId, {}, { create: options.create, verified: true });
   } catch (err) {
     if (options.create || !(err instanceof ApiError && err.status === 404)) throw err;
   }

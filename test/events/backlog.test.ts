@@ -1,6 +1,8 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
+import { identityHash } from '../../lib/identity-hash.js';
 import { partitionOf } from '../../lib/partition.js';
+import { tenantIdentity } from '../../streams/identity.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
@@ -63,6 +65,11 @@ backlog('a subscriber write over the backlog answers 503 unavailable and writes 
   }
   assert.is(await redis.xlen(inbox), before, 'nothing appended');
   assert.is((await api.get('/v1/subscribers/busy-1/subscriptions', tenantKey)).body.data.total, 0, 'nothing registered');
+  // a read is a read: one carrying a valid hash marks the subscriber verified, unbounded (probe EC: it answered 503)
+  const boot = (await api.get('/v1/whoami', tenantKey)).body.data;
+  const { secret } = await tenantIdentity(redis, keys, { id: boot.tenant.id, slug: boot.tenant.slug, workspaceId: boot.workspace.id } as Parameters<typeof tenantIdentity>[2]);
+  const read = await api.get(`/v1/client/preferences?externalId=busy-1&identityHash=${identityHash(secret, 'busy-1')}`, clientKey);
+  assert.is(read.status, 200, read.text);
 });
 
 backlog('a batch touching one partition over the backlog is refused whole: nothing of it is stored in the others (probe X)', async ({ api, service, tenantKey }) => {
