@@ -167,7 +167,11 @@ async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicR
   const counts: Record<Outcome, number> = { changed: 0, created: 0, unchanged: 0, unknown: 0 };
   for (let i = 0; i < unique.length; i += CHUNK) {
     const chunk = unique.slice(i, i + CHUNK);
-    const written = await Promise.all(chunk.map((x) => writeMembership(redis, keys, scope, topic, x, join, scoreOf(x))));
+    // every write of the chunk is waited for: one refused (503 over INBOX_MAX_BACKLOG) must not leave
+    // the others' member set copies unwritten until the sweeper comes (probe EC: topic sends missed
+    // them); the chunk is mirrored as it stands (a refused member is repaired out), then the refusal thrown
+    const settled = await Promise.allSettled(chunk.map((x) => writeMembership(redis, keys, scope, topic, x, join, scoreOf(x))));
+    const written = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     for (const w of written) counts[w.outcome]++;
     await syncMembers(redis, keys, scope.tenantId, topic.id, chunk.map((x) => ({ externalId: x, join, score: scoreOf(x) })));
     const state = await memberships(redis, keys, scope, topic.id, chunk);
@@ -177,6 +181,8 @@ async function apply(redis: Redis, keys: Keys, scope: TenantScope, topic: TopicR
     // the member set mirrors these writes now; a process killed before this line (or a failure of
     // this cleanup, which must not fail a call whose changes are made) leaves them to the sweeper
     await mirrored(redis, keys, written.flatMap((w) => (w.mirror ? [w.mirror] : []))).catch(() => undefined);
+    const refused = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (refused) throw refused.reason;
   }
   return { counts, subscriberCount: await redis.zcard(keys.topicMembers(scope.tenantId, topic.id)) };
 }

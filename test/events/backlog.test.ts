@@ -49,13 +49,15 @@ backlog('a subscriber write over the backlog answers 503 unavailable and writes 
   if ((await redis.xlen(inbox)) <= 100) await api.post('/v1/client/events', clientKey, { externalId: 'busy-1', source: 'ios', events: Array.from({ length: 100 }, (_, i) => ({ name: 'page.viewed', id: `refill-${i}` })) });
   const before = await redis.xlen(inbox);
   assert.ok(before > 100, `over the limit: ${before}`);
+  // a subscriber of another partition, joined in the same call as busy-1
+  const calm = Array.from({ length: 50 }, (_, i) => `joined-${i}`).find((x) => partitionOf(tenantId, x, config.partitions) !== partitionOf(tenantId, 'busy-1', config.partitions))!;
   const answers = {
     'a registration': await api.post('/v1/client/subscriptions', clientKey, { externalId: 'busy-1', channel: 'push', token: 'ab'.repeat(32), platform: 'ios' }),
     'preferences': await api.patch('/v1/client/preferences', clientKey, { externalId: 'busy-1', channels: { push: false } }),
     'an attribute change': await api.patch('/v1/subscribers/busy-1', tenantKey, { properties: { plan: 'pro' } }),
     'a topic join': await (async () => {
       await api.post('/v1/topics', tenantKey, { slug: 'busy-topic' });
-      return api.post('/v1/topics/busy-topic/subscribers', tenantKey, { externalIds: ['busy-1'] });
+      return api.post('/v1/topics/busy-topic/subscribers', tenantKey, { externalIds: ['busy-1', calm] });
     })(),
   };
   for (const [what, res] of Object.entries(answers)) {
@@ -65,6 +67,8 @@ backlog('a subscriber write over the backlog answers 503 unavailable and writes 
   }
   assert.is(await redis.xlen(inbox), before, 'nothing appended');
   assert.is((await api.get('/v1/subscribers/busy-1/subscriptions', tenantKey)).body.data.total, 0, 'nothing registered');
+  // the join the call did make is listed at once, the refused one is not (probe EC: neither was, until the sweeper)
+  assert.equal((await api.get('/v1/topics/busy-topic/subscribers', tenantKey)).body.data.items.map((m: any) => m.externalId), [calm]);
   // a read is a read: one carrying a valid hash marks the subscriber verified, unbounded (probe EC: it answered 503)
   const boot = (await api.get('/v1/whoami', tenantKey)).body.data;
   const { secret } = await tenantIdentity(redis, keys, { id: boot.tenant.id, slug: boot.tenant.slug, workspaceId: boot.workspace.id } as Parameters<typeof tenantIdentity>[2]);
