@@ -7,6 +7,10 @@
   ARGV[1] received at (ISO 8601), '' for a delivery whose signature did not verify (lastReceivedAt stays)
   ARGV[2] last error as JSON, '' when the request was accepted
   ARGV[3] number of counts C, then C groups of 2: status (accepted, duplicate, ignored, rejected), how many
+  then (optional) ARGV[4 + 2C] now (ms) and ARGV[5 + 2C] how long (ms) a verified delivery's error is kept
+       over an unverified one's: anyone who knows the URL can send unsigned requests, and each one
+       replaced the error of the provider's own deliveries (a mapping that fails, say) with its
+       invalid_signature (probe DM); `lastErrorVerifiedAt` (ms) says when a verified one was written
 
   Returns 1 when counted, 0 when the source is gone.
 ]]
@@ -16,5 +20,15 @@ for i = 0, tonumber(ARGV[3]) - 1 do
   rcall('HINCRBY', KEYS[1], 'n:' .. ARGV[4 + i * 2], tonumber(ARGV[5 + i * 2]))
 end
 if ARGV[1] ~= '' then rcall('HSET', KEYS[1], 'lastReceivedAt', ARGV[1]) end
-if ARGV[2] ~= '' then rcall('HSET', KEYS[1], 'lastError', ARGV[2]) end
+if ARGV[2] ~= '' then
+  local c = tonumber(ARGV[3])
+  local nowMs, keepMs = tonumber(ARGV[4 + c * 2] or ''), tonumber(ARGV[5 + c * 2] or '')
+  if ARGV[1] ~= '' then
+    rcall('HSET', KEYS[1], 'lastError', ARGV[2])
+    if nowMs then rcall('HSET', KEYS[1], 'lastErrorVerifiedAt', nowMs) end
+  else
+    local verifiedAt = tonumber(rcall('HGET', KEYS[1], 'lastErrorVerifiedAt') or '')
+    if not (nowMs and keepMs and verifiedAt and nowMs - verifiedAt < keepMs) then rcall('HSET', KEYS[1], 'lastError', ARGV[2]) end
+  end
+end
 return 1

@@ -181,10 +181,14 @@ export async function deleteSource(redis: Redis, keys: Keys, scope: SourceScope,
  * `lastReceivedAt`.
  */
 export async function countDelivery(redis: Redis, keys: Keys, source: InboundSource, outcome: DeliveryOutcome, verified: boolean, error?: ApiError): Promise<void> {
-  const at = isoNow();
+  const ms = now();
+  const at = isoNow(ms);
   const lastError = error ? JSON.stringify({ code: error.code, message: error.message, at }) : '';
-  await callScript(redis, 'countSourceInbound', [keys.source(source.tenantId, source.id)], [verified ? at : '', lastError, 1, outcome, 1]);
+  await callScript(redis, 'countSourceInbound', [keys.source(source.tenantId, source.id)], [verified ? at : '', lastError, 1, outcome, 1, ms, VERIFIED_ERROR_KEPT_MS]);
 }
+
+/** How long the error of a verified delivery stays `lastError` whatever unverified requests come (lua/countSourceInbound). */
+export const VERIFIED_ERROR_KEPT_MS = 86_400_000;
 
 type UpdateReply = [number, string[]?, string[]?];
 type DeleteReply = [number, string[]?];

@@ -72,7 +72,7 @@ const sourceProperties: Record<string, Schema> = {
   lastError: {
     type: 'object', nullable: true, additionalProperties: false, required: ['code', 'message', 'at'],
     properties: { code: { type: 'string' }, message: { type: 'string' }, at: { type: 'string', format: 'date-time' } },
-    description: 'The last rejected delivery.',
+    description: 'The last rejected delivery; one whose signature does not verify does not replace the error of a verified delivery for 24 hours.',
   },
   secretUpdatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'When a PATCH last set the secret.' },
   createdAt: { type: 'string', format: 'date-time' },

@@ -257,6 +257,25 @@ inbound('a rejected signature leaves lastReceivedAt null; the first verified del
   assert.equal(state.lastError, rejected.lastError, 'an accepted delivery leaves the last error as it was');
 });
 
+inbound('an unsigned request does not hide a verified delivery\'s error for 24 hours, though it is counted (probe DM: anyone knowing the URL replaced it)', async (ctx) => {
+  const s = await createSource(ctx, { name: 'Mapped', provider: 'mapped', format: 'standard-webhooks', mapping: { externalId: 'data.id', data: 'data.attrs' } });
+  const body = JSON.stringify({ type: 'x', data: { id: 'u-1', attrs: [1, 2] } });
+  assertValidation(await deliver(ctx, s.id, body, swHeaders(s.secret, body)), 'data', 'a mapping that yields an array');
+  const verified = (await read(ctx, s.id)).lastError;
+  assert.is(verified.code, 'validation');
+  for (let i = 0; i < 3; i++) assertError(await deliver(ctx, s.id, body, swHeaders(swSecret(), body)), 401, 'invalid_signature');
+  const after = await read(ctx, s.id);
+  assert.equal(after.lastError, verified, 'the provider\'s own error stays');
+  assert.equal(after.counts, { ...ZERO_COUNTS, rejected: 4 }, 'the unsigned ones are counted');
+  setClockOffset(DAY + MINUTE);
+  try {
+    assertError(await deliver(ctx, s.id, body, swHeaders(swSecret(), body)), 401, 'invalid_signature');
+    assert.is((await read(ctx, s.id)).lastError.code, 'invalid_signature', 'a day later an unsigned request is the last error again');
+  } finally {
+    setClockOffset(0);
+  }
+});
+
 inbound('several signatures in one webhook-signature header: a match on any one verifies', async (ctx) => {
   const s = await createSource(ctx, { name: 'Svix', provider: 'svix-customer', format: 'standard-webhooks', mapping: { externalId: 'user' } });
   const body = JSON.stringify({ type: 'thing.happened', user: 'multi-1' });
@@ -483,7 +502,7 @@ inbound('stripe: Stripe-Signature verifies, created is the timestamp, id dedupes
   const noUser = JSON.stringify({ ...payload, id: 'evt_nouser', data: { object: { ...object, metadata: {} } } });
   assertIgnored(await deliver(ctx, s.id, noUser, stripeHeaders(secret, noUser)), 'no_external_id');
   assert.equal((await read(ctx, s.id)).counts, { accepted: 2, duplicate: 1, ignored: 1, rejected: 6 });
-  assert.is((await read(ctx, s.id)).lastError.code, 'missing_authorization');
+  assert.is((await read(ctx, s.id)).lastError.code, 'invalid_timestamp', 'the verified delivery\'s error, not the unsigned ones\' after it');
 });
 
 inbound('a signed delivery whose bytes are not UTF-8 is 400 parse and counted rejected, never stored with U+FFFD in their place (probe BP)', async (ctx) => {
