@@ -424,6 +424,17 @@ sends('a host that does not answer is a connection_error, retried up to the atte
   assert.equal(result.answers.map((a) => a.reason), ['connection_error', 'connection_error', 'connection_error']);
 });
 
+sends('an unreachable host is logged once per 10 s with the number of failures left out, not once per attempt (probe DW: 11,236 lines in 90 s)', async (ctx) => {
+  const lines: Record<string, unknown>[] = [];
+  const recording: Logger = { ...quiet, warn: (message: string, fields?: Record<string, unknown>) => void (message === 'apns request failed without an answer' && lines.push(fields ?? {})) };
+  const sender = new PushSender({ redis: ctx.redis, keys: ctx.keys, config: loadConfig({ ...ctx.env, APNS_PORT: String(await freePort()), APNS_MAX_ATTEMPTS: '3' }, {}), log: recording });
+  ctx.extra.push(sender);
+  const results = await sender.sendAll(Array.from({ length: 10 }, () => job(ctx)));
+  assert.ok(results.every((r) => r?.reason === 'connection_error' && r.attempts === 3), 'each push still records its own answers');
+  assert.is(lines.length, 1, `one line for 30 failed attempts: ${JSON.stringify(lines)}`);
+  assert.is(lines[0]!.repeats, 0);
+});
+
 sends('a peer certificate not signed by a trusted CA is refused (no APNS_CA_FILE)', async (ctx) => {
   const sender = senderWith(ctx, { APNS_CA_FILE: '', APNS_MAX_ATTEMPTS: '1' });
   const result = await sender.send(job(ctx));
