@@ -41,6 +41,11 @@ export function lockTimeout(what: string): ApiError {
   return new ApiError(429, 'lock_timeout', `${what} is changing too fast; retry`);
 }
 
+/** 503 `unavailable`: a partition inbox is over `INBOX_MAX_BACKLOG` (ingest, and the API's subscriber writes); retried after `Retry-After`. */
+export function processingBehind(): ApiError {
+  return new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
+}
+
 /** Details one answer lists at most, however many lists of them it joins (probe BV: body and query, 1,000 each). */
 export const MAX_DETAILS = 1_000;
 /** Longest `param` (a field's path) and `message` an error carries; longer ones are cut, ending in `…`. */

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
-import { ApiError } from '../lib/errors.js';
+import { ApiError, processingBehind } from '../lib/errors.js';
 import type { EventSource } from '../lib/event-names.js';
 import { newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
@@ -100,7 +100,6 @@ class Backlogs {
  */
 type Queue = { keys: Keys; requests: Request[]; scheduled: boolean; lengths: Map<number, number>; tenants: Backlogs; subscribers: Backlogs; turn: Promise<void> };
 
-const behind = () => new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
 const tenantBehind = (limit: number) => new ApiError(429, 'rate_limited',
   `This tenant has ${limit} or more events waiting to be processed in a partition this request writes to; retry the request later`);
 const subscriberBehind = (limit: number, externalId: string) => new ApiError(429, 'rate_limited',
@@ -234,7 +233,7 @@ async function refuseOverLimits(redis: Redis, q: Queue, requests: Request[]): Pr
   return requests.filter((request, i) => {
     const { scope, events, parts } = request;
     if ([...touched[i]!].some((p) => (q.lengths.get(p) ?? 0) > scope.maxBacklog)) {
-      request.fail(behind());
+      request.fail(processingBehind());
       return false;
     }
     // the request's events per measured key: refused if one is full, else they count for the next
@@ -341,7 +340,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
         });
       }
     }
-    const problem = err ?? (items[0] === -1 ? behind() : null);
+    const problem = err ?? (items[0] === -1 ? processingBehind() : null);
     if (problem) {
       for (const { request } of call.slots) if (!failed.has(request)) failed.set(request, problem);
       return;

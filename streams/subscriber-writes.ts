@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { recordOf } from '../lib/field-list.js';
-import { ApiError, lockTimeout } from '../lib/errors.js';
+import { ApiError, lockTimeout, processingBehind } from '../lib/errors.js';
 import { newId } from '../lib/ids.js';
 import { partitionOf } from '../lib/partition.js';
 import type { Keys } from './keys.js';
@@ -17,7 +17,7 @@ import type { WriteAudit, WriteReply } from './subscriber-audit.js';
 export type TenantScope = {
   workspaceId: string; tenantId: string; partitions: number; only?: { externalId: string; id: string };
   /**
-   * A write is refused (503 `unavailable`, nothing written) when the partition inbox holds more
+   * A write is refused (503 `unavailable`, that write not made) when the partition inbox holds more
    * entries than this: the API's writes pass `INBOX_MAX_BACKLOG`, as ingest is refused there, so
    * a flood of them (a client key toggling a mute) cannot grow the inbox without bound while the
    * worker is stopped or behind (probe EB); the engine's own writes pass none and always go.
@@ -115,7 +115,7 @@ export async function writeSubscriber(
   args.push(scope.maxInboxBacklog ?? '');
   const reply = await callScript<WriteReply>(redis, 'writeSubscriber', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), outbox], args);
   if (reply[0] === -2) throw new ApiError(404, 'not_found', 'Subscriber not found');
-  if (reply[0] === -4) throw new ApiError(503, 'unavailable', 'Event processing is behind; retry the request later');
+  if (reply[0] === -4) throw processingBehind();
   if (reply[0] === -3) throw new GuardFailed(Number(reply[1]) - 1);
   if (reply[0] === 0) throw new VersionConflict();
   if (made) audit!.trail.written(made, audit!, reply);
