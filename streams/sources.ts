@@ -175,6 +175,9 @@ export async function deleteSource(redis: Redis, keys: Keys, scope: SourceScope,
   return toSource(recordOf(reply[1]!));
 }
 
+/** How long the error of a verified delivery stays `lastError` whatever unverified requests come (lua/countSourceInbound). */
+const VERIFIED_ERROR_KEPT_MS = 86_400_000;
+
 /**
  * Counts one delivery under its outcome (with the error of a rejected one), unless the source was
  * deleted meanwhile. `verified` is false for a delivery whose signature failed: it does not move
@@ -186,9 +189,6 @@ export async function countDelivery(redis: Redis, keys: Keys, source: InboundSou
   const lastError = error ? JSON.stringify({ code: error.code, message: error.message, at }) : '';
   await callScript(redis, 'countSourceInbound', [keys.source(source.tenantId, source.id)], [verified ? at : '', lastError, 1, outcome, 1, ms, VERIFIED_ERROR_KEPT_MS]);
 }
-
-/** How long the error of a verified delivery stays `lastError` whatever unverified requests come (lua/countSourceInbound). */
-export const VERIFIED_ERROR_KEPT_MS = 86_400_000;
 
 type UpdateReply = [number, string[]?, string[]?];
 type DeleteReply = [number, string[]?];
