@@ -67,11 +67,15 @@ end
 local bar = string.find(current, '|', 1, true)
 local id, owner = string.sub(current, 1, bar - 1), string.sub(current, bar + 1)
 if owner == ARGV[3] then
-  local pending = rcall('HGET', KEYS[3], ARGV[1])
-  if pending then return { 'moved', id, tonumber(rcall('HGET', KEYS[4], id) or '0'), pending } end
   -- a claim of its own token gets a number too: a removal that read the record before this claim's
-  -- write does not release the token under it (lua/releaseToken)
-  return { 'same', id, rcall('HINCRBY', KEYS[4], id, 1) }
+  -- write does not release the token under it (lua/releaseToken). So does one that finishes an
+  -- unsettled move of it: with the move's number kept, a removal of the same subscription racing
+  -- it (live, or finished late by the sweeper) passed the fence and forgot the entry the claim had
+  -- just confirmed (probes EA, ED: the next registration made a second subscription)
+  local claim = rcall('HINCRBY', KEYS[4], id, 1)
+  local pending = rcall('HGET', KEYS[3], ARGV[1])
+  if pending then return { 'moved', id, claim, pending } end
+  return { 'same', id, claim }
 end
 rcall('HSET', KEYS[1], ARGV[1], id .. '|' .. ARGV[3])
 rcall('HSET', KEYS[2], id, ARGV[3])

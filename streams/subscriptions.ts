@@ -457,8 +457,8 @@ type Written = { created: boolean; record: Record<string, string>; before: Recor
  * The audit of a move (`make.from`): the subscription keeps its id, so the write that first takes it
  * over from the previous subscriber's copy (read before the write; it is removed only after) records
  * one `subscription.updated`, the owner change (`externalId`) with the other public fields that differ,
- * and the record keeps that copy's `createdAt`. A write that took it over already under this claim (a
- * retry finishing a move a crash left unsettled: same claim number) records no second one. Without a
+ * and the record keeps that copy's `createdAt`. A write that took that copy over already (a retry
+ * finishing a move a crash left unsettled: the record names the copy in `movedFrom`) records no second one. Without a
  * previous copy (gone, or never written: the move marked it moved out before this read, so none comes
  * later, `markMovedOut`) the record is new: `subscription.created`. A registration of this subscriber
  * whose claim is not newer than the latest move of its copy (`movedOut`) writes nothing (`overtaken`).
@@ -518,9 +518,12 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     if (Number(current.claim ?? 0) < make.stamp) changed.push(['claim', String(make.stamp)], ['registeredAt', String(Date.parse(at))]);
     // this subscriber's own copy, from before the token went to `priorFrom` (whose copy is still there),
     // taken back under a new claim: the owner changes again; the copy names the one it came back from,
-    // as a copy taken over does, so the removal of that one audits nothing more (`detach`)
-    const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp;
-    if (takenBack) changed.push(['movedFrom', `${priorFrom}#${prior.claim ?? 0}`]);
+    // as a copy taken over does, so the removal of that one audits nothing more (`detach`). A copy that
+    // names that very one already took it over (a retry finishing a move a crash left unsettled): the
+    // owner change was recorded with that write
+    const from = `${priorFrom}#${prior.claim ?? 0}`;
+    const takenBack = prior.id !== undefined && Number(current.claim ?? 0) < make.stamp && current.movedFrom !== from;
+    if (takenBack) changed.push(['movedFrom', from]);
     if (!current.holder) changed.push(['holder', externalId]);
     if (changed.length === 0) return { skip: { created: false, record: current, before: current } };
     const record = { ...current, ...Object.fromEntries(changed) };
@@ -778,12 +781,7 @@ const RELEASES_PER_PARTITION = 1_000;
 export async function sweepTokenReleases(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
   const hashes = Array.from({ length: partitions }, (_, p) => keys.tokenReleases(p));
   return sweepAgedEntries<TokenRelease>(redis, hashes, RELEASES_PER_PARTITION, minAgeMs, log, 'token release', async (owed, key, field) => {
-    // the subscriber registered the device again since: its record is back, and the entry is its
-    // (a registration that finishes an unsettled move of the token keeps the claim number, so the
-    // fence alone let this late release take it: probe EA)
-    const p = partitionOf(owed.tenantId, owed.externalId, partitions);
-    const [record, member] = await Promise.all([redis.hgetall(keys.subscription(p, owed.tenantId, owed.id)), redis.sismember(keys.subscriberSubscriptions(p, owed.tenantId, owed.externalId), owed.id)]);
-    if (member !== 1 || !heldBy(record, owed.externalId)) await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
+    await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
     await redis.hdel(key, field);
   });
 }

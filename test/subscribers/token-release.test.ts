@@ -84,4 +84,27 @@ release('a late release takes nothing from a registration that finishes an unset
   assert.is(again.subscription.id, back.subscription.id, 'the next registration is the same subscription, no second one');
 });
 
+release('a live removal racing a registration that finishes an unsettled move of the same device keeps the entry the registration confirmed (probe ED: its own release passed the fence; the device then had two subscriptions)', async ({ service }) => {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, 'token-release-live');
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const token = '9a'.repeat(32);
+  const field = tokenField('push', token, 'user-l');
+  await registerSubscription(redis, keys, scope, 'prev-l', { channel: 'push', platform: 'ios', token });
+  const moved = await registerSubscription(redis, keys, scope, 'user-l', { channel: 'push', platform: 'ios', token });
+  // the move left unsettled (its mover killed, or its removal of the previous copy refused)
+  await redis.hset(keys.tokenMoves(boot.tenant.id), field, 'prev-l');
+  let back: Awaited<ReturnType<typeof registerSubscription>> | undefined;
+  await removeSubscription(redis, keys, scope, 'user-l', moved.subscription.id, undefined, {
+    afterDetach: async () => {
+      back = await registerSubscription(redis, keys, scope, 'user-l', { channel: 'push', platform: 'ios', token });
+    },
+  });
+  assert.is(back!.subscription.id, moved.subscription.id, 'the registration took the subscription back');
+  assert.is(await redis.hget(keys.tokens(boot.tenant.id), field), `${back!.subscription.id}|user-l`, 'the device keeps its entry');
+  assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back!.subscription.id), 'user-l', 'and its owner');
+  const again = await registerSubscription(redis, keys, scope, 'user-l', { channel: 'push', platform: 'ios', token });
+  assert.is(again.subscription.id, back!.subscription.id, 'the next registration is the same subscription, no second one');
+});
+
 release.run();
