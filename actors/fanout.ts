@@ -51,6 +51,12 @@ type Planned = {
   answered?: Record<string, string>;
 };
 
+/** A planned delivery of a subscriber deleted before its push went: skipped, `subscriber_not_found`. */
+function goneDelivery(d: Planned): Planned {
+  if (d.status === 'skipped') return d;
+  return { id: d.id, status: 'skipped', fields: { ...d.fields, reason: 'subscriber_not_found' }, subscription: null };
+}
+
 /** Why a subscription does not get a push of this message, or null when it does. */
 function skipReason(s: Subscription, optOut: string | null): string | null {
   if (s.channel !== 'push') return 'channel_not_supported';
@@ -217,7 +223,13 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
     data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
     callerId: `$send:${message.id}`, provider: null, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
   })));
-  if (sends.length) await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
+  if (sends.length) {
+    const written = await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
+    // deleted since the plan read them (their `$send` is not stored: it would make them again): their
+    // deliveries are skipped, not pushed to the device of a user who is gone (probe EG)
+    const gone = new Set(sends.filter((_, i) => written[i]!.status === 'gone').map((s) => s.externalId));
+    if (gone.size) for (const p of plans) p.planned = p.planned.map((d) => (gone.has(d.fields.externalId!) ? goneDelivery(d) : d));
+  }
   const states = await callScript<[string, string][][]>(redis, 'createDeliveries', [keys.message(scope.tenantId, items[0]!.message.id)], args);
   // A push in flight when a dispatcher dies is sent again on resume, with the same apns-id and
   // collapse id, so the device shows it once: the message id is the default collapse id.

@@ -24,7 +24,11 @@ export type StoredEvent = {
   messageId: string | null;
   step: string | null;
 };
-export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' };
+/**
+ * `gone`: not stored, an engine event (source `system`) of an externalId that is no subscriber: the
+ * engine read it a moment before, and it was deleted since (the API's events are never `system`).
+ */
+export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' | 'gone' };
 /**
  * Where a group of events goes and the limits it is written under: `maxBacklog` the partition
  * inbox's (503), `tenantMaxBacklog` the tenant's own unprocessed events in one partition and
@@ -33,7 +37,7 @@ export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' };
  */
 export type Scope = { workspaceId: string; tenantId: string; partitions: number; maxBacklog: number; tenantMaxBacklog?: number; subscriberMaxBacklog?: number };
 
-type ScriptItem = [1, number, string, number] | [2, string] | [3, number, number, ...(string | number)[]];
+type ScriptItem = [1, number, string, number] | [2, string] | [3, number, number, ...(string | number)[]] | [4];
 
 const orNull = (s: string | undefined) => (s ? s : null);
 
@@ -115,8 +119,12 @@ const queues = new WeakMap<Redis, Map<string, Queue>>();
  * pipeline. A 100-event request touches ~50 of 64 partitions, so alone it makes ~50 calls of two
  * events; 32 concurrent requests make 64 calls of ~50 instead of 1,600, and Redis spends ~8 µs per
  * event instead of ~15 (`npm run bench -- scripts`). Each call is atomic; a request whose events
- * span calls and fails midway is made safe to retry by the caller's `id`s, as before.
+ * span calls and fails midway is made safe to retry by the caller's `id`s, as before. The engine's
+ * events (source `system`) never create a subscriber: one of an externalId that is none comes back
+ * `gone`, not stored; a caller's events (the first overload) never do.
  */
+export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: (NewEvent & { source: Exclude<EventSource, 'system'> })[]): Promise<(IngestedEvent & { status: 'accepted' | 'duplicate' })[]>;
+export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: NewEvent[]): Promise<IngestedEvent[]>;
 export function ingestEvents(redis: Redis, keys: Keys, scope: Scope, events: NewEvent[]): Promise<IngestedEvent[]> {
   if (events.length === 0) return Promise.resolve([]);
   let byPrefix = queues.get(redis);
@@ -348,13 +356,12 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
     call.slots.forEach(({ request, index }, k) => {
       const item = items[k] as ScriptItem;
       const e = requests[request]!.events[index]!;
-      out[request]![index] = item[0] === 2
-        ? { ...fromOriginal(e.externalId, item[1]), status: 'duplicate' }
-        : {
-          id: ids[request]![index]!.event, sequence: item[1], externalId: e.externalId, name: e.name, source: e.source,
-          timestamp: isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
-          provider: e.provider, runId: e.runId, messageId: e.messageId, step: e.step, status: 'accepted',
-        };
+      const stored = (sequence: number, status: 'accepted' | 'gone'): IngestedEvent => ({
+        id: ids[request]![index]!.event, sequence, externalId: e.externalId, name: e.name, source: e.source,
+        timestamp: isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
+        provider: e.provider, runId: e.runId, messageId: e.messageId, step: e.step, status,
+      });
+      out[request]![index] = item[0] === 2 ? { ...fromOriginal(e.externalId, item[1]), status: 'duplicate' } : item[0] === 4 ? stored(0, 'gone') : stored(item[1], 'accepted');
     });
   });
   requests.forEach((r, i) => (failed.has(i) ? r.fail(failed.get(i)) : r.done(out[i]!)));

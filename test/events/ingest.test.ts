@@ -121,6 +121,7 @@ ingest('a dedupe id is one subscriber\'s: once it is deleted, the same id is acc
 ingest('the engine\'s own dedupe ids ($send once per message) and a caller\'s never match, whatever the caller sends', async ({ api, key, service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions, maxBacklog: 1_000_000 };
   const send = { externalId: 'ns-1', name: '$send', source: 'system' as const, timestampMs: Date.now(), data: '{}', callerId: '$send:msg_x', provider: null, runId: null, messageId: 'msg_x', step: null };
+  await api.post('/v1/events', key, { externalId: 'ns-1', name: 'signup' });
   assert.is((await ingestEvents(service.redis, service.keys, scope, [send]))[0]!.status, 'accepted');
   const caller = await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_x' });
   assert.is(caller.body.data.items[0].status, 'accepted', 'a caller id equal to the engine\'s is another id');
@@ -131,6 +132,24 @@ ingest('the engine\'s own dedupe ids ($send once per message) and a caller\'s ne
   // each still dedupes in its own namespace
   assert.is((await ingestEvents(service.redis, service.keys, scope, [send]))[0]!.status, 'duplicate');
   assert.is((await api.post('/v1/events', key, { externalId: 'ns-1', name: 'mine', id: '$send:msg_x' })).body.data.items[0].status, 'duplicate');
+});
+
+ingest('the engine\'s events never create a subscriber: a $send for one deleted since the fan-out read it is not stored, and the subscriber stays deleted (probe EG: it came back, listed, with a $subscriber.created)', async ({ api, key, service, tenantId, workspaceId }) => {
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions, maxBacklog: 1_000_000 };
+  const send = (externalId: string, messageId: string) => ({ externalId, name: '$send', source: 'system' as const, timestampMs: Date.now(), data: '{}', callerId: `$send:${messageId}`, provider: null, runId: null, messageId, step: null });
+  assert.is((await api.post('/v1/events', key, { externalId: 'gone-2', name: 'signup' })).status, 202);
+  const before = await inboxLength(service);
+  assert.is((await api.del('/v1/subscribers/gone-2', key)).status, 200);
+  const deleted = await inboxLength(service);
+  const [late, never] = await ingestEvents(service.redis, service.keys, scope, [send('gone-2', 'msg_late'), send('never-seen', 'msg_late')]);
+  assert.equal([late!.status, never!.status], ['gone', 'gone']);
+  assert.is(await inboxLength(service), deleted, 'nothing appended');
+  assert.ok(deleted > before, 'the delete itself wrote its events');
+  assert.is((await api.get('/v1/subscribers/gone-2', key)).status, 404, 'still deleted');
+  assert.is((await api.get('/v1/subscribers/never-seen', key)).status, 404, 'and an unknown externalId is not made one');
+  // a caller's event still creates the subscriber again
+  assert.is((await api.post('/v1/events', key, { externalId: 'gone-2', name: 'back' })).body.data.items[0].status, 'accepted');
+  assert.is((await api.get('/v1/subscribers/gone-2', key)).status, 200);
 });
 
 ingest('a batch with any invalid event is refused whole with details per item', async ({ api, key, service }) => {
