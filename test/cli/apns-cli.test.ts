@@ -17,7 +17,7 @@ import { testRedisUrl, uniquePrefix } from '../helpers/redis.js';
 import { BY_TEST } from '../helpers/service.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const CLI = join(ROOT, 'bin', 'cli.ts');
+const CLI = join(ROOT, 'dist', 'bin', 'cli.js');
 /** `node -e` puts the arguments after `--` at process.argv[1…]. */
 const INLINE = `import { main } from ${JSON.stringify(CLI)}; process.exitCode = await main(process.argv.slice(1));`;
 const BUNDLE = 'com.example.herald';
@@ -28,10 +28,10 @@ type Ctx = {
   provider: ProviderKey; keyFile: string; defaultTenant: Tenant; emea: Tenant;
 };
 
-/** `herald <args>` through bin/cli.ts's `main`, run by tsx in a child process. */
+/** `herald <args>` through the built CLI's `main` (dist/, which test/run.ts builds first) in a child process. */
 function herald(env: Record<string, string>, ...args: string[]): Promise<Run> {
   return new Promise((done, fail) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', INLINE, '--', ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--input-type=module', '-e', INLINE, '--', ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));

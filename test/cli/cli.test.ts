@@ -10,7 +10,7 @@ import { waitFor } from '../helpers/wait.js';
 import { createTenant, ensureWorkspace, findWorkspaceBySlug } from '../../streams/identity.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
-const CLI = join(ROOT, 'bin', 'cli.ts');
+const CLI = join(ROOT, 'dist', 'bin', 'cli.js');
 /** `node -e` puts the arguments after `--` at process.argv[1…]. */
 const INLINE = `import { main } from ${JSON.stringify(CLI)}; process.exitCode = await main(process.argv.slice(1));`;
 
@@ -39,9 +39,9 @@ function spawnNode(args: string[], env: Record<string, string>, timeoutMs: numbe
   });
 }
 
-/** `herald <args>` through bin/cli.ts's `main`, run by tsx in a child process. */
+/** `herald <args>` through the built CLI's `main` (dist/, which test/run.ts builds first) in a child process. */
 function herald(env: Record<string, string>, ...args: string[]): Promise<Run> {
-  return spawnNode(['--import', 'tsx', '--input-type=module', '-e', INLINE, '--', ...args], env, 30_000);
+  return spawnNode(['--input-type=module', '-e', INLINE, '--', ...args], env, 30_000);
 }
 
 function ok(run: Run, what: string): void {
