@@ -2,7 +2,7 @@ import { now } from '../lib/clock.js';
 import { appendDrafts, parseOutboxField, type AuditScope } from '../streams/audit-outbox.js';
 import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
-import { BACKFILL_AUDIT_OPS, queuePendingBackfills } from '../streams/segments.js';
+import { BACKFILL_AUDIT_OPS, DELETE_AUDIT_OPS, deletedSegmentOf, dropSegmentMembers, queuePendingBackfills, sweepDeletedSegments } from '../streams/segments.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import { sweepTokenMoves, sweepTokenReleases } from '../streams/subscriptions.js';
 import { sweepDeletedTopics, sweepTopicMirrors } from '../streams/topic-members.js';
@@ -43,7 +43,8 @@ function outboxes(ctx: RoleContext, { workspaces, tenants }: Awaited<ReturnType<
  * long settled itself. An intent of an operation this version does not know, or whose reply it
  * cannot read, is kept and reported. An intent of a write that makes backfills pending
  * (BACKFILL_AUDIT_OPS) first has its tenant's pending backfills queued: its writer settles it only
- * after queueing them, so one left behind may not have.
+ * after queueing them, so one left behind may not have; an intent of a segment delete
+ * (DELETE_AUDIT_OPS) first has the delete's partition half made (`dropSegmentMembers`), for the same reason.
  */
 export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, known?: Awaited<ReturnType<typeof workspacesAndTenants>>): Promise<{ settled: number; kept: number }> {
   const { redis, keys, log } = ctx;
@@ -53,6 +54,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
     const pipeline = redis.pipeline();
     const tokens: string[] = [];
     const backfilling = new Map<string, AuditScope>();
+    const dropping: { tenantId: string; segmentId: string }[] = [];
     for (let f = 0; f + 1 < flat.length; f += 2) {
       const token = flat[f]!;
       try {
@@ -63,6 +65,8 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
         appendDrafts(pipeline, keys, record, op(record.input as never, reply));
         tokens.push(token);
         if (BACKFILL_AUDIT_OPS.has(record.op) && record.scope.tenant) backfilling.set(record.scope.tenant.id, record.scope);
+        const segmentId = DELETE_AUDIT_OPS.has(record.op) ? deletedSegmentOf(reply) : null;
+        if (segmentId && record.scope.tenant) dropping.push({ tenantId: record.scope.tenant.id, segmentId });
       } catch (err) {
         kept++;
         log.warn('audit intent kept in its outbox', { key, token, err: (err as Error).message });
@@ -76,6 +80,8 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
     for (const scope of backfilling.values()) {
       if (!(await queuePendingBackfills(redis, keys, { workspace: scope.workspace, tenant: scope.tenant! }))) throw new Error('pending backfills not queued');
     }
+    // the delete's member sets may still be in the partitions (its writer stopped before them)
+    for (const { tenantId, segmentId } of dropping) await dropSegmentMembers(redis, keys, tenantId, segmentId, ctx.config.partitions);
     await redis.hdel(key, ...tokens);
     settled += tokens.length;
   });
@@ -89,7 +95,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
  * (streams/topic-members.ts), the token releases a removal owed when it died, and the token moves
  * whose mover wrote its copy and died before removing the previous one (streams/subscriptions.ts), under the same rule: older than the
  * interval, their writer died; and the members of deleted topics, whose own topic sets still name
- * them (`sweepDeletedTopics`).
+ * them (`sweepDeletedTopics`), and of deleted segments, whose `segs` still name them (`sweepDeletedSegments`).
  */
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
@@ -131,6 +137,10 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
     await step('deleted topics', async () => {
       const topics = await sweepDeletedTopics(ctx.redis, ctx.keys, known.tenants, ctx.config.partitions);
       if (topics.visited) ctx.log.info('deleted topics taken out of their members\' topic sets', topics);
+    });
+    await step('deleted segments', async () => {
+      const segments = await sweepDeletedSegments(ctx.redis, ctx.keys, ctx.config.partitions);
+      if (segments.visited) ctx.log.info('deleted segments taken out of their members\' segments', segments);
     });
   };
   // one sweep at a time in this process: a tick while the last still runs (a long deleted-topic walk

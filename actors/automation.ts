@@ -72,8 +72,14 @@ export class Automation {
   /** workspace and tenant slugs for the audit entries of sends (slugs never change: read once per process) */
   private readonly refs: IdentityRefs;
 
-  /** `owner`: the worker's lease owner id; a commit of a partition it does not hold any more throws `LeaseLost`. */
-  constructor(private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger, private readonly owner: string) {
+  /**
+   * `owner`: the worker's lease owner id; a commit of a partition it does not hold any more throws `LeaseLost`.
+   * `hooks.beforeCommit` (tests) runs between a batch's computation, from the definitions it loaded, and its commit.
+   */
+  constructor(
+    private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger, private readonly owner: string,
+    private readonly hooks: { beforeCommit?: (p: number) => Promise<void> } = {},
+  ) {
     this.definitions = new DefinitionsCache(redis, keys);
     this.refs = new IdentityRefs(redis, keys);
   }
@@ -458,9 +464,11 @@ export class Automation {
     const held = indexMember(state.automation.sid, x);
     const current = state.exists ? indexMember(state.record.id, x) : held;
     for (const id of before) if (!after.has(id) || current !== held) ops.push(['zrem', keys.segmentMembers(p, tenantId, id), held, '-']);
-    for (const id of after) if (!before.has(id) || current !== held) ops.push(['zadd', keys.segmentMembers(p, tenantId, id), 0, current]);
+    // `segjoin` and `segs`, not zadd and hset: the commit leaves out a segment deleted since `defs`
+    // were loaded (lua/commitAutomation; probe EF: such joins outlived the delete's cleanup)
+    for (const id of after) if (!before.has(id) || current !== held) ops.push(['segjoin', keys.segmentMembers(p, tenantId, id), id, current]);
     if (after.size > 0 && current !== held) ops.push(['hset', autoKey, 'sid', state.record.id!]);
-    if (before.size !== after.size || [...after].some((id) => !before.has(id))) ops.push(['hset', autoKey, 'segs', JSON.stringify([...after])]);
+    if (before.size !== after.size || [...after].some((id) => !before.has(id))) ops.push(['segs', autoKey, JSON.stringify([...after]), '-']);
     // the earliest moment a counted event of a windowed segment condition leaves its window
     let due: number | null = null;
     if (state.exists) {
@@ -493,7 +501,8 @@ export class Automation {
         c.ops.map(([op, key, a, b]) => [op, key === autoKey ? '' : key, String(a), String(b)]),
       ];
     }));
-    const reply = await callScript<number[] | number>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.lease(p, WORKER_LEASES)], [at, encoded, this.owner]);
+    await this.hooks.beforeCommit?.(p);
+    const reply = await callScript<number[] | number>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.lease(p, WORKER_LEASES), keys.deletedSegments(p)], [at, encoded, this.owner]);
     if (reply === -1) throw new LeaseLost(p);
   }
 }

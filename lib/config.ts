@@ -95,7 +95,7 @@ export type Config = {
    * or stalled this long. `DISPATCHER_CLAIM_IDLE_MS`, default 60000.
    */
   dispatcherClaimIdleMs: number;
-  /** How often a worker settles audit entries left in the outboxes by a process that died mid-write (and finishes the cleanups of subscriber deletes, the member set copies of topic membership changes and the token moves left likewise), and how old such an entry must be. `AUDIT_OUTBOX_SWEEP_MS`, default 10000. */
+  /** How often a worker settles audit entries left in the outboxes by a process that died mid-write (and finishes the cleanups of subscriber deletes, the member set copies of topic membership changes and the token moves left likewise, and the former members of deleted segments), and how old such an entry must be. `AUDIT_OUTBOX_SWEEP_MS`, default 10000. */
   auditOutboxSweepMs: number;
   /**
    * Directory of the embedded redis-server's data, absolute. `HERALD_DATA_DIR`, default `var`; a relative

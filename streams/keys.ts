@@ -171,6 +171,16 @@ export function createKeys(prefix: string) {
     automation: (n: number, tenantId: string, externalId: string) => `${p(n)}:auto:${tenantId}:${externalId}`,
     /** zset (score 0) of a segment's members in this partition, `<sub_ id>|<externalId>` (streams/subscriber-list.ts `indexMember`) */
     segmentMembers: (n: number, tenantId: string, segmentId: string) => `${p(n)}:segm:${tenantId}:${segmentId}`,
+    /**
+     * zset `<tenantId>|<segmentId>` → ms of the deletion: segments deleted in the last
+     * DELETED_SEGMENT_KEEP_MS, of which lua/commitAutomation adds no member (streams/segments.ts
+     * `dropSegmentMembers`, `sweepDeletedSegments`)
+     */
+    deletedSegments: (n: number) => `${p(n)}:segs-gone`,
+    /** zset: a deleted segment's members in this partition (its member set renamed), whose `segs` may still name it */
+    deletedSegmentMembers: (n: number, tenantId: string, segmentId: string) => `${p(n)}:segm-gone:${tenantId}:${segmentId}`,
+    /** set of `<tenantId>|<segmentId>` whose gone-members set in this partition is left to visit */
+    deletedSegmentVisits: (n: number) => `${p(n)}:segs-gone:visit`,
     /** hash: a workflow run (see streams/workflow-runs.ts for the fields) */
     run: (n: number, tenantId: string, runId: string) => `${p(n)}:run:${tenantId}:${runId}`,
     /** zset (score 0) of a workflow's run ids in this partition; with `status`, those in that status */

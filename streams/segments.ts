@@ -205,10 +205,10 @@ export async function updateSegment(redis: Redis, keys: Keys, scope: SegmentScop
 
 /**
  * Deletes a segment: record, slug, index entry, backfill queue entry and every partition's member
- * set. Members get no stream event; their automation state keeps the id until the workers next
- * touch it, and readers drop ids of segments that no longer exist. Returns the segment as it was
- * (its `memberCount` read just before the delete), audited as `segment.deleted`; 404 for an
- * unknown slug.
+ * set (`dropSegmentMembers`). Members get no stream event; the id leaves their automation state's
+ * `segs` by the sweeper (`sweepDeletedSegments`), and until then readers drop ids of segments that
+ * no longer exist. Returns the segment as it was (its `memberCount` read just before the delete),
+ * audited as `segment.deleted`; 404 for an unknown slug.
  */
 export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScope, slug: string, by: Writer): Promise<Segment> {
   const tenantId = scope.tenant.id;
@@ -223,12 +223,86 @@ export async function deleteSegment(redis: Redis, keys: Keys, scope: SegmentScop
     [id, intent.token, intent.json],
   );
   if (reply[0] !== 1) throw notFound('Segment');
-  // other slots: each partition's member set and the global backfill queue
-  const cleanup = redis.pipeline().zrem(keys.segmentBackfills, backfillMember(scope, id));
-  for (let p = 0; p < scope.partitions; p++) cleanup.del(keys.segmentMembers(p, tenantId, id));
-  await cleanup.exec();
+  // other slots: the global backfill queue and each partition's members; a process killed before
+  // the intent is settled leaves them to the audit outbox sweeper (DELETE_AUDIT_OPS)
+  await Promise.all([redis.zrem(keys.segmentBackfills, backfillMember(scope, id)), dropSegmentMembers(redis, keys, tenantId, id, scope.partitions)]);
   await settleAudit(redis, keys, intent, SEGMENT_AUDITS['segment.delete'](count, reply));
   return toSegment(recordOf(reply[1]!), count);
+}
+
+/**
+ * How long a partition remembers a deleted segment (`deletedSegments`): longer than any worker
+ * batch runs, from loading the definitions to its commit (a worker that stalls loses its lease and
+ * commits nothing), so no commit computed before a delete adds members after it.
+ */
+export const DELETED_SEGMENT_KEEP_MS = 86_400_000;
+
+/**
+ * The partition half of a segment delete, in every partition (lua/dropSegmentMembers): the segment
+ * is listed as deleted there, so a worker that loaded the definitions before the delete and
+ * commits after it adds no member and no `segs` id of it (probe EF: a delete during a backfill, or
+ * while events made subscribers join, left member sets behind, for good for idle subscribers), and
+ * the member set moves to the gone-members set that `sweepDeletedSegments` visits. Idempotent.
+ */
+export async function dropSegmentMembers(redis: Redis, keys: Keys, tenantId: string, segmentId: string, partitions: number): Promise<void> {
+  const pipeline = redis.pipeline();
+  const at = now();
+  for (let p = 0; p < partitions; p++) {
+    callScript(pipeline, 'dropSegmentMembers',
+      [keys.segmentMembers(p, tenantId, segmentId), keys.deletedSegments(p), keys.deletedSegmentMembers(p, tenantId, segmentId), keys.deletedSegmentVisits(p)],
+      [`${tenantId}|${segmentId}`, at]);
+  }
+  for (const [err] of (await pipeline.exec()) ?? []) if (err) throw err;
+}
+
+/** The writes whose partition half the audit outbox sweeper makes again when their writer left the intent. */
+export const DELETE_AUDIT_OPS: ReadonlySet<string> = new Set(['segment.delete']);
+
+/** The segment id of a `segment.delete` intent's script reply (null when it deleted nothing). */
+export function deletedSegmentOf(reply: unknown): string | null {
+  const r = reply as DeleteReply | null;
+  return r && r[0] === 1 && r[1] ? (recordOf(r[1]).id ?? null) : null;
+}
+
+/** Former members whose `segs` one sweep visits, over all partitions; the rest wait for the next sweep. */
+const DELETED_SEGMENT_MEMBERS_PER_SWEEP = 50_000;
+/** Members visited per script call. */
+const DELETED_SEGMENT_PAGE = 1_000;
+/** Deleted segments of one partition looked at per sweep. */
+const DELETED_SEGMENTS_PER_PARTITION = 100;
+
+/**
+ * Takes each deleted segment's id out of its former members' `segs` (lua/dropSegmentMembers moved
+ * the member set to the gone-members set and listed it to visit): a page at a time, in one script
+ * per page (lua/forgetSegmentMembers), until the set is empty; and forgets the partitions' deleted
+ * segments older than DELETED_SEGMENT_KEEP_MS. Run by the worker's sweeper
+ * (actors/audit-outbox-sweeper.ts), at most DELETED_SEGMENT_MEMBERS_PER_SWEEP members a sweep
+ * (probe EF: an id stayed until its subscriber was evaluated again, for an idle one for good).
+ */
+export async function sweepDeletedSegments(redis: Redis, keys: Keys, partitions: number): Promise<{ visited: number; finished: number }> {
+  let budget = DELETED_SEGMENT_MEMBERS_PER_SWEEP;
+  let visited = 0;
+  let finished = 0;
+  for (let p = 0; p < partitions; p++) {
+    await redis.zremrangebyscore(keys.deletedSegments(p), '-inf', now() - DELETED_SEGMENT_KEEP_MS);
+    if (budget <= 0) continue;
+    for (const entry of await redis.srandmember(keys.deletedSegmentVisits(p), DELETED_SEGMENTS_PER_PARTITION)) {
+      const [tenantId, segmentId] = entry.split('|') as [string, string];
+      for (let page = 0; budget > 0 && page < DELETED_SEGMENT_MEMBERS_PER_SWEEP / DELETED_SEGMENT_PAGE; page++) {
+        const [n, left] = await callScript<[number, number]>(redis, 'forgetSegmentMembers',
+          [keys.deletedSegmentMembers(p, tenantId, segmentId), keys.deletedSegmentVisits(p)],
+          [keys.partitionBase(p), tenantId, segmentId, DELETED_SEGMENT_PAGE]);
+        visited += n;
+        budget -= n;
+        if (left === 0) {
+          finished++;
+          break;
+        }
+      }
+      if (budget <= 0) break;
+    }
+  }
+  return { visited, finished };
 }
 
 type CreateReply = [number, string?];

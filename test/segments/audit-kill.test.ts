@@ -91,6 +91,11 @@ died('a delete: the sweeper appends segment.deleted, the segment as it was with 
   assert.equal(expected!.object, { ...before, memberCount: 3 });
   await assertSweptOnce(service, intent, [expected!]);
   assert.is((await api.get('/v1/segments/died-delete', key)).status, 404);
+  // the partition half the writer never made is made by the sweep (probe EF: the member sets stayed for good)
+  for (let p = 0; p < service.config.partitions; p++) {
+    assert.is(await redis.exists(keys.segmentMembers(p, tenant.id, before.id)), 0, `no member set left in p${p}`);
+    assert.ok(await redis.zscore(keys.deletedSegments(p), `${tenant.id}|${before.id}`), `listed as deleted in p${p}`);
+  }
 
   const gone = tenantIntent(ctx, 'segment.delete', 0);
   assert.equal(await callScript(redis, 'deleteSegment',

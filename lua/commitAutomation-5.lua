@@ -9,6 +9,8 @@
   KEYS[2] sequence hash   ({pN}:seq)
   KEYS[3] subscriber hash ({pN}:subs)
   KEYS[4] partition lease ({pN}:lease:worker)
+  KEYS[5] the partition's deleted segments ({pN}:segs-gone, zset `<tenant>|<segment id>`,
+          lua/dropSegmentMembers)
 
   ARGV[1] now (ms)
   ARGV[2] the subscribers' commits, one JSON array (one argument instead of four per operation:
@@ -19,7 +21,12 @@
      operations: [[op, key, a, b], ...]]
       every operation value is a string; key '' is the commit's automation-state key
       (hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
-       | zadd key score member | zrem key member - | hincrby key field by | pexpireat key ms -)
+       | zadd key score member | zrem key member - | hincrby key field by | pexpireat key ms -
+       | segjoin key segmentId member | segs '' idsJSON -)
+      `segjoin` adds a member to a segment's member set and `segs` sets the subscriber's segment
+      ids, both leaving out a segment deleted since the worker loaded its definitions (listed in
+      KEYS[5] by the delete): such a commit added members after the delete removed them, left
+      for good (probe EF)
 
   ARGV[3] the committing worker's owner id: nothing is committed unless it holds the partition's
           lease (a worker that stalled past its lease and resumed must not commit what it computed
@@ -35,6 +42,21 @@
 local rcall = redis.call
 if rcall('GET', KEYS[4]) ~= ARGV[3] then return -1 end
 local nowMs = ARGV[1]
+
+local function segmentGone(tenant, id)
+  return rcall('ZSCORE', KEYS[5], tenant .. '|' .. id) ~= false
+end
+
+-- the subscriber's segment ids without the deleted ones (the JSON as sent when none is)
+local function liveSegments(tenant, json)
+  local ids, kept, dropped = cjson.decode(json), {}, false
+  for _, id in ipairs(ids) do
+    if segmentGone(tenant, id) then dropped = true else kept[#kept + 1] = id end
+  end
+  if not dropped then return json end
+  -- cjson writes an empty table as {}; `segs` is a JSON array
+  return #kept == 0 and '[]' or cjson.encode(kept)
+end
 local out = {}
 for s, c in ipairs(cjson.decode(ARGV[2])) do
   local tenant, workspace, externalId, autoKey, expected, events, ops = c[1], c[2], c[3], c[4], tonumber(c[5]), c[6], c[7]
@@ -56,9 +78,15 @@ for s, c in ipairs(cjson.decode(ARGV[2])) do
       end
     end
     for _, op in ipairs(ops) do
-      local key = op[2]
-      local failed = applyOp(op[1], key == '' and autoKey or key, op[3], op[4])
-      if failed then return failed end
+      local name, key = op[1], op[2] == '' and autoKey or op[2]
+      if name == 'segjoin' then
+        if not segmentGone(tenant, op[3]) then rcall('ZADD', key, 0, op[4]) end
+      elseif name == 'segs' then
+        rcall('HSET', key, 'segs', liveSegments(tenant, op[3]))
+      else
+        local failed = applyOp(name, key, op[3], op[4])
+        if failed then return failed end
+      end
     end
     if first then
       -- the subscriber's engine range: `ea`..`eb` are sequences this script issued one after the
