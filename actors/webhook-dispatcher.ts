@@ -14,7 +14,7 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import {
-  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, purgeDeletedEndpoint, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
 import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
@@ -44,6 +44,10 @@ const RECORD_DELAY_MS = 20;
 const STOP_GRACE_MS = 5_000;
 /** how old a note of an unannounced disabled endpoint is before the sweep appends its audit event */
 const ANNOUNCE_GRACE_MS = 60_000;
+/** Deliveries of deleted endpoints one sweep removes, over all workspaces; the rest wait for the next sweep. */
+const PURGED_PER_SWEEP = 50_000;
+/** Deleted endpoints of one workspace looked at per sweep. */
+const PURGES_PER_WORKSPACE = 100;
 /** Ledger entries this much older (by their stream id, Redis's clock) than every endpoint's activeSince are skipped unread. */
 const CLOCK_SKEW_MS = 5 * 60_000;
 
@@ -64,7 +68,8 @@ const idMs = (streamId: string) => Number(streamId.slice(0, streamId.indexOf('-'
  *    through the endpoint's lanes (bottleneck, `WEBHOOK_ENDPOINT_CONCURRENCY`), and records each
  *    result once (lua/recordWebhookAttempts), which queues the next attempt or finishes.
  * 3. Housekeeping (one process a minute): delivery indexes past the retention are pruned,
- *    workspaces without endpoints leave the registry, ledgers nobody reads are trimmed.
+ *    deleted endpoints' deliveries are removed, workspaces without endpoints leave the registry,
+ *    ledgers nobody reads are trimmed.
  */
 class WebhookDispatcher {
   private readonly owner = `dispatcher:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
@@ -458,8 +463,9 @@ class WebhookDispatcher {
     }
     const { redis, keys } = this.ctx;
     if ((await redis.set(keys.lock('webhook-sweep'), this.owner, 'PX', SWEEP_EVERY_MS - 1_000, 'NX')) !== 'OK') return;
-    const { joined } = await sweepWebhooks(this.ctx);
+    const { joined, purged } = await sweepWebhooks(this.ctx);
     if (joined) this.ctx.log.warn('workspaces with endpoints left out of the dispatchers\' registry joined it', { joined });
+    if (purged.records || purged.payloads) this.ctx.log.info('deliveries of deleted webhook endpoints removed', purged);
   }
 }
 
@@ -470,11 +476,14 @@ class WebhookDispatcher {
  * endpoints leave the registry, ledgers nobody reads are trimmed to the last
  * `UNREAD_LEDGER_WINDOW_MS`, and endpoints disabled by a dispatcher that stopped before appending
  * their `webhook.disabled` audit event get it (`announceDisabled`), and workspaces with endpoints
- * left out of the registry join it (`joinLeftOut`). Deliveries indexed before the
+ * left out of the registry join it (`joinLeftOut`), and deleted endpoints' delivery records and
+ * payloads are removed (`purgeDeleted`). Deliveries indexed before the
  * indexes were scored by createdAt get their score first (`rescoreLegacyDeliveries`; nothing to do
  * once that is done).
  */
-export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; joined: number }> {
+export async function sweepWebhooks(ctx: RoleContext): Promise<{
+  rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; joined: number; purged: PurgedTotals;
+}> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
   let announced = 0;
@@ -525,7 +534,44 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{ rescored: numbe
     for (let i = 1; i < flat.length; i += 2) if (!registered.has(flat[i]!)) pipeline.xtrim(keys.ledger(flat[i]!), 'MINID', minId);
     for (const [, removed] of (await pipeline.exec()) ?? []) trimmed += Number(removed ?? 0);
   } while (cursor !== '0');
-  return { rescored, pruned, dropped, unregistered, trimmed, announced, joined };
+  // last, the longest step: a failure in it (it throws) skips nothing else
+  const purged = await purgeDeleted(ctx, floor, PURGED_PER_SWEEP);
+  return { rescored, pruned, dropped, unregistered, trimmed, announced, joined, purged };
+}
+
+type PurgedTotals = { endpoints: number; records: number; payloads: number };
+
+/**
+ * Removes the delivery records and payloads of deleted endpoints (`purgeDeletedEndpoint`, in batches),
+ * at most `budget` deliveries a sweep. Looked for in every workspace that ever had an endpoint
+ * (`webhookForwarding`, 500 at a time): deleting its last one takes a workspace out of the registry.
+ * Until probe EG they stayed until their keep: ~7,200 records and payloads (~15 MB) per 30 s of
+ * endpoint churn.
+ */
+async function purgeDeleted(ctx: RoleContext, floor: string, budget: number): Promise<PurgedTotals> {
+  const { redis, keys } = ctx;
+  const totals: PurgedTotals = { endpoints: 0, records: 0, payloads: 0 };
+  let cursor = '0';
+  do {
+    const [next, workspaces] = await redis.sscan(keys.webhookForwarding, cursor, 'COUNT', 500);
+    cursor = next;
+    const listed = redis.pipeline();
+    for (const ws of workspaces) listed.srandmember(keys.webhookPurges(ws), PURGES_PER_WORKSPACE);
+    const replies = (await listed.exec()) ?? [];
+    for (const [k, ws] of workspaces.entries()) {
+      const [err, endpointIds] = replies[k] ?? [];
+      if (err) throw err;
+      for (const endpointId of (endpointIds as string[] | undefined) ?? []) {
+        if (budget <= 0) return totals;
+        const done = await purgeDeletedEndpoint(redis, keys, ws, endpointId, floor, budget);
+        budget -= done.walked;
+        totals.records += done.records;
+        totals.payloads += done.payloads;
+        if (done.finished) totals.endpoints++;
+      }
+    }
+  } while (cursor !== '0');
+  return totals;
 }
 
 /**

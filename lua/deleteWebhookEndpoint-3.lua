@@ -1,7 +1,10 @@
 --[[
-  Deletes a webhook endpoint with its attempt queue, delivery indexes and any note that its
-  `webhook.disabled` audit event is still to be appended. Delivery records and
-  payloads expire with the retention; an attempt in flight finds no endpoint and stops there.
+  Deletes a webhook endpoint with its attempt queue, per-status delivery indexes and any note that its
+  `webhook.disabled` audit event is still to be appended. Its index of all deliveries is renamed to
+  its purge index and the id listed in the workspace's purges, for the dispatchers' sweep to remove
+  the delivery records and payloads a batch at a time (lua/purgeWebhookDeliveries; until then they
+  stayed until their keep, probes BW, EG): one rename, whatever the number of deliveries. An attempt
+  in flight finds no endpoint and stops there.
 
   KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
   KEYS[2] the workspace's endpoint index   ({w:<ws>}:whks)
@@ -20,5 +23,9 @@ rcall('DEL', KEYS[1])
 rcall('ZREM', KEYS[2], ARGV[2])
 rcall('INCR', KEYS[3])
 rcall('HDEL', ARGV[1] .. ':whks:unannounced', ARGV[2])
-rcall('UNLINK', e .. ':due', e .. ':dlv', e .. ':dlv:pending', e .. ':dlv:success', e .. ':dlv:failed', e .. ':dlv:exhausted')
+if rcall('EXISTS', e .. ':dlv') == 1 then
+  rcall('RENAME', e .. ':dlv', e .. ':purge')
+  rcall('SADD', ARGV[1] .. ':whks:purge', ARGV[2])
+end
+rcall('UNLINK', e .. ':due', e .. ':dlv:pending', e .. ':dlv:success', e .. ':dlv:failed', e .. ':dlv:exhausted')
 return { before, rcall('ZCARD', KEYS[2]) }

@@ -82,6 +82,13 @@ export function createKeys(prefix: string) {
     webhookEndpoint: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}`,
     /** zset of an endpoint's delivery ids scored by createdAt (streams/scored-index.ts); with `status`, those in that status */
     webhookDeliveries: (workspaceId: string, endpointId: string, status?: string) => `${w(workspaceId)}:whk:${endpointId}:dlv${status ? `:${status}` : ''}`,
+    /**
+     * zset: a deleted endpoint's delivery index (its `dlv` renamed by lua/deleteWebhookEndpoint, same
+     * scores), whose records and payloads the dispatchers' sweep removes a batch at a time (lua/purgeWebhookDeliveries)
+     */
+    webhookPurge: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}:purge`,
+    /** set of deleted endpoint ids whose `webhookPurge` index is not walked to the end yet */
+    webhookPurges: (workspaceId: string) => `${w(workspaceId)}:whks:purge`,
     /** zset attempt member (`<whd_ id>` or `<whd_ id>#<replay n>`) → due ms: an endpoint's waiting attempts */
     webhookDue: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}:due`,
     /** hash: one delivery of one event to one endpoint (status, counters, attempts `a:<n>`) */

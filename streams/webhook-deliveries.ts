@@ -1,6 +1,6 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
-import { idTimeMs, isId } from '../lib/ids.js';
+import { derivedId, idTimeMs, isId } from '../lib/ids.js';
 import { MAX_ATTEMPTS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
@@ -149,6 +149,69 @@ async function rescore(redis: Redis, keys: Keys, workspaceId: string, endpointId
     args.push(id, String(scoreAt(ms, n)));
   });
   return callScript<number>(redis, 'rescoreWebhookDeliveries', [keys.webhookDeliveries(workspaceId, endpointId)], args);
+}
+
+/** Deliveries of a deleted endpoint removed per batch (one script call) by `purgeDeletedEndpoint`. */
+export const PURGE_BATCH = 500;
+/** Tries of a batch whose endpoints changed between its reads and its script (lua/purgeWebhookDeliveries answers -1). */
+const PURGE_TRIES = 3;
+
+/** `walked`: purge index entries taken (records already expired included), out of the budget */
+export type PurgeResult = { walked: number; records: number; payloads: number; finished: boolean };
+
+/**
+ * The ids the deliveries of a delivery's event to `endpoints` have or would have (ids derive from the
+ * event and the endpoint, lua/enqueueWebhookDeliveries; the time in a delivery id is its event's),
+ * leaving out endpoints made after the event, which never get it.
+ */
+function siblingDeliveries(deliveryId: string, eventId: string, endpoints: string[]): string[] {
+  const eventMs = idTimeMs('webhookDelivery', deliveryId);
+  if (!eventId || eventMs === null) return [];
+  return endpoints.filter((e) => (idTimeMs('webhookEndpoint', e) ?? 0) <= eventMs).map((e) => derivedId('webhookDelivery', eventMs, `${eventId}|${e}`));
+}
+
+/**
+ * Removes a deleted endpoint's delivery records and payloads (probes BW, EG: they stayed until their
+ * keep, ~15 MB per 30 s of endpoint churn), at most `budget` deliveries, `PURGE_BATCH` per script call
+ * (lua/purgeWebhookDeliveries), from the purge index lua/deleteWebhookEndpoint renamed its index to.
+ * Entries past the keep go first without a look (`floor`, as the sweep prunes live indexes: their
+ * records and payloads have expired; score 0, an earlier version's, is looked at). A payload is
+ * shared by the event's deliveries to every endpoint, so it stays while another endpoint's delivery
+ * of the event exists (`siblingDeliveries`, from the endpoints at the version the script checks).
+ * Idempotent: a sweep stopped between batches leaves the rest listed for the next one.
+ */
+export async function purgeDeletedEndpoint(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, floor: string, budget: number): Promise<PurgeResult> {
+  const index = keys.webhookPurge(workspaceId, endpointId);
+  const out: PurgeResult = { walked: 0, records: 0, payloads: 0, finished: false };
+  await redis.zremrangebyscore(index, '(0', floor);
+  for (let tries = 0; budget > 0 && !out.finished && tries < PURGE_TRIES;) {
+    const ids = await redis.zrange(index, 0, Math.min(budget, PURGE_BATCH) - 1);
+    const read = redis.pipeline().get(keys.webhookVersion(workspaceId)).zrange(keys.webhookEndpoints(workspaceId), 0, -1);
+    for (const id of ids) read.hget(keys.webhookDelivery(workspaceId, id), 'eventId');
+    const replies = ((await read.exec()) ?? []).map(([err, value]) => {
+      if (err) throw err;
+      return value;
+    });
+    const [version, endpoints] = replies as [string | null, string[]];
+    const args: (string | number)[] = [keys.webhookBase(workspaceId), endpointId, version ?? '', ids.length];
+    ids.forEach((id, i) => {
+      const eventId = (replies[i + 2] as string | null) ?? '';
+      const siblings = siblingDeliveries(id, eventId, endpoints);
+      args.push(id, eventId, siblings.length, ...siblings);
+    });
+    const reply = await callScript<[number, number, number] | -1>(redis, 'purgeWebhookDeliveries',
+      [index, keys.webhookPurges(workspaceId), keys.webhookVersion(workspaceId)], args);
+    if (reply === -1) {
+      tries++;
+      continue;
+    }
+    out.walked += ids.length;
+    out.records += reply[0];
+    out.payloads += reply[1];
+    out.finished = reply[2] === 1 || ids.length === 0;
+    budget -= ids.length;
+  }
+  return out;
 }
 
 /** Deliveries by id, for a page of an index (those expired are null). */

@@ -135,7 +135,8 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *     operationId: getWebhookEvent
    *     summary: A delivered event
    *     description: Scope `webhooks:read`. The payload exactly as it was (and is, on every retry and replay)
-   *       delivered, kept for the retention (`EVENT_RETENTION_DAYS`). An event no endpoint received is 404.
+   *       delivered, kept for the retention (`EVENT_RETENTION_DAYS`). An event no endpoint received is 404, as is one
+   *       whose every endpoint was deleted (within a minute of the last delete).
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
