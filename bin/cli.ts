@@ -6,6 +6,7 @@ import { pathToFileURL } from 'node:url';
 import { codePoints } from '../lib/code-points.js';
 import { ConfigError, loadConfig } from '../lib/config.js';
 import { ApiError } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
 import { createSecretBox } from '../lib/secret-box.js';
 import { isoTimeMs } from '../lib/iso-time.js';
 import { isId } from '../lib/ids.js';
@@ -51,6 +52,14 @@ function usageLine(reason: string): string {
   const first = reason.replace(/\. To specify a positional argument.*$/s, '').split('\n')[0]!;
   return `herald: ${first} (run herald --help for usage)\n`;
 }
+
+/** The CLI's word on a wait (the embedded Redis loading its data): a plain line on stderr, as its errors are. */
+const waitLog: Logger = {
+  debug: () => undefined,
+  info: (msg) => process.stderr.write(`herald: ${msg}\n`),
+  warn: (msg) => process.stderr.write(`herald: ${msg}\n`),
+  error: (msg) => process.stderr.write(`herald: ${msg}\n`),
+};
 
 const BY_CLI: Writer = { actor: { type: 'cli', id: null }, request: null };
 
@@ -386,7 +395,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const run = prepare(command, options);
     const config = loadConfig();
-    resolved = await resolveRedis(config);
+    resolved = await resolveRedis(config, undefined, { log: waitLog });
     const redis = await openRedis(resolved.target);
     try {
       const keys = createKeys(config.keyPrefix);

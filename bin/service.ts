@@ -86,7 +86,8 @@ async function closeRedis(redis: Redis, deadline: number): Promise<void> {
   redis.disconnect();
 }
 
-export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void> };
+/** `lost`: resolves with the reason when the embedded Redis died and could not be started again (the process then stops: bin/run.ts). */
+export type Service = { url: string | null; redis: Redis; keys: Keys; config: Config; stop: () => Promise<void>; lost: Promise<Error> };
 
 /** The error a port the web role cannot listen on is told by, or `err` itself. */
 function listenError(err: NodeJS.ErrnoException, port: number): Error {
@@ -95,29 +96,44 @@ function listenError(err: NodeJS.ErrnoException, port: number): Error {
   return err;
 }
 
+/** How long a start waits for its port to be released (a service killed a moment ago may hold it still). */
+const PORT_RELEASE_WAIT_MS = 3_000;
+
 /**
  * Whether the web role will be able to listen on `port`, tried before anything starts: a port in
  * use (a second `npm start` beside a running one) stopped the start only once Redis, an embedded
  * server and the other roles' actors had started, and they had taken work (leases, fan-outs) to
- * give back (probe BG). The listen itself still tells a port taken in between.
+ * give back (probe BG). One in use is tried again for up to PORT_RELEASE_WAIT_MS: a restart right
+ * after a kill of `npm start` lost the race with the old service releasing it (probe EE). The
+ * listen itself still tells a port taken in between.
  */
 async function checkPort(port: number): Promise<void> {
   if (port === 0) return;
-  await new Promise<void>((done, fail) => {
+  for (const deadline = Date.now() + PORT_RELEASE_WAIT_MS; ; await new Promise((r) => setTimeout(r, 100))) {
+    const err = await tryListen(port);
+    if (err === null) return;
+    if (err.code !== 'EADDRINUSE' || Date.now() > deadline) throw listenError(err, port);
+  }
+}
+
+/** Listens on `port` and closes it again: null, or the error the listen failed with. */
+function tryListen(port: number): Promise<NodeJS.ErrnoException | null> {
+  return new Promise((done) => {
     const probe = createNetServer();
-    probe.once('error', (err: NodeJS.ErrnoException) => fail(listenError(err, port)));
-    probe.listen(port, () => probe.close(() => done()));
+    probe.once('error', (err: NodeJS.ErrnoException) => done(err));
+    probe.listen(port, () => probe.close(() => done(null)));
   });
 }
 
 /**
  * Starts `roles` in this process: one Redis client for commands, the web server when `web` is
  * among them, and the long-running actors of the other roles. `stop` ends them in reverse order,
- * except the actors, whose stops begin at once.
+ * except the actors, whose stops begin at once. `abort` ends a wait for the embedded Redis loading its
+ * data (a server the start spawned is then stopped).
  */
-export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles })): Promise<Service> {
+export async function startService(config: Config, roles: Role[], log: Logger = createLogger(config.logLevel, { roles }), abort?: AbortSignal): Promise<Service> {
   if (roles.includes('web')) await checkPort(config.port);
-  const resolved: ResolvedRedis = await resolveRedis(config);
+  const resolved: ResolvedRedis = await resolveRedis(config, undefined, { log, watch: true, abort });
   const webOnly = roles.length === 1 && roles[0] === 'web';
   const redis = connectRedis(resolved.target, commandsOf(roles));
   // Until Redis first answers, its connection errors are debug lines: a Redis that never answers is
@@ -270,6 +286,7 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
   let stopped = false;
   return {
     url, redis, keys, config,
+    lost: resolved.lost ?? new Promise<Error>(() => undefined),
     stop: async () => {
       if (stopped) return;
       stopped = true;

@@ -103,6 +103,12 @@ export type Config = {
    * folder of the project finds the server `npm start` (which runs in the project folder) uses.
    */
   dataDir: string;
+  /**
+   * Whether the service stops when its parent process is gone: when it runs as an npm script
+   * (`npm_lifecycle_event` set by npm, as under `npm start`), whose npm, killed with SIGKILL, forwards
+   * no signal and left it running, holding its port (probe EE).
+   */
+  stopWithParent: boolean;
   /** Key encrypting secrets at rest (APNs private keys): 32 bytes as 64 hex characters or base64. `HERALD_ENCRYPTION_KEY`; unset: storing such secrets is refused. */
   encryptionKey: Buffer | null;
   /** APNs host for production tokens. `APNS_HOST`, default `api.push.apple.com`. */
@@ -280,6 +286,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),
     logLevel,
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
+    stopWithParent: Boolean(e.npm_lifecycle_event),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
     subscriberInboxMaxBacklog: integer(e, 'SUBSCRIBER_INBOX_MAX_BACKLOG', 250, 1, 1_000_000_000),

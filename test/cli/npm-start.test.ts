@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
@@ -49,8 +49,8 @@ async function answers(port: number): Promise<boolean> {
  * dist/ with tsc): the npm process, its port, its output so far and its exit. `detached` gives it a
  * process group of its own, as a terminal's foreground job.
  */
-async function npmStart(env: Record<string, string>, detached = false) {
-  const port = await freePort();
+async function npmStart(env: Record<string, string>, detached = false, port?: number) {
+  port ??= await freePort();
   const npm = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: String(port), HERALD_ROLES: 'web', ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached });
   let output = '';
   npm.stdout!.on('data', (d) => (output = (output + d).slice(-10_000)));
@@ -102,6 +102,64 @@ start('Ctrl-C in a terminal (SIGINT to npm and the service together, then npm\'s
     try { process.kill(-npm.pid!, 'SIGKILL'); } catch { /* gone */ }
   }
   assert.not.ok(await answers(port), 'nothing answers on the port once npm is gone');
+});
+
+/** The pids of the processes whose parent is `pid`. */
+function childrenOf(pid: number): number[] {
+  return spawnSync('ps', ['-o', 'pid=', '--ppid', String(pid)], { encoding: 'utf8' }).stdout.split('\n').map(Number).filter((n) => n > 0);
+}
+
+start('SIGKILL to npm: the service sees its parent gone and stops, releasing its port at once, and a new npm start on that port starts (probe EE: it ran on, holding the port)', async () => {
+  const env = { REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('npm-kill'), LOG_LEVEL: 'info' };
+  const first = await npmStart(env);
+  const [service] = childrenOf(first.npm.pid!); // `exec node bin/serve.js`: npm's child is the service
+  let second: Awaited<ReturnType<typeof npmStart>> | undefined;
+  try {
+    assert.ok(service, 'the service runs as npm\'s child');
+    first.npm.kill('SIGKILL');
+    await waitFor('the orphaned service to release its port', async () => !(await answers(first.port)), 3_000, 50);
+    await waitFor('the orphaned service to exit', async () => {
+      try {
+        process.kill(service!, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 10_000, 100);
+    assert.match(first.output(), /"msg":"stopping"[^\n]*"signal":"parent gone"/);
+    second = await npmStart(env, false, first.port);
+    assert.ok(await answers(first.port));
+  } finally {
+    second?.npm.kill('SIGTERM');
+    await second?.exited;
+    for (const pid of [service]) if (pid) try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  }
+});
+
+start('a start whose PORT is released within 3 s waits for it and starts (a restart right after a kill)', async () => {
+  const taken = createServer();
+  const port = await freePort();
+  await new Promise<void>((done) => taken.listen(port, '0.0.0.0', () => done()));
+  const child = spawn(process.execPath, ['bin/serve.js'], {
+    cwd: ROOT,
+    env: { ...process.env, PORT: String(port), REDIS_URL: await testRedisUrl(), REDIS_KEY_PREFIX: uniquePrefix('port-wait'), HERALD_ROLES: 'web', LOG_LEVEL: 'error' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (d) => (stderr += d));
+  const exited = new Promise((done) => child.once('exit', done));
+  try {
+    // released once the start has found it taken (its node and build check take a moment)
+    await new Promise((r) => setTimeout(r, 1_500));
+    await new Promise<void>((done) => taken.close(() => done()));
+    await waitFor('the service to answer', () => answers(port), 20_000, 100).catch((err: Error) => {
+      throw new Error(`${err.message}\n${stderr}`);
+    });
+  } finally {
+    taken.close();
+    child.kill('SIGTERM');
+    await exited;
+  }
 });
 
 start('a port already in use is one line on stderr and exit 1, before anything started: nothing written to Redis, nothing left running', async () => {

@@ -1,12 +1,14 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ConfigError, loadConfig } from '../../lib/config.js';
-import { answersPing, INSTALL_HINT, resolveRedis, type ResolvedRedis } from '../../streams/embedded-redis.js';
+import { answersPing, INSTALL_HINT, resolveRedis, type ResolveOptions, type ResolvedRedis } from '../../streams/embedded-redis.js';
+import type { Logger } from '../../lib/log.js';
 import { connectRedis } from '../../streams/redis.js';
 import { freePort, testRedisUrl } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
@@ -24,8 +26,8 @@ function temp(ctx: Ctx, name: string): string {
 }
 
 /** Resolves with a config that has no REDIS_URL and data under `dataDir`; remembers what it starts. */
-async function resolveEmbedded(ctx: Ctx, dataDir: string, local: { host: string; port: number }): Promise<ResolvedRedis> {
-  const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir }, {}), local);
+async function resolveEmbedded(ctx: Ctx, dataDir: string, local: { host: string; port: number }, options: ResolveOptions = {}, env: Record<string, string> = {}): Promise<ResolvedRedis> {
+  const resolved = await resolveRedis(loadConfig({ HERALD_DATA_DIR: dataDir, ...env }, {}), local, options);
   ctx.started.push(resolved);
   return resolved;
 }
@@ -428,6 +430,188 @@ embedded('a process without redis-server on PATH stops with exit 1 and the one-l
   assert.is(run.stdout, '');
   assert.is(run.stderr, `herald: ${INSTALL_HINT}\n`);
   assert.not.ok(existsSync(join(dataDir, 'redis')), 'nothing is created before the hint');
+});
+
+/** A logger keeping its lines (`<level> <msg> <fields>`), for tests that look for what was told. */
+function keptLog(): Logger & { lines: string[] } {
+  const lines: string[] = [];
+  const keep = (level: string) => (msg: string, fields?: Record<string, unknown>) => void lines.push(`${level} ${msg} ${JSON.stringify(fields ?? {})}`);
+  return { lines, debug: keep('debug'), info: keep('info'), warn: keep('warn'), error: keep('error') };
+}
+
+/** The first reply line of the server on `path` to PING, or null. */
+function pingReply(path: string): Promise<string | null> {
+  return new Promise((done) => {
+    const socket = createConnection(path);
+    const timer = setTimeout(() => finish(null), 500);
+    const finish = (reply: string | null) => {
+      clearTimeout(timer);
+      socket.destroy();
+      done(reply);
+    };
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (d) => finish(d.toString().split('\r\n')[0]!));
+    socket.once('error', () => finish(null));
+  });
+}
+
+/** The redis-server processes whose command line names `dataDir`: `<pid> redis-server unixsocket:<dataDir>/redis/redis.sock`. */
+function serversOf(dataDir: string): string[] {
+  return spawnSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' }).stdout.split('\n').map((line) => line.trim()).filter((line) => /[ /]redis-server /.test(` ${line}`) && line.includes(dataDir));
+}
+
+/**
+ * A folder to put first on PATH whose `redis-server` loads each key of the data `delayUs` µs slowly
+ * (redis-server's --key-load-delay), as a data set of a few GB loads slowly (probe EE's wrapper), and
+ * answers clients between keys (LOADING) as a large one does every 2 MB.
+ */
+function slowLoadingRedis(ctx: Ctx, delayUs: number): string {
+  const real = spawnSync('sh', ['-c', 'command -v redis-server'], { encoding: 'utf8' }).stdout.trim();
+  const bin = temp(ctx, 'slow-bin');
+  writeFileSync(join(bin, 'redis-server'), `#!/bin/sh\ncase "$1" in --version) exec ${real} --version;; esac\nexec ${real} "$@" --key-load-delay ${delayUs} --loading-process-events-interval-bytes 1024\n`, { mode: 0o755 });
+  return bin;
+}
+
+/** Makes a data folder whose server, started by `slowLoadingRedis`, loads `keys` keys (in the append-only file's base, where the delay applies). */
+async function seedData(ctx: Ctx, dataDir: string, keys: number): Promise<void> {
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody());
+  const redis = connectRedis(resolved.target);
+  try {
+    for (let i = 0; i < keys; i++) await redis.set(`seed:${i}`, randomBytes(1_024).toString('hex')); // over the 1 KB between answers, and not compressible
+    await redis.bgrewriteaof();
+    await waitFor('the append-only rewrite', async () => /aof_rewrite_in_progress:0[\s\S]*aof_rewrite_scheduled:0|aof_rewrite_scheduled:0[\s\S]*aof_rewrite_in_progress:0/.test(await redis.info('persistence')), 10_000, 50);
+  } finally {
+    redis.disconnect();
+  }
+  await resolved.stop();
+}
+
+/** Runs `fn` with `bin` first on PATH (the spawned redis-server, and the --version check, find it there). */
+async function withPath<T>(bin: string, fn: () => Promise<T>): Promise<T> {
+  const path = process.env.PATH;
+  process.env.PATH = `${bin}:${path}`;
+  try {
+    return await fn();
+  } finally {
+    process.env.PATH = path;
+  }
+}
+
+embedded('a server left loading its data by a killed start is used and waited for, with a log line, never doubled (probe EE: taken for none, a second server was spawned on the same append-only file)', async (ctx) => {
+  const dataDir = temp(ctx, 'loading');
+  const local = await nobody();
+  await seedData(ctx, dataDir, 40);
+  const bin = slowLoadingRedis(ctx, 100_000); // 40 keys: 4 s of loading
+  const socket = join(dataDir, 'redis', 'redis.sock');
+  // a start killed while its server loads (as one that gave up after 10 s was, before)
+  const script = `
+    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
+  const first = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
+  try {
+    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
+  } finally {
+    first.kill('SIGKILL');
+  }
+  const log = keptLog();
+  const next = await withPath(bin, () => resolveEmbedded(ctx, dataDir, local, { log }));
+  assert.is(await pingReply(socket), '+PONG', 'ready once resolved');
+  assert.is(serversOf(dataDir).length, 1, serversOf(dataDir).join('\n'));
+  assert.ok(log.lines.some((line) => line.startsWith('info waiting for the embedded redis-server to load its data')), log.lines.join('\n'));
+  const redis = connectRedis(next.target);
+  try {
+    assert.is(await redis.dbsize(), 40);
+  } finally {
+    redis.disconnect();
+  }
+  await next.stop();
+  assert.is(serversOf(dataDir).length, 0, 'it took the server over from the killed start, and stopped it');
+});
+
+embedded('a start whose own server does not finish loading in time stops that server: none is left running (probe EE: an orphan kept loading)', async (ctx) => {
+  const dataDir = temp(ctx, 'load-limit');
+  await seedData(ctx, dataDir, 40);
+  const bin = slowLoadingRedis(ctx, 100_000);
+  const err = await withPath(bin, () => resolveEmbedded(ctx, dataDir, { host: '127.0.0.1', port: 1 }, { limits: { loadMs: 500 } })).catch((e: Error) => e);
+  assert.match(String((err as Error)?.message ?? err), /did not finish loading its data within 0\.5 s/);
+  assert.is(serversOf(dataDir).length, 0, serversOf(dataDir).join('\n'));
+});
+
+embedded('no second server is spawned on a data folder whose redis-server runs without answering on the socket: the start says so', async (ctx) => {
+  const dataDir = temp(ctx, 'unanswering');
+  const dir = join(dataDir, 'redis');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // the folder's server, its socket gone elsewhere (removed, or not bound yet)
+  const other = spawn('redis-server', ['--port', '0', '--unixsocket', join(temp(ctx, 'elsewhere'), 's.sock'), '--pidfile', join(dir, 'redis.pid'), '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+  try {
+    await waitFor('its pid file', async () => existsSync(join(dir, 'redis.pid')), 10_000, 20);
+    const err = await resolveEmbedded(ctx, dataDir, await nobody(), { limits: { answerMs: 300 } }).catch((e: Error) => e);
+    assert.instance(err, ConfigError);
+    assert.match((err as Error).message, new RegExp(`^a redis-server \\(pid ${other.pid}, .*redis\\.pid\\) runs on .* but does not answer on .*redis\\.sock: stop it`));
+    assert.not.ok(existsSync(join(dir, 'redis.sock')), 'no server was started on the socket');
+  } finally {
+    other.kill('SIGKILL');
+  }
+});
+
+embedded('the data folder is its owner\'s alone: made (or tightened) to 0700, and redis-server writes its files 0600 (probe EE: 0755 and 0644, the whole database readable by any local user)', async (ctx) => {
+  const dataDir = temp(ctx, 'private');
+  const dir = join(dataDir, 'redis');
+  mkdirSync(dir, { recursive: true });
+  chmodSync(dir, 0o755); // as an earlier version left it
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody());
+  const redis = connectRedis(resolved.target);
+  try {
+    await redis.set('secret', 'whsec_x');
+  } finally {
+    redis.disconnect();
+  }
+  await resolved.stop();
+  assert.is(statSync(dir).mode & 0o777, 0o700);
+  const files = ['redis.log', ...readdirSync(join(dir, 'appendonlydir')).map((f) => join('appendonlydir', f))];
+  for (const file of files) assert.is(statSync(join(dir, file)).mode & 0o077, 0, `${file}: ${(statSync(join(dir, file)).mode & 0o777).toString(8)}`);
+  assert.is(statSync(join(dir, 'appendonlydir')).mode & 0o077, 0);
+});
+
+embedded('a watched server that dies is started again on the same data, told in a warning, and the restarted one is stopped with the service (probe EE: 503 for good)', async (ctx) => {
+  const dataDir = temp(ctx, 'restart');
+  const log = keptLog();
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody(), { log, watch: true, limits: { watchMs: 100 } }, { EMBEDDED_REDIS_APPENDFSYNC: 'always' });
+  const socket = (resolved.target as { path: string }).path;
+  const redis = connectRedis(resolved.target);
+  redis.on('error', () => undefined); // refused while the server is gone
+  try {
+    await redis.set('kept', 'yes');
+    const pid = Number(/process_id:(\d+)/.exec(await redis.info('server'))![1]);
+    process.kill(pid, 'SIGKILL');
+    await waitFor('a new server', async () => (await pingReply(socket)) === '+PONG' && serversOf(dataDir)[0]?.split(' ')[0] !== String(pid), 15_000, 50);
+    assert.is(await redis.get('kept'), 'yes', 'the client reconnects to the new server, whose data is the old one\'s');
+    assert.ok(log.lines.some((line) => line.startsWith('warn the embedded redis-server is gone: starting it again') && line.includes(`"pid":${pid}`)), log.lines.join('\n'));
+  } finally {
+    redis.disconnect();
+  }
+  await resolved.stop();
+  assert.is(serversOf(dataDir).length, 0, 'the restarted server is stopped with the service');
+});
+
+embedded('a watched server that cannot be started again is lost: `lost` says why, after the bounded attempts', async (ctx) => {
+  const dataDir = temp(ctx, 'lost');
+  const log = keptLog();
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody(), { log, watch: true, limits: { watchMs: 100, restarts: 2, restartBackoffMs: 50 } });
+  const pid = Number((await serversOf(dataDir))[0]!.split(' ')[0]);
+  const path = process.env.PATH;
+  process.env.PATH = temp(ctx, 'no-redis'); // nothing to start it with
+  try {
+    process.kill(pid, 'SIGKILL');
+    const lost = await Promise.race([resolved.lost!, new Promise<string>((r) => setTimeout(() => r('not lost after 10 s'), 10_000))]);
+    assert.instance(lost, Error);
+    assert.is((lost as Error).message, `the embedded redis-server (pid ${pid}) is gone and did not start again after 2 attempts: ${INSTALL_HINT}`);
+    assert.is(log.lines.filter((line) => line.startsWith('warn the embedded redis-server is gone')).length, 2, log.lines.join('\n'));
+  } finally {
+    process.env.PATH = path;
+  }
+  await resolved.stop();
 });
 
 embedded.run();
