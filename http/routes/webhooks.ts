@@ -136,7 +136,8 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
    *     summary: A delivered event
    *     description: Scope `webhooks:read`. The payload exactly as it was (and is, on every retry and replay)
    *       delivered, kept for the retention (`EVENT_RETENTION_DAYS`). An event no endpoint received is 404, as is one
-   *       whose every endpoint was deleted (within a minute of the last delete).
+   *       whose every endpoint was deleted, once the housekeeping sweep has removed those endpoints' deliveries (50,000
+   *       deliveries a minute over the deployment; docs/webhooks.md).
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
