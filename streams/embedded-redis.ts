@@ -4,6 +4,7 @@ import { createConnection } from 'node:net';
 import { join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
+import { stopChild } from '../lib/stop-child.js';
 import { alive, ownerOf, withStartLock } from './pid-files.js';
 import type { RedisTarget } from './redis.js';
 
@@ -313,21 +314,6 @@ async function untilLoaded(place: Place, server: Server): Promise<void> {
     }
     await sleep(100);
   }
-}
-
-/** Stops a redis-server this process spawned (SIGTERM: it flushes its append-only file), killed after `graceMs`; returns once it is gone. */
-function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
-  return new Promise<void>((done) => {
-    // gone already: exited, or killed by a signal (the OOM killer, kill -9), which leaves exitCode
-    // null and signalCode set; its 'exit' has fired, so waiting for it hung the stop (probe V)
-    if (child.exitCode !== null || child.signalCode !== null) return done();
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      done();
-    });
-    child.kill('SIGTERM');
-  });
 }
 
 /**

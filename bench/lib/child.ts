@@ -1,5 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+export { stopChild } from '../../lib/stop-child.js';
 
 /** The repository root (bench/lib/../..). */
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -73,15 +74,3 @@ export async function waitForHttp(url: string, child: Child, status = 200, timeo
   throw new Error(`${url} did not answer ${status} within ${timeoutMs} ms:\n${child.stderr()}`);
 }
 
-/** SIGTERM, then SIGKILL after `graceMs`; resolves when the child has exited. */
-export function stopChild(child: ChildProcess, graceMs = 5_000): Promise<void> {
-  return new Promise((done) => {
-    if (child.exitCode !== null || child.signalCode !== null) return done();
-    const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
-    child.once('exit', () => {
-      clearTimeout(timer);
-      done();
-    });
-    child.kill('SIGTERM');
-  });
-}
