@@ -5,6 +5,7 @@ import type { ErrorDetail } from './errors.js';
 import { parseDuration } from './durations.js';
 import { bucketWidthMs } from './event-counters.js';
 import { isUnknownReserved, UNKNOWN_RESERVED_MESSAGE } from './event-names.js';
+import { isoTimeMs } from './iso-time.js';
 import { SLUG_MAX_LENGTH, SLUG_MIN_LENGTH, SLUG_PATTERN } from './slugs.js';
 
 /**
@@ -331,8 +332,14 @@ export function attributeValue(subscriber: Subject['subscriber'], name: string):
 
 function ordered(value: unknown, operand: unknown, test: (c: number) => boolean): boolean {
   if (typeof operand === 'number') return typeof value === 'number' && test(value < operand ? -1 : value > operand ? 1 : 0);
-  if (typeof operand === 'string') return typeof value === 'string' && test(value < operand ? -1 : value > operand ? 1 : 0);
-  return false;
+  if (typeof operand !== 'string' || typeof value !== 'string') return false;
+  // two date-times compare as the instants they name: by their text, a stored `createdAt`
+  // (`…27.787Z`) came before `…27Z` of the same second, and an offset (`+01:00`) was never applied
+  // (probe EK: a subscriber created 30 minutes after `gte` a time written with +01:00 was no member)
+  const at = isoTimeMs(value);
+  const bound = at === null ? null : isoTimeMs(operand);
+  if (at !== null && bound !== null) return test(Math.sign(at - bound));
+  return test(value < operand ? -1 : value > operand ? 1 : 0);
 }
 
 /** Applies the single operator of `cond` to `value` (undefined = missing). */

@@ -161,6 +161,20 @@ ops('gt, gte, lt and lte compare strings lexicographically, so ISO dates compare
   assert.ok(is(attr('plan', { lte: 'pro' })));
 });
 
+ops('two date-times compare as instants, whatever their offsets and precision (probe EK: by their text, .000Z came before Z of the same second and offsets were never applied)', () => {
+  // createdAt is 2024-03-01T10:00:00.000Z
+  assert.ok(is(attr('createdAt', { gte: '2024-03-01T10:00:00Z' })), 'the same second, without milliseconds');
+  assert.ok(is(attr('createdAt', { lte: '2024-03-01T10:00:00Z' })));
+  assert.ok(is(attr('createdAt', { gte: '2024-03-01T10:30:00+01:00' })), '30 minutes before, written in +01:00');
+  assert.not.ok(is(attr('createdAt', { gte: '2024-03-01T11:30:00+01:00' })), '30 minutes after, in +01:00');
+  assert.ok(is(attr('createdAt', { lt: '2024-03-01T09:30:00-01:00' })), '30 minutes after, in -01:00');
+  assert.ok(is(attr('createdAt', { gt: '2024-03-01T23:59:59.999+14:00' })), '0.001 s before, in +14:00');
+  assert.not.ok(is(attr('createdAt', { gt: '2024-03-01T10:00:00.0001Z' })), 'precision beyond milliseconds is dropped, as stored');
+  // text that is not a date-time with its offset still compares as text
+  assert.ok(is(attr('createdAt', { lt: '2024-03-01T10:00:00.000Zz' })));
+  assert.ok(is(attr('plan', { gt: '2024-03-01T10:00:00Z' })));
+});
+
 ops('ordering a missing value or across types is false', () => {
   assert.not.ok(is(attr('missing', { gt: 0 })));
   assert.not.ok(is(attr('missing', { lt: 'z' })));
