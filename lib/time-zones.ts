@@ -4,8 +4,17 @@ import { IANA_TIME_ZONE_NAMES } from './iana-time-zones.js';
 /** Lowercased name → IANA's spelling, zones and links (aliases) alike. */
 const SPELLING = new Map(IANA_TIME_ZONE_NAMES.map((name) => [name.toLowerCase(), name]));
 
-/** Whether `value` names a time zone this runtime knows (IANA; Intl matches names ignoring case). */
+/** This runtime's canonical zones, lowercased: a zone newer than the list's tzdata is among them. */
+const CANONICAL = new Set(Intl.supportedValuesOf('timeZone').map((name) => name.toLowerCase()));
+
+/**
+ * Whether `value` names an IANA time zone this runtime knows (Intl matches names ignoring case): a
+ * zone or link of the list, or a zone Intl calls canonical. ICU's own extra names, which IANA
+ * removed (`SystemV/AST4`, `US/Pacific-New`, tzdata 2020b), were taken too (probe EK).
+ */
 export function isTimeZone(value: string): boolean {
+  const lower = value.toLowerCase();
+  if (!SPELLING.has(lower) && !CANONICAL.has(lower)) return false;
   try {
     new Intl.DateTimeFormat('en', { timeZone: value });
     return true;

@@ -44,6 +44,11 @@ subs('a time zone is stored as IANA writes it whatever the case it was sent in (
   for (const [sent, stored] of [['asia/kolkata', 'Asia/Kolkata'], ['EUROPE/KYIV', 'Europe/Kyiv'], ['us/eastern', 'US/Eastern'], ['etc/utc', 'Etc/UTC'], ['america/argentina/buenos_aires', 'America/Argentina/Buenos_Aires']]) {
     assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: sent })).body.data.timezone, stored, sent);
   }
+  // names ICU knows that IANA removed (tzdata 2020b) are no IANA time zones (probe EK: taken)
+  for (const sent of ['SystemV/AST4', 'systemv/ast4', 'US/Pacific-New']) {
+    const refused = await api.patch('/v1/subscribers/tz-1', key, { timezone: sent });
+    assert.equal([refused.status, refused.body.error?.param], [400, 'timezone'], sent);
+  }
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { timezone: null })).body.data.timezone, null);
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en_US' })).body.data.locale, 'en-US', 'an Apple-style locale is stored with -');
   assert.is((await api.patch('/v1/subscribers/tz-1', key, { locale: 'en-US-u-ca-gregory' })).body.data.locale, 'en-US-u-ca-gregory', 'BCP 47 extensions are well-formed tags');
