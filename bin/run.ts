@@ -3,8 +3,8 @@ import { createLogger } from '../lib/log.js';
 import { startService, type Service } from './service.js';
 
 /**
- * Runs `roles` (default: the configured ones) until SIGTERM or SIGINT (or, run by npm, until npm
- * is gone), then stops gracefully; an embedded Redis lost for good stops it with one line and exit 1.
+ * Runs `roles` (default: the configured ones) until SIGTERM, SIGINT or SIGHUP (or, run by npm,
+ * until npm is gone), then stops gracefully; an embedded Redis lost for good stops it with one line and exit 1.
  * A configuration problem, such as no Redis to be had, is one line on stderr and exit code 1.
  */
 export async function run(roles?: Role[]): Promise<void> {
@@ -39,6 +39,9 @@ export async function run(roles?: Role[]): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // a terminal closed (an ssh session dropped) under `npm start`: Node's default ended the process
+  // at once, no graceful stop, its claims and in-flight work not given back (probe EJ)
+  process.on('SIGHUP', () => void shutdown('SIGHUP'));
   if (config.stopWithParent) watchParent(() => void shutdown('parent gone'));
   let started: Service;
   try {

@@ -157,7 +157,7 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
   }
   const place: Place = { config, dir, socket, ownerFile: join(dir, 'owner.pid'), log: options.log ?? quiet, limits: { ...EMBEDDED_LIMITS, ...options.limits }, abort: options.abort };
   const server: Server = { owns: false, child: null, pid: null, stopping: false };
-  await obtainServer(place, server);
+  await obtainServerAgain(place, server);
   const lost = options.watch ? watchServer(place, server) : null;
   return {
     target: { path: socket },
@@ -169,6 +169,28 @@ export async function resolveRedis(config: Config, local: { host: string; port: 
     },
     ...(lost ? { lost: lost.lost } : {}),
   };
+}
+
+/** A server another process started, waited for while it loaded, is gone (that process stopped it, or it died). */
+class ServerGone extends Error {}
+
+/** Starts a server of its own after one it waited for went (ServerGone) at most this many times. */
+const OBTAIN_ATTEMPTS = 3;
+
+/**
+ * `obtainServer`, again when the server it waited for while it loaded went: the process that
+ * spawned it stopped it (one of the Procfile's roles restarted during a long load), and this start
+ * failed with it (probe EJ); it now starts one of its own.
+ */
+async function obtainServerAgain(place: Place, server: Server): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await obtainServer(place, server);
+    } catch (err) {
+      if (!(err instanceof ServerGone) || attempt >= OBTAIN_ATTEMPTS || place.abort?.aborted) throw err;
+      place.log.warn('the embedded redis-server waited for went while it loaded: starting one', { attempt });
+    }
+  }
 }
 
 /** Where the embedded server lives, and how this process treats it. */
@@ -216,16 +238,23 @@ async function obtainServer(place: Place, server: Server): Promise<void> {
 
 /**
  * Makes the data folder readable by its owner alone (probe EE: it was 0755 under a usual umask, and
- * the append-only files, with every secret and subscriber in them, 0644); a folder of another user is
- * left as it is.
+ * the append-only files, with every secret and subscriber in them, 0644). A folder of another user
+ * is refused: its owner could read the data, or run the server on its socket and read everything
+ * Herald writes to it (probe EJ: taken over silently, the other user read every key).
  */
 function keepPrivate(dir: string): void {
+  let stat;
   try {
-    const stat = statSync(dir);
-    if (stat.uid === process.getuid?.() && (stat.mode & 0o077) !== 0) chmodSync(dir, stat.mode & 0o700);
+    stat = statSync(dir);
   } catch {
-    // not there yet (a server answering on it made it), or not ours to change
+    return; // not there yet
   }
+  const uid = process.getuid?.();
+  if (uid === undefined) return;
+  if (stat.uid !== uid) {
+    throw new ConfigError(`the embedded Redis folder ${dir} belongs to another user (uid ${stat.uid}): its data would not be private; set HERALD_DATA_DIR to a folder of this user (uid ${uid}), or set REDIS_URL`);
+  }
+  if ((stat.mode & 0o077) !== 0) chmodSync(dir, stat.mode & 0o700);
 }
 
 /** Uses the server answering on the socket; takes it over when the process that started it is gone. */
@@ -245,19 +274,27 @@ async function adoptServer(place: Place, server: Server): Promise<void> {
 async function awaitLiveServer(place: Place): Promise<boolean> {
   const pidFile = join(place.dir, 'redis.pid');
   const pid = ownerOf(pidFile);
-  if (pid === null || !alive(pid) || !isRedisServer(pid)) return false;
+  if (pid === null || !alive(pid) || !isFolderServer(pid, place.socket)) return false;
   for (const deadline = Date.now() + place.limits.answerMs; Date.now() < deadline; await sleep(100)) {
     if (await serverAnswer(place.socket)) return true;
     if (!alive(pid)) return false;
   }
-  throw new ConfigError(`a redis-server (pid ${pid}, ${pidFile}) runs on ${place.dir} but does not answer on ${place.socket}: stop it before starting Herald`);
+  throw new ConfigError(`a redis-server (pid ${pid}, ${pidFile}) runs on ${place.dir} but does not answer on ${place.socket}: stop it before starting Herald (or, if pid ${pid} is not that server, delete ${pidFile})`);
 }
 
-/** Whether the process `pid` is a redis-server (a pid file's pid may have been reused by another program). */
-function isRedisServer(pid: number): boolean {
-  const ps = spawnSync('ps', ['-o', 'args=', '-p', String(pid)], { encoding: 'utf8' });
+/**
+ * Whether the process `pid` is this folder's redis-server: a pid file's pid may have been reused
+ * by another program since (a reboot), another folder's redis-server, or a `tail -f` of the folder's
+ * log, which a match of `redis` in its arguments took for it and refused every start (probe EJ). Its
+ * program is redis-server, and its arguments (or the title it gives itself, `unixsocket:<path>`) name
+ * this folder's socket.
+ */
+function isFolderServer(pid: number, socket: string): boolean {
+  const ps = spawnSync('ps', ['-o', 'comm=,args=', '-p', String(pid)], { encoding: 'utf8' });
   // without ps, a live pid is taken to be the server: refusing to start is safer than a second server
-  return ps.error ? true : /redis/.test(ps.stdout);
+  if (ps.error) return true;
+  const line = ps.stdout.trim();
+  return /^redis-server\b/.test(line) && line.includes(socket);
 }
 
 /** The pid of the server on `socket` (INFO answers while it loads), or null. */
@@ -304,13 +341,13 @@ async function untilLoaded(place: Place, server: Server): Promise<void> {
     if (answer === 'ready') return;
     const { child } = server;
     if (child && (child.exitCode !== null || child.signalCode !== null)) throw new Error(`redis-server exited with code ${child.exitCode ?? child.signalCode} before it was ready${lastLogLine(join(place.dir, 'redis.log'))}`);
-    if (!child && answer === null && (server.pid === null || !alive(server.pid))) throw new Error(`the embedded redis-server on ${socket} stopped answering while it loaded its data`);
+    if (!child && answer === null && (server.pid === null || !alive(server.pid))) throw new ServerGone(`the embedded redis-server on ${socket} stopped answering while it loaded its data`);
     if (server.stopping || place.abort?.aborted) throw new Error('stopping');
     const waited = Date.now() - started;
     if (waited > limits.loadMs) throw new Error(`the embedded redis-server on ${socket} did not finish loading its data within ${limits.loadMs / 1000} s${lastLogLine(join(place.dir, 'redis.log'))}`);
     if (answer === 'loading' && (told === 0 || Date.now() - told >= 15_000)) {
       told = Date.now();
-      log.info('waiting for the embedded redis-server to load its data', { socket, pid: server.pid, waitedS: Math.round(waited / 1000), limitS: limits.loadMs / 1000 });
+      log.info('waiting for the embedded redis-server to load its data', { socket, redisPid: server.pid, waitedS: Math.round(waited / 1000), limitS: limits.loadMs / 1000 });
     }
     await sleep(100);
   }
@@ -327,27 +364,30 @@ function watchServer(place: Place, server: Server): { lost: Promise<Error>; stop
   let tell: (err: Error) => void = () => undefined;
   const lost = new Promise<Error>((done) => (tell = done));
   let restarting: Promise<void> | null = null;
+  // the service stopping: set at once by its signal (`abort`), `server.stopping` only once the roles
+  // have stopped, up to 8 s later; meanwhile each attempt spawned a server and killed it again (probe EJ)
+  const stopping = () => server.stopping || place.abort?.aborted === true;
   const restart = async (pid: number) => {
     let last: Error | null = null;
-    for (let attempt = 1; attempt <= limits.restarts && !server.stopping; attempt++) {
+    for (let attempt = 1; attempt <= limits.restarts && !stopping(); attempt++) {
       if (attempt > 1) await sleep(limits.restartBackoffMs * 2 ** (attempt - 2));
-      if (server.stopping) return;
-      log.warn('the embedded redis-server is gone: starting it again', { pid, attempt, of: limits.restarts, socket: place.socket });
+      if (stopping()) return;
+      log.warn('the embedded redis-server is gone: starting it again', { redisPid: pid, attempt, of: limits.restarts, socket: place.socket });
       try {
         await obtainServer(place, server);
-        log.info('the embedded redis-server runs again', { pid: server.pid, owns: server.owns });
+        log.info('the embedded redis-server runs again', { redisPid: server.pid, owns: server.owns });
         return;
       } catch (err) {
         last = err as Error;
         log.warn('the embedded redis-server did not start again', { attempt, err: last.message });
       }
     }
-    if (server.stopping) return;
+    if (stopping()) return;
     clearInterval(timer); // given up: the service stops (bin/run.ts)
     tell(new Error(`the embedded redis-server (pid ${pid}) is gone and did not start again after ${limits.restarts} attempts: ${last?.message}`));
   };
   const timer = setInterval(() => {
-    if (restarting || server.stopping || server.pid === null || alive(server.pid)) return;
+    if (restarting || stopping() || server.pid === null || alive(server.pid)) return;
     const gone = server.pid;
     server.child = null;
     restarting = restart(gone).finally(() => (restarting = null));

@@ -3,6 +3,9 @@ import { connect } from 'node:net';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
+import { roleEnv } from '../helpers/audit.js';
+import { startRoleProcess } from '../helpers/processes.js';
+import { freePort } from '../helpers/redis.js';
 import { bootstrapWorkspace, startTestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -32,6 +35,20 @@ function slowPost(url: string, path: string, key: string, body: unknown, agent: 
   req.write(data.subarray(0, 10));
   return { req, finish: () => (req.end(data.subarray(10)), answer) };
 }
+
+shutdown('SIGHUP (a terminal closed under `npm start`) stops a role gracefully, exit 0 (probe EJ: Node\'s default ended it at once)', async () => {
+  const service = await startTestService('sighup');
+  const web = startRoleProcess('web', { ...roleEnv(service), PORT: String(await freePort()), LOG_LEVEL: 'info' });
+  try {
+    await waitFor('the web role to listen', async () => web.output().includes('listening'), 20_000, 50);
+    web.child.kill('SIGHUP');
+    assert.is(await web.exited, 0, web.output());
+    assert.match(web.output(), /"signal":"SIGHUP"/);
+  } finally {
+    web.child.kill('SIGKILL');
+    await service.stop();
+  }
+});
 
 shutdown('a request in flight when the service stops is answered, its connection then closed', async () => {
   const service = await startTestService('shutdown');

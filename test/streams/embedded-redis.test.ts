@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
@@ -542,10 +542,11 @@ embedded('no second server is spawned on a data folder whose redis-server runs w
   const dataDir = temp(ctx, 'unanswering');
   const dir = join(dataDir, 'redis');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  // the folder's server, its socket gone elsewhere (removed, or not bound yet)
-  const other = spawn('redis-server', ['--port', '0', '--unixsocket', join(temp(ctx, 'elsewhere'), 's.sock'), '--pidfile', join(dir, 'redis.pid'), '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+  // the folder's server, its socket file removed
+  const other = spawn('redis-server', ['--port', '0', '--unixsocket', join(dir, 'redis.sock'), '--pidfile', join(dir, 'redis.pid'), '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
   try {
-    await waitFor('its pid file', async () => existsSync(join(dir, 'redis.pid')), 10_000, 20);
+    await waitFor('its pid file and socket', async () => existsSync(join(dir, 'redis.pid')) && existsSync(join(dir, 'redis.sock')), 10_000, 20);
+    rmSync(join(dir, 'redis.sock'));
     const err = await resolveEmbedded(ctx, dataDir, await nobody(), { limits: { answerMs: 300 } }).catch((e: Error) => e);
     assert.instance(err, ConfigError);
     assert.match((err as Error).message, new RegExp(`^a redis-server \\(pid ${other.pid}, .*redis\\.pid\\) runs on .* but does not answer on .*redis\\.sock: stop it`));
@@ -587,7 +588,7 @@ embedded('a watched server that dies is started again on the same data, told in 
     process.kill(pid, 'SIGKILL');
     await waitFor('a new server', async () => (await pingReply(socket)) === '+PONG' && serversOf(dataDir)[0]?.split(' ')[0] !== String(pid), 15_000, 50);
     assert.is(await redis.get('kept'), 'yes', 'the client reconnects to the new server, whose data is the old one\'s');
-    assert.ok(log.lines.some((line) => line.startsWith('warn the embedded redis-server is gone: starting it again') && line.includes(`"pid":${pid}`)), log.lines.join('\n'));
+    assert.ok(log.lines.some((line) => line.startsWith('warn the embedded redis-server is gone: starting it again') && line.includes(`"redisPid":${pid}`)), log.lines.join('\n'));
   } finally {
     redis.disconnect();
   }
@@ -612,6 +613,88 @@ embedded('a watched server that cannot be started again is lost: `lost` says why
     process.env.PATH = path;
   }
   await resolved.stop();
+});
+
+embedded('a redis.pid naming a live process that is not the folder\'s redis-server (a reused pid, a tail of its log) does not stop a start (probe EJ: refused every start, naming that process)', async (ctx) => {
+  const dataDir = temp(ctx, 'reused-pid');
+  const dir = join(dataDir, 'redis');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  writeFileSync(join(dir, 'redis.log'), '');
+  const tail = spawn('tail', ['-f', join(dir, 'redis.log')], { stdio: 'ignore' });
+  try {
+    writeFileSync(join(dir, 'redis.pid'), `${tail.pid}\n`);
+    const resolved = await resolveEmbedded(ctx, dataDir, await nobody(), { limits: { answerMs: 3_000 } });
+    assert.is(await pingReply((resolved.target as { path: string }).path), '+PONG');
+    await resolved.stop();
+  } finally {
+    tail.kill('SIGKILL');
+  }
+});
+
+embedded('a data folder of another user is refused, not used (probe EJ: taken over silently, its owner could read every key)', async (ctx) => {
+  if (process.getuid?.() !== 0) return; // only root can give a folder away (CI runs as root)
+  const dataDir = temp(ctx, 'foreign');
+  const dir = join(dataDir, 'redis');
+  mkdirSync(dir, { recursive: true, mode: 0o777 });
+  chownSync(dir, 65534, 65534);
+  const err = await resolveEmbedded(ctx, dataDir, await nobody()).catch((e: Error) => e);
+  assert.instance(err, ConfigError);
+  assert.match((err as Error).message, /^the embedded Redis folder .*redis belongs to another user \(uid 65534\)/);
+  assert.is(serversOf(dataDir).length, 0);
+});
+
+embedded('a service told to stop while its watcher restarts the server makes no more attempts (probe EJ: each spawned a server and killed it, and the stop ran into its 15 s limit)', async (ctx) => {
+  const dataDir = temp(ctx, 'restart-stop');
+  const log = keptLog();
+  const abort = new AbortController();
+  const resolved = await resolveEmbedded(ctx, dataDir, await nobody(), { log, watch: true, abort: abort.signal, limits: { watchMs: 50, restarts: 5, restartBackoffMs: 100 } });
+  const pid = Number(serversOf(dataDir)[0]!.split(' ')[0]);
+  const path = process.env.PATH;
+  process.env.PATH = temp(ctx, 'no-redis-2'); // every attempt fails
+  try {
+    process.kill(pid, 'SIGKILL');
+    await waitFor('the first attempt', async () => log.lines.some((line) => line.startsWith('warn the embedded redis-server is gone')), 5_000, 20);
+    abort.abort(); // the service's signal
+    await new Promise((r) => setTimeout(r, 1_600)); // the four other attempts would be made by now
+    assert.is(log.lines.filter((line) => line.startsWith('warn the embedded redis-server is gone')).length, 1, log.lines.join('\n'));
+  } finally {
+    process.env.PATH = path;
+  }
+  await resolved.stop();
+});
+
+embedded('a start waiting for a server another process spawned, which that process then stops mid-load, starts one of its own (probe EJ: it failed, one of the Procfile roles restarted during a long load)', async (ctx) => {
+  const dataDir = temp(ctx, 'load-gone');
+  const local = await nobody();
+  await seedData(ctx, dataDir, 30);
+  const bin = slowLoadingRedis(ctx, 100_000); // 30 keys: 3 s of loading
+  const socket = join(dataDir, 'redis', 'redis.sock');
+  const script = `
+    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
+  const first = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
+  try {
+    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
+    const log = keptLog();
+    const waiting = withPath(bin, () => resolveEmbedded(ctx, dataDir, local, { log }));
+    await waitFor('the second start to wait', async () => log.lines.some((line) => line.startsWith('info waiting for the embedded redis-server')), 10_000, 20);
+    // the first process stops, and its loading server with it
+    first.kill('SIGKILL');
+    for (const line of serversOf(dataDir)) process.kill(Number(line.split(' ')[0]), 'SIGKILL');
+    const next = await waiting;
+    assert.is(await pingReply(socket), '+PONG');
+    assert.is(serversOf(dataDir).length, 1, serversOf(dataDir).join('\n'));
+    const redis = connectRedis(next.target);
+    try {
+      assert.is(await redis.dbsize(), 30, 'the same data');
+    } finally {
+      redis.disconnect();
+    }
+    await next.stop();
+  } finally {
+    first.kill('SIGKILL');
+  }
 });
 
 embedded.run();
