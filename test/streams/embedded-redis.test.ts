@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -497,6 +497,25 @@ async function withPath<T>(bin: string, fn: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * Another process resolving the embedded Redis of `dataDir` with `bin`'s slow redis-server, once
+ * its server is loading (answers -LOADING on `socket`); the caller kills it.
+ */
+async function loadingElsewhere(dataDir: string, local: { host: string; port: number }, bin: string, socket: string): Promise<ChildProcess> {
+  const script = `
+    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
+    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
+    await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
+  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
+  try {
+    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  }
+  return child;
+}
+
 embedded('a server left loading its data by a killed start is used and waited for, with a log line, never doubled (probe EE: taken for none, a second server was spawned on the same append-only file)', async (ctx) => {
   const dataDir = temp(ctx, 'loading');
   const local = await nobody();
@@ -504,16 +523,7 @@ embedded('a server left loading its data by a killed start is used and waited fo
   const bin = slowLoadingRedis(ctx, 100_000); // 40 keys: 4 s of loading
   const socket = join(dataDir, 'redis', 'redis.sock');
   // a start killed while its server loads (as one that gave up after 10 s was, before)
-  const script = `
-    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
-    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
-    await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
-  const first = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
-  try {
-    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
-  } finally {
-    first.kill('SIGKILL');
-  }
+  (await loadingElsewhere(dataDir, local, bin, socket)).kill('SIGKILL');
   const log = keptLog();
   const next = await withPath(bin, () => resolveEmbedded(ctx, dataDir, local, { log }));
   assert.is(await pingReply(socket), '+PONG', 'ready once resolved');
@@ -669,13 +679,8 @@ embedded('a start waiting for a server another process spawned, which that proce
   await seedData(ctx, dataDir, 30);
   const bin = slowLoadingRedis(ctx, 100_000); // 30 keys: 3 s of loading
   const socket = join(dataDir, 'redis', 'redis.sock');
-  const script = `
-    import { loadConfig } from ${JSON.stringify(join(ROOT, 'lib', 'config.ts'))};
-    import { resolveRedis } from ${JSON.stringify(join(ROOT, 'streams', 'embedded-redis.ts'))};
-    await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
-  const first = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
+  const first = await loadingElsewhere(dataDir, local, bin, socket);
   try {
-    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
     const log = keptLog();
     const waiting = withPath(bin, () => resolveEmbedded(ctx, dataDir, local, { log }));
     await waitFor('the second start to wait', async () => log.lines.some((line) => line.startsWith('info waiting for the embedded redis-server')), 10_000, 20);
