@@ -14,7 +14,7 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import {
-  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, purgeDeletedEndpoint, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, PURGE_BATCH, purgeDeletedEndpoint, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
 import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
@@ -545,12 +545,15 @@ type PurgedTotals = { endpoints: number; records: number; payloads: number };
  * Removes the delivery records and payloads of deleted endpoints (`purgeDeletedEndpoint`, in batches),
  * at most `budget` deliveries a sweep. Looked for in every workspace that ever had an endpoint
  * (`webhookForwarding`, 500 at a time): deleting its last one takes a workspace out of the registry.
- * Until probe EG they stayed until their keep: ~7,200 records and payloads (~15 MB) per 30 s of
- * endpoint churn.
+ * Each deleted endpoint found gets an equal share of the budget (at least one batch), in a random
+ * order: one with millions of deliveries no longer held back every other workspace's purge for the
+ * sweeps it took (probe EI). Until probe EG they stayed until their keep: ~7,200 records and
+ * payloads (~15 MB) per 30 s of endpoint churn.
  */
-async function purgeDeleted(ctx: RoleContext, floor: string, budget: number): Promise<PurgedTotals> {
+export async function purgeDeleted(ctx: RoleContext, floor: string, budget: number): Promise<PurgedTotals> {
   const { redis, keys } = ctx;
   const totals: PurgedTotals = { endpoints: 0, records: 0, payloads: 0 };
+  const pending: { ws: string; endpointId: string }[] = [];
   let cursor = '0';
   do {
     const [next, workspaces] = await redis.sscan(keys.webhookForwarding, cursor, 'COUNT', 500);
@@ -561,17 +564,28 @@ async function purgeDeleted(ctx: RoleContext, floor: string, budget: number): Pr
     for (const [k, ws] of workspaces.entries()) {
       const [err, endpointIds] = replies[k] ?? [];
       if (err) throw err;
-      for (const endpointId of (endpointIds as string[] | undefined) ?? []) {
-        if (budget <= 0) return totals;
-        const done = await purgeDeletedEndpoint(redis, keys, ws, endpointId, floor, budget);
-        budget -= done.walked;
-        totals.records += done.records;
-        totals.payloads += done.payloads;
-        if (done.finished) totals.endpoints++;
-      }
+      for (const endpointId of (endpointIds as string[] | undefined) ?? []) pending.push({ ws, endpointId });
     }
   } while (cursor !== '0');
+  const share = Math.max(PURGE_BATCH, Math.ceil(budget / Math.max(1, pending.length)));
+  for (const { ws, endpointId } of shuffled(pending)) {
+    if (budget <= 0) break;
+    const done = await purgeDeletedEndpoint(redis, keys, ws, endpointId, floor, Math.min(share, budget));
+    budget -= done.walked;
+    totals.records += done.records;
+    totals.payloads += done.payloads;
+    if (done.finished) totals.endpoints++;
+  }
   return totals;
+}
+
+/** `items` in a random order (Fisher–Yates), in place. */
+function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [items[i], items[j]] = [items[j]!, items[i]!];
+  }
+  return items;
 }
 
 /**

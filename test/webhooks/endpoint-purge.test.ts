@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { sweepWebhooks } from '../../actors/webhook-dispatcher.js';
+import { purgeDeleted, sweepWebhooks } from '../../actors/webhook-dispatcher.js';
 import { now } from '../../lib/clock.js';
 import { createLogger } from '../../lib/log.js';
 import { deliveryKeepMs } from '../../lib/webhook-policy.js';
@@ -149,6 +149,24 @@ purge('attempts in flight when their endpoint (the workspace\'s last) is deleted
   // the answers come now: the dispatcher records nothing, and writes no record back
   await sleep(Math.max(0, Math.max(...r.requests.map((q) => q.at)) + ANSWER_AFTER_MS + 1_000 - Date.now()));
   for (const pattern of ['whd*', 'whe:*', `whk:${e}*`]) assert.equal(await keysOf(ctx, w, pattern), [], `no ${pattern} key (records, leases, payloads, the endpoint's)`);
+});
+
+purge('each deleted endpoint gets its share of a sweep: one with many deliveries does not hold back another workspace\'s (probe EI)', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  // two workspaces' deleted endpoints, as the delete leaves them (purge indexes of deliveries whose records are gone)
+  const big = { ws: 'ws_fairbig', endpoint: 'whk_big', n: 1_200 };
+  const small = { ws: 'ws_fairsmall', endpoint: 'whk_small', n: 200 };
+  for (const { ws, endpoint, n } of [big, small]) {
+    const entries = Array.from({ length: n }, (_, i) => [scoreAt(now()), `whd_fair_${endpoint}_${i}`]).flat();
+    await redis.zadd(keys.webhookPurge(ws, endpoint), ...(entries as (string | number)[]));
+    await redis.sadd(keys.webhookPurges(ws), endpoint);
+    await redis.sadd(keys.webhookForwarding, ws); // the big one first in the registry's order
+  }
+  await purgeDeleted(ctx.role, floor(ctx), 1_000);
+  assert.is(await redis.zcard(keys.webhookPurge(small.ws, small.endpoint)), 0, 'the small one is done in the same sweep');
+  assert.is(await redis.sismember(keys.webhookPurges(small.ws), small.endpoint), 0);
+  assert.is(await redis.zcard(keys.webhookPurge(big.ws, big.endpoint)), 700, 'the big one had its share, 500');
+  for (const { ws } of [big, small]) await redis.srem(keys.webhookForwarding, ws);
 });
 
 purge.run();
