@@ -214,7 +214,7 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     // recorded here so that a process killed before lua/releaseToken leaves it to the sweeper
     // (probe DV: an anonymous subscriber's address, its merge killed between the two, stayed for good)
     const release: ReleaseRef = { partition: snapshot.partition, field: `${scope.tenantId}|${id}|${claim}` };
-    const owed: TokenRelease = { at: now(), tenantId: scope.tenantId, externalId, id, channel: subscription.channel, token: subscription.token, address: subscription.address, claim };
+    const owed: TokenRelease = { at: now(), workspaceId: scope.workspaceId, tenantId: scope.tenantId, externalId, id, channel: subscription.channel, token: subscription.token, address: subscription.address, claim };
     const ops: RecordOp[] = [['del', recordKey], ['srem', set, id]];
     if (reason === 'removed') ops.push(['hset', keys.tokenReleases(snapshot.partition), release.field, JSON.stringify(owed)]);
     return { create: false, events: [removed(ownerWrote ? 'moved' : reason)], ops, guards, audit: entry, result: { subscription, claim, release } };
@@ -760,6 +760,7 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
   const removed = await detach(redis, keys, scope, externalId, id, 'removed', Infinity, audit);
   if (!removed) throw notFound('Subscription');
   await options.afterDetach?.();
+  await removeUnsettledCopy(redis, keys, scope, externalId, { ...removed.subscription, claim: removed.claim });
   await releaseToken(redis, keys, scope.tenantId, externalId, { ...removed.subscription, claim: removed.claim });
   await redis.hdel(keys.tokenReleases(removed.release.partition), removed.release.field);
   return removed.subscription;
@@ -768,7 +769,7 @@ export async function removeSubscription(redis: Redis, keys: Keys, scope: Tenant
 /** Where a removal recorded the token release it owes (field of `keys.tokenReleases(partition)`). */
 type ReleaseRef = { partition: number; field: string };
 /** A token release a removal owes: `at` when the removal was computed (ms; the sweep leaves younger ones to their writer). */
-export type TokenRelease = { at: number; tenantId: string; externalId: string; id: string; channel: string; token: string | null; address: string | null; claim: number };
+export type TokenRelease = { at: number; workspaceId?: string; tenantId: string; externalId: string; id: string; channel: string; token: string | null; address: string | null; claim: number };
 /** Owed releases one sweep finishes per partition; the rest wait for the next sweep. */
 const RELEASES_PER_PARTITION = 1_000;
 
@@ -781,9 +782,27 @@ const RELEASES_PER_PARTITION = 1_000;
 export async function sweepTokenReleases(redis: Redis, keys: Keys, partitions: number, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
   const hashes = Array.from({ length: partitions }, (_, p) => keys.tokenReleases(p));
   return sweepAgedEntries<TokenRelease>(redis, hashes, RELEASES_PER_PARTITION, minAgeMs, log, 'token release', async (owed, key, field) => {
+    // recorded before the workspace was (session 58): such a removal's unsettled move is left as it was
+    if (owed.workspaceId) await removeUnsettledCopy(redis, keys, { workspaceId: owed.workspaceId, tenantId: owed.tenantId, partitions }, owed.externalId, owed);
     await releaseToken(redis, keys, owed.tenantId, owed.externalId, owed);
     await redis.hdel(key, field);
   });
+}
+
+/**
+ * Before a removed subscription's token is released: a move of the device to `externalId` left
+ * unsettled (its mover killed after its write, before removing the previous subscriber's copy) still
+ * has that copy, and the release forgets the move (lua/releaseToken), after which neither the next
+ * registration nor the sweeper would remove it: the device then got a second subscription, and a merge
+ * of that previous (anonymous) subscriber answered 429 on every retry (probe EM). So it is removed
+ * first, as the move's own step removes it (`detach`, reason `moved`, fenced by the removed record's
+ * claim stamp, not audited). Push tokens only: an address never moves.
+ */
+async function removeUnsettledCopy(redis: Redis, keys: Keys, scope: TenantScope, externalId: string, s: { id: string; channel: string; token: string | null; claim: number }): Promise<void> {
+  if (s.channel !== 'push' || !s.token) return;
+  const previous = await redis.hget(keys.tokenMoves(scope.tenantId), tokenField('push', s.token, externalId));
+  if (previous === null || previous === externalId) return;
+  await detach(redis, keys, scope, previous, s.id, 'moved', s.claim);
 }
 
 /**

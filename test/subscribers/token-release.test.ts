@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { createLogger } from '../../lib/log.js';
 import { partitionOf } from '../../lib/partition.js';
 import { tokenField } from '../../streams/subscribers.js';
-import { registerSubscription, removeSubscription, sweepTokenReleases } from '../../streams/subscriptions.js';
+import { listSubscriptions, registerSubscription, removeSubscription, sweepTokenReleases } from '../../streams/subscriptions.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 
 type Ctx = { service: TestService };
@@ -105,6 +105,50 @@ release('a live removal racing a registration that finishes an unsettled move of
   assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back!.subscription.id), 'user-l', 'and its owner');
   const again = await registerSubscription(redis, keys, scope, 'user-l', { channel: 'push', platform: 'ios', token });
   assert.is(again.subscription.id, back!.subscription.id, 'the next registration is the same subscription, no second one');
+});
+
+/** A device moved from one subscriber to another (different partitions) whose mover died after its write: the previous copy and the move stay. */
+async function unsettledMove(service: TestService, slug: string) {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, slug);
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const token = 'a5'.repeat(32);
+  const partition = (n: string) => partitionOf(boot.tenant.id, n, config.partitions);
+  const anon = `${slug}-0`;
+  const user = Array.from({ length: 50 }, (_, i) => `${slug}-${i + 1}`).find((n) => partition(n) !== partition(anon))!;
+  const first = await registerSubscription(redis, keys, scope, anon, { channel: 'push', platform: 'ios', token });
+  const anonRecord = keys.subscription(partition(anon), boot.tenant.id, first.subscription.id);
+  const saved = await redis.hgetall(anonRecord);
+  const moved = await registerSubscription(redis, keys, scope, user, { channel: 'push', platform: 'ios', token });
+  assert.is(moved.subscription.id, first.subscription.id);
+  await redis.hset(anonRecord, saved);
+  await redis.sadd(keys.subscriberSubscriptions(partition(anon), boot.tenant.id, anon), first.subscription.id);
+  await redis.hset(keys.tokenMoves(boot.tenant.id), tokenField('push', token, user), anon);
+  assert.is((await listSubscriptions(redis, keys, scope, anon)).length, 1, 'the previous copy is back');
+  return { scope, token, anon, user, id: moved.subscription.id };
+}
+
+/** After the removal: neither holds the device, the move is forgotten, and the next registration is the device's one subscription. */
+async function oneSubscriptionAfter(service: TestService, m: Awaited<ReturnType<typeof unsettledMove>>): Promise<void> {
+  const { redis, keys } = service;
+  assert.equal(await listSubscriptions(redis, keys, m.scope, m.anon), [], 'the previous holder\'s copy went with it');
+  assert.is(await redis.hlen(keys.tokenMoves(m.scope.tenantId)), 0);
+  const again = await registerSubscription(redis, keys, m.scope, `${m.anon}-next`, { channel: 'push', platform: 'ios', token: m.token });
+  assert.is(again.created, true);
+  assert.equal([(await listSubscriptions(redis, keys, m.scope, m.anon)).length, (await listSubscriptions(redis, keys, m.scope, m.user)).length], [0, 0], 'one subscription for the device, the new one');
+}
+
+release('a removal by the device\'s new holder while its move is unsettled removes the previous holder\'s copy too (probe EM: the release forgot the move and left that copy, so the device got a second subscription and a merge of that user answered 429 for good)', async ({ service }) => {
+  const m = await unsettledMove(service, 'unsettled-live');
+  await removeSubscription(service.redis, service.keys, m.scope, m.user, m.id);
+  await oneSubscriptionAfter(service, m);
+});
+
+release('and so does the sweeper finishing such a removal killed before its release', async ({ service }) => {
+  const m = await unsettledMove(service, 'unsettled-swept');
+  await dies(() => removeSubscription(service.redis, service.keys, m.scope, m.user, m.id, undefined, { afterDetach: killed }));
+  assert.equal(await sweepTokenReleases(service.redis, service.keys, service.config.partitions, 0, log), { finished: 1, kept: 0 });
+  await oneSubscriptionAfter(service, m);
 });
 
 release.run();
