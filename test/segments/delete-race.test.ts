@@ -10,6 +10,7 @@ import { roleEnv } from '../helpers/audit.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
+import { recordOf } from '../../lib/field-list.js';
 
 const PRO = { attribute: 'plan', eq: 'pro' };
 
@@ -51,11 +52,7 @@ race('the commit adds no member and no segs id of the deleted segment, and still
   const kept = (await api.post('/v1/segments', key, { slug: 'kept', where: PRO })).body.data.id as string;
   assert.is((await api.post('/v1/subscribers', key, { externalId: 'racer', properties: { plan: 'pro' } })).status, 201);
   const p = partitionOf(tenantId, 'racer', config.partitions);
-  const entries: StreamEntry[] = ((await redis.xrange(keys.inbox(p), '-', '+')) as [string, string[]][]).map(([id, list]) => {
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < list.length; i += 2) fields[list[i]!] = list[i + 1]!;
-    return { id, fields };
-  });
+  const entries: StreamEntry[] = ((await redis.xrange(keys.inbox(p), '-', '+')) as [string, string[]][]).map(([id, list]) => ({ id, fields: recordOf(list) }));
   assert.ok(entries.some((e) => e.fields.x === 'racer' && e.fields.n === '$subscriber.created'));
 
   const owner = 'test-worker';

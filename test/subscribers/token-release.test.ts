@@ -65,16 +65,25 @@ release('a late release takes nothing from a registration made after the removal
   assert.is(await redis.hget(keys.subscriptionOwners(boot.tenant.id), back.subscription.id), 'owner-1');
 });
 
+/**
+ * A device registered by `previous`, then moved to `user`, its move left unsettled (its mover killed
+ * before settling it, or its removal of the previous copy refused), as lua/claimToken records it.
+ */
+async function movedLeftUnsettled(service: TestService, slug: string, previous: string, user: string, hex: string) {
+  const { redis, keys, config } = service;
+  const boot = await bootstrapWorkspace(service, slug);
+  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
+  const token = hex.repeat(32);
+  const field = tokenField('push', token, user);
+  await registerSubscription(redis, keys, scope, previous, { channel: 'push', platform: 'ios', token });
+  const moved = await registerSubscription(redis, keys, scope, user, { channel: 'push', platform: 'ios', token });
+  await redis.hset(keys.tokenMoves(boot.tenant.id), field, previous);
+  return { boot, scope, token, field, moved };
+}
+
 release('a late release takes nothing from a registration that finishes an unsettled move of the same device (probe EA: that claim kept its number, the fence let the release through)', async ({ service }) => {
   const { redis, keys, config } = service;
-  const boot = await bootstrapWorkspace(service, 'token-release-move');
-  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
-  const token = 'ef'.repeat(32);
-  const field = tokenField('push', token, 'user-x');
-  await registerSubscription(redis, keys, scope, 'prev-x', { channel: 'push', platform: 'ios', token });
-  const moved = await registerSubscription(redis, keys, scope, 'user-x', { channel: 'push', platform: 'ios', token });
-  // the mover killed before settling its move
-  await redis.hset(keys.tokenMoves(boot.tenant.id), field, 'prev-x');
+  const { boot, scope, token, field, moved } = await movedLeftUnsettled(service, 'token-release-move', 'prev-x', 'user-x', 'ef');
   await dies(() => removeSubscription(redis, keys, scope, 'user-x', moved.subscription.id, undefined, { afterDetach: killed }));
   const back = await registerSubscription(redis, keys, scope, 'user-x', { channel: 'push', platform: 'ios', token });
   assert.equal(await sweepTokenReleases(redis, keys, config.partitions, 0, log), { finished: 1, kept: 0 });
@@ -85,15 +94,8 @@ release('a late release takes nothing from a registration that finishes an unset
 });
 
 release('a live removal racing a registration that finishes an unsettled move of the same device keeps the entry the registration confirmed (probe ED: its own release passed the fence; the device then had two subscriptions)', async ({ service }) => {
-  const { redis, keys, config } = service;
-  const boot = await bootstrapWorkspace(service, 'token-release-live');
-  const scope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: config.partitions };
-  const token = '9a'.repeat(32);
-  const field = tokenField('push', token, 'user-l');
-  await registerSubscription(redis, keys, scope, 'prev-l', { channel: 'push', platform: 'ios', token });
-  const moved = await registerSubscription(redis, keys, scope, 'user-l', { channel: 'push', platform: 'ios', token });
-  // the move left unsettled (its mover killed, or its removal of the previous copy refused)
-  await redis.hset(keys.tokenMoves(boot.tenant.id), field, 'prev-l');
+  const { redis, keys } = service;
+  const { boot, scope, token, field, moved } = await movedLeftUnsettled(service, 'token-release-live', 'prev-l', 'user-l', '9a');
   let back: Awaited<ReturnType<typeof registerSubscription>> | undefined;
   await removeSubscription(redis, keys, scope, 'user-l', moved.subscription.id, undefined, {
     afterDetach: async () => {
