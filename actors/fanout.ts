@@ -86,7 +86,7 @@ type ChunkItem = { message: Message; externalIds: string[] };
  * One delivery per subscription of each subscriber of each item (or one skipped delivery when there
  * is none to send to), and the subscribers of each item that exist.
  */
-async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]): Promise<{ planned: Planned[]; existing: string[] }[]> {
+async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]): Promise<{ planned: Planned[]; existing: Map<string, string> }[]> {
   const { redis, keys } = ctx;
   const at = isoNow();
   // One script call per partition the chunk touches (lua/readAudience: existence, preferences and
@@ -101,14 +101,14 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
       else byPartition.set(p, new Set([externalId]));
     }
   }
-  type Row = [0] | [1, string | null, string[][]];
-  const found = new Map<string, { preferences: string | null; records: Record<string, string>[] }>();
+  type Row = [0] | [1, string | null, string[][], string];
+  const found = new Map<string, { id: string; preferences: string | null; records: Record<string, string>[] }>();
   await Promise.all([...byPartition].map(async ([p, set]) => {
     const ids = [...set];
     const rows = await callScript<Row[]>(redis, 'readAudience', [keys.subscribers(p)], [keys.partitionBase(p), scope.tenantId, ...ids]);
     rows.forEach((row, i) => {
       if (row[0] !== 1) return;
-      found.set(ids[i]!, { preferences: row[1], records: row[2].map((h) => recordOf(h)) });
+      found.set(ids[i]!, { id: row[3], preferences: row[1], records: row[2].map((h) => recordOf(h)) });
     });
   }));
   // a record whose owner index names another subscriber is a stale copy of a moved token: not sent
@@ -123,7 +123,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
       fields: { id: '', messageId: message.id, externalId, subscriptionId: subscriptionId ?? '', channel, createdAt: at, updatedAt: at, attempts: '0' },
     });
     const planned: Planned[] = [];
-    const existing: string[] = [];
+    const existing = new Map<string, string>();
     for (const externalId of externalIds) {
       const skip = (subscriptionId: string | null, reason: string, channel?: string) => {
         const d = base(externalId, subscriptionId, channel);
@@ -134,7 +134,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
         skip(null, 'subscriber_not_found');
         continue;
       }
-      existing.push(externalId);
+      existing.set(externalId, subscriber.id);
       const optOut = pushOptOut(readPreferences(subscriber.preferences ?? undefined), message.content.category ?? null);
       const records = subscriber.records.filter((h) => ownerOf.get(h.id!) === externalId);
       if (records.length === 0) {
@@ -204,7 +204,7 @@ async function systemAudit(ctx: FanoutContext, scope: TenantScope): Promise<Audi
 async function processChunk(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[], whole = false, only?: Set<string>): Promise<Set<string>> {
   const { redis, keys, pusher } = ctx;
   const plans = await plan(ctx, scope, items);
-  const existing = new Set(plans.flatMap((p) => p.existing));
+  const existing = new Set(plans.flatMap((p) => [...p.existing.keys()]));
   // deliveries already made, looked at again (`settleLeftPending`): none is made anew
   if (only) for (const p of plans) p.planned = p.planned.filter((d) => only.has(d.id));
   if (plans.every((p) => p.planned.length === 0)) return existing;
@@ -218,15 +218,16 @@ async function processChunk(ctx: FanoutContext, scope: TenantScope, items: Chunk
   // duplicate. Written before the deliveries: creating a `whole` chunk's deliveries marks its
   // messages' fan-outs done (a message whose deliveries are all skipped completes there), and a
   // dispatcher killed after that would leave no resumable trace of the `$send` still to write.
-  const sends = items.flatMap(({ message }, i) => plans[i]!.existing.map((externalId) => ({
-    externalId, name: '$send', source: 'system' as const, timestampMs: now(),
+  const sends = items.flatMap(({ message }, i) => [...plans[i]!.existing].map(([externalId, subscriberId]) => ({
+    externalId, subscriberId, name: '$send', source: 'system' as const, timestampMs: now(),
     data: JSON.stringify({ messageId: message.id, category: message.content.category ?? null, ...(message.run ? { workflowId: message.run.workflowId, workflow: message.run.workflow, versionId: message.run.versionId } : {}) }),
     callerId: `$send:${message.id}`, provider: null, runId: message.run?.runId ?? null, messageId: message.id, step: message.run?.step ?? null,
   })));
   if (sends.length) {
     const written = await ingestEvents(redis, keys, { ...scope, maxBacklog: ctx.maxBacklog }, sends);
-    // deleted since the plan read them (their `$send` is not stored: it would make them again): their
-    // deliveries are skipped, not pushed to the device of a user who is gone (probe EG)
+    // deleted since the plan read them, perhaps created again under their externalId (their `$send`
+    // is not stored: it would make them again, or be the new one's): their deliveries are skipped, not
+    // pushed to the devices of a user who is gone (probes EG, EN)
     const gone = new Set(sends.filter((_, i) => written[i]!.status === 'gone').map((s) => s.externalId));
     if (gone.size) for (const p of plans) p.planned = p.planned.map((d) => (gone.has(d.fields.externalId!) ? goneDelivery(d) : d));
   }

@@ -32,6 +32,12 @@ export type NewEvent = {
   runId: string | null;
   messageId: string | null;
   step: string | null;
+  /**
+   * An engine event (source `system`): the id of the subscriber it is about, as the engine read it.
+   * Another one by then (deleted, and perhaps created again under the externalId) or none makes it
+   * `gone`, not stored (lua/ingestEvents); left out, whichever exists.
+   */
+  subscriberId?: string;
 };
 
 type RawEvent = { externalId: string; name: string; data?: Record<string, unknown>; timestamp?: string; id?: string };

@@ -24,7 +24,9 @@
   ARGV[7] number of events N
   ARGV[8] subscriber report threshold: a subscriber of the call with at least this many events not yet
           processed (its last sequence minus its last applied one) is named in the last item; 0 for none
-  then N groups of 13: evt id, evt id for a $subscriber.created, sub_ id if new, externalId, name,
+  then N groups of 13: evt id, evt id for a $subscriber.created, sub_ id (a caller's event: the id of
+       the subscriber it creates if it is new; an engine event, source `system`: the id of the
+       subscriber the engine read, '' for whichever exists), externalId, name,
        source, timestamp (ms), data (JSON text), caller id ('' for none), runId, messageId, step,
        provider ('' for none: only a Source's events, source webhook, have one)
 
@@ -33,7 +35,8 @@
     { 1, sequence, subscriberId, createdSequence }  accepted (createdSequence 0 unless this call created the subscriber)
     { 2, originalEvent }                            duplicate: the original as JSON meta, a newline, then its data
     { 4 }                                           not stored: an engine event (source `system`) of an externalId
-                                                    that is no subscriber (deleted since the engine read it)
+                                                    that is no subscriber, or another one than the engine read
+                                                    (deleted since, and perhaps created again)
     { 3, length, pending, x, n, ... }               last: the inbox's length after the append, the tenant's
                                                     events not yet processed here (i - d, at most the length), and
                                                     each subscriber of the call at the report threshold with its
@@ -70,6 +73,12 @@ local function original(pointer, sub, owner)
     .. '\n' .. (f.d or '{}')
 end
 
+-- Whether `sub` (the subscriber of the externalId now, nil for none) is the one an engine event was
+-- about: `read`, the id the engine read ('' for whichever exists).
+local function isSubscriber(sub, read)
+  return sub and (read == '' or sub == read)
+end
+
 local out = {}
 local n = tonumber(ARGV[7])
 local ordinalField, doneField = 'i|' .. tenant, 'd|' .. tenant
@@ -95,10 +104,12 @@ for i = 0, n - 1 do
   end
   if found then
     out[#out + 1] = { 2, found }
-  elseif source == 'system' and not (current or rcall('HGET', KEYS[3], field)) then
+  elseif source == 'system' and not isSubscriber(current or rcall('HGET', KEYS[3], field), newSub) then
     -- the engine's own events are about a subscriber it read a moment ago (a fan-out's `$send`): one
     -- deleted since is not made again by them, with a `$subscriber.created` and a record nobody asked
-    -- for, listed and never retained away (probe EG: 9 deleted subscribers back in 4 runs under load)
+    -- for, listed and never retained away (probe EG: 9 deleted subscribers back in 4 runs under load);
+    -- nor is one created again under its externalId given them: the push was the deleted one's, to
+    -- its devices (probe EN: it reached the deleted user's phone, now another app user's)
     out[#out + 1] = { 4 }
   else
     local sub, createdSeq = ensureSubscriber(part, externalId, newSub, createdId)

@@ -25,8 +25,9 @@ export type StoredEvent = {
   step: string | null;
 };
 /**
- * `gone`: not stored, an engine event (source `system`) of an externalId that is no subscriber: the
- * engine read it a moment before, and it was deleted since (the API's events are never `system`).
+ * `gone`: not stored, an engine event (source `system`) of an externalId that is no subscriber, or
+ * another one than the engine read (`NewEvent.subscriberId`): it was deleted since, and perhaps
+ * created again (the API's events are never `system`).
  */
 export type IngestedEvent = StoredEvent & { status: 'accepted' | 'duplicate' | 'gone' };
 /**
@@ -291,7 +292,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
       for (const { request, index } of part) {
         const e = requests[request]!.events[index]!;
         const { created, event } = ids[request]![index]!;
-        args.push(event, created, newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
+        args.push(event, created, e.source === 'system' ? e.subscriberId ?? '' : newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
         if (scope.subscriberMaxBacklog !== undefined) subscribers.set(e.externalId, (subscribers.get(e.externalId) ?? 0) + 1);
       }
       calls.push({ p, scope, keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p), keys.tenantBacklog(p)], args, slots: part, subscribers });

@@ -7,24 +7,28 @@ import { IdentityRefs } from '../../streams/identity.js';
 import { connectRedis } from '../../streams/redis.js';
 import { startPushService } from '../helpers/push-setup.js';
 
-test('a subscriber deleted after the fan-out read its audience is not made again by its $send, and its device gets no push (probe EG: it came back, listed, with a $subscriber.created)', async () => {
-  // web only: this test is the dispatcher
-  const { peer, service, api, key, pk, tenantId, workspaceId } = await startPushService('deleted-mid-fanout', {}, ['web']);
+type Setup = Awaited<ReturnType<typeof startPushService>>;
+
+/**
+ * Registers `token` for `externalId`, sends it a message and fans it out in this process (the test
+ * is the dispatcher), running `meanwhile` once the fan-out has read the audience (its last read: the
+ * subscriptions' owners) and before it writes `$send`; then `check`.
+ */
+async function fanOutWhile(name: string, externalId: string, token: string, meanwhile: (s: Setup) => Promise<void>, check: (s: Setup, messageId: string) => Promise<void>): Promise<void> {
+  const setup = await startPushService(name, {}, ['web']);
+  const { peer, service, api, key, pk, tenantId, workspaceId } = setup;
   const log = createLogger('error');
   const sender = new PushSender({ redis: service.redis, keys: service.keys, config: service.config, log });
   const redis = connectRedis({ url: service.env.REDIS_URL! });
   try {
-    const token = 'cd'.repeat(32);
-    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'late-del', token, platform: 'ios' })).status, 201);
-    const message = (await api.post('/v1/messages', key, { to: 'late-del', title: 't', body: 'b' })).body.data;
-    // the delete lands once the fan-out has read the audience (its last read: the subscriptions'
-    // owners), before it writes `$send`
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId, token, platform: 'ios' })).status, 201);
+    const message = (await api.post('/v1/messages', key, { to: externalId, title: 't', body: 'b' })).body.data;
     const client = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
     const owners = service.keys.subscriptionOwners(tenantId);
     const hmget = client.hmget!.bind(redis);
     client.hmget = async (...args: unknown[]) => {
       const rows = await hmget(...args);
-      if (args[0] === owners) assert.is((await api.del('/v1/subscribers/late-del', key)).status, 200);
+      if (args[0] === owners) await meanwhile(setup);
       return rows;
     };
     const context: FanoutContext = {
@@ -32,19 +36,39 @@ test('a subscriber deleted after the fan-out read its audience is not made again
       chunkSize: service.config.fanoutChunkSize, refs: new IdentityRefs(redis, service.keys),
     };
     await fanOut(context, { workspaceId, tenantId, partitions: service.config.partitions }, [message.id]);
-    assert.is((await api.get('/v1/subscribers/late-del', key)).status, 404, 'still deleted');
-    assert.is((await api.get('/v1/subscribers', key)).body.data.total, 0, 'and not listed');
     const [delivery] = (await api.get(`/v1/messages/${message.id}/deliveries`, key)).body.data.items;
     assert.equal([delivery.status, delivery.reason], ['skipped', 'subscriber_not_found']);
     const done = (await api.get(`/v1/messages/${message.id}`, key)).body.data;
     assert.equal([done.status, done.counts.skipped], ['completed', 1]);
     assert.is(peer.requests.filter((r) => r.token === token).length, 0, 'nothing pushed to the deleted user\'s device');
+    await check(setup, message.id);
   } finally {
     redis.disconnect();
     await sender.close();
     await service.stop();
     await peer.close();
   }
+}
+
+test('a subscriber deleted after the fan-out read its audience is not made again by its $send, and its device gets no push (probe EG: it came back, listed, with a $subscriber.created)', async () => {
+  await fanOutWhile('deleted-mid-fanout', 'late-del', 'cd'.repeat(32), async ({ api, key }) => {
+    assert.is((await api.del('/v1/subscribers/late-del', key)).status, 200);
+  }, async ({ api, key }) => {
+    assert.is((await api.get('/v1/subscribers/late-del', key)).status, 404, 'still deleted');
+    assert.is((await api.get('/v1/subscribers', key)).body.data.total, 0, 'and not listed');
+  });
+});
+
+test('a subscriber deleted and created again under its externalId after the fan-out read its audience gets no $send, and the deleted one\'s device, another user\'s by then, no push (probe EN)', async () => {
+  const token = 'ab'.repeat(32);
+  await fanOutWhile('recreated-mid-fanout', 'alice', token, async ({ api, key, pk }) => {
+    assert.is((await api.del('/v1/subscribers/alice', key)).status, 200);
+    assert.is((await api.post('/v1/subscribers', key, { externalId: 'alice' })).status, 201);
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'bob', token, platform: 'ios' })).status, 201);
+  }, async ({ api, key }, messageId) => {
+    const timeline = (await api.get('/v1/subscribers/alice/timeline', key)).body.data.items as { name: string; messageId: string | null }[];
+    assert.is(timeline.filter((e) => e.messageId === messageId).length, 0, 'the new alice got no $send of the deleted one\'s message');
+  });
 });
 
 test.run();
