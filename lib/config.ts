@@ -104,9 +104,11 @@ export type Config = {
    */
   dataDir: string;
   /**
-   * Whether the service stops when its parent process is gone: when it runs as an npm script
-   * (`npm_lifecycle_event` set by npm, as under `npm start`), whose npm, killed with SIGKILL, forwards
-   * no signal and left it running, holding its port (probe EE).
+   * Whether the service stops when its parent process is gone: when it runs as this project's own
+   * `npm start` (`npm_lifecycle_event` `start` and `npm_package_json` this project's, set by npm), whose
+   * npm, killed with SIGKILL, forwards no signal and left it running, holding its port (probe EE). Any
+   * other npm script's children inherit those variables: one starting the service in the background
+   * stopped it once its shell ended, or not, as the start raced the shell's exit (probe EN).
    */
   stopWithParent: boolean;
   /** Key encrypting secrets at rest (APNs private keys): 32 bytes as 64 hex characters or base64. `HERALD_ENCRYPTION_KEY`; unset: storing such secrets is refused. */
@@ -286,7 +288,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),
     logLevel,
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
-    stopWithParent: Boolean(e.npm_lifecycle_event),
+    stopWithParent: e.npm_lifecycle_event === 'start' && e.npm_package_json === resolve(PROJECT_ROOT, 'package.json'),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
     subscriberInboxMaxBacklog: integer(e, 'SUBSCRIBER_INBOX_MAX_BACKLOG', 250, 1, 1_000_000_000),

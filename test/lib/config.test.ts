@@ -92,4 +92,12 @@ config('every setting lib/config.ts reads is in the README\'s configuration tabl
   assert.equal([...read].filter((name) => !documented.has(name)).sort(), [], 'settings missing from the README table');
 });
 
+config('only this project\'s own npm start makes the service stop with its parent; another npm script\'s children, which inherit npm\'s variables, do not (probe EN: a script starting it in the background stopped it, or not, by timing)', () => {
+  const own = resolve(PROJECT_ROOT, 'package.json');
+  assert.is(loadConfig({ npm_lifecycle_event: 'start', npm_package_json: own }, {}).stopWithParent, true);
+  assert.is(loadConfig({ npm_lifecycle_event: 'herald:bg', npm_package_json: own }, {}).stopWithParent, false, 'another script of this project');
+  assert.is(loadConfig({ npm_lifecycle_event: 'start', npm_package_json: '/srv/app/package.json' }, {}).stopWithParent, false, 'another project\'s start');
+  assert.is(loadConfig({}, {}).stopWithParent, false, 'no npm');
+});
+
 config.run();
