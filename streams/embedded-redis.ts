@@ -293,8 +293,16 @@ function isFolderServer(pid: number, socket: string): boolean {
   const ps = spawnSync('ps', ['-o', 'comm=,args=', '-p', String(pid)], { encoding: 'utf8' });
   // without ps, a live pid is taken to be the server: refusing to start is safer than a second server
   if (ps.error) return true;
-  const line = ps.stdout.trim();
-  return /^redis-server\b/.test(line) && line.includes(socket);
+  return namesFolderServer(ps.stdout.trim(), socket);
+}
+
+/**
+ * Whether a `ps -o comm=,args=` line is a redis-server's naming `socket`. Linux's ps prints the
+ * program's name as `comm`, macOS's (BSD) its whole path (`/opt/homebrew/bin/redis-server`), which
+ * the name alone never matched: there, a live server still loading would have been taken for none.
+ */
+export function namesFolderServer(line: string, socket: string): boolean {
+  return /^(?:\S*\/)?redis-server(?:\s|$)/.test(line) && line.includes(socket);
 }
 
 /** The pid of the server on `socket` (INFO answers while it loads), or null. */

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ConfigError, loadConfig } from '../../lib/config.js';
-import { answersPing, INSTALL_HINT, resolveRedis, type ResolveOptions, type ResolvedRedis } from '../../streams/embedded-redis.js';
+import { answersPing, INSTALL_HINT, namesFolderServer, resolveRedis, type ResolveOptions, type ResolvedRedis } from '../../streams/embedded-redis.js';
 import type { Logger } from '../../lib/log.js';
 import { connectRedis } from '../../streams/redis.js';
 import { freePort, testRedisUrl } from '../helpers/redis.js';
@@ -57,6 +57,15 @@ embedded.before((ctx) => {
 embedded.after(async (ctx) => {
   for (const resolved of ctx.started) await resolved.stop();
   for (const dir of ctx.temps) rmSync(dir, { recursive: true, force: true });
+});
+
+embedded('a ps line is the folder\'s server when its program is redis-server, by name (Linux) or whole path (macOS, probe EN), and it names the socket', () => {
+  const socket = '/srv/herald/var/redis/redis.sock';
+  assert.ok(namesFolderServer(`redis-server    redis-server unixsocket:${socket}`, socket));
+  assert.ok(namesFolderServer(`/opt/homebrew/bin/redis-server /opt/homebrew/bin/redis-server unixsocket:${socket}`, socket));
+  assert.not.ok(namesFolderServer(`redis-server    redis-server unixsocket:/other/redis.sock`, socket), 'another folder\'s');
+  assert.not.ok(namesFolderServer(`tail            tail -f ${socket}`, socket), 'another program');
+  assert.not.ok(namesFolderServer(`/usr/bin/redis-server-wrapper x ${socket}`, socket), 'a program only named like it');
 });
 
 embedded('with REDIS_URL set it uses that URL and starts nothing', async (ctx) => {
