@@ -35,7 +35,10 @@ export function buildOpenApi(): Record<string, unknown> {
           + 'HEAD is answered for every GET, OPTIONS for every path (200 with `data.allow`), and a method a path does not take is 405 '
           + '`method_not_allowed` with an `Allow` header, in the envelope. '
           + 'Query parameters: an operation that takes query parameters refuses any it does not list (400 `validation` naming it, so a misspelt filter never '
-          + 'silently widens a list), and each at most once (a parameter given twice is 400 `validation` naming it); an operation that takes none ignores a query string.',
+          + 'silently widens a list), and each at most once (a parameter given twice is 400 `validation` naming it); an operation that takes none ignores a query string. '
+          + 'Request bodies are JSON in UTF-8: a body sent without `Content-Type`, or as `text/plain` (what a browser `fetch` of a string sends) or any `+json` type, is read as '
+          + '`application/json` (a `charset` other than UTF-8 is not honoured), and any other type is 400 `bad_request` naming `Content-Type`. '
+          + 'A `date-time` is RFC 3339 with a time zone (`Z` or `±hh:mm`), read to the millisecond; a leap second (`23:59:60`) is refused (400 `validation`).',
       },
       servers: [{ url: '/' }],
       security: [{ bearer: [] }],

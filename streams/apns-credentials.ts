@@ -1,6 +1,7 @@
 import { createHash, createPrivateKey, createPublicKey, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
+import { codePoints } from '../lib/code-points.js';
 import { ApiError, validationError, type ErrorDetail } from '../lib/errors.js';
 import { SecretBoxError, type SecretBox } from '../lib/secret-box.js';
 import type { Tenant, Workspace, Writer } from './identity.js';
@@ -61,7 +62,8 @@ export function validateApnsCredentials(input: ApnsCredentialsInput): ApnsCreden
   if (!APPLE_ID.test(input.keyId)) details.push({ param: 'keyId', message: 'must be the 10-character Key ID Apple shows for the key (A-Z, 0-9)' });
   if (!APPLE_ID.test(input.teamId)) details.push({ param: 'teamId', message: 'must be the 10-character Apple Developer Team ID (A-Z, 0-9)' });
   if (input.bundleId.length > BUNDLE_ID_MAX_LENGTH || !BUNDLE_ID.test(input.bundleId)) details.push({ param: 'bundleId', message: 'must be the app\'s bundle id in reverse-DNS form, e.g. com.example.app' });
-  const key = input.privateKey.length > PRIVATE_KEY_MAX_LENGTH ? { problem: `is longer than ${PRIVATE_KEY_MAX_LENGTH} characters`, canonical: null, fingerprint: null } : checkApnsPrivateKey(input.privateKey);
+  // characters (code points), as the document's maxLength counts them, not UTF-16 units (probe EO)
+  const key = codePoints(input.privateKey) > PRIVATE_KEY_MAX_LENGTH ? { problem: `is longer than ${PRIVATE_KEY_MAX_LENGTH} characters`, canonical: null, fingerprint: null } : checkApnsPrivateKey(input.privateKey);
   if (key.problem !== null) details.push({ param: 'privateKey', message: key.problem });
   if (details.length || key.problem !== null) throw validationError(details);
   return { keyId: input.keyId, teamId: input.teamId, bundleId: input.bundleId, privateKey: key.canonical, keyFingerprint: key.fingerprint };

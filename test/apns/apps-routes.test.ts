@@ -125,6 +125,9 @@ routes('a privateKey that is not an unencrypted EC P-256 PEM is 400 validation n
     ['rsa', rsa, /must be an EC P-256 key .*got rsa/],
     ['p-384', p384, /must be an EC P-256 key .*got curve secp384r1/],
     ['encrypted', encrypted, /is an encrypted key/],
+    // the length is counted in characters (code points) as the document's maxLength is (probe EO: UTF-16 units were)
+    ['astral, within 8192 characters', '\u{1D4B3}'.repeat(5000), /is not a PEM private key/],
+    ['over 8192 characters', 'x'.repeat(8193), /8192/],
   ];
   for (const [what, privateKey, message] of cases) {
     const res = await put(api, keys.tenant, body(provider, { privateKey }));
