@@ -6,6 +6,12 @@
 export const MAX_ATTEMPTS = 10;
 /** Longest endpoint URL, as sent and once normalised (non-ASCII characters percent-encoded). */
 export const MAX_URL_LENGTH = 2048;
+/**
+ * Replays of one delivery: each is one more attempt the delivery keeps (with up to 4 KB of its answer)
+ * and its detail lists, so without a bound one key grew with every call (probe EU: 1,000 replays,
+ * a 5 MB record and a 4 MB answer).
+ */
+export const MAX_REPLAYS = 100;
 /** Webhook endpoints per workspace (spec 8). */
 export const MAX_ENDPOINTS_PER_WORKSPACE = 50;
 /** Bytes of each response kept with its attempt (spec 8: the first 4 KB). */

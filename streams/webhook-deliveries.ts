@@ -1,7 +1,7 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { isoNow } from '../lib/clock.js';
 import { derivedId, idTimeMs, isId } from '../lib/ids.js';
-import { MAX_ATTEMPTS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
+import { MAX_ATTEMPTS, MAX_REPLAYS, DISABLE_AFTER_MS } from '../lib/webhook-policy.js';
 import type { Keys } from './keys.js';
 import { callScript } from './lua-scripts.js';
 import { SCORE_PER_MS, scoreAt } from './scored-index.js';
@@ -243,12 +243,12 @@ export async function readWebhookEvent(redis: Redis, keys: Keys, workspaceId: st
   return raw ? (JSON.parse(raw) as Record<string, unknown>) : null;
 }
 
-/** Queues a replay of a delivery: its number, or `disabled` / `not_found`. */
-export async function replayDelivery(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, id: string, atMs: number): Promise<number | 'disabled' | 'not_found'> {
+/** Queues a replay of a delivery: its number, or `disabled` / `not_found` / `exhausted` (MAX_REPLAYS made). */
+export async function replayDelivery(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, id: string, atMs: number): Promise<number | 'disabled' | 'not_found' | 'exhausted'> {
   if (!isId('webhookDelivery', id)) return 'not_found';
   const n = await callScript<number>(redis, 'replayWebhookDelivery',
-    [keys.webhookEndpoint(workspaceId, endpointId), keys.webhookDelivery(workspaceId, id), keys.webhookDue(workspaceId, endpointId)], [endpointId, id, atMs]);
-  return n === -1 ? 'disabled' : n === -2 ? 'not_found' : n;
+    [keys.webhookEndpoint(workspaceId, endpointId), keys.webhookDelivery(workspaceId, id), keys.webhookDue(workspaceId, endpointId)], [endpointId, id, atMs, MAX_REPLAYS]);
+  return n === -1 ? 'disabled' : n === -2 ? 'not_found' : n === -3 ? 'exhausted' : n;
 }
 
 /** Makes every pending or failed delivery of an endpoint due now (re-enable, spec 3.3), in pages. */

@@ -2,6 +2,7 @@ import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context, Middleware } from 'koa';
 import { now } from '../../lib/clock.js';
 import { ApiError, notFound } from '../../lib/errors.js';
+import { MAX_REPLAYS } from '../../lib/webhook-policy.js';
 import { asOfEndpoint, findDelivery, loadDeliveries, replayDelivery, unscoredCursorScore, type DeliveryStatus } from '../../streams/webhook-deliveries.js';
 import type { WebhookEndpoint } from '../../streams/webhook-endpoints.js';
 import type { AppDeps } from '../deps.js';
@@ -86,7 +87,8 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *       does not count toward the ten attempts. A 2xx answer marks a `pending` or `failed` delivery `success`
    *       and cancels its queued retry; an `exhausted` delivery stays `exhausted` (spec 3.2), and a failed
    *       replay leaves any status as it was.
-   *       A disabled endpoint is `400 endpoint_disabled`.
+   *       A disabled endpoint is `400 endpoint_disabled`. A delivery is replayed at most 100 times (each replay is
+   *       an attempt its detail keeps and lists): the 101st is `409 conflict`.
    *     tags: [Webhooks]
    *     parameters:
    *       - $ref: '#/components/parameters/workspaceSlug'
@@ -98,6 +100,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
    *         content: { application/json: { schema: { $ref: '#/components/schemas/WebhookDeliveryResponse' } } }
    *       '400': { $ref: '#/components/responses/Error' }
    *       '404': { $ref: '#/components/responses/Error' }
+   *       '409': { $ref: '#/components/responses/Error' }
    *       default: { $ref: '#/components/responses/Error' }
    */
   router.post('/v1/workspaces/:workspaceSlug/webhooks/:id/deliveries/:deliveryId/replay', write, async (ctx) => {
@@ -106,6 +109,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const outcome = await replayDelivery(redis, keys, workspaceId, endpoint.id, ctx.params.deliveryId!, now());
     if (outcome === 'not_found') throw notFound('Webhook delivery');
     if (outcome === 'disabled') throw new ApiError(400, 'endpoint_disabled', 'The endpoint is disabled; enable it (PATCH enabled: true) before replaying');
+    if (outcome === 'exhausted') throw new ApiError(409, 'conflict', `This delivery was replayed ${MAX_REPLAYS} times already, the most one delivery is`);
     const [delivery] = await loadDeliveries(redis, keys, workspaceId, [ctx.params.deliveryId!]);
     if (!delivery) throw notFound('Webhook delivery');
     respond(ctx, 202, delivery);

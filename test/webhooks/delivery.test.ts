@@ -4,7 +4,7 @@ import { setWebhookResolver } from '../../lib/webhook-resolver.js';
 import { createTenant } from '../../streams/identity.js';
 import { WEBHOOK_GROUP } from '../../actors/webhook-dispatcher.js';
 import { client } from '../helpers/api.js';
-import { deliveryKeepMs } from '../../lib/webhook-policy.js';
+import { deliveryKeepMs, MAX_REPLAYS } from '../../lib/webhook-policy.js';
 import { BY_TEST, bootstrapWorkspace, makeKey, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, type Behaviour, type Receiver } from '../helpers/webhook-receiver.js';
 import { waitFor } from '../helpers/wait.js';
@@ -360,6 +360,22 @@ delivery('replay resends the stored payload as one extra attempt; a 2xx replay m
   assert.is(refused.status, 400);
   assert.is(refused.body.error.code, 'endpoint_disabled');
   assertVerified(r);
+});
+
+delivery('a delivery is replayed at most MAX_REPLAYS times; the next is 409 conflict and queues nothing (probe EU: replays grew one record without bound)', async (ctx) => {
+  const ws = await bootstrapWorkspace(ctx.service, 'whd-replays');
+  const { slug } = ws.workspace;
+  const r = await receiver(ctx, () => ({ status: 204 }));
+  const e = await endpoint(ctx, ws, r, { events: ['replays.*'] });
+  const id = wheOf((await track(ctx, ws.keys.tenant, 'replays.one')).id);
+  const d = await waitDelivery(ctx, ws, e.id, id, (x) => x.status === 'success', 'the delivery');
+  const replay = () => ctx.api.post(`/v1/workspaces/${slug}/webhooks/${e.id}/deliveries/${d.id}/replay`, ws.keys.workspace);
+  for (let i = 0; i < MAX_REPLAYS; i++) assert.is((await replay()).status, 202, `replay ${i + 1}`);
+  const refused = await replay();
+  assert.equal([refused.status, refused.body.error.code], [409, 'conflict']);
+  const all = await waitDelivery(ctx, ws, e.id, id, (x) => x.attempts.length === MAX_REPLAYS + 1, 'every replay recorded');
+  assert.is(all.replayCount, MAX_REPLAYS);
+  assert.is(r.withId(id).length, MAX_REPLAYS + 1, 'the refused one was not sent');
 });
 
 delivery('the status filter lists each status with its total', async (ctx) => {
