@@ -10,6 +10,15 @@ iso('a date-time with its offset reads as Date.parse reads it, fractions and off
   }
 });
 
+iso('years 0000–0099 are those years, and a fraction longer than nine digits is read to the millisecond (probe ET: both were no date-time, and compared as text)', () => {
+  assert.is(isoTimeMs('0050-01-01T00:00:00Z'), Date.parse('0050-01-01T00:00:00Z'));
+  assert.is(isoTimeMs('0000-01-01T00:00:00Z'), Date.parse('0000-01-01T00:00:00Z'));
+  assert.is(isoTimeMs('0050-01-01', { date: true }), Date.parse('0050-01-01T00:00:00Z'));
+  assert.is(isoTimeMs('0050-02-29T00:00:00Z'), null, 'year 50 was no leap year');
+  assert.is(isoTimeMs('2025-01-01T01:00:00.0000000001+02:00'), Date.parse('2024-12-31T23:00:00Z'));
+  assert.is(isoTimeMs('2025-01-01T00:00:00.123456789012Z'), Date.parse('2025-01-01T00:00:00.123Z'));
+});
+
 iso('a date alone is its midnight UTC where the caller allows it, and nothing elsewhere', () => {
   assert.is(isoTimeMs('2027-01-01', { date: true }), Date.UTC(2027, 0, 1));
   assert.is(isoTimeMs('2027-01-01'), null);
