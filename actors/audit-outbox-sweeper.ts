@@ -3,6 +3,8 @@ import { appendDrafts, parseOutboxField, type AuditScope } from '../streams/audi
 import { AUDIT_OPS } from '../streams/audit-ops.js';
 import { sweepHashes } from '../streams/hash-sweep.js';
 import { BACKFILL_AUDIT_OPS, DELETE_AUDIT_OPS, deletedSegmentOf, dropSegmentMembers, queuePendingBackfills, sweepDeletedSegments } from '../streams/segments.js';
+import { IdentityRefs } from '../streams/identity.js';
+import { sweepRunSends } from '../streams/run-sends.js';
 import { sweepSubscriberCleanups } from '../streams/subscriber-cleanup.js';
 import { sweepTokenMoves, sweepTokenReleases } from '../streams/subscriptions.js';
 import { sweepDeletedTopics, sweepTopicMirrors } from '../streams/topic-members.js';
@@ -92,7 +94,8 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
  * Runs the sweep every `AUDIT_OUTBOX_SWEEP_MS` in one worker at a time (a short lock), and with it
  * the sweeps of the subscriber cleanups that deletes left behind (streams/subscriber-cleanup.ts)
  * and of the topic membership changes whose member set copy was left unwritten
- * (streams/topic-members.ts), the token releases a removal owed when it died, and the token moves
+ * (streams/topic-members.ts), the messages of workflow send steps whose worker died after its commit
+ * (streams/run-sends.ts), the token releases a removal owed when it died, and the token moves
  * whose mover wrote its copy and died before removing the previous one (streams/subscriptions.ts), under the same rule: older than the
  * interval, their writer died; and the members of deleted topics, whose own topic sets still name
  * them (`sweepDeletedTopics`), and of deleted segments, whose `segs` still name them (`sweepDeletedSegments`).
@@ -100,6 +103,7 @@ export async function sweepAuditOutboxes(ctx: RoleContext, minAgeMs: number, kno
 export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
   const every = ctx.config.auditOutboxSweepMs;
   const lockKey = ctx.keys.lock('audit-outbox-sweep');
+  const refs = new IdentityRefs(ctx.redis, ctx.keys);
   // each step on its own: one that fails (Redis refusing a write, a record it cannot read) no longer
   // skips the steps after it until it stops failing (probe BE)
   let stopped = false;
@@ -125,6 +129,10 @@ export async function startAuditOutboxSweeper(ctx: RoleContext): Promise<Stop> {
     await step('topic mirrors', async () => {
       const { mirrored } = await sweepTopicMirrors(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);
       if (mirrored) ctx.log.info('topic memberships mirrored by the sweeper', { mirrored });
+    });
+    await step('workflow sends', async () => {
+      const sends = await sweepRunSends(ctx.redis, ctx.keys, ctx.config.partitions, refs, every, ctx.log);
+      if (sends.finished) ctx.log.info('workflow sends made by the sweeper', { finished: sends.finished });
     });
     await step('token releases', async () => {
       const releases = await sweepTokenReleases(ctx.redis, ctx.keys, ctx.config.partitions, every, ctx.log);

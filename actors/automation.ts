@@ -4,13 +4,12 @@ import { Counters } from '../lib/event-counters.js';
 import { eventConditions, evaluate, matchesEvent, type EventCondition, type EventLike } from '../lib/expressions.js';
 import { derivedIdAlong, newId } from '../lib/ids.js';
 import type { Logger } from '../lib/log.js';
-import { writeScope } from '../streams/audit-outbox.js';
 import { DefinitionsCache, needsOf, versionNumber, workflowExpressions, type Definitions, type KeptCondition, type VersionDef } from '../streams/automation-definitions.js';
-import { IdentityRefs, SYSTEM_WRITER } from '../streams/identity.js';
+import { IdentityRefs } from '../streams/identity.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
-import { createMessage, runStepIdempotencyKey } from '../streams/messages.js';
+import { finishRunSend, runSendOp, type RunSend } from '../streams/run-sends.js';
 import { runDepth } from '../streams/workflow-runs.js';
 import { queueBackfills } from '../streams/segments.js';
 import { indexMember } from '../streams/subscriber-list.js';
@@ -38,7 +37,7 @@ const MAX_TIMERS_CAUGHT_UP = 1_000;
 
 type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
-type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[] };
+type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[]; sends: RunSend[] };
 
 /** The timer member of a kind for a subscriber: `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>` (lua/fireTimers parses it). */
 export function timerMember(kind: 'run' | 'seg', workspaceId: string, tenantId: string, ref: string, externalId: string): string {
@@ -62,8 +61,9 @@ function itemOf(fields: Record<string, string>): Item {
  * advances and starts workflow runs, handles fired timers, then re-evaluates segment membership,
  * and commits all of it with the run events in one compare-and-set script per partition batch
  * (lua/commitAutomation). The subscriber's automation cursor `seq` makes a redelivered event a no-op;
- * messages of `send` steps are created with an idempotency key per run and step, so a retried step
- * finds its message instead of sending twice.
+ * messages of `send` steps are recorded by that commit and created after it (streams/run-sends.ts),
+ * each once under an idempotency key per run and step: a batch computed again after a crash sends
+ * only what its own commit records.
  */
 export class Automation {
   private readonly definitions: DefinitionsCache;
@@ -74,11 +74,12 @@ export class Automation {
 
   /**
    * `owner`: the worker's lease owner id; a commit of a partition it does not hold any more throws `LeaseLost`.
-   * `hooks.beforeCommit` (tests) runs between a batch's computation, from the definitions it loaded, and its commit.
+   * `hooks.beforeCommit` (tests) runs between a batch's computation, from the definitions it loaded, and its commit;
+   * `hooks.afterCommit` (tests) between the commit and the creation of the messages it recorded.
    */
   constructor(
     private readonly redis: Redis, private readonly keys: Keys, private readonly log: Logger, private readonly owner: string,
-    private readonly hooks: { beforeCommit?: (p: number) => Promise<void> } = {},
+    private readonly hooks: { beforeCommit?: (p: number) => Promise<void>; afterCommit?: (p: number) => Promise<void> } = {},
   ) {
     this.definitions = new DefinitionsCache(redis, keys);
     this.refs = new IdentityRefs(redis, keys);
@@ -186,6 +187,7 @@ export class Automation {
     const nowMs = now();
     const ops: Op[] = [];
     const events: RunEvent[] = [];
+    const sends: RunSend[] = [];
     const autoKey = keys.automation(p, tenantId, x);
     const countersKey = autoKey; // counters are the `<key>|…` fields of the automation hash
     const kept = defs.kept;
@@ -217,16 +219,15 @@ export class Automation {
       now: nowMs,
       evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
       send: async (run, step, content) => {
-        // announced by message.created like a caller's message: the intent goes into the tenant's
-        // outbox with the message (none on the replay of a step retried after a crash); its actor is
-        // the engine (`system`), with no request, and the message carries its `run`
-        const refs = await this.refs.scope(workspaceId, tenantId);
-        if (!refs) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
-        const { message } = await createMessage(redis, keys, { workspaceId, tenantId }, {
-          to: { externalId: x }, content, sendAt: null,
+        // the message is recorded by this batch's commit and created after it (streams/run-sends.ts),
+        // announced by message.created like a caller's message, with the engine (`system`) as actor
+        if (!(await this.refs.scope(workspaceId, tenantId))) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
+        const send: RunSend = {
+          at: nowMs, workspaceId, tenantId, externalId: x, messageId: newId('message', nowMs), content,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
-        }, { key: runStepIdempotencyKey(run.id, step), request: { run: run.id, step } }, writeScope(refs, SYSTEM_WRITER), this.log);
-        return message.id;
+        };
+        sends.push(send);
+        return send.messageId;
       },
       transient: isRedisUnavailable,
       armTimer: (run, dueMs) => {
@@ -331,8 +332,9 @@ export class Automation {
         // this batch, and their cancels, would be appended after it, where commitAutomation drops
         // them while the subscriber is gone, but onto the new subscriber's stream when one of the
         // same externalId was created meanwhile (probe H3: `$run.canceled` of the deleted
-        // subscriber's run under the new one's id). So none is written.
+        // subscriber's run under the new one's id). So none is written, nor are their sends made.
         events.length = 0;
+        sends.length = 0;
         for (const run of runs) {
           cancelRun(run, { ...runHost(run), emit: () => undefined }, 'subscriber_deleted');
           changed.add(run);
@@ -414,7 +416,8 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
-    return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops };
+    for (const send of sends) ops.push(runSendOp(keys, p, send));
+    return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops, sends };
   }
 
   /**
@@ -504,6 +507,14 @@ export class Automation {
     await this.hooks.beforeCommit?.(p);
     const reply = await callScript<number[] | number>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.lease(p, WORKER_LEASES), keys.deletedSegments(p)], [at, encoded, this.owner]);
     if (reply === -1) throw new LeaseLost(p);
+    // the sends of the commits applied (a commit skipped for its version wrote none): one left here
+    // (Redis refusing, this process killed) is the sweeper's (`sweepRunSends`)
+    const sends = commits.flatMap((c, i) => ((reply as number[])[i] === 1 ? c.sends : []));
+    if (sends.length === 0) return;
+    await this.hooks.afterCommit?.(p);
+    await Promise.all(sends.map((send) => finishRunSend(this.redis, keys, p, this.refs, send, this.log).catch((err: Error) => {
+      this.log.warn('workflow send not made yet; the sweeper will', { runId: send.run.runId, step: send.run.step, err: err.message });
+    })));
   }
 }
 

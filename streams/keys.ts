@@ -59,6 +59,7 @@ export function createKeys(prefix: string) {
      * removal's own write and removed once lua/releaseToken ran
      */
     tokenReleases: (n: number) => `${p(n)}:token-releases`,
+    runSends: (n: number) => `${p(n)}:run-sends`,
     /** stream: the workspace ledger (audit events and subscriber stream events) */
     ledger: (workspaceId: string) => `${w(workspaceId)}:ledger`,
     // --- outbound webhooks (issue 7): lua/*Webhook*.lua build the per-endpoint and per-delivery names

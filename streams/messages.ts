@@ -110,11 +110,11 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * fixed in the intent either way.
  */
 export async function createMessage(
-  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef; /** the topic or segment id the slug named at the request */ audienceId?: string | null },
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef; /** the topic or segment id the slug named at the request */ audienceId?: string | null; /** the message's id when the caller made it already (a workflow's send step: streams/run-sends.ts) */ id?: string },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
 ): Promise<{ message: Message; replayed: boolean }> {
   const ms = now();
-  const id = newId('message', ms);
+  const id = input.id ?? newId('message', ms);
   const at = isoNow(ms);
   const sendAtMs = input.sendAt?.atMs ?? null;
   const status: MessageStatus = sendAtMs ? 'scheduled' : 'queued';

@@ -7,7 +7,7 @@ import { partitionOf } from '../../lib/partition.js';
 import type { StreamEntry } from '../../streams/stream-consumer.js';
 import { client } from '../helpers/api.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 const quiet: Backlog = { sequence: 4, applied: 4, engineFrom: 0, engineTo: 0, engineRun: '' };
@@ -199,7 +199,8 @@ order('a cancel a killed worker applied to the read models but never handled goe
 order('runs waking from the timer inbox while their worker is SIGKILLed twice wake once and send once', async (ctx) => {
   const { service, boot } = ctx;
   const api = client(service.url);
-  const env = { ...service.env, PORT: '0' };
+  // the sweeper makes the messages a killed worker's commits owed within the test
+  const env = { ...service.env, PORT: '0', AUDIT_OUTBOX_SWEEP_MS: '500' };
   const RUNS = 300;
   const before = (await api.get('/v1/messages?limit=1', boot.keys.tenant)).body.data.total as number;
   await api.post('/v1/workflows', boot.keys.tenant, { slug: 'doze', trigger: { event: 'doze.started' }, steps: [{ type: 'sleep', duration: '2s' }, { type: 'send', message: { title: 'Up', body: 'once' } }] });
@@ -220,6 +221,7 @@ order('runs waking from the timer inbox while their worker is SIGKILLed twice wa
     ctx.roles.push(worker);
   }
   await waitFor('every run to complete', async () => (await api.get('/v1/workflows/doze/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 30_000, 100);
+  await runSendsMade(service);
   const seen = new Set<string>();
   for (let cursor: string | null = null, page = 0; page < 10; page++) {
     const body: any = (await api.get(`/v1/workflows/doze/runs?limit=100${cursor ? `&cursor=${cursor}` : ''}`, boot.keys.tenant)).body.data;

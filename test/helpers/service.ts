@@ -6,6 +6,7 @@ import { createApiKey, ensureWorkspace, createTenant, SYSTEM_WRITER, type Writer
 import type { KeyKind } from '../../lib/key-kinds.js';
 import { client } from './api.js';
 import { testRedisUrl, uniquePrefix } from './redis.js';
+import { waitFor } from './wait.js';
 
 export const BY_TEST: Writer = SYSTEM_WRITER;
 
@@ -48,4 +49,17 @@ export async function makeKey(service: Service, workspaceSlug: string, kind: Key
   const { workspace, tenant: defaultTenant } = await ensureWorkspace(service.redis, service.keys, workspaceSlug, BY_TEST);
   const tenant = options.tenant ? (await createTenant(service.redis, service.keys, workspace, options.tenant, BY_TEST)).tenant : defaultTenant;
   return createApiKey(service.redis, service.keys, { workspace, tenant: kind === 'workspace' ? null : tenant, kind, scopes, expiresAt: options.expiresAt ?? null, name: null }, BY_TEST);
+}
+
+/**
+ * Waits until no workflow send step's message is owed (streams/run-sends.ts): a step's message is
+ * made after its batch's commit, by the committing worker or, once that one was killed, the sweeper.
+ */
+export async function runSendsMade(service: Service, timeoutMs = 30_000): Promise<void> {
+  const owed = async () => {
+    let n = 0;
+    for (let p = 0; p < service.config.partitions; p++) n += await service.redis.hlen(service.keys.runSends(p));
+    return n;
+  };
+  await waitFor('every workflow send step\'s message made', async () => (await owed()) === 0, timeoutMs, 100);
 }

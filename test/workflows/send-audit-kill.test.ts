@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { client } from '../helpers/api.js';
 import { auditEntries, killWhen, oneEntryEach, outboxesEmptied, roleEnv } from '../helpers/audit.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 type Ctx = { service: TestService; roles: RoleProcess[] };
@@ -56,6 +56,7 @@ kill('after workers are SIGKILLed while runs send, every workflow message has ex
   const left = await service.redis.hlen(service.keys.tenantOutbox(tenant.id));
   workers(1);
   await waitFor('every run to complete', async () => (await api.get('/v1/workflows/burst/runs?status=completed', key)).body.data.total === SUBSCRIBERS, 60_000, 200);
+  await runSendsMade(service);
   await outboxesEmptied(service, [service.keys.tenantOutbox(tenant.id)]);
 
   const messages = new Set(await service.redis.zrange(index, 0, -1));

@@ -1,0 +1,93 @@
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+import { Automation } from '../../actors/automation.js';
+import { createLogger } from '../../lib/log.js';
+import { partitionOf } from '../../lib/partition.js';
+import { recordOf } from '../../lib/field-list.js';
+import { LeaseLost } from '../../streams/apply-events.js';
+import { IdentityRefs } from '../../streams/identity.js';
+import { WORKER_LEASES } from '../../streams/partition-leases.js';
+import { sweepRunSends } from '../../streams/run-sends.js';
+import type { StreamEntry } from '../../streams/stream-consumer.js';
+import { client } from '../helpers/api.js';
+import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+
+type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; tenantId: string };
+const sends = suite<Ctx>('a workflow send step\'s message is made once its batch is committed, and only then');
+
+const OWNER = 'test-worker';
+const log = createLogger('error');
+
+sends.before(async (ctx) => {
+  // no worker role: the test's own automation step handles the inbox, with hooks around its commit
+  ctx.service = await startTestService('wf-send-after-commit');
+  ctx.api = client(ctx.service.url);
+  const boot = await bootstrapWorkspace(ctx.service, 'wf-send-commit');
+  ctx.key = boot.keys.tenant;
+  ctx.tenantId = boot.tenant.id;
+  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'G', body: 'gold' } }], else: [{ type: 'send', message: { title: 'S', body: 'silver' } }] };
+  assert.is((await ctx.api.post('/v1/workflows', ctx.key, { slug: 'tiered', trigger: { event: 'go' }, steps: [branch] })).status, 201);
+});
+sends.after(async (ctx) => ctx.service.stop());
+
+/** A gold subscriber who just tracked `go`: its partition, leased to this test, and the inbox entries its worker would handle. */
+async function goldGo(ctx: Ctx, externalId: string): Promise<{ p: number; entries: StreamEntry[] }> {
+  const { service, api, key, tenantId } = ctx;
+  assert.is((await api.post('/v1/subscribers', key, { externalId, properties: { plan: 'gold' } })).status, 201);
+  assert.is((await api.post('/v1/events', key, { externalId, name: 'go' })).status, 202);
+  const p = partitionOf(tenantId, externalId, service.config.partitions);
+  await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
+  const entries = ((await service.redis.xrange(service.keys.inbox(p), '-', '+')) as [string, string[]][])
+    .map(([id, list]) => ({ id, fields: recordOf(list) })).filter((e) => e.fields.x === externalId);
+  return { p, entries };
+}
+
+async function messagesTo(ctx: Ctx, externalId: string): Promise<{ id: string; content: { title: string }; run: { runId: string } }[]> {
+  const items = (await ctx.api.get('/v1/messages?limit=100', ctx.key)).body.data.items as { id: string; to: { externalId?: string }; content: { title: string }; run: { runId: string } }[];
+  return items.filter((m) => m.to.externalId === externalId);
+}
+
+sends('a batch computed again after its worker died before the commit sends only what the commit records (probe ER: the first attempt\'s sends of a path no run took were pushed)', async (ctx) => {
+  const { service, api, key } = ctx;
+  const { p, entries } = await goldGo(ctx, 'flipper');
+  let attempts = 0;
+  const automation = new Automation(service.redis, service.keys, log, OWNER, {
+    // the first attempt computed the gold branch; its worker dies before the commit, and the plan changes meanwhile
+    beforeCommit: async () => {
+      if (attempts++ > 0) return;
+      assert.is((await api.patch('/v1/subscribers/flipper', key, { properties: { plan: 'silver' } })).status, 200);
+      throw new LeaseLost(p);
+    },
+  });
+  await automation.handle(p, entries).then(() => assert.unreachable('the first attempt was to fail'), (err) => assert.instance(err, LeaseLost));
+  assert.equal(await messagesTo(ctx, 'flipper'), [], 'nothing made before the commit');
+  await automation.handle(p, entries);
+  const made = await messagesTo(ctx, 'flipper');
+  assert.equal(made.map((m) => m.content.title), ['S'], 'the silver send only, the path the run took');
+  const runs = (await api.get('/v1/workflows/tiered/runs', key)).body.data.items as { id: string; externalId: string }[];
+  assert.equal(runs.filter((r) => r.externalId === 'flipper').map((r) => r.id), [made[0]!.run.runId]);
+});
+
+sends('a worker killed after its commit leaves the message to the sweeper, which makes it once, with the id the run names', async (ctx) => {
+  const { service, api, key } = ctx;
+  const { p, entries } = await goldGo(ctx, 'orphan');
+  const automation = new Automation(service.redis, service.keys, log, OWNER, {
+    afterCommit: async () => {
+      throw new LeaseLost(p);
+    },
+  });
+  await automation.handle(p, entries).then(() => assert.unreachable('the worker was to die'), (err) => assert.instance(err, LeaseLost));
+  assert.equal(await messagesTo(ctx, 'orphan'), [], 'not made by the dead worker');
+  assert.is(await service.redis.hlen(service.keys.runSends(p)), 1, 'owed in the partition');
+  const refs = new IdentityRefs(service.redis, service.keys);
+  assert.equal(await sweepRunSends(service.redis, service.keys, service.config.partitions, refs, 0, log), { finished: 1, kept: 0 });
+  assert.equal(await sweepRunSends(service.redis, service.keys, service.config.partitions, refs, 0, log), { finished: 0, kept: 0 }, 'once');
+  const made = await messagesTo(ctx, 'orphan');
+  assert.equal(made.map((m) => m.content.title), ['G']);
+  const run = ((await api.get('/v1/workflows/tiered/runs', key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === 'orphan')!;
+  assert.is(made[0]!.run.runId, run.id);
+  const detail = (await api.get(`/v1/workflows/tiered/runs/${run.id}`, key)).body.data as { history: { messageId?: string | null }[] };
+  assert.ok(detail.history.some((s) => s.messageId === made[0]!.id), 'the run\'s step names the message made');
+});
+
+sends.run();
