@@ -95,12 +95,26 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
       'user-agent': USER_AGENT,
     };
     const send = target.https ? httpsRequest : httpRequest;
-    const req = send(target.url, { method: 'POST', headers, agent, lookup: lookupFor(o.allow) });
+    let req: ReturnType<typeof send>;
+    const start = (via: HttpAgent | false | undefined, again: boolean) => {
+      req = send(target.url, { method: 'POST', headers, agent: via, lookup: lookupFor(o.allow) });
+      req.on('response', answered);
+      req.on('error', (err: Error & { code?: string }) => {
+        // a kept-alive connection the receiver closed while idle, telling it only by the close (no
+        // `Keep-Alive: timeout`), fails the request reusing it before any answer: sent once more on a
+        // new connection. A failed attempt there waited out the retry schedule, and the receiver got
+        // it twice when it had read it (probe EP: 2 to 3 of 60 attempts to a receiver closing idle
+        // connections after a second). It carries the same webhook-id, which receivers dedupe on.
+        if (!again && !settled && statusCode === null && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return start(false, true);
+        finish(describe(err, o));
+      });
+      req.end(body);
+    };
     timer = setTimeout(() => {
       finish(`timeout: no complete answer within ${o.timeoutMs} ms`);
       req.destroy();
     }, o.timeoutMs);
-    req.on('response', (res: IncomingMessage) => {
+    const answered = (res: IncomingMessage) => {
       statusCode = res.statusCode ?? null;
       const redirect = statusCode !== null && statusCode >= 300 && statusCode < 400
         ? `redirect not followed (${statusCode}${res.headers.location ? ` to ${res.headers.location}` : ''})` : null;
@@ -115,9 +129,8 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
       res.on('end', () => finish(redirect));
       res.on('error', (err) => finish(redirect ?? describe(err, o)));
       res.on('aborted', () => finish(redirect ?? 'connection closed before the whole answer was read'));
-    });
-    req.on('error', (err) => finish(describe(err, o)));
-    req.end(body);
+    };
+    start(agent, false);
   });
 }
 

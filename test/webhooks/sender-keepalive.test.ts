@@ -1,0 +1,76 @@
+import { createServer, type Socket } from 'node:net';
+import { Agent } from 'node:http';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { postWebhook } from '../../actors/webhook-sender.js';
+import { createAllowList } from '../../lib/ssrf-guard.js';
+
+const SECRET = `whsec_${Buffer.alloc(24, 7).toString('base64')}`;
+const options = { timeoutMs: 5_000, production: false, allow: createAllowList(['127.0.0.0/8']) };
+
+/**
+ * A receiver speaking plain HTTP/1.1 that keeps connections open without a `Keep-Alive: timeout`
+ * hint and drops `closeOnRequest`-th request of a connection unanswered, as one closing an idle
+ * connection at the moment a request arrives on it does.
+ */
+async function receiver(closeOnRequest: number) {
+  let connections = 0;
+  let answered = 0;
+  const server = createServer((socket: Socket) => {
+    connections++;
+    let requests = 0;
+    let buffered = '';
+    socket.on('data', (chunk) => {
+      buffered += chunk.toString('latin1');
+      for (;;) {
+        const end = buffered.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const length = Number(/content-length:\s*(\d+)/i.exec(buffered.slice(0, end))?.[1] ?? 0);
+        if (buffered.length < end + 4 + length) return;
+        buffered = buffered.slice(end + 4 + length);
+        if (++requests === closeOnRequest) return void socket.destroy();
+        answered++;
+        socket.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok');
+      }
+    });
+    socket.on('error', () => undefined);
+  });
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', () => done()));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}/hook`,
+    counts: () => ({ connections, answered }),
+    close: () => new Promise<void>((done) => server.close(() => done())),
+  };
+}
+
+test('an attempt whose kept-alive connection the receiver closed is sent once more on a new connection, and succeeds (probe EP: it failed with ECONNRESET and waited for the retry schedule)', async () => {
+  const r = await receiver(2);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const first = await postWebhook(r.url, 'whe_1', Buffer.from('{}'), [SECRET], agent, options);
+    assert.equal([first.success, first.statusCode], [true, 200]);
+    const second = await postWebhook(r.url, 'whe_2', Buffer.from('{}'), [SECRET], agent, options);
+    assert.equal([second.success, second.statusCode, second.error], [true, 200, null]);
+    assert.equal(r.counts(), { connections: 2, answered: 2 }, 'the second on a new connection');
+  } finally {
+    agent.destroy();
+    await r.close();
+  }
+});
+
+test('a new connection closed before any answer is a failed attempt, not sent again', async () => {
+  const r = await receiver(1);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const attempt = await postWebhook(r.url, 'whe_3', Buffer.from('{}'), [SECRET], agent, options);
+    assert.equal([attempt.success, attempt.statusCode], [false, null]);
+    assert.match(attempt.error ?? '', /ECONNRESET|socket hang up/);
+    assert.equal(r.counts(), { connections: 1, answered: 0 });
+  } finally {
+    agent.destroy();
+    await r.close();
+  }
+});
+
+test.run();
