@@ -1,3 +1,4 @@
+import { realpathSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseDuration } from './durations.js';
 import { PROJECT_ROOT } from './paths.js';
@@ -211,6 +212,20 @@ function allowedNetworks(raw: string | undefined): string[] {
   return cidrs;
 }
 
+/**
+ * Whether two paths name the same file, through symbolic links: npm gives `npm_package_json` as the
+ * operator typed the folder (`npm --prefix /srv/current start`, `current` a link), the project's own
+ * path is the real one (probe EW: the parent watch was off under a linked prefix).
+ */
+function samePath(a: string, b: string): boolean {
+  if (a === b) return true;
+  try {
+    return realpathSync(a) === realpathSync(b);
+  } catch {
+    return false;
+  }
+}
+
 function roles(raw: string | undefined): Role[] {
   const items = list(raw);
   if (items.length === 0) return [...ROLES];
@@ -288,7 +303,7 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     webhookEndpointConcurrency: integer(e, 'WEBHOOK_ENDPOINT_CONCURRENCY', 20, 1, 1000),
     logLevel,
     dataDir: resolve(PROJECT_ROOT, e.HERALD_DATA_DIR || 'var'),
-    stopWithParent: e.npm_lifecycle_event === 'start' && e.npm_package_json === resolve(PROJECT_ROOT, 'package.json'),
+    stopWithParent: e.npm_lifecycle_event === 'start' && e.npm_package_json !== undefined && samePath(e.npm_package_json, resolve(PROJECT_ROOT, 'package.json')),
     inboxMaxBacklog: integer(e, 'INBOX_MAX_BACKLOG', 1_000_000, 100, 1_000_000_000),
     tenantInboxMaxBacklog: integer(e, 'TENANT_INBOX_MAX_BACKLOG', 500, 1, 1_000_000_000),
     subscriberInboxMaxBacklog: integer(e, 'SUBSCRIBER_INBOX_MAX_BACKLOG', 250, 1, 1_000_000_000),

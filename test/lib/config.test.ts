@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { suite } from 'uvu';
@@ -98,6 +98,14 @@ config('only this project\'s own npm start makes the service stop with its paren
   assert.is(loadConfig({ npm_lifecycle_event: 'herald:bg', npm_package_json: own }, {}).stopWithParent, false, 'another script of this project');
   assert.is(loadConfig({ npm_lifecycle_event: 'start', npm_package_json: '/srv/app/package.json' }, {}).stopWithParent, false, 'another project\'s start');
   assert.is(loadConfig({}, {}).stopWithParent, false, 'no npm');
+  // npm gives the folder as typed: a linked prefix (`npm --prefix /srv/current start`) is this project still (probe EW)
+  const dir = mkdtempSync(join(tmpdir(), 'herald-prefix-'));
+  try {
+    symlinkSync(PROJECT_ROOT, join(dir, 'current'));
+    assert.is(loadConfig({ npm_lifecycle_event: 'start', npm_package_json: join(dir, 'current', 'package.json') }, {}).stopWithParent, true, 'through a link');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 config.run();
