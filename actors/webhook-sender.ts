@@ -15,6 +15,12 @@ import type { AttemptRecord } from '../streams/webhook-deliveries.js';
 export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList; refused?: (err: PrivateAddressError) => void };
 
 const USER_AGENT = `${WEBHOOK_USER_AGENT_PRODUCT}/${VERSION}`;
+/**
+ * A request on a kept-alive connection failing before any answer within this long of its send is
+ * sent once more on a new connection (`postWebhook`): a connection the receiver closed while idle
+ * fails at once (a round trip), one it dropped after reading and working on the request later.
+ */
+const KEPT_CONNECTION_RESEND_MS = 250;
 /** Linger of an idle lane before it ends (bottleneck starts lanes slowly; a steady flow keeps them). */
 const LANE_LINGER_MS = 50;
 
@@ -97,15 +103,19 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
     const send = target.https ? httpsRequest : httpRequest;
     let req: ReturnType<typeof send>;
     const start = (via: HttpAgent | false | undefined, again: boolean) => {
+      const sentAt = performance.now();
       req = send(target.url, { method: 'POST', headers, agent: via, lookup: lookupFor(o.allow) });
       req.on('response', answered);
       req.on('error', (err: Error & { code?: string }) => {
         // a kept-alive connection the receiver closed while idle, telling it only by the close (no
-        // `Keep-Alive: timeout`), fails the request reusing it before any answer: sent once more on a
-        // new connection. A failed attempt there waited out the retry schedule, and the receiver got
-        // it twice when it had read it (probe EP: 2 to 3 of 60 attempts to a receiver closing idle
-        // connections after a second). It carries the same webhook-id, which receivers dedupe on.
-        if (!again && !settled && statusCode === null && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return start(false, true);
+        // `Keep-Alive: timeout`), fails the request reusing it at once, before any answer: sent once
+        // more on a new connection. A failed attempt there waited out the retry schedule, and the
+        // receiver got it twice when it had read it (probe EP: 2 to 3 of 60 attempts to a receiver
+        // closing idle connections after a second). It carries the same webhook-id, which receivers
+        // dedupe on. A connection dropped later, after the receiver worked on the request, is a
+        // failed attempt as any (probe EW: resent at once, the second copy hid the first)
+        const atOnce = performance.now() - sentAt < KEPT_CONNECTION_RESEND_MS;
+        if (!again && !settled && atOnce && statusCode === null && req.reusedSocket && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) return start(false, true);
         finish(describe(err, o));
       });
       req.end(body);

@@ -10,10 +10,10 @@ const options = { timeoutMs: 5_000, production: false, allow: createAllowList(['
 
 /**
  * A receiver speaking plain HTTP/1.1 that keeps connections open without a `Keep-Alive: timeout`
- * hint and drops `closeOnRequest`-th request of a connection unanswered, as one closing an idle
- * connection at the moment a request arrives on it does.
+ * hint and drops `closeOnRequest`-th request of a connection unanswered: at once, as one closing an
+ * idle connection at the moment a request arrives on it does, or after `workMs` (it read the request).
  */
-async function receiver(closeOnRequest: number) {
+async function receiver(closeOnRequest: number, workMs = 0) {
   let connections = 0;
   let answered = 0;
   const server = createServer((socket: Socket) => {
@@ -28,7 +28,7 @@ async function receiver(closeOnRequest: number) {
         const length = Number(/content-length:\s*(\d+)/i.exec(buffered.slice(0, end))?.[1] ?? 0);
         if (buffered.length < end + 4 + length) return;
         buffered = buffered.slice(end + 4 + length);
-        if (++requests === closeOnRequest) return void socket.destroy();
+        if (++requests === closeOnRequest) return void (workMs ? setTimeout(() => socket.destroy(), workMs) : socket.destroy());
         answered++;
         socket.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok');
       }
@@ -53,6 +53,21 @@ test('an attempt whose kept-alive connection the receiver closed is sent once mo
     const second = await postWebhook(r.url, 'whe_2', Buffer.from('{}'), [SECRET], agent, options);
     assert.equal([second.success, second.statusCode, second.error], [true, 200, null]);
     assert.equal(r.counts(), { connections: 2, answered: 2 }, 'the second on a new connection');
+  } finally {
+    agent.destroy();
+    await r.close();
+  }
+});
+
+test('a kept-alive connection dropped after the receiver worked on the request is a failed attempt, not sent again at once (probe EW)', async () => {
+  const r = await receiver(2, 400);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    assert.is((await postWebhook(r.url, 'whe_4', Buffer.from('{}'), [SECRET], agent, options)).success, true);
+    const dropped = await postWebhook(r.url, 'whe_5', Buffer.from('{}'), [SECRET], agent, options);
+    assert.equal([dropped.success, dropped.statusCode], [false, null]);
+    assert.match(dropped.error ?? '', /ECONNRESET|socket hang up/);
+    assert.equal(r.counts(), { connections: 1, answered: 1 });
   } finally {
     agent.destroy();
     await r.close();
