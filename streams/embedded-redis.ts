@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { ConfigError, type Config } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
 import { stopChild } from '../lib/stop-child.js';
@@ -290,19 +290,21 @@ async function awaitLiveServer(place: Place): Promise<boolean> {
  * this folder's socket.
  */
 function isFolderServer(pid: number, socket: string): boolean {
-  const ps = spawnSync('ps', ['-o', 'comm=,args=', '-p', String(pid)], { encoding: 'utf8' });
+  const ps = (field: string) => spawnSync('ps', ['-o', `${field}=`, '-p', String(pid)], { encoding: 'utf8' });
+  const comm = ps('comm');
   // without ps, a live pid is taken to be the server: refusing to start is safer than a second server
-  if (ps.error) return true;
-  return namesFolderServer(ps.stdout.trim(), socket);
+  if (comm.error) return true;
+  return namesFolderServer(comm.stdout.trim(), ps('args').stdout.trim(), socket);
 }
 
 /**
- * Whether a `ps -o comm=,args=` line is a redis-server's naming `socket`. Linux's ps prints the
- * program's name as `comm`, macOS's (BSD) its whole path (`/opt/homebrew/bin/redis-server`), which
- * the name alone never matched: there, a live server still loading would have been taken for none.
+ * Whether a process whose `ps` `comm` and `args` are these is a redis-server naming `socket`. Linux's
+ * ps prints the program's name as `comm`, macOS's (BSD) its whole path
+ * (`/opt/homebrew/bin/redis-server`, perhaps with spaces), which the name alone never matched
+ * (probes EN, EW): there, a live server still loading would have been taken for none.
  */
-export function namesFolderServer(line: string, socket: string): boolean {
-  return /^(?:\S*\/)?redis-server(?:\s|$)/.test(line) && line.includes(socket);
+export function namesFolderServer(comm: string, args: string, socket: string): boolean {
+  return /^redis-server\b/.test(basename(comm)) && args.includes(socket);
 }
 
 /** The pid of the server on `socket` (INFO answers while it loads), or null. */

@@ -59,13 +59,14 @@ embedded.after(async (ctx) => {
   for (const dir of ctx.temps) rmSync(dir, { recursive: true, force: true });
 });
 
-embedded('a ps line is the folder\'s server when its program is redis-server, by name (Linux) or whole path (macOS, probe EN), and it names the socket', () => {
+embedded('a process is the folder\'s server when its program is redis-server, by name (Linux) or whole path (macOS, probes EN, EW), and its arguments name the socket', () => {
   const socket = '/srv/herald/var/redis/redis.sock';
-  assert.ok(namesFolderServer(`redis-server    redis-server unixsocket:${socket}`, socket));
-  assert.ok(namesFolderServer(`/opt/homebrew/bin/redis-server /opt/homebrew/bin/redis-server unixsocket:${socket}`, socket));
-  assert.not.ok(namesFolderServer(`redis-server    redis-server unixsocket:/other/redis.sock`, socket), 'another folder\'s');
-  assert.not.ok(namesFolderServer(`tail            tail -f ${socket}`, socket), 'another program');
-  assert.not.ok(namesFolderServer(`/usr/bin/redis-server-wrapper x ${socket}`, socket), 'a program only named like it');
+  assert.ok(namesFolderServer('redis-server', `redis-server unixsocket:${socket}`, socket));
+  assert.ok(namesFolderServer('/opt/homebrew/bin/redis-server', `/opt/homebrew/bin/redis-server unixsocket:${socket}`, socket));
+  assert.ok(namesFolderServer('/Users/a b/bin/redis-server', `/Users/a b/bin/redis-server unixsocket:${socket}`, socket), 'a path with a space');
+  assert.not.ok(namesFolderServer('redis-server', 'redis-server unixsocket:/other/redis.sock', socket), 'another folder\'s');
+  assert.not.ok(namesFolderServer('tail', `tail -f ${socket}`, socket), 'another program');
+  assert.not.ok(namesFolderServer('/usr/bin/tail', `tail -f /opt/redis-server ${socket}`, socket), 'another program naming it');
 });
 
 embedded('with REDIS_URL set it uses that URL and starts nothing', async (ctx) => {
