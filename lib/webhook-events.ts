@@ -44,7 +44,7 @@ export const PUBLIC_AUDIT_EVENTS: Record<string, CatalogEvent[]> = {
   ],
   message: [
     { name: 'message.created', description: 'A message was accepted for sending, through the API or by a workflow run\'s send step (actor system).' },
-    { name: 'message.canceled', description: 'A scheduled message was canceled.' },
+    { name: 'message.canceled', description: 'A message was canceled while scheduled or queued, before any push of it went.' },
   ],
   topic: [
     { name: 'topic.created', description: 'A topic was created.' },
