@@ -9,7 +9,7 @@ import { IdentityRefs } from '../streams/identity.js';
 import type { Keys } from '../streams/keys.js';
 import { callScript } from '../streams/lua-scripts.js';
 import { isRedisUnavailable } from '../streams/redis.js';
-import { finishRunSend, runSendOp, type RunSend } from '../streams/run-sends.js';
+import { finishRunSends, runSendOp, type RunSend } from '../streams/run-sends.js';
 import { runDepth } from '../streams/workflow-runs.js';
 import { queueBackfills } from '../streams/segments.js';
 import { indexMember } from '../streams/subscriber-list.js';
@@ -223,7 +223,7 @@ export class Automation {
         // announced by message.created like a caller's message, with the engine (`system`) as actor
         if (!(await this.refs.scope(workspaceId, tenantId))) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const send: RunSend = {
-          at: nowMs, workspaceId, tenantId, externalId: x, messageId: newId('message', nowMs), content,
+          at: nowMs, n: sends.length, workspaceId, tenantId, externalId: x, messageId: newId('message', nowMs), content,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
         };
         sends.push(send);
@@ -332,9 +332,9 @@ export class Automation {
         // this batch, and their cancels, would be appended after it, where commitAutomation drops
         // them while the subscriber is gone, but onto the new subscriber's stream when one of the
         // same externalId was created meanwhile (probe H3: `$run.canceled` of the deleted
-        // subscriber's run under the new one's id). So none is written, nor are their sends made.
+        // subscriber's run under the new one's id). So none is written; their sends are made, as their
+        // records say (the fan-out skips a subscriber deleted since, probe EV)
         events.length = 0;
-        sends.length = 0;
         for (const run of runs) {
           cancelRun(run, { ...runHost(run), emit: () => undefined }, 'subscriber_deleted');
           changed.add(run);
@@ -507,14 +507,14 @@ export class Automation {
     await this.hooks.beforeCommit?.(p);
     const reply = await callScript<number[] | number>(this.redis, 'commitAutomation', [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.lease(p, WORKER_LEASES), keys.deletedSegments(p)], [at, encoded, this.owner]);
     if (reply === -1) throw new LeaseLost(p);
-    // the sends of the commits applied (a commit skipped for its version wrote none): one left here
-    // (Redis refusing, this process killed) is the sweeper's (`sweepRunSends`)
+    // the sends of the commits applied (a commit skipped for its version wrote none), with those a
+    // worker killed after its commit left in the partition before them: a run's steps go out in order
+    // (probe EV: a step left to the sweeper went out after the next one). One left here (Redis
+    // refusing, this process killed) is the sweeper's (`sweepRunSends`)
     const sends = commits.flatMap((c, i) => ((reply as number[])[i] === 1 ? c.sends : []));
     if (sends.length === 0) return;
     await this.hooks.afterCommit?.(p);
-    await Promise.all(sends.map((send) => finishRunSend(this.redis, keys, p, this.refs, send, this.log).catch((err: Error) => {
-      this.log.warn('workflow send not made yet; the sweeper will', { runId: send.run.runId, step: send.run.step, err: err.message });
-    })));
+    await finishRunSends(this.redis, keys, p, this.refs, sends, this.log);
   }
 }
 

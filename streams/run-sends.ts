@@ -2,7 +2,8 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../lib/log.js';
 import type { SendContent } from '../lib/workflow-definition.js';
 import { writeScope } from './audit-outbox.js';
-import { sweepAgedEntries } from './hash-sweep.js';
+import { now } from '../lib/clock.js';
+import { sweepHashes } from './hash-sweep.js';
 import { SYSTEM_WRITER, type IdentityRefs } from './identity.js';
 import type { Keys } from './keys.js';
 import { createMessage, runStepIdempotencyKey, type RunRef } from './messages.js';
@@ -21,6 +22,8 @@ import { createMessage, runStepIdempotencyKey, type RunRef } from './messages.js
 export type RunSend = {
   /** when the step was computed (ms): the sweep leaves younger ones to their worker */
   at: number;
+  /** its place among the sends its subscriber's batch computed: with `at`, the order of a run's steps */
+  n: number;
   workspaceId: string;
   tenantId: string;
   externalId: string;
@@ -56,8 +59,74 @@ export async function finishRunSend(redis: Redis, keys: Keys, partition: number,
 
 const PER_PARTITION = 1_000;
 
-/** Creates the messages of run sends older than `minAgeMs` that their worker, killed after its commit, left (`finishRunSend`). */
+/** In the order their steps were computed (a run's steps in order), whatever order a hash gave them in. */
+const inOrder = (a: RunSend, b: RunSend) => a.at - b.at || (a.n ?? 0) - (b.n ?? 0);
+
+/**
+ * Creates the messages of `sends`, which a commit of partition `p` just recorded, after those the
+ * partition still owes from before (a worker killed after its commit, read when the partition holds
+ * more than these): each run's in step order, runs side by side. One that fails is logged and left
+ * to the sweeper.
+ */
+export async function finishRunSends(redis: Redis, keys: Keys, p: number, refs: IdentityRefs, sends: RunSend[], log: Pick<Logger, 'warn' | 'error'>): Promise<void> {
+  let all = sends;
+  if ((await redis.hlen(keys.runSends(p))) > sends.length) {
+    const mine = new Set(sends.map(fieldOf));
+    const left = Object.entries(await redis.hgetall(keys.runSends(p))).filter(([field]) => !mine.has(field)).map(([, json]) => JSON.parse(json) as RunSend);
+    all = [...left, ...sends];
+  }
+  const byRun = new Map<string, RunSend[]>();
+  for (const send of all) {
+    const list = byRun.get(send.run.runId);
+    if (list) list.push(send);
+    else byRun.set(send.run.runId, [send]);
+  }
+  await Promise.all([...byRun.values()].map(async (list) => {
+    for (const send of list.sort(inOrder)) {
+      try {
+        await finishRunSend(redis, keys, p, refs, send, log);
+      } catch (err) {
+        // the run's later steps wait with it: they go out after it, by the sweeper
+        log.warn('workflow send not made yet; the sweeper will', { runId: send.run.runId, step: send.run.step, err: (err as Error).message });
+        return;
+      }
+    }
+  }));
+}
+
+/**
+ * Creates the messages of run sends older than `minAgeMs` that their worker, killed after its commit,
+ * left (`finishRunSend`), a partition's page at a time in step order.
+ */
 export async function sweepRunSends(redis: Redis, keys: Keys, partitions: number, refs: IdentityRefs, minAgeMs: number, log: Logger): Promise<{ finished: number; kept: number }> {
-  const hashes = Array.from({ length: partitions }, (_, p) => keys.runSends(p));
-  return sweepAgedEntries<RunSend>(redis, hashes, PER_PARTITION, minAgeMs, log, 'workflow send', (send, key) => finishRunSend(redis, keys, hashes.indexOf(key), refs, send, log));
+  let finished = 0;
+  let kept = 0;
+  for (let p = 0; p < partitions; p++) {
+    const owed: RunSend[] = [];
+    await sweepHashes(redis, [keys.runSends(p)], PER_PARTITION, async (_key, flat) => {
+      for (let f = 1; f < flat.length; f += 2) {
+        try {
+          owed.push(JSON.parse(flat[f]!) as RunSend);
+        } catch {
+          kept++;
+          log.warn('workflow send unreadable; kept', { partition: p, field: flat[f - 1] });
+        }
+      }
+    });
+    const due = owed.filter((send) => now() - send.at >= minAgeMs).sort(inOrder);
+    const stopped = new Set<string>();
+    for (const send of due) {
+      if (stopped.has(send.run.runId)) continue;
+      try {
+        await finishRunSend(redis, keys, p, refs, send, log);
+        finished++;
+      } catch (err) {
+        // the run's later steps wait with it, so they never go out before it
+        stopped.add(send.run.runId);
+        kept++;
+        log.warn('workflow send kept for the next sweep', { partition: p, runId: send.run.runId, step: send.run.step, err: (err as Error).message });
+      }
+    }
+  }
+  return { finished, kept };
 }

@@ -27,19 +27,25 @@ sends.before(async (ctx) => {
   ctx.tenantId = boot.tenant.id;
   const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'G', body: 'gold' } }], else: [{ type: 'send', message: { title: 'S', body: 'silver' } }] };
   assert.is((await ctx.api.post('/v1/workflows', ctx.key, { slug: 'tiered', trigger: { event: 'go' }, steps: [branch] })).status, 201);
+  const then = { type: 'wait', event: 'next', timeout: '1h', onEvent: [{ type: 'send', message: { title: 'C', body: 'after' } }] };
+  assert.is((await ctx.api.post('/v1/workflows', ctx.key, { slug: 'ordered', trigger: { event: 'begin' }, steps: [{ type: 'send', message: { title: 'A', body: 'first' } }, then] })).status, 201);
 });
 sends.after(async (ctx) => ctx.service.stop());
 
 /** A gold subscriber who just tracked `go`: its partition, leased to this test, and the inbox entries its worker would handle. */
-async function goldGo(ctx: Ctx, externalId: string): Promise<{ p: number; entries: StreamEntry[] }> {
+async function goldGo(ctx: Ctx, externalId: string, name = 'go'): Promise<{ p: number; entries: StreamEntry[] }> {
   const { service, api, key, tenantId } = ctx;
   assert.is((await api.post('/v1/subscribers', key, { externalId, properties: { plan: 'gold' } })).status, 201);
-  assert.is((await api.post('/v1/events', key, { externalId, name: 'go' })).status, 202);
+  assert.is((await api.post('/v1/events', key, { externalId, name })).status, 202);
   const p = partitionOf(tenantId, externalId, service.config.partitions);
   await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
-  const entries = ((await service.redis.xrange(service.keys.inbox(p), '-', '+')) as [string, string[]][])
+  return { p, entries: await inboxOf(ctx, p, externalId) };
+}
+
+/** The inbox entries of `externalId` in partition `p`, after those of `after` (an entry id). */
+async function inboxOf(ctx: Ctx, p: number, externalId: string, after = '-'): Promise<StreamEntry[]> {
+  return ((await ctx.service.redis.xrange(ctx.service.keys.inbox(p), after === '-' ? '-' : `(${after}`, '+')) as [string, string[]][])
     .map(([id, list]) => ({ id, fields: recordOf(list) })).filter((e) => e.fields.x === externalId);
-  return { p, entries };
 }
 
 async function messagesTo(ctx: Ctx, externalId: string): Promise<{ id: string; content: { title: string }; run: { runId: string } }[]> {
@@ -88,6 +94,36 @@ sends('a worker killed after its commit leaves the message to the sweeper, which
   assert.is(made[0]!.run.runId, run.id);
   const detail = (await api.get(`/v1/workflows/tiered/runs/${run.id}`, key)).body.data as { history: { messageId?: string | null }[] };
   assert.ok(detail.history.some((s) => s.messageId === made[0]!.id), 'the run\'s step names the message made');
+});
+
+sends('a send left by a worker killed after its commit goes out before the run\'s next send, made by the next commit of the partition (probe EV: the next step went first, the left one ~16 s later by the sweeper)', async (ctx) => {
+  const { service, api, key } = ctx;
+  const { p, entries } = await goldGo(ctx, 'stepper', 'begin');
+  const dying = new Automation(service.redis, service.keys, log, OWNER, { afterCommit: async () => { throw new LeaseLost(p); } });
+  await dying.handle(p, entries).then(() => assert.unreachable('the worker was to die'), (err) => assert.instance(err, LeaseLost));
+  assert.equal(await messagesTo(ctx, 'stepper'), [], 'A not made by the dead worker');
+  assert.is((await api.post('/v1/events', key, { externalId: 'stepper', name: 'next' })).status, 202);
+  const next = await inboxOf(ctx, p, 'stepper', entries[entries.length - 1]!.id);
+  await new Automation(service.redis, service.keys, log, OWNER).handle(p, next);
+  const made = await messagesTo(ctx, 'stepper');
+  assert.equal(made.map((m) => m.content.title).sort(), ['A', 'C'], 'both made by the next commit');
+  const [a, c] = ['A', 'C'].map((t) => made.find((m) => m.content.title === t)! as unknown as { createdAt: string });
+  assert.ok(Date.parse(a!.createdAt) <= Date.parse(c!.createdAt), 'A first');
+  assert.is(await service.redis.hlen(service.keys.runSends(p)), 0, 'nothing owed');
+});
+
+sends('a run that sent in the batch that also holds its subscriber\'s delete names a message that exists (probe EV: the send was dropped, the run said sent)', async (ctx) => {
+  const { service, api, key } = ctx;
+  const { p } = await goldGo(ctx, 'leaver');
+  assert.is((await api.del('/v1/subscribers/leaver', key)).status, 200);
+  const entries = await inboxOf(ctx, p, 'leaver');
+  assert.ok(entries.some((e) => e.fields.n === '$subscriber.deleted'), 'the delete is in the batch');
+  await new Automation(service.redis, service.keys, log, OWNER).handle(p, entries);
+  const runs = (await api.get('/v1/workflows/tiered/runs', key)).body.data.items as { id: string; externalId: string; history: { messageId?: string | null }[] }[];
+  const run = runs.find((r) => r.externalId === 'leaver')!;
+  const messageId = run.history.find((h) => h.messageId)?.messageId;
+  assert.ok(messageId, 'the run sent');
+  assert.is((await api.get(`/v1/messages/${messageId}`, key)).status, 200, 'and its message exists');
 });
 
 sends.run();
