@@ -223,7 +223,7 @@ export class Automation {
         // announced by message.created like a caller's message, with the engine (`system`) as actor
         if (!(await this.refs.scope(workspaceId, tenantId))) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const send: RunSend = {
-          at: nowMs, n: sends.length, workspaceId, tenantId, externalId: x, messageId: newId('message', nowMs), content,
+          at: nowMs, n: sends.length, workspaceId, tenantId, externalId: x, subscriberId: state.record.id, messageId: newId('message', nowMs), content,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
         };
         sends.push(send);

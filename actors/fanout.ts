@@ -79,8 +79,12 @@ function pushOptOut(prefs: ReturnType<typeof readPreferences>, category: string 
   return category !== null && prefs.categories[category]?.push === false ? 'category_opt_out' : 'channel_opt_out';
 }
 
-/** One message and the part of its audience a chunk covers: a page of a long audience, or a one-subscriber message's whole audience. */
-type ChunkItem = { message: Message; externalIds: string[] };
+/**
+ * One message and the part of its audience a chunk covers: a page of a long audience, or a
+ * one-subscriber message's whole audience; `subscriberId`, the only subscriber of that externalId it
+ * goes to (a workflow send's: its run's, not one created again under the externalId since).
+ */
+type ChunkItem = { message: Message; externalIds: string[]; subscriberId?: string };
 
 /**
  * One delivery per subscription of each subscriber of each item (or one skipped delivery when there
@@ -115,7 +119,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
   const subscriptionIds = [...new Set([...found.values()].flatMap((f) => f.records.map((h) => h.id!)))];
   const owners = subscriptionIds.length ? await redis.hmget(keys.subscriptionOwners(scope.tenantId), ...subscriptionIds) : [];
   const ownerOf = new Map(subscriptionIds.map((id, i) => [id, owners[i]]));
-  return items.map(({ message, externalIds }) => {
+  return items.map(({ message, externalIds, subscriberId }) => {
     // a delivery's channel is its subscription's (an email subscription's is skipped, channel_not_supported); a
     // subscriber without one gets a push delivery, what the message is
     const base = (externalId: string, subscriptionId: string | null, channel = 'push') => ({
@@ -130,7 +134,7 @@ async function plan(ctx: FanoutContext, scope: TenantScope, items: ChunkItem[]):
         planned.push({ id: d.id, status: 'skipped', fields: { ...d.fields, id: d.id, reason }, subscription: null });
       };
       const subscriber = found.get(externalId);
-      if (!subscriber) {
+      if (!subscriber || (subscriberId !== undefined && subscriber.id !== subscriberId)) {
         skip(null, 'subscriber_not_found');
         continue;
       }
@@ -520,7 +524,7 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageIds:
   const audiences: Record<string, string>[] = [];
   for (const record of records) {
     const message = toMessage(record);
-    if ('externalId' in message.to) ones.push({ message, externalIds: [message.to.externalId] });
+    if ('externalId' in message.to) ones.push({ message, externalIds: [message.to.externalId], ...(record.sid ? { subscriberId: record.sid } : {}) });
     else audiences.push(record);
   }
   if (ones.length) {

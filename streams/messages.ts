@@ -110,7 +110,8 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
  * fixed in the intent either way.
  */
 export async function createMessage(
-  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef; /** the topic or segment id the slug named at the request */ audienceId?: string | null; /** the message's id when the caller made it already (a workflow's send step: streams/run-sends.ts) */ id?: string },
+  redis: Redis, keys: Keys, ref: TenantRef, input: { to: Target; content: MessageContent; sendAt: ScheduledSend | null; run?: RunRef; /** the topic or segment id the slug named at the request */ audienceId?: string | null; /** the message's id when the caller made it already (a workflow's send step: streams/run-sends.ts) */ id?: string;
+    /** the only subscriber of `to.externalId` it goes to (a workflow's send: its run's); kept as `sid`, not shown */ subscriberId?: string },
   idempotency: { key: string | null; request: unknown }, audit: AuditScope, log: Pick<Logger, 'warn'>,
 ): Promise<{ message: Message; replayed: boolean }> {
   const ms = now();
@@ -129,6 +130,7 @@ export async function createMessage(
     // made under the slug before the dispatcher got to it (probe DW: a queued message went to the
     // members of a new topic of the same slug); a scheduled one reads its slug when it is due
     ...(input.audienceId && !sendAtMs ? { audienceId: input.audienceId } : {}),
+    ...(input.subscriberId ? { sid: input.subscriberId } : {}),
     // a caller's Idempotency-Key keeps the message past the retention (keys never expire; lua/expireMessages)
     idem: idempotency.key !== null && !input.run ? '1' : '0', 'n:total': '0', 'n:pending': '0', 'n:sent': '0', 'n:failed': '0', 'n:skipped': '0', 'n:canceled': '0',
   };

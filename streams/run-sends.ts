@@ -27,6 +27,12 @@ export type RunSend = {
   workspaceId: string;
   tenantId: string;
   externalId: string;
+  /**
+   * the subscriber's id as the worker read it (absent when it was made in the same batch): the
+   * message goes to that subscriber only, not to one created again under the externalId before it
+   * fans out (probe EV: a send left by a killed worker reached the new subscriber's device)
+   */
+  subscriberId?: string;
   /** the message's id, made with the step (the run's `$run.step` names it) */
   messageId: string;
   content: SendContent;
@@ -49,7 +55,7 @@ export async function finishRunSend(redis: Redis, keys: Keys, partition: number,
   const scope = await refs.scope(send.workspaceId, send.tenantId);
   if (scope) {
     await createMessage(redis, keys, { workspaceId: send.workspaceId, tenantId: send.tenantId }, {
-      to: { externalId: send.externalId }, content: send.content, sendAt: null, run: send.run, id: send.messageId,
+      to: { externalId: send.externalId }, content: send.content, sendAt: null, run: send.run, id: send.messageId, subscriberId: send.subscriberId,
     }, { key: runStepIdempotencyKey(send.run.runId, send.run.step), request: { run: send.run.runId, step: send.run.step } }, writeScope(scope, SYSTEM_WRITER), log);
   } else {
     log.error('workflow send dropped: its workspace or tenant is gone', { runId: send.run.runId, step: send.run.step, tenantId: send.tenantId });

@@ -3,7 +3,9 @@ import * as assert from 'uvu/assert';
 import { fanOut, type FanoutContext } from '../../actors/fanout.js';
 import { PushSender } from '../../actors/push-sender.js';
 import { createLogger } from '../../lib/log.js';
-import { IdentityRefs } from '../../streams/identity.js';
+import { writeScope } from '../../streams/audit-outbox.js';
+import { IdentityRefs, SYSTEM_WRITER } from '../../streams/identity.js';
+import { createMessage } from '../../streams/messages.js';
 import { connectRedis } from '../../streams/redis.js';
 import { startPushService } from '../helpers/push-setup.js';
 
@@ -69,6 +71,35 @@ test('a subscriber deleted and created again under its externalId after the fan-
     const timeline = (await api.get('/v1/subscribers/alice/timeline', key)).body.data.items as { name: string; messageId: string | null }[];
     assert.is(timeline.filter((e) => e.messageId === messageId).length, 0, 'the new alice got no $send of the deleted one\'s message');
   });
+});
+
+test('a workflow send goes to its run\'s subscriber only: one created again under the externalId before the fan-out gets nothing (probe EV: a send a killed worker left reached the new subscriber\'s device)', async () => {
+  const { peer, service, api, key, pk, tenantId, workspaceId } = await startPushService('pinned-fanout', {}, ['web']);
+  const log = createLogger('error');
+  const sender = new PushSender({ redis: service.redis, keys: service.keys, config: service.config, log });
+  const refs = new IdentityRefs(service.redis, service.keys);
+  try {
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'phoenix', token: 'e1'.repeat(32), platform: 'ios' })).status, 201);
+    const oldId = (await api.get('/v1/subscribers/phoenix', key)).body.data.id as string;
+    const { message } = await createMessage(service.redis, service.keys, { workspaceId, tenantId }, {
+      to: { externalId: 'phoenix' }, content: { title: 't', body: 'b' }, sendAt: null, subscriberId: oldId,
+    }, { key: null, request: {} }, writeScope((await refs.scope(workspaceId, tenantId))!, SYSTEM_WRITER), log);
+    assert.is((await api.del('/v1/subscribers/phoenix', key)).status, 200);
+    const fresh = 'e2'.repeat(32);
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'phoenix', token: fresh, platform: 'ios' })).status, 201);
+    const context: FanoutContext = {
+      redis: service.redis, keys: service.keys, partitions: service.config.partitions, maxBacklog: service.config.inboxMaxBacklog, pusher: sender, log,
+      chunkSize: service.config.fanoutChunkSize, refs,
+    };
+    await fanOut(context, { workspaceId, tenantId, partitions: service.config.partitions }, [message.id]);
+    const [delivery] = (await api.get(`/v1/messages/${message.id}/deliveries`, key)).body.data.items;
+    assert.equal([delivery.status, delivery.reason], ['skipped', 'subscriber_not_found']);
+    assert.is(peer.requests.length, 0, 'nothing pushed to the new subscriber\'s device');
+  } finally {
+    await sender.close();
+    await service.stop();
+    await peer.close();
+  }
 });
 
 test.run();

@@ -90,6 +90,8 @@ sends('a worker killed after its commit leaves the message to the sweeper, which
   assert.equal(await sweepRunSends(service.redis, service.keys, service.config.partitions, refs, 0, log), { finished: 0, kept: 0 }, 'once');
   const made = await messagesTo(ctx, 'orphan');
   assert.equal(made.map((m) => m.content.title), ['G']);
+  const subscriberId = (await api.get('/v1/subscribers/orphan', key)).body.data.id as string;
+  assert.is(await service.redis.hget(service.keys.message(ctx.tenantId, made[0]!.id), 'sid'), subscriberId, 'for the run\'s subscriber only');
   const run = ((await api.get('/v1/workflows/tiered/runs', key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === 'orphan')!;
   assert.is(made[0]!.run.runId, run.id);
   const detail = (await api.get(`/v1/workflows/tiered/runs/${run.id}`, key)).body.data as { history: { messageId?: string | null }[] };
