@@ -44,48 +44,47 @@ async function receiver(closeOnRequest: number, workMs = 0) {
   };
 }
 
-test('an attempt whose kept-alive connection the receiver closed is sent once more on a new connection, and succeeds (probe EP: it failed with ECONNRESET and waited for the retry schedule)', async () => {
-  const r = await receiver(2);
+type Post = (id: string) => ReturnType<typeof postWebhook>;
+
+/** Runs `body` with a receiver (`receiver(closeOnRequest, workMs)`) and one kept-alive connection to it. */
+async function withReceiver(closeOnRequest: number, workMs: number, body: (post: Post, counts: () => { connections: number; answered: number }) => Promise<void>): Promise<void> {
+  const r = await receiver(closeOnRequest, workMs);
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   try {
-    const first = await postWebhook(r.url, 'whe_1', Buffer.from('{}'), [SECRET], agent, options);
-    assert.equal([first.success, first.statusCode], [true, 200]);
-    const second = await postWebhook(r.url, 'whe_2', Buffer.from('{}'), [SECRET], agent, options);
-    assert.equal([second.success, second.statusCode, second.error], [true, 200, null]);
-    assert.equal(r.counts(), { connections: 2, answered: 2 }, 'the second on a new connection');
+    await body((id) => postWebhook(r.url, id, Buffer.from('{}'), [SECRET], agent, options), r.counts);
   } finally {
     agent.destroy();
     await r.close();
   }
+}
+
+test('an attempt whose kept-alive connection the receiver closed is sent once more on a new connection, and succeeds (probe EP: it failed with ECONNRESET and waited for the retry schedule)', async () => {
+  await withReceiver(2, 0, async (post, counts) => {
+    const first = await post('whe_1');
+    assert.equal([first.success, first.statusCode], [true, 200]);
+    const second = await post('whe_2');
+    assert.equal([second.success, second.statusCode, second.error], [true, 200, null]);
+    assert.equal(counts(), { connections: 2, answered: 2 }, 'the second on a new connection');
+  });
 });
 
 test('a kept-alive connection dropped after the receiver worked on the request is a failed attempt, not sent again at once (probe EW)', async () => {
-  const r = await receiver(2, 400);
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-  try {
-    assert.is((await postWebhook(r.url, 'whe_4', Buffer.from('{}'), [SECRET], agent, options)).success, true);
-    const dropped = await postWebhook(r.url, 'whe_5', Buffer.from('{}'), [SECRET], agent, options);
+  await withReceiver(2, 400, async (post, counts) => {
+    assert.is((await post('whe_4')).success, true);
+    const dropped = await post('whe_5');
     assert.equal([dropped.success, dropped.statusCode], [false, null]);
     assert.match(dropped.error ?? '', /ECONNRESET|socket hang up/);
-    assert.equal(r.counts(), { connections: 1, answered: 1 });
-  } finally {
-    agent.destroy();
-    await r.close();
-  }
+    assert.equal(counts(), { connections: 1, answered: 1 });
+  });
 });
 
 test('a new connection closed before any answer is a failed attempt, not sent again', async () => {
-  const r = await receiver(1);
-  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-  try {
-    const attempt = await postWebhook(r.url, 'whe_3', Buffer.from('{}'), [SECRET], agent, options);
+  await withReceiver(1, 0, async (post, counts) => {
+    const attempt = await post('whe_3');
     assert.equal([attempt.success, attempt.statusCode], [false, null]);
     assert.match(attempt.error ?? '', /ECONNRESET|socket hang up/);
-    assert.equal(r.counts(), { connections: 1, answered: 0 });
-  } finally {
-    agent.destroy();
-    await r.close();
-  }
+    assert.equal(counts(), { connections: 1, answered: 0 });
+  });
 });
 
 test.run();
