@@ -109,7 +109,7 @@ export function registerWebhookDeliveries(router: Router, deps: AppDeps, { read,
     const outcome = await replayDelivery(redis, keys, workspaceId, endpoint.id, ctx.params.deliveryId!, now());
     if (outcome === 'not_found') throw notFound('Webhook delivery');
     if (outcome === 'disabled') throw new ApiError(400, 'endpoint_disabled', 'The endpoint is disabled; enable it (PATCH enabled: true) before replaying');
-    if (outcome === 'exhausted') throw new ApiError(409, 'conflict', `This delivery was replayed ${MAX_REPLAYS} times already, the most one delivery is`);
+    if (outcome === 'exhausted') throw new ApiError(409, 'conflict', `This delivery was replayed ${MAX_REPLAYS} times already, the most a delivery can be`);
     const [delivery] = await loadDeliveries(redis, keys, workspaceId, [ctx.params.deliveryId!]);
     if (!delivery) throw notFound('Webhook delivery');
     respond(ctx, 202, delivery);
