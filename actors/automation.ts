@@ -35,7 +35,8 @@ export const MAX_RUN_DEPTH = 3;
 /** Most timers of one run fired in a row before an event that arrived after them all (a bound; a run has finitely many steps). */
 const MAX_TIMERS_CAUGHT_UP = 1_000;
 
-type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string } } | { kind: 'timer'; member: string };
+/** An event's `u`: the id of the subscriber it was written for (another one than today's, once that one was deleted and its externalId reused). */
+type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; receivedMs: number; runId: string; u: string } } | { kind: 'timer'; member: string };
 type Op = [string, string, string | number, string | number];
 type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[]; sends: RunSend[] };
 
@@ -51,7 +52,7 @@ function itemOf(fields: Record<string, string>): Item {
   return {
     kind: 'event', q: Number(fields.q),
     // the data is parsed only when read: most entries of a batch are never looked into
-    event: { id: fields.id!, name: fields.n!, get data() { return (data ??= JSON.parse(raw) as Record<string, unknown>); }, ts: Number(fields.ts), receivedMs: Number(fields.r), runId: fields.ru ?? '' },
+    event: { id: fields.id!, name: fields.n!, get data() { return (data ??= JSON.parse(raw) as Record<string, unknown>); }, ts: Number(fields.ts), receivedMs: Number(fields.r), runId: fields.ru ?? '', u: fields.u ?? '' },
   };
 }
 
@@ -215,6 +216,10 @@ export class Automation {
     const fieldsBefore = new Map(runs.map((run) => [run, runFields(run)]));
     const armed: Op[] = [];
     let currentEvent: EventLike | undefined;
+    // the subscriber the items handled so far were written for, whose runs' sends go to it only: the
+    // record read now is a newer one's when the externalId was deleted and created again after them
+    // (probe EV2: a deleted subscriber's run pushed to the new one's device)
+    let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || state.record.id;
     const host: EngineHost = {
       now: nowMs,
       evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
@@ -223,7 +228,7 @@ export class Automation {
         // announced by message.created like a caller's message, with the engine (`system`) as actor
         if (!(await this.refs.scope(workspaceId, tenantId))) throw new Error(`workspace ${workspaceId} or its tenant ${tenantId} not found`);
         const send: RunSend = {
-          at: nowMs, n: sends.length, workspaceId, tenantId, externalId: x, subscriberId: state.record.id, messageId: newId('message', nowMs), content,
+          at: nowMs, n: sends.length, workspaceId, tenantId, externalId: x, subscriberId, messageId: newId('message', nowMs), content,
           run: { runId: run.id, step, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId },
         };
         sends.push(send);
@@ -313,6 +318,7 @@ export class Automation {
       lastSeq = Math.max(lastSeq, item.q);
       reevaluate = true;
       currentEvent = event;
+      if (event.u) subscriberId = event.u;
       // counters of the kept conditions (and the in-memory history for conditions that are not kept)
       for (const k of kept.values()) {
         if (!matchesEvent(k.condition, event)) continue;

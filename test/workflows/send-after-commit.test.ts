@@ -128,4 +128,17 @@ sends('a run that sent in the batch that also holds its subscriber\'s delete nam
   assert.is((await api.get(`/v1/messages/${messageId}`, key)).status, 200, 'and its message exists');
 });
 
+sends('a run of a subscriber deleted and created again before the worker got to it sends to the deleted one only (probe EV2: the new one\'s device got the push)', async (ctx) => {
+  const { service, api, key } = ctx;
+  const { p } = await goldGo(ctx, 'reborn');
+  const oldId = (await api.get('/v1/subscribers/reborn', key)).body.data.id as string;
+  assert.is((await api.del('/v1/subscribers/reborn', key)).status, 200);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: 'reborn' })).status, 201);
+  const newId = (await api.get('/v1/subscribers/reborn', key)).body.data.id as string;
+  await new Automation(service.redis, service.keys, log, OWNER).handle(p, await inboxOf(ctx, p, 'reborn'));
+  const [made] = await messagesTo(ctx, 'reborn');
+  assert.ok(made, 'the run sent');
+  assert.is(await service.redis.hget(service.keys.message(ctx.tenantId, made!.id), 'sid'), oldId, `for ${oldId}, not ${newId}`);
+});
+
 sends.run();
