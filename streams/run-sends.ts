@@ -65,6 +65,15 @@ export async function finishRunSend(redis: Redis, keys: Keys, partition: number,
 
 const PER_PARTITION = 1_000;
 
+/** A stored send, or none when it cannot be read (the sweep reports it and keeps it). */
+function readSend(json: string): RunSend[] {
+  try {
+    return [JSON.parse(json) as RunSend];
+  } catch {
+    return [];
+  }
+}
+
 /** In the order their steps were computed (a run's steps in order), whatever order a hash gave them in. */
 const inOrder = (a: RunSend, b: RunSend) => a.at - b.at || (a.n ?? 0) - (b.n ?? 0);
 
@@ -78,7 +87,7 @@ export async function finishRunSends(redis: Redis, keys: Keys, p: number, refs: 
   let all = sends;
   if ((await redis.hlen(keys.runSends(p))) > sends.length) {
     const mine = new Set(sends.map(fieldOf));
-    const left = Object.entries(await redis.hgetall(keys.runSends(p))).filter(([field]) => !mine.has(field)).map(([, json]) => JSON.parse(json) as RunSend);
+    const left = Object.entries(await redis.hgetall(keys.runSends(p))).filter(([field]) => !mine.has(field)).flatMap(([, json]) => readSend(json));
     all = [...left, ...sends];
   }
   const byRun = new Map<string, RunSend[]>();
