@@ -469,7 +469,7 @@ async function* partitionPages(ctx: FanoutContext, scope: TenantScope, select: S
  * device muted or removed, or a subscriber gone from the audience, before the resume (probe AF).
  * They were made for the audience as it was when they were made, which the message's deliveries show.
  */
-async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message: Message): Promise<void> {
+async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message: Message, subscriberId?: string): Promise<void> {
   const { redis, keys } = ctx;
   const pendingKey = keys.messageDeliveriesByStatus(scope.tenantId, message.id, 'pending');
   const ids: string[] = [];
@@ -490,7 +490,7 @@ async function settleLeftPending(ctx: FanoutContext, scope: TenantScope, message
       return typeof x === 'string' ? x : '';
     });
     const externalIds = [...new Set(owners.filter((x) => x !== ''))];
-    const existing = externalIds.length ? await processChunk(ctx, scope, [{ message, externalIds }], false, new Set(chunk)) : new Set<string>();
+    const existing = externalIds.length ? await processChunk(ctx, scope, [{ message, externalIds, ...(subscriberId ? { subscriberId } : {}) }], false, new Set(chunk)) : new Set<string>();
     if (ctx.signal?.aborted) return;
     // those the plan no longer names: their subscription was removed or moved, or their subscriber deleted
     const check = redis.pipeline();
@@ -531,7 +531,8 @@ export async function fanOut(ctx: FanoutContext, scope: TenantScope, messageIds:
     await processChunk(ctx, scope, ones, true);
     // one started by a dispatcher that died may hold deliveries this chunk did not send (a device
     // removed or its subscriber deleted meanwhile): finished here, or they stayed pending for good
-    for (const { message } of ones) if (message.startedAt !== at && !ctx.signal?.aborted) await settleLeftPending(ctx, scope, message);
+    // a workflow send's resumed: still to its run's subscriber only (`subscriberId`)
+    for (const { message, subscriberId } of ones) if (message.startedAt !== at && !ctx.signal?.aborted) await settleLeftPending(ctx, scope, message, subscriberId);
   }
   for (const record of audiences) await fanOutAudience(ctx, scope, record);
 }

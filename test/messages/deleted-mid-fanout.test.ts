@@ -95,6 +95,25 @@ test('a workflow send goes to its run\'s subscriber only: one created again unde
     const [delivery] = (await api.get(`/v1/messages/${message.id}/deliveries`, key)).body.data.items;
     assert.equal([delivery.status, delivery.reason], ['skipped', 'subscriber_not_found']);
     assert.is(peer.requests.length, 0, 'nothing pushed to the new subscriber\'s device');
+
+    // the same when the fan-out resumes one a dispatcher left with its delivery made and pending
+    assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'ash', token: 'e3'.repeat(32), platform: 'ios' })).status, 201);
+    const ashId = (await api.get('/v1/subscribers/ash', key)).body.data.id as string;
+    const { message: left } = await createMessage(service.redis, service.keys, { workspaceId, tenantId }, {
+      to: { externalId: 'ash' }, content: { title: 't', body: 'b' }, sendAt: null, subscriberId: ashId,
+    }, { key: null, request: {} }, writeScope((await refs.scope(workspaceId, tenantId))!, SYSTEM_WRITER), log);
+    const taken = new AbortController();
+    taken.abort(); // taken over once its deliveries are made: the pushes are the next dispatcher's
+    await fanOut({ ...context, signal: taken.signal }, { workspaceId, tenantId, partitions: service.config.partitions }, [left.id]);
+    assert.is((await api.get(`/v1/messages/${left.id}/deliveries?status=pending`, key)).body.data.total, 1, 'left pending');
+    assert.is((await api.del('/v1/subscribers/ash', key)).status, 200);
+    assert.is((await api.post('/v1/subscribers', key, { externalId: 'ash' })).status, 201);
+    await fanOut(context, { workspaceId, tenantId, partitions: service.config.partitions }, [left.id]);
+    const resumed = (await api.get(`/v1/messages/${left.id}/deliveries`, key)).body.data.items as { status: string; reason: string }[];
+    assert.ok(resumed.length > 0);
+    assert.equal(resumed.map((d) => [d.status, d.reason]), resumed.map(() => ['skipped', 'subscriber_not_found']), 'the left one too');
+    const timeline = (await api.get('/v1/subscribers/ash/timeline', key)).body.data.items as { name: string }[];
+    assert.equal(timeline.filter((e) => e.name === '$send'), [], 'no $send on the new subscriber\'s stream');
   } finally {
     await sender.close();
     await service.stop();
