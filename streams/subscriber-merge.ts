@@ -144,7 +144,13 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
         });
       }
     }
-    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) await addTopicMembers(redis, keys, scope, topic, [externalId]);
+    for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) {
+      // a topic deleted since it was read is skipped: its 404 left the merge half done, the anonymous
+      // subscriber kept and the call answered 404 (probe FC)
+      await addTopicMembers(redis, keys, scope, topic, [externalId]).catch((err: unknown) => {
+        if (!(err instanceof ApiError && err.status === 404)) throw err;
+      });
+    }
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
     if (!from) return false; // deleted meanwhile (a concurrent merge of the same anonymous id finished first)
     // a later round's write takes the held entry of the earlier ones in: one subscriber.updated, with the values before the first

@@ -554,6 +554,42 @@ races('a merge into a subscriber deleted, or deleted and made anew, since identi
   }
 });
 
+races('a merge skips a topic of the anonymous subscriber deleted while it runs: the merge finishes, the anonymous one deleted, its other topics moved (probe FC: 404 and a half-done merge)', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const { redis, keys } = service;
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  assert.is((await api.post('/v1/topics', key, { slug: 'fc-kept' })).status, 201);
+  const gone = await api.post('/v1/topics', key, { slug: 'fc-gone' });
+  assert.is(gone.status, 201);
+  const goneRecord = keys.topic(tenantId, gone.body.data.id);
+  const [u, anon] = ['fc-u', 'fc-anon'];
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: anon, channel: 'push', token: 'fc'.repeat(32), platform: 'ios' })).status, 201);
+  assert.is((await api.post('/v1/topics/fc-kept/subscribers', key, { externalIds: [anon] })).status, 200);
+  assert.is((await api.post('/v1/topics/fc-gone/subscribers', key, { externalIds: [anon] })).status, 200);
+  await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
+  const plan = (await planMerge(redis, keys, scope, anon, u))!;
+  // a topic is deleted after the merge read the anonymous one's topics, before it adds the user to it
+  const sync = commandName('syncTopicMembers');
+  let deleted = false;
+  const racing = new Proxy(redis, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (prop !== sync || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      return async (...args: unknown[]) => {
+        if (args[0] === goneRecord && !deleted) {
+          deleted = true;
+          assert.is((await api.del('/v1/topics/fc-gone', key)).status, 200);
+        }
+        return value.apply(target, args);
+      };
+    },
+  });
+  assert.is(await mergeSubscriber(racing, keys, scope, plan), true, 'merged');
+  assert.ok(deleted, 'the topic was deleted inside the merge');
+  assert.is((await api.get(`/v1/subscribers/${anon}`, key)).status, 404, 'the anonymous subscriber is deleted');
+  assert.equal((await topicsOfSubscriber(redis, keys, scope, u)).map((t) => t.slug), ['fc-kept']);
+  assert.equal((await listSubscriptions(redis, keys, scope, u)).map((s) => s.token), ['fc'.repeat(32)], 'the device moved');
+});
+
 races('identify racing a delete of its externalId answers 200, never 404 (probe X: it read the subscriber again after writing it, 27-31 of 40 races answered 404)', async ({ api, key, pk }) => {
   const answers: number[] = [];
   for (let i = 0; i < 20; i++) {
