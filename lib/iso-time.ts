@@ -1,5 +1,5 @@
 /**
- * ISO 8601 text as Herald reads it where no schema does (CLI flags, source payloads): a date-time
+ * ISO 8601 text as Herald reads it where no schema does (CLI flags, expression operands): a date-time
  * with its offset (`2027-01-01T09:00:00Z`, `…T09:00+02:00`, fractions of a second allowed), or, where
  * the caller allows it, a date alone (its midnight UTC). A time without an offset is refused rather
  * than read in the local time zone of whatever machine reads it, and so is every other text that

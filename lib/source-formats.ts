@@ -5,11 +5,11 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { now } from './clock.js';
 import { codePoints } from './code-points.js';
-import { isoTimeMs } from './iso-time.js';
 import { safeEqual } from './secrets.js';
 import { MAX_EVENT_DATA_BYTES, TIMESTAMP_MAX_AGE_MS, TIMESTAMP_MAX_AHEAD_MS } from './track-events.js';
 import type { SourceFormat } from './source-limits.js';
 import { TOLERANCE_SECONDS, newWebhookSecret, verifySignature } from './webhook-signing.js';
+import { dateTimeMs } from './validator.js';
 
 export const MAPPING_FIELDS = ['externalId', 'name', 'id', 'timestamp', 'data'] as const;
 export type MappingField = (typeof MAPPING_FIELDS)[number];
@@ -126,14 +126,14 @@ export function eventNameOf(prefix: string, raw: string): string {
 }
 
 /**
- * A timestamp of a payload in ms: ISO 8601 date-time text with its offset (`Z` or `±hh:mm`), or unix
- * seconds (below 10^11) or milliseconds; null when it is neither. Text without an offset is refused,
- * as `POST /v1/events` refuses it: `Date.parse` would read it in the server's own time zone.
+ * A timestamp of a payload in ms: date-time text as `POST /v1/events` reads its `timestamp` (RFC 3339,
+ * with its offset: `dateTimeMs`), or unix seconds (below 10^11) or milliseconds; null when it is
+ * neither. Text without an offset is refused: `Date.parse` would read it in the server's own time zone.
  */
 function timestampMsOf(v: unknown): number | null {
   // zero or below is unix time too, long past: the caller's range check refuses it as invalid_timestamp (probe DM)
   if (typeof v === 'number' && Number.isFinite(v)) return v < 1e11 ? Math.round(v * 1000) : Math.round(v);
-  return typeof v === 'string' ? isoTimeMs(v) : null;
+  return typeof v === 'string' ? dateTimeMs(v) : null;
 }
 
 const EVENT_NAME = /^[a-z0-9][a-z0-9_.-]{0,99}$/;

@@ -351,8 +351,14 @@ inbound('mapping: paths with array indexes, integer ids, a mapped dedupe key, ti
   // without an offset the instant depends on a time zone: refused, as POST /v1/events refuses it,
   // instead of read in the server's own zone
   assertValidation(await send({ kind: 'k', seq: 8, at: recent.toISOString().slice(0, 19), items: [{ owner: 'y' }], attrs: {} }), 'timestamp', 'an ISO date-time without an offset');
+  // read as POST /v1/events reads its timestamp (RFC 3339): a space for the `T` (Python's str(datetime)) is
+  // taken, a time without seconds refused (probe FB: the source took the one and refused the other)
+  const spaced = new Date(recent.getTime() - 60_000);
+  const taken = assertAccepted(await send({ kind: 'k', seq: 9, at: `${spaced.toISOString().slice(0, 10)} ${spaced.toISOString().slice(11, 23)}+00:00`, items: [{ owner: 'y' }], attrs: {} }), 'a space between date and time');
+  assert.is(taken.timestamp, spaced.toISOString());
+  assertValidation(await send({ kind: 'k', seq: 10, at: `${recent.toISOString().slice(0, 16)}Z`, items: [{ owner: 'y' }], attrs: {} }), 'timestamp', 'a time without seconds');
   const state = await read(ctx, s.id);
-  assert.equal(state.counts, { accepted: 10, duplicate: 2, ignored: 10, rejected: 10 });
+  assert.equal(state.counts, { accepted: 11, duplicate: 2, ignored: 10, rejected: 11 });
   assert.is(state.lastError.code, 'validation');
 });
 
