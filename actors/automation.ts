@@ -220,9 +220,15 @@ export class Automation {
     // record read now is a newer one's when the externalId was deleted and created again after them
     // (probe EV2: a deleted subscriber's run pushed to the new one's device)
     let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || state.record.id;
+    // the state conditions see: when the record read now is a newer subscriber's than the one the
+    // items were written for, that one is gone, as it is when no other was created (no attributes,
+    // topics or devices; its counters are its own until its delete is handled) (probe FA: a deleted
+    // subscriber's run branched on the attributes of the one created again under its externalId)
+    const subjectState = (): SubjectState => (!subscriberId || !state.record.id || subscriberId === state.record.id
+      ? state : { ...state, record: {}, topicIds: new Set(), subscriptions: [] });
     const host: EngineHost = {
       now: nowMs,
-      evaluate: (expr, event) => evaluate(expr, subjectOf(state, topicIdBySlug, kept, nowMs, event ?? currentEvent)),
+      evaluate: (expr, event) => evaluate(expr, subjectOf(subjectState(), topicIdBySlug, kept, nowMs, event ?? currentEvent)),
       send: async (run, step, content) => {
         // the message is recorded by this batch's commit and created after it (streams/run-sends.ts),
         // announced by message.created like a caller's message, with the engine (`system`) as actor

@@ -1,6 +1,7 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { Automation } from '../../actors/automation.js';
+import { setClockOffset } from '../../lib/clock.js';
 import { createLogger } from '../../lib/log.js';
 import { partitionOf } from '../../lib/partition.js';
 import { recordOf } from '../../lib/field-list.js';
@@ -139,6 +140,31 @@ sends('a run of a subscriber deleted and created again before the worker got to 
   const [made] = await messagesTo(ctx, 'reborn');
   assert.ok(made, 'the run sent');
   assert.is(await service.redis.hget(service.keys.message(ctx.tenantId, made!.id), 'sid'), oldId, `for ${oldId}, not ${newId}`);
+});
+
+sends('a deleted subscriber\'s run whose sleep ended before the delete branches on that subscriber as it is now, gone, not on the one created again under its externalId (probe FA: it took the new one\'s attributes)', async (ctx) => {
+  const { service, api, key, tenantId } = ctx;
+  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'NG', body: 'gold' } }], else: [{ type: 'send', message: { title: 'NS', body: 'not gold' } }] };
+  assert.is((await api.post('/v1/workflows', key, { slug: 'napping', trigger: { event: 'nap' }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: 'napper', properties: { plan: 'silver' } })).status, 201);
+  assert.is((await api.post('/v1/events', key, { externalId: 'napper', name: 'nap' })).status, 202);
+  const p = partitionOf(tenantId, 'napper', service.config.partitions);
+  await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
+  const automation = new Automation(service.redis, service.keys, log, OWNER);
+  const asleep = await inboxOf(ctx, p, 'napper');
+  await automation.handle(p, asleep);
+  // the worker comes back after the sleep's end, the subscriber deleted and created again (gold) meanwhile
+  setClockOffset(2 * 60_000);
+  try {
+    assert.is((await api.del('/v1/subscribers/napper', key)).status, 200);
+    assert.is((await api.post('/v1/subscribers', key, { externalId: 'napper', properties: { plan: 'gold' } })).status, 201);
+    await automation.handle(p, await inboxOf(ctx, p, 'napper', asleep.at(-1)!.id));
+  } finally {
+    setClockOffset(0);
+  }
+  const run = ((await api.get('/v1/workflows/napping/runs', key)).body.data.items as { externalId: string; status: string }[]).find((r) => r.externalId === 'napper');
+  assert.is(run?.status, 'completed', 'it ended with its send, before the delete');
+  assert.equal((await messagesTo(ctx, 'napper')).map((m) => m.content.title), ['NS'], 'the branch saw the deleted subscriber, with no plan');
 });
 
 sends.run();
