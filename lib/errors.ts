@@ -18,6 +18,7 @@ export type ErrorCode =
   | 'forbidden'
   | 'not_found'
   | 'method_not_allowed'
+  | 'not_implemented'
   | 'idempotency_key_reused'
   | 'conflict'
   | 'payload_too_large'

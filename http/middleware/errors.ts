@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import { METHODS, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Context, Next } from 'koa';
 import { ApiError } from '../../lib/errors.js';
@@ -126,9 +126,11 @@ export function envelopeErrors(log: Logger) {
  * The HTTP server's `clientError` listener: a request Node cannot parse (headers over its 16 KB
  * limit, a malformed request line or header) never reaches Koa, and Node's own answer is a bare
  * 400 or 431 without a body. It is answered here as any malformed request is (spec Part 7): 400
- * `bad_request` in the envelope, with a `Request-Id`, and the connection closed.
+ * `bad_request` in the envelope, with a `Request-Id`, and the connection closed. A method name
+ * Node's parser does not know (`FOO`, or `patch`: names are case-sensitive) is 501
+ * `not_implemented` (RFC 9110 15.6.2), naming the method (probe FE: 400 "not well-formed HTTP").
  */
-export function answerUnparsedRequest(err: NodeJS.ErrnoException, socket: Duplex): void {
+export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
   const attached = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
   if (err.code === 'ECONNRESET' || !socket.writable || attached?.headersSent || lingering.has(socket)) return void socket.destroy();
   const [param, message] = err.code === 'HPE_HEADER_OVERFLOW'
@@ -136,8 +138,22 @@ export function answerUnparsedRequest(err: NodeJS.ErrnoException, socket: Duplex
     : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? ['request', 'The request did not arrive whole in time']
       : ['request', 'The request is not well-formed HTTP'];
+  const error = (err.code === 'HPE_INVALID_METHOD' && unknownMethod(err.rawPacket)) || new ApiError(400, 'bad_request', message, { param });
   const requestId = newRequestId();
-  const body = JSON.stringify(errorEnvelope(new ApiError(400, 'bad_request', message, { param }), requestId));
+  const body = JSON.stringify(errorEnvelope(error, requestId));
   const cors = Object.entries(CROSS_ORIGIN_HEADERS).map(([name, value]) => `${name}: ${value}\r\n`).join('');
-  socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\n${cors}Connection: close\r\n\r\n${body}`);
+  const reason = error.status === 501 ? 'Not Implemented' : 'Bad Request';
+  socket.end(`HTTP/1.1 ${error.status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\n${cors}Connection: close\r\n\r\n${body}`);
+}
+
+/** A request line whose method is a token (RFC 9110 5.6.2: `FOO`, `patch`), with a target and an HTTP version; another is malformed. */
+const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) \S+ HTTP\/\d\.\d\r?\n/;
+
+/** 501 for a well-formed request line whose method Node does not know (null for a malformed line): the capitals when those are a method. */
+function unknownMethod(packet: Buffer | undefined): ApiError | null {
+  const name = packet ? REQUEST_LINE.exec(packet.subarray(0, 8192).toString('latin1'))?.[1] : undefined;
+  if (name === undefined) return null;
+  const upper = name.toUpperCase();
+  const hint = upper !== name && METHODS.includes(upper) ? `; method names are case-sensitive: ${upper}` : '';
+  return new ApiError(501, 'not_implemented', `The method ${name} is not one this service knows${hint}`, { param: 'method' });
 }

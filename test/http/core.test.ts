@@ -334,6 +334,26 @@ core('requests Node would answer itself are answered in the envelope: an Expect 
   }
 });
 
+core('a method Node\'s parser does not know is 501 not_implemented in the envelope, naming it; a standard name not in capitals says so (probe FE: 400 "not well-formed HTTP")', async ({ service }) => {
+  const cases: [string, string][] = [
+    ['FOO', 'The method FOO is not one this service knows'],
+    ['patch', 'The method patch is not one this service knows; method names are case-sensitive: PATCH'],
+    ['Get', 'The method Get is not one this service knows; method names are case-sensitive: GET'],
+  ];
+  for (const [method, message] of cases) {
+    const res = await rawRequest(service.url, `${method} /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    assert.is(res.status, 501, method);
+    const body = JSON.parse(res.body);
+    assert.equal([body.success, body.data, body.error.code, body.error.message, body.error.param], [false, null, 'not_implemented', message, 'method'], method);
+    assert.is(res.headers['request-id'], body.metadata.requestId);
+  }
+  // a method that is no token is a malformed request line, as one with no version
+  for (const line of ['F{} /v1/topics HTTP/1.1', 'FOO /v1/topics']) {
+    const res = await rawRequest(service.url, `${line}\r\nHost: x\r\nConnection: close\r\n\r\n`);
+    assert.equal([res.status, JSON.parse(res.body).error.code], [400, 'bad_request'], line);
+  }
+});
+
 core('a cursor that is not one is named beside the query\'s other problems; body and query problems are told together (Part 7; probe BP: one place at a time)', async ({ api, keys }) => {
   const list = await api.get('/v1/subscribers?limit=0&cursor=bad', keys.tenant);
   assert.equal([list.status, list.body.error.details.map((d: any) => d.param)], [400, ['limit', 'cursor']]);
