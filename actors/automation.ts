@@ -40,6 +40,14 @@ type Item = { kind: 'event'; q: number; event: HandledEvent & { ts: number; rece
 type Op = [string, string, string | number, string | number];
 type Commit = { tenantId: string; workspaceId: string; externalId: string; expected: number; events: RunEvent[]; ops: Op[]; sends: RunSend[] };
 
+/**
+ * The ref of a segment timer a backfill queues to re-check a subscriber now: a member of its own, beside
+ * the window timer (ref `-`), which a worker's commit re-arms at its due time (ZADD) or removes; on one
+ * member, a commit made with definitions from before the segment overwrote the backfill's re-check and
+ * the subscriber was never evaluated for it (probe FD).
+ */
+export const SEGMENT_RECHECK_REF = 'recheck';
+
 /** The timer member of a kind for a subscriber: `<kind>|<workspaceId>|<tenantId>|<ref>|<externalId>` (lua/fireTimers parses it). */
 export function timerMember(kind: 'run' | 'seg', workspaceId: string, tenantId: string, ref: string, externalId: string): string {
   return `${kind}|${workspaceId}|${tenantId}|${ref}|${externalId}`;
@@ -271,7 +279,8 @@ export class Automation {
         const kind = item.member.slice(0, item.member.indexOf('|'));
         if (kind === 'seg') {
           reevaluate = true;
-          windowTimerFired = true;
+          // the window timer (ref `-`), not a backfill's re-check (SEGMENT_RECHECK_REF), which is its own member
+          if (item.member.split('|')[3] === '-') windowTimerFired = true;
           continue;
         }
         const runId = item.member.split('|')[3]!.split('~')[0];

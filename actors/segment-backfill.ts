@@ -2,7 +2,7 @@ import { isoNow } from '../lib/clock.js';
 import { callScript } from '../streams/lua-scripts.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
 import { ACTOR_GROUP } from './subscriber-actor.js';
-import { timerMember } from './automation.js';
+import { SEGMENT_RECHECK_REF, timerMember } from './automation.js';
 import { indexedExternalId } from '../streams/subscriber-list.js';
 import type { Redis } from 'ioredis';
 
@@ -84,7 +84,7 @@ export async function backfillTurn(ctx: RoleContext, member: string): Promise<'d
     const members = await redis.zrange(keys.subscriberIndex(p, tenantId), cursor.after === null ? '-' : `(${cursor.after}`, '+', 'BYLEX', 'LIMIT', 0, config.segmentBackfillChunk);
     if (members.length) {
       const pipeline = redis.pipeline();
-      for (const m of members) pipeline.zadd(keys.timers(p), 0, timerMember('seg', workspaceId, tenantId, '-', indexedExternalId(m)));
+      for (const m of members) pipeline.zadd(keys.timers(p), 0, timerMember('seg', workspaceId, tenantId, SEGMENT_RECHECK_REF, indexedExternalId(m)));
       await pipeline.exec();
     }
     cursor = members.length < config.segmentBackfillChunk ? { p: p + 1, after: null } : { p, after: members[members.length - 1]! };
