@@ -227,7 +227,9 @@ export class Automation {
     // the subscriber the items handled so far were written for, whose runs' sends go to it only: the
     // record read now is a newer one's when the externalId was deleted and created again after them
     // (probe EV2: a deleted subscriber's run pushed to the new one's device)
-    let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || state.record.id;
+    // (a batch of timers alone: the one the events handled before were for, kept in the automation
+    // hash's `u`; the record read now may be a newer one's, its delete not yet handled: probe FG)
+    let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || state.automation.u || state.record.id;
     // the state conditions see: when the record read now is a newer subscriber's than the one the
     // items were written for, that one is gone, as it is when no other was created (no attributes,
     // topics or devices; its counters are its own until its delete is handled) (probe FA: a deleted
@@ -437,6 +439,7 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
+    if (lastSeq > cursor && subscriberId && subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
     for (const send of sends) ops.push(runSendOp(keys, p, send));
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops, sends };
   }

@@ -167,4 +167,34 @@ sends('a deleted subscriber\'s run whose sleep ended before the delete branches 
   assert.equal((await messagesTo(ctx, 'napper')).map((m) => m.content.title), ['NS'], 'the branch saw the deleted subscriber, with no plan');
 });
 
+sends('so does one whose batch holds its timer alone, read before the delete and handled after the subscriber was created again: its send is for the deleted subscriber (probe FG: it took the new one\'s branch, and its message was for the new one)', async (ctx) => {
+  const { service, api, key, tenantId } = ctx;
+  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'AG', body: 'gold' } }], else: [{ type: 'send', message: { title: 'AS', body: 'not gold' } }] };
+  assert.is((await api.post('/v1/workflows', key, { slug: 'napping-alone', trigger: { event: 'nap-alone' }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: 'lone-napper', properties: { plan: 'silver' } })).status, 201);
+  const oldId = (await api.get('/v1/subscribers/lone-napper', key)).body.data.id as string;
+  assert.is((await api.post('/v1/events', key, { externalId: 'lone-napper', name: 'nap-alone' })).status, 202);
+  const p = partitionOf(tenantId, 'lone-napper', service.config.partitions);
+  await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
+  const automation = new Automation(service.redis, service.keys, log, OWNER);
+  const asleep = await inboxOf(ctx, p, 'lone-napper');
+  await automation.handle(p, asleep);
+  const run = ((await api.get('/v1/workflows/napping-alone/runs', key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === 'lone-napper')!;
+  const timer = await service.redis.hget(service.keys.run(p, tenantId, run.id), 'timer');
+  assert.ok(timer, 'the run sleeps');
+  // the timer's inbox entry as the scheduler writes it when the sleep ends, handled on its own after the delete and the new subscriber
+  const fired: StreamEntry = { id: '9999999999999-0', fields: { t: tenantId, w: asleep[0]!.fields.w!, x: 'lone-napper', k: 'timer', tm: timer! } };
+  setClockOffset(2 * 60_000);
+  try {
+    assert.is((await api.del('/v1/subscribers/lone-napper', key)).status, 200);
+    assert.is((await api.post('/v1/subscribers', key, { externalId: 'lone-napper', properties: { plan: 'gold' } })).status, 201);
+    await automation.handle(p, [fired]);
+  } finally {
+    setClockOffset(0);
+  }
+  const made = await messagesTo(ctx, 'lone-napper');
+  assert.equal(made.map((m) => m.content.title), ['AS'], 'the branch saw the deleted subscriber, with no plan');
+  assert.is(await service.redis.hget(service.keys.message(tenantId, made[0]!.id), 'sid'), oldId, 'for the deleted subscriber');
+});
+
 sends.run();
