@@ -138,7 +138,7 @@ export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?:
     : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? ['request', 'The request did not arrive whole in time']
       : ['request', 'The request is not well-formed HTTP'];
-  const error = (err.code === 'HPE_INVALID_METHOD' && unknownMethod(err.rawPacket)) || new ApiError(400, 'bad_request', message, { param });
+  const error = (err.code === 'HPE_INVALID_METHOD' && unknownMethod(err.rawPacket, (err as { bytesParsed?: number }).bytesParsed)) || new ApiError(400, 'bad_request', message, { param });
   const requestId = newRequestId();
   const body = JSON.stringify(errorEnvelope(error, requestId));
   const cors = Object.entries(CROSS_ORIGIN_HEADERS).map(([name, value]) => `${name}: ${value}\r\n`).join('');
@@ -149,9 +149,15 @@ export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?:
 /** A request line whose method is a token (RFC 9110 5.6.2: `FOO`, `patch`), with a target and an HTTP version; another is malformed. */
 const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) \S+ HTTP\/\d\.\d\r?\n/;
 
-/** 501 for a well-formed request line whose method Node does not know (null for a malformed line): the capitals when those are a method. */
-function unknownMethod(packet: Buffer | undefined): ApiError | null {
-  const name = packet ? REQUEST_LINE.exec(packet.subarray(0, 8192).toString('latin1'))?.[1] : undefined;
+/**
+ * 501 for a well-formed request line whose method Node does not know (null for a malformed line): the
+ * capitals when those are a method. The line is the one where the parser stopped (`bytesParsed` into
+ * the socket's chunk): a chunk may hold requests before it, pipelined (probe FG: the 501 named their GET).
+ */
+function unknownMethod(packet: Buffer | undefined, parsed: number | undefined): ApiError | null {
+  if (!packet || parsed === undefined || parsed < 0 || parsed > packet.length) return null;
+  const start = parsed === 0 ? 0 : packet.lastIndexOf(0x0a, parsed - 1) + 1; // (a negative offset would count from the end)
+  const name = REQUEST_LINE.exec(packet.subarray(start, start + 8192).toString('latin1'))?.[1];
   if (name === undefined) return null;
   const upper = name.toUpperCase();
   const hint = upper !== name && METHODS.includes(upper) ? `; method names are case-sensitive: ${upper}` : '';

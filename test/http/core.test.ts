@@ -347,6 +347,17 @@ core('a method Node\'s parser does not know is 501 not_implemented in the envelo
     assert.equal([body.success, body.data, body.error.code, body.error.message, body.error.param], [false, null, 'not_implemented', message, 'method'], method);
     assert.is(res.headers['request-id'], body.metadata.requestId);
   }
+  // the request that failed, after one pipelined before it in the same packet, or after an empty line (probe FG: the 501 named the GET before it)
+  for (const bytes of [`GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\nFOO /v1/topics HTTP/1.1\r\nHost: x\r\n\r\n`, `\r\nFOO /v1/topics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`]) {
+    const res = await rawRequest(service.url, bytes);
+    const answers = res.text.split('HTTP/1.1 ').slice(1);
+    const last = JSON.parse(answers.at(-1)!.slice(answers.at(-1)!.indexOf('\r\n\r\n') + 4));
+    assert.equal([answers.at(-1)!.slice(0, 3), last.error.message], ['501', 'The method FOO is not one this service knows'], JSON.stringify(bytes.slice(0, 20)));
+  }
+  for (const bytes of [`GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\nfoo bar\r\n\r\n`]) {
+    const res = await rawRequest(service.url, bytes);
+    assert.ok(!res.text.includes(' 501 '), 'a malformed line after a good request is no unknown method');
+  }
   // a method that is no token is a malformed request line, as one with no version
   for (const line of ['F{} /v1/topics HTTP/1.1', 'FOO /v1/topics']) {
     const res = await rawRequest(service.url, `${line}\r\nHost: x\r\nConnection: close\r\n\r\n`);
