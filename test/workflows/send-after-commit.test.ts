@@ -142,59 +142,51 @@ sends('a run of a subscriber deleted and created again before the worker got to 
   assert.is(await service.redis.hget(service.keys.message(ctx.tenantId, made!.id), 'sid'), oldId, `for ${oldId}, not ${newId}`);
 });
 
-sends('a deleted subscriber\'s run whose sleep ended before the delete branches on that subscriber as it is now, gone, not on the one created again under its externalId (probe FA: it took the new one\'s attributes)', async (ctx) => {
+/**
+ * A silver subscriber's run of a workflow that sleeps a minute, then branches on `plan` (gold: `<prefix>G`, else `<prefix>S`),
+ * handled by this test's worker; then, two minutes on, the subscriber deleted and created again as gold, and `handleLater` run.
+ * Answers the titles of the messages made for the externalId, and whether each is for the deleted subscriber (its `sid`).
+ */
+async function napThroughRebirth(ctx: Ctx, externalId: string, prefix: string, handleLater: (p: number, automation: Automation, asleep: StreamEntry[], timer: string) => Promise<void>): Promise<{ titles: string[]; forOld: boolean[] }> {
   const { service, api, key, tenantId } = ctx;
-  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'NG', body: 'gold' } }], else: [{ type: 'send', message: { title: 'NS', body: 'not gold' } }] };
-  assert.is((await api.post('/v1/workflows', key, { slug: 'napping', trigger: { event: 'nap' }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
-  assert.is((await api.post('/v1/subscribers', key, { externalId: 'napper', properties: { plan: 'silver' } })).status, 201);
-  assert.is((await api.post('/v1/events', key, { externalId: 'napper', name: 'nap' })).status, 202);
-  const p = partitionOf(tenantId, 'napper', service.config.partitions);
+  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: `${prefix}G`, body: 'gold' } }], else: [{ type: 'send', message: { title: `${prefix}S`, body: 'not gold' } }] };
+  assert.is((await api.post('/v1/workflows', key, { slug: `${externalId}-flow`, trigger: { event: `${externalId}-nap` }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
+  assert.is((await api.post('/v1/subscribers', key, { externalId, properties: { plan: 'silver' } })).status, 201);
+  const oldId = (await api.get(`/v1/subscribers/${externalId}`, key)).body.data.id as string;
+  assert.is((await api.post('/v1/events', key, { externalId, name: `${externalId}-nap` })).status, 202);
+  const p = partitionOf(tenantId, externalId, service.config.partitions);
   await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
   const automation = new Automation(service.redis, service.keys, log, OWNER);
-  const asleep = await inboxOf(ctx, p, 'napper');
+  const asleep = await inboxOf(ctx, p, externalId);
   await automation.handle(p, asleep);
-  // the worker comes back after the sleep's end, the subscriber deleted and created again (gold) meanwhile
+  const run = ((await api.get(`/v1/workflows/${externalId}-flow/runs`, key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === externalId)!;
+  const timer = await service.redis.hget(service.keys.run(p, tenantId, run.id), 'timer');
+  assert.ok(timer, 'the run sleeps');
   setClockOffset(2 * 60_000);
   try {
-    assert.is((await api.del('/v1/subscribers/napper', key)).status, 200);
-    assert.is((await api.post('/v1/subscribers', key, { externalId: 'napper', properties: { plan: 'gold' } })).status, 201);
-    await automation.handle(p, await inboxOf(ctx, p, 'napper', asleep.at(-1)!.id));
+    assert.is((await api.del(`/v1/subscribers/${externalId}`, key)).status, 200);
+    assert.is((await api.post('/v1/subscribers', key, { externalId, properties: { plan: 'gold' } })).status, 201);
+    await handleLater(p, automation, asleep, timer!);
   } finally {
     setClockOffset(0);
   }
-  const run = ((await api.get('/v1/workflows/napping/runs', key)).body.data.items as { externalId: string; status: string }[]).find((r) => r.externalId === 'napper');
-  assert.is(run?.status, 'completed', 'it ended with its send, before the delete');
-  assert.equal((await messagesTo(ctx, 'napper')).map((m) => m.content.title), ['NS'], 'the branch saw the deleted subscriber, with no plan');
+  const made = await messagesTo(ctx, externalId);
+  const sids = await Promise.all(made.map((m) => service.redis.hget(service.keys.message(tenantId, m.id), 'sid')));
+  return { titles: made.map((m) => m.content.title), forOld: sids.map((sid) => sid === oldId) };
+}
+
+sends('a deleted subscriber\'s run whose sleep ended before the delete branches on that subscriber as it is now, gone, not on the one created again under its externalId (probe FA: it took the new one\'s attributes)', async (ctx) => {
+  // the worker comes back after the sleep's end and handles the inbox: the delete and the new subscriber behind the sleep's end
+  const made = await napThroughRebirth(ctx, 'napper', 'N', async (p, automation, asleep) => automation.handle(p, await inboxOf(ctx, p, 'napper', asleep.at(-1)!.id)));
+  assert.equal(made, { titles: ['NS'], forOld: [true] }, 'the branch saw the deleted subscriber, with no plan');
 });
 
 sends('so does one whose batch holds its timer alone, read before the delete and handled after the subscriber was created again: its send is for the deleted subscriber (probe FG: it took the new one\'s branch, and its message was for the new one)', async (ctx) => {
-  const { service, api, key, tenantId } = ctx;
-  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'AG', body: 'gold' } }], else: [{ type: 'send', message: { title: 'AS', body: 'not gold' } }] };
-  assert.is((await api.post('/v1/workflows', key, { slug: 'napping-alone', trigger: { event: 'nap-alone' }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
-  assert.is((await api.post('/v1/subscribers', key, { externalId: 'lone-napper', properties: { plan: 'silver' } })).status, 201);
-  const oldId = (await api.get('/v1/subscribers/lone-napper', key)).body.data.id as string;
-  assert.is((await api.post('/v1/events', key, { externalId: 'lone-napper', name: 'nap-alone' })).status, 202);
-  const p = partitionOf(tenantId, 'lone-napper', service.config.partitions);
-  await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
-  const automation = new Automation(service.redis, service.keys, log, OWNER);
-  const asleep = await inboxOf(ctx, p, 'lone-napper');
-  await automation.handle(p, asleep);
-  const run = ((await api.get('/v1/workflows/napping-alone/runs', key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === 'lone-napper')!;
-  const timer = await service.redis.hget(service.keys.run(p, tenantId, run.id), 'timer');
-  assert.ok(timer, 'the run sleeps');
-  // the timer's inbox entry as the scheduler writes it when the sleep ends, handled on its own after the delete and the new subscriber
-  const fired: StreamEntry = { id: '9999999999999-0', fields: { t: tenantId, w: asleep[0]!.fields.w!, x: 'lone-napper', k: 'timer', tm: timer! } };
-  setClockOffset(2 * 60_000);
-  try {
-    assert.is((await api.del('/v1/subscribers/lone-napper', key)).status, 200);
-    assert.is((await api.post('/v1/subscribers', key, { externalId: 'lone-napper', properties: { plan: 'gold' } })).status, 201);
-    await automation.handle(p, [fired]);
-  } finally {
-    setClockOffset(0);
-  }
-  const made = await messagesTo(ctx, 'lone-napper');
-  assert.equal(made.map((m) => m.content.title), ['AS'], 'the branch saw the deleted subscriber, with no plan');
-  assert.is(await service.redis.hget(service.keys.message(tenantId, made[0]!.id), 'sid'), oldId, 'for the deleted subscriber');
+  // the timer's inbox entry as the scheduler writes it when the sleep ends, handled on its own
+  const made = await napThroughRebirth(ctx, 'lone-napper', 'A', (p, automation, asleep, timer) => automation.handle(p, [
+    { id: '9999999999999-0', fields: { t: ctx.tenantId, w: asleep[0]!.fields.w!, x: 'lone-napper', k: 'timer', tm: timer } },
+  ]));
+  assert.equal(made, { titles: ['AS'], forOld: [true] }, 'the branch saw the deleted subscriber, with no plan; the message is for it');
 });
 
 sends.run();
