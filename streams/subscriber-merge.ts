@@ -146,9 +146,9 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
     }
     for (const topic of await topicsOfSubscriber(redis, keys, scope, anonymousId)) {
       // a topic deleted since it was read is skipped: its 404 left the merge half done, the anonymous
-      // subscriber kept and the call answered 404 (probe FC)
+      // subscriber kept and the call answered 404 (probe FC); the user deleted meanwhile still stops the merge
       await addTopicMembers(redis, keys, scope, topic, [externalId]).catch((err: unknown) => {
-        if (!(err instanceof ApiError && err.status === 404)) throw err;
+        if (err instanceof SubscriberChanged || !(err instanceof ApiError && err.status === 404)) throw err;
       });
     }
     const from = await getSubscriber(redis, keys, scope, anonymousId).catch(() => null);
