@@ -58,7 +58,10 @@ async function runFile(file: string): Promise<Outcome> {
   if (count('Passed') < count('Total') && !plain.includes('FAIL')) {
     output += `  (no test failed by itself: a suite's before or after hook threw, and uvu does not print its error;\n   wrap that hook's body in try/catch and log the error to see it)\n\n`;
   }
-  return { file, passed: count('Passed'), total: count('Total'), skipped: count('Skipped'), output, ms: Date.now() - started };
+  const ms = Date.now() - started;
+  // the file's own line (uvu prints its path first) says how long it took, so slow files are easy to find
+  output = output.replace(/^[^\n]*/, (line) => `${line}  (${(ms / 1000).toFixed(1)} s)`);
+  return { file, passed: count('Passed'), total: count('Total'), skipped: count('Skipped'), output, ms };
 }
 
 /** A shard process: runs the files the parent sends, one at a time, answering each outcome. */

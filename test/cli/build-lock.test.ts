@@ -7,10 +7,18 @@ import * as assert from 'uvu/assert';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
-/** A copy of the project's sources (node_modules linked) whose dist/ is never built. */
+/**
+ * A project laid out as this one (its bin/ensure-build.js, tsconfigs and package.json; node_modules
+ * linked) whose dist/ is never built, with two small sources in place of the service's: the lock is
+ * under test here, not the build, and three builds of the whole service took most of a minute (the
+ * real entry building the real dist/ is test/cli/cli.test.ts's).
+ */
 function copy(): string {
   const dir = mkdtempSync(join(tmpdir(), 'herald-build-lock-'));
-  for (const entry of ['lib', 'http', 'actors', 'streams', 'bin', 'tsconfig.json', 'tsconfig.build.json', 'package.json']) cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
+  for (const entry of ['bin/ensure-build.js', 'tsconfig.json', 'tsconfig.build.json', 'package.json']) cpSync(join(ROOT, entry), join(dir, entry));
+  for (const source of ['lib', 'http', 'actors', 'streams']) mkdirSync(join(dir, source));
+  writeFileSync(join(dir, 'lib', 'config.ts'), 'export const port: number = Number(process.env.PORT ?? 3000);\n');
+  writeFileSync(join(dir, 'bin', 'start.ts'), "import { port } from '../lib/config.js';\n\nprocess.stdout.write(`${port}\\n`);\n");
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
   return dir;
 }
