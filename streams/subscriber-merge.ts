@@ -134,7 +134,7 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
           channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
           environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
         };
-        await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, audit });
+        await registerSubscription(redis, keys, scope, externalId, input, { enabled: s.enabled, merging: true, audit });
       }
       // an address is one per subscriber (it never moves: `tokenField`): the identified user now has
       // its own, and the anonymous one's goes (after, so a crash between leaves it with both, never neither)

@@ -42,6 +42,13 @@ export function toSubscription(externalId: string, h: Record<string, string>): S
   };
 }
 
+/**
+ * The `enabled` a subscription's user chose (internal field `userEnabled`, kept while the push
+ * provider holds the token invalidated, whose `enabled` is then false whatever the user chose; an
+ * invalidation recorded before this field existed says nothing of a mute: on).
+ */
+const userEnabledOf = (h: Record<string, string>): '1' | '0' => (h.enabled === '1' || (h.userEnabled || '1') === '1' ? '1' : '0');
+
 /** The device fields of a registration, in DEVICE_FIELDS order (unknown ones dropped). */
 function deviceOf(input: RegisterInput): Device {
   const device: Device = {};
@@ -249,7 +256,12 @@ const tokenKeys = (keys: Keys, tenantId: string) => [keys.tokens(tenantId), keys
  */
 export async function registerSubscription(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
-  options: { enabled?: boolean; audit?: AuditTrail; /** tests: runs between the claim and the write */ afterClaim?: () => Promise<void> } = {},
+  options: {
+    enabled?: boolean; audit?: AuditTrail;
+    /** a merge's move of an anonymous subscriber's device: an invalidation of it stays (the app did not register that token now) */
+    merging?: boolean;
+    /** tests: runs between the claim and the write */ afterClaim?: () => Promise<void>;
+  } = {},
 ): Promise<Registered> {
   try {
     return await registerOnce(redis, keys, scope, externalId, input, options);
@@ -308,7 +320,7 @@ async function releaseTokenLock(redis: Redis, lock: TokenLock): Promise<void> {
 
 async function registerOnce(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
-  options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
+  options: { enabled?: boolean; audit?: AuditTrail; merging?: boolean; afterClaim?: () => Promise<void> },
 ): Promise<Registered> {
   checkRegistration(input);
   const field = tokenField(input.channel, input.channel === 'push' ? input.token! : input.address!, externalId);
@@ -336,7 +348,7 @@ const OVERTAKEN_ATTEMPTS = 3;
  */
 async function registerClaimed(
   redis: Redis, keys: Keys, scope: TenantScope, externalId: string, input: RegisterInput,
-  options: { enabled?: boolean; audit?: AuditTrail; afterClaim?: () => Promise<void> },
+  options: { enabled?: boolean; audit?: AuditTrail; merging?: boolean; afterClaim?: () => Promise<void> },
   { field, lock, claim, id, stamp, previous, unsettled }: { field: string; lock: TokenLock; claim: string; id: string; stamp: number; previous?: string; unsettled?: string },
   mayRetry = false,
 ): Promise<Registered | null> {
@@ -347,7 +359,7 @@ async function registerClaimed(
     await options.afterClaim();
   }
   const enabled = options.enabled ?? true;
-  const make: Make = { enabled, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined, unsettled };
+  const make: Make = { enabled, merging: options.merging, stamp, audit: options.audit, from: claim === 'moved' && previous !== undefined && previous !== externalId ? previous : undefined, unsettled };
   // a move: the copies it takes from are marked before they are read (`markMovedOut`)
   if (make.from !== undefined) await markMovedOut(redis, keys, scope, make.from, id, stamp);
   if (unsettled !== undefined) await markMovedOut(redis, keys, scope, unsettled, id, stamp);
@@ -423,7 +435,7 @@ export type Registered = { subscription: Subscription; created: boolean; changes
  * How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the
  * audit of its write, and, for a claim that moved the token, the subscriber it moved `from`.
  */
-type Make = { enabled: boolean; stamp: number; audit?: AuditTrail; from?: string; unsettled?: string };
+type Make = { enabled: boolean; merging?: boolean; stamp: number; audit?: AuditTrail; from?: string; unsettled?: string };
 
 function diffOf(before: Subscription, after: Subscription): { changes: Record<string, unknown>; previousAttributes: Record<string, unknown> } {
   const changes: Record<string, unknown> = {};
@@ -486,9 +498,14 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,
       // device) where the registration leaves it out: a sandbox token stays a sandbox token
       const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
+      // a merge moves the anonymous user's devices as they are: one the push provider invalidated stays
+      // so, with its user's flag, until the app registers its token again (moved as a new record, it
+      // was pushed to again, and its mute, `enabled: false` from the invalidation, held for good)
+      const invalidation = make.merging && prior.invalidatedAt
+        ? { invalidatedAt: prior.invalidatedAt, userEnabled: userEnabledOf(prior), ...(prior.invalidatedBy ? { invalidatedBy: prior.invalidatedBy } : {}) } : {};
       // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
       // after its write knows this write audited the move (confirmToken)
-      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...invalidation, ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
       // a copy taken from another subscriber is the owner change; without one (gone, or never written:
       // marked moved out before the read) the copy written here is the subscription's: created
       const audit = make.audit && (prior.id ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));
@@ -509,9 +526,11 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
     // the copy is going to the mover (its removal follows): changing it now would be audited, then removed
     if (movedOut) return { skip: { created: false, record: {}, before: {}, overtaken: 'moved-out' } };
     const changed = Object.entries(given).filter(([k, v]) => (current[k] ?? '') !== v);
-    // a token the provider had invalidated is valid again once the app registers it anew
+    // a token the provider had invalidated is valid again once the app registers it anew, and the
+    // device is as its user left it: muted if they muted it, before or after the invalidation
+    // (`userEnabled`; probe J: the 410's `enabled: false` was read as no mute, and the device came back on)
     const revived = Boolean(current.invalidatedAt);
-    if (revived) changed.push(['invalidatedAt', ''], ['enabled', '1']);
+    if (revived) changed.push(['invalidatedAt', ''], ['enabled', userEnabledOf(current)], ['userEnabled', '']);
     if (changed.length) changed.push(['updatedAt', at]);
     // the time of the latest registration, which a provider's word on the token is weighed against
     // (invalidateSubscription); it is not public, so it moves no `updatedAt`
@@ -735,15 +754,18 @@ export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: Te
   if (!isId('subscription', id)) throw notFound('Subscription');
   const changed = await changeSubscriber<boolean, Record<string, string>>(redis, keys, scope, externalId, (snapshot, h, atMs) => {
     if (!snapshot.exists || !h.id) throw notFound('Subscription');
-    if ((h.enabled === '1') === enabled) return { skip: false };
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
+    // an invalidated device keeps its user's own flag apart (`userEnabled`): a mute of it, which
+    // changes no `enabled` (false already) and so writes no event, still holds when the token comes back
+    const wish: RecordOp[] = h.invalidatedAt && userEnabledOf(h) !== (enabled ? '1' : '0') ? [['hset', recordKey, 'userEnabled', enabled ? '1' : '0']] : [];
+    if ((h.enabled === '1') === enabled) return wish.length ? { create: false, events: [], ops: wish, audit: null, result: false } : { skip: false };
     const at = isoNow(atMs);
     const after = toSubscription(externalId, { ...h, enabled: enabled ? '1' : '0', updatedAt: at });
     const entry: AuditDraft = { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: !enabled } };
     return {
       create: false,
       events: [{ name: enabled ? '$subscription.unmuted' : '$subscription.muted', data: { subscription: publicOf(after) } }],
-      ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', at]],
+      ops: [['hset', recordKey, 'enabled', enabled ? '1' : '0'], ['hset', recordKey, 'updatedAt', at], ...wish],
       audit: audit && draftedAudit(audit, 'subscription.update', [entry]),
       result: true,
     };
@@ -850,6 +872,8 @@ export async function invalidateSubscription(redis: Redis, keys: Keys, scope: Te
       events: [{ name: '$subscription.invalidated', data: { subscription: publicOf({ ...toSubscription(externalId, h), enabled: false }), reason } }],
       ops: [
         ['hset', recordKey, 'enabled', '0'], ['hset', recordKey, 'invalidatedAt', at], ['hset', recordKey, 'updatedAt', at],
+        // the user's own flag, which `enabled: false` no longer tells, for when the token comes back
+        ['hset', recordKey, 'userEnabled', h.enabled === '1' ? '1' : '0'],
         // which delivery's answer this was: a dispatcher killed before recording it settles that delivery from here on resume
         ...(pushed.by ? [['hset', recordKey, 'invalidatedBy', JSON.stringify(pushed.by)] as RecordOp] : []),
       ],

@@ -212,6 +212,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *     operationId: setSubscriberSubscriptionEnabled
    *     summary: Enable or disable a subscription
    *     description: Scope `subscriptions:write`. `$subscription.muted` / `$subscription.unmuted` are written only when `enabled` really changes.
+   *       A mute of a device APNs invalidated (`enabled` false already) changes nothing visible and writes no event, but holds when the app registers its token again.
    *     tags: [Subscriptions]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
    *     responses:

@@ -318,6 +318,64 @@ c('every bound of 4.4 is a validation error naming the field', async ({ api, pk 
   assert.is((await api.patch('/v1/client/subscriptions/scr_x', pk, { enabled: 'no' })).body.error.details[0].param, 'enabled');
 });
 
+/** APNs answering 410 for subscription `id` of `externalId` (the fan-out's call, about a push that read the subscription before now). */
+const invalidate = (ctx: Ctx, externalId: string, id: string) =>
+  invalidateSubscription(ctx.service.redis, ctx.service.keys, { tenantId: ctx.boot.tenant.id, workspaceId: ctx.boot.workspace.id, partitions: ctx.service.config.partitions }, externalId, id, 'Unregistered', { claim: Number.MAX_SAFE_INTEGER, unregisteredAt: null });
+
+c('a device its user muted, before or after APNs invalidated its token, is still muted when the app registers the token again; one never muted comes back on (probe J: it came back on)', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const cases = [
+    { who: 'mute-then-410', muteBefore: true, muteAfter: false, enabled: false },
+    { who: '410-then-mute', muteBefore: false, muteAfter: true, enabled: false },
+    { who: '410-mute-unmute', muteBefore: false, muteAfter: true, unmuteAfter: true, enabled: true },
+    { who: '410-only', muteBefore: false, muteAfter: false, enabled: true },
+  ];
+  for (const [i, k] of cases.entries()) {
+    const reg = { externalId: k.who, channel: 'push', token: token(0xf100 + i), platform: 'ios' };
+    const id = (await api.post('/v1/client/subscriptions', pk, reg)).body.data.id;
+    const patch = (enabled: boolean) => api.patch(`/v1/client/subscriptions/${id}?externalId=${k.who}`, pk, { enabled });
+    if (k.muteBefore) assert.is((await patch(false)).body.data.enabled, false);
+    await invalidate(ctx, k.who, id);
+    if (k.muteAfter) {
+      // enabled is false already: no change to see, no event, but the user's word is kept
+      const muted = await patch(false);
+      assert.is(muted.status, 200, muted.text);
+      assert.is(muted.body.data.enabled, false);
+    }
+    if (k.unmuteAfter) assert.is((await patch(true)).body.data.enabled, true);
+    const back = await api.post('/v1/client/subscriptions', pk, reg);
+    assert.is(back.status, 200, back.text);
+    assert.equal([back.body.data.enabled, back.body.data.invalidatedAt], [k.enabled, null], k.who);
+    const stored = (await api.get(`/v1/subscribers/${k.who}/subscriptions`, boot.keys.tenant)).body.data.items[0];
+    assert.equal([stored.enabled, stored.invalidatedAt], [k.enabled, null], k.who);
+    const events = (await inboxEvents(service, boot.tenant.id, k.who)).map((e) => e.name);
+    assert.equal(events.filter((n) => n === '$subscription.muted').length, k.muteBefore ? 1 : 0, `${k.who}: ${events}`);
+    assert.equal(events.filter((n) => n === '$subscription.unmuted').length, k.unmuteAfter ? 1 : 0, `${k.who}: ${events}`);
+    assert.is(events.at(-1), '$subscription.registered', k.who);
+  }
+  // a mute of the revived device, registered again after another 410, stays too (the field is cleared with each revival)
+  const id = (await api.get('/v1/subscribers/410-only/subscriptions', boot.keys.tenant)).body.data.items[0].id;
+  await invalidate(ctx, '410-only', id);
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: '410-only', channel: 'push', token: token(0xf103), platform: 'ios' })).body.data.enabled, true);
+});
+
+c('a merge moves an invalidated device as it is: still invalidated, its user\'s mute kept, and on again only when the app registers its token (it was a live device muted for good)', async (ctx) => {
+  const { api, pk, boot } = ctx;
+  const dead = { channel: 'push', token: token(0xf200), platform: 'ios' };
+  const muted = { channel: 'push', token: token(0xf201), platform: 'ios' };
+  const a = (await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-dead', ...dead })).body.data.id;
+  const b = (await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-dead', ...muted })).body.data.id;
+  assert.is((await api.patch(`/v1/client/subscriptions/${b}?externalId=anon-dead`, pk, { enabled: false })).status, 200);
+  await invalidate(ctx, 'anon-dead', a);
+  await invalidate(ctx, 'anon-dead', b);
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-dead', anonymousId: 'anon-dead' })).status, 200);
+  const moved = (await api.get('/v1/subscribers/user-dead/subscriptions', boot.keys.tenant)).body.data.items;
+  assert.equal(moved.map((s: any) => [s.id, s.enabled, Boolean(s.invalidatedAt)]).sort(), [[a, false, true], [b, false, true]].sort());
+  // the app registers both tokens again: each is as its user left it
+  const again = await Promise.all([dead, muted].map((d) => api.post('/v1/client/subscriptions', pk, { externalId: 'user-dead', ...d })));
+  assert.equal(again.map((r) => [r.status, r.body.data.id, r.body.data.enabled, r.body.data.invalidatedAt]), [[200, a, true, null], [200, b, false, null]]);
+});
+
 c('identify writes $identify, sets attributes and merges the anonymous subscriber', async ({ api, pk, service, boot }) => {
   const anon = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-123', channel: 'push', token: token(7), platform: 'ios' });
   await api.post('/v1/subscribers', boot.keys.tenant, { externalId: 'anon-123', locale: 'de', properties: { seenOnboarding: true } });
