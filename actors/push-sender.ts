@@ -170,8 +170,7 @@ export class PushSender {
       else if (!APNS_TOKEN.test(jobs[i]!.token)) finish(i, { ...refused('malformed_token'), tokenInvalid: true });
       else first.push(i);
     });
-    // a weighted job heavier than the limiter's reservoir would never start
-    const batch = Math.max(1, Math.min(this.#config.apnsMaxConcurrentPerTenant, this.#config.apnsRatePerTenantPerSecond));
+    const batch = limiterBatch(this.#config.apnsMaxConcurrentPerTenant, this.#config.apnsRatePerTenantPerSecond);
     // the retries' waits listen on one signal of this call's own (hundreds of them on the caller's printed MaxListenersExceededWarning)
     const stopping = sharedAbortController();
     const abort = () => stopping.abort();
@@ -496,6 +495,21 @@ function resultOf(answer: ApnsAnswer, attempts: number, answers: ApnsAnswer[]): 
     attempts,
     answers,
   };
+}
+
+/**
+ * The most pushes one job of a tenant's limiter carries (its weight): at most the concurrency, and
+ * the rate (a job heavier than the limiter's reservoir would never start); a divisor of the rate when
+ * one is near, so whole jobs use the reservoir up each second. Groups of 20 at 30 per second sent
+ * 20 per second: the 10 left could not start a job of 20 (probe J). Divisors are looked for down to
+ * half the largest weight, or to whatever keeps jobs at 1,000 per second or fewer, so a rate without
+ * a near divisor does not turn every push into a job of its own.
+ */
+export function limiterBatch(concurrency: number, rate: number): number {
+  const cap = Math.max(1, Math.min(concurrency, rate));
+  const lowest = Math.min(Math.ceil(cap / 2), Math.max(1, Math.ceil(rate / 1_000)));
+  for (let weight = cap; weight >= lowest; weight--) if (rate % weight === 0) return weight;
+  return cap;
 }
 
 /** The wait before attempt `attempt + 1`: base × 2^(attempt−1), ±25% jitter, then at most 30 s (the cap after the jitter: probe V). */

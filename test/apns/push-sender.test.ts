@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { PushSender, backoffMs, type PushJob } from '../../actors/push-sender.js';
+import { PushSender, backoffMs, limiterBatch, type PushJob } from '../../actors/push-sender.js';
 import { apnsIdFor, buildApnsRequest, type PushContent } from '../../lib/apns-payload.js';
 import { loadConfig } from '../../lib/config.js';
 import type { Logger } from '../../lib/log.js';
@@ -535,6 +535,31 @@ sends('APNS_RATE_PER_TENANT_PER_SECOND caps requests started per second; another
   assert.ok(limited.every((r) => r.outcome === 'sent'));
   assert.ok(elapsed >= 900, `8 sends at 5 per second took ${elapsed} ms`);
   assert.ok(free.every(({ r, ms }) => r.outcome === 'sent' && ms < 900), `the other tenant's 5 sends were not held back: ${free.map((f) => f.ms)}`);
+});
+
+sends('a rate that is no multiple of the concurrency is reached all the same: 60 pushes at 30 per second, 20 at a time, go out in two seconds\' budgets (probe J: 20 per second, three)', async (ctx) => {
+  const sender = senderWith(ctx, { APNS_RATE_PER_TENANT_PER_SECOND: '30', APNS_MAX_CONCURRENT_PER_TENANT: '20' });
+  const started = Date.now();
+  const results = await sender.sendAll(Array.from({ length: 60 }, () => job(ctx)), () => undefined);
+  const elapsed = Date.now() - started;
+  assert.ok(results.every((r) => r?.outcome === 'sent'));
+  // the reservoir refills each second: 30 start at once, 30 a second later (groups of 20 left 10 unused a second, so the last 20 waited for the third)
+  assert.ok(elapsed >= 900 && elapsed < 1_950, `60 sends at 30 per second took ${elapsed} ms`);
+});
+
+sends('a limiter job weighs a divisor of the rate when one is near, else the most it may (pure)', () => {
+  assert.is(limiterBatch(1_000, 20_000), 1_000);
+  assert.is(limiterBatch(20, 30), 15);
+  assert.is(limiterBatch(2, 5), 1);
+  assert.is(limiterBatch(20, 29), 1, 'a low rate may go one push a job');
+  assert.is(limiterBatch(50, 10), 10, 'never more than the rate');
+  assert.is(limiterBatch(1_000, 20_011), 1_000, 'no divisor near: the most it may, not 20,011 jobs a second');
+  assert.is(limiterBatch(1_000, 20_010), 870, 'near divisor');
+  for (let rate = 1; rate <= 300; rate++) for (const concurrency of [1, 2, 7, 20, 64, 1_000]) {
+    const w = limiterBatch(concurrency, rate);
+    assert.ok(w >= 1 && w <= Math.min(concurrency, rate), `${concurrency}/${rate}: ${w}`);
+    assert.ok(rate % w === 0, `${concurrency}/${rate}: ${w} divides the rate (low rates always find one)`);
+  }
 });
 
 sends('an abort (a stopping dispatcher) ends sendAll without waiting for the pushes still in the limiter: those get no result and are never sent; those already out are answered (review of session 52: 400 at 50/s drained for 8 s)', async (ctx) => {
