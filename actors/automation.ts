@@ -229,7 +229,11 @@ export class Automation {
     // (probe EV2: a deleted subscriber's run pushed to the new one's device)
     // (a batch of timers alone: the one the events handled before were for, kept in the automation
     // hash's `u`; the record read now may be a newer one's, its delete not yet handled: probe FG)
-    let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || state.automation.u || state.record.id;
+    // (`u` counts only when written with the cursor `seq` it stands at, `us`: a worker of an earlier
+    // version handled later items without writing it, and the id it kept named a subscriber deleted
+    // since, whose successor's run then took the gone one's branch and sent to nobody; probe K)
+    const keptU = state.automation.u && state.automation.us === state.automation.seq ? state.automation.u : undefined;
+    let subscriberId = (firstEvent?.kind === 'event' && firstEvent.event.u) || keptU || state.record.id;
     // the state conditions see: when the record read now is a newer subscriber's than the one the
     // items were written for, that one is gone, as it is when no other was created (no attributes,
     // topics or devices; its counters are its own until its delete is handled) (probe FA: a deleted
@@ -439,7 +443,10 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
-    if (lastSeq > cursor && subscriberId && subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
+    if (lastSeq > cursor && subscriberId) {
+      if (subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
+      ops.push(['hset', autoKey, 'us', lastSeq]);
+    }
     for (const send of sends) ops.push(runSendOp(keys, p, send));
     return { tenantId, workspaceId, externalId: x, expected: Number(state.automation.v ?? 0), events, ops, sends };
   }

@@ -189,4 +189,46 @@ sends('so does one whose batch holds its timer alone, read before the delete and
   assert.equal(made, { titles: ['AS'], forOld: [true] }, 'the branch saw the deleted subscriber, with no plan; the message is for it');
 });
 
+sends('a run of a subscriber created again, its items handled by a worker of an earlier version (which keeps no `u`), whose batch holds its timer alone, branches on and sends to that subscriber (probe K: the stale `u` named the deleted one; wrong branch, sent to nobody)', async (ctx) => {
+  const { service, api, key, tenantId } = ctx;
+  const x = 'rolled-napper';
+  const branch = { type: 'branch', if: { attribute: 'plan', eq: 'gold' }, then: [{ type: 'send', message: { title: 'RG', body: 'gold' } }], else: [{ type: 'send', message: { title: 'RS', body: 'not gold' } }] };
+  assert.is((await api.post('/v1/workflows', key, { slug: `${x}-flow`, trigger: { event: `${x}-nap` }, steps: [{ type: 'sleep', duration: '1m' }, branch] })).status, 201);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: x, properties: { plan: 'silver' } })).status, 201);
+  assert.is((await api.post('/v1/events', key, { externalId: x, name: `${x}-nap` })).status, 202);
+  const p = partitionOf(tenantId, x, service.config.partitions);
+  await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
+  const automation = new Automation(service.redis, service.keys, log, OWNER);
+  const first = await inboxOf(ctx, p, x);
+  await automation.handle(p, first);
+  const autoKey = service.keys.automation(p, tenantId, x);
+  const [u, us] = await service.redis.hmget(autoKey, 'u', 'us');
+  assert.ok(u && us, `this version keeps u with the sequence it stands at: ${JSON.stringify(await service.redis.hgetall(autoKey))}`);
+  // deleted and created again, its new self triggers the workflow: all handled by an earlier version's
+  // worker, which advances the cursor and leaves u and us as they were (here: handled, then set back)
+  assert.is((await api.del(`/v1/subscribers/${x}`, key)).status, 200);
+  assert.is((await api.post('/v1/subscribers', key, { externalId: x, properties: { plan: 'gold' } })).status, 201);
+  const newId = (await api.get(`/v1/subscribers/${x}`, key)).body.data.id as string;
+  assert.is((await api.post('/v1/events', key, { externalId: x, name: `${x}-nap` })).status, 202);
+  const later = await inboxOf(ctx, p, x, first.at(-1)!.id);
+  await automation.handle(p, later);
+  await service.redis.hset(autoKey, 'u', u!, 'us', us!);
+  assert.ok(Number(await service.redis.hget(autoKey, 'seq')) > Number(us), 'the cursor moved on past us');
+  // the deleted subscriber's run was canceled with it; its successor's sleeps
+  const runs = (await api.get(`/v1/workflows/${x}-flow/runs`, key)).body.data.items as { id: string; status: string }[];
+  assert.equal(runs.map((r) => r.status), ['sleeping', 'canceled']);
+  const timer = await service.redis.hget(service.keys.run(p, tenantId, runs[0]!.id), 'timer');
+  assert.ok(timer, 'the new subscriber\'s run sleeps');
+  setClockOffset(2 * 60_000);
+  try {
+    // the run's timer, handled on its own by this version's worker
+    await automation.handle(p, [{ id: '9999999999999-0', fields: { t: tenantId, w: first[0]!.fields.w!, x, k: 'timer', tm: timer! } }]);
+  } finally {
+    setClockOffset(0);
+  }
+  const made = await messagesTo(ctx, x);
+  const sids = await Promise.all(made.map((m) => service.redis.hget(service.keys.message(tenantId, m.id), 'sid')));
+  assert.equal({ titles: made.map((m) => m.content.title), sids }, { titles: ['RG'], sids: [newId] }, 'the branch saw the subscriber the run is for, and the message is for it');
+});
+
 sends.run();
