@@ -61,12 +61,15 @@ export const STATE_EVENT_NAMES = [
  * Most versions one workflow keeps: a change of its definition beyond is 409 `conflict`. Every
  * version's `wait` and `cancelOn` names are watched, since a run keeps its version until it ends
  * (until session 44 only the newest 100 of an unbounded list were, and a run of an older one missed
- * its events: probe W).
+ * its events: probe W). The list is read whole: a workflow changed more often by a version from
+ * before this bound keeps every version it has, and its runs of the oldest still hear their events
+ * (probe K, session 61: reading the newest MAX_VERSIONS, a run of version 1 of 106 missed its wait's
+ * event and went the timeout's way); such a workflow takes no further change.
  */
 export const MAX_VERSIONS = 100;
 
 /**
- * A deleted workflow's `wait` and `cancelOn` names (those of all its versions, at most MAX_VERSIONS)
+ * A deleted workflow's `wait` and `cancelOn` names (those of all its versions)
  * stay watched this long after the delete (`keys.workflowGoneNames`, members `<workflow id>|<name>`), so the event an active run of
  * it waits for reaches the run and cancels it (`workflow_deleted`). By then every such run has met
  * its next step (a sleep or a wait's timeout lasts at most 90 days) and was canceled; a day more
@@ -244,7 +247,7 @@ export class DefinitionsCache {
     if (workflowRecords.length || goneNames.length) relevant.add('$subscriber.deleted');
     for (const wf of workflows) if (wf.enabled) relevant.add(wf.definition.trigger.event);
     // every version that may still have runs: their waits and cancelOn
-    const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, MAX_VERSIONS - 1)));
+    const listed = await Promise.all(workflowRecords.map((h) => redis.zrevrange(keys.workflowVersions(tenantId, h.id!), 0, -1)));
     const all = await Promise.all(listed.flat().map((versionId) => this.version(tenantId, versionId)));
     for (const v of all) if (v) watchedNames(v.definition, relevant);
     // deleted workflows' waits and cancelOn (members `<workflow id>|<name>`): the event reaches their runs, which it cancels

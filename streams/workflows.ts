@@ -212,7 +212,7 @@ export async function deleteWorkflow(redis: Redis, keys: Keys, scope: WorkflowSc
   for (let attempt = 0; attempt < UPDATE_ATTEMPTS && reply[0] === -1; attempt++) {
     // the record before the version list: a version made in between changes the current version id,
     // which the script compares, so the names below never miss a version the delete removes
-    const read = await redis.pipeline().hget(keys.workflow(tenantId, id), 'versionId').zrevrange(keys.workflowVersions(tenantId, id), 0, MAX_VERSIONS - 1).exec();
+    const read = await redis.pipeline().hget(keys.workflow(tenantId, id), 'versionId').zrevrange(keys.workflowVersions(tenantId, id), 0, -1).exec();
     const [[recordErr, currentVersionId], [listErr, versionIds]] = read as [[Error | null, string | null], [Error | null, string[]]];
     if (recordErr || listErr) throw recordErr ?? listErr;
     if (!currentVersionId) throw notFound('Workflow');

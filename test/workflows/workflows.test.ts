@@ -380,6 +380,29 @@ workflows('a deleted workflow\'s versions leave a worker\'s cache at its next re
   await redis.del(keys.workflowVersion(tenantId, created.versionId));
 });
 
+workflows('a workflow an earlier version let grow past 100 versions: every version\'s wait and cancelOn names are watched, and stay watched after its delete (probe K: only the newest 100 were, and a run of version 1 missed its event)', async (ctx) => {
+  const { api, key, service, tenantId } = ctx;
+  const { redis, keys } = service;
+  const created = (await api.post('/v1/workflows', key, { slug: 'ancient', trigger: { event: 'ancient.start' }, steps: [{ type: 'wait', event: 'ancient.paid', timeout: '1d' }] })).body.data;
+  // versions 2 to 105 as a version without the bound wrote them: records, the version list, the workflow's current version
+  let last = created.versionId as string;
+  for (let n = 2; n <= 105; n++) {
+    last = newId('workflowVersion');
+    const definition = { trigger: { event: 'ancient.start' }, steps: [{ type: 'wait', event: `ancient.paid${n}`, timeout: '1d' }] };
+    await redis.hset(keys.workflowVersion(tenantId, last), { id: last, workflowId: created.id, version: String(n), definition: JSON.stringify(definition), createdAt: created.createdAt });
+    await redis.zadd(keys.workflowVersions(tenantId, created.id), n, last);
+  }
+  await redis.hset(keys.workflow(tenantId, created.id), { version: '105', versionId: last });
+  await redis.incr(keys.automationVersion(tenantId));
+  const loaded = await new DefinitionsCache(redis, keys).get(tenantId, String(await version(ctx)));
+  for (const name of ['ancient.paid', 'ancient.paid5', 'ancient.paid105']) assert.ok(loaded.relevant.has(name), `${name} is watched`);
+  assert.is((await api.patch('/v1/workflows/ancient', key, { steps: [{ type: 'sleep', duration: '1h' }] })).status, 409, 'such a workflow takes no further version');
+  assert.is((await api.del('/v1/workflows/ancient', key)).status, 200);
+  const gone = await redis.zrange(keys.workflowGoneNames(tenantId), 0, -1);
+  for (const name of ['ancient.paid', 'ancient.paid105']) assert.ok(gone.includes(`${created.id}|${name}`), `${name} stays watched after the delete`);
+  assert.is(await redis.exists(keys.workflowVersions(tenantId, created.id)), 0, 'every version went with it');
+});
+
 workflows('runs are listed newest first across partitions, by status, with total and keyset pages; one run reads by id', async ({ api, key, service, tenantId, partitions }) => {
   const wf = (await api.post('/v1/workflows', key, body('with-runs'))).body.data;
   const other = (await api.post('/v1/workflows', key, body('other-runs'))).body.data;
