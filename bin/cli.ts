@@ -267,8 +267,9 @@ function prepare(command: string, options: Options): Run {
       return async (redis, keys, out) => {
         const workspace = await workspaceOf(redis, keys, workspaceSlug);
         const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
-        const { credentials, created } = await apnsSet(redis, keys, workspace, tenant, apns);
-        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : 'updated'}: ${describeApns(credentials)}`);
+        const { credentials, created, changed } = await apnsSet(redis, keys, workspace, tenant, apns);
+        // the same credentials again write nothing: said so (probe I: "updated", showing the first write's time)
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : changed ? 'updated' : 'unchanged (the same as stored)'}: ${describeApns(credentials)}`);
       };
     }
     case 'apns show': {
@@ -399,7 +400,9 @@ export async function main(argv: string[]): Promise<number> {
     const redis = await openRedis(resolved.target);
     try {
       const keys = createKeys(config.keyPrefix);
-      await run(redis, keys, (json, text) => process.stdout.write((options.json ? JSON.stringify(json) : text) + '\n'));
+      const written: Promise<void>[] = [];
+      await run(redis, keys, (json, text) => void written.push(writeOut((options.json ? JSON.stringify(json) : text) + '\n')));
+      await Promise.all(written);
       return 0;
     } finally {
       await redis.quit().catch(() => redis.disconnect());
@@ -415,6 +418,19 @@ export async function main(argv: string[]): Promise<number> {
   } finally {
     await resolved?.stop();
   }
+}
+
+/**
+ * Writes `text` to stdout, settling once it is written or refused: a refusal is one line and exit 1,
+ * not an unhandled 'error' event's stack trace (probe I: `bootstrap >/dev/full` printed 25 lines,
+ * its keys made and never shown).
+ */
+function writeOut(text: string): Promise<void> {
+  return new Promise((done, fail) => {
+    // the stream's 'error' event comes with the callback's error: told by the callback, it must not crash the process
+    process.stdout.once('error', () => undefined);
+    process.stdout.write(text, (err) => (err ? fail(new CliError(`cannot write the output (${(err as NodeJS.ErrnoException).code ?? err.message}); the command's changes are made all the same (a key made is listed by herald key list; revoke it there)`)) : done()));
+  });
 }
 
 // Run directly (`node dist/bin/cli.js …`, as a release phase or a script may) it does what

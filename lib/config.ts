@@ -296,7 +296,8 @@ export function loadConfig(overrides: Env = {}, env: Env = process.env): Config 
     trustProxyHops: integer(e, 'TRUST_PROXY_HOPS', 1, 0, 10),
     roles: roles(e.HERALD_ROLES),
     keyCacheTtlMs: integer(e, 'KEY_CACHE_TTL_SECONDS', 30, 0, 3600) * 1000,
-    production: e.NODE_ENV === 'production',
+    // read as the other settings are, trimmed, and in any case (probe I: ` production` left the https rule off)
+    production: (e.NODE_ENV ?? '').trim().toLowerCase() === 'production',
     webhookAllowPrivateNetworks: allowedNetworks(e.WEBHOOK_ALLOW_PRIVATE_NETWORKS),
     webhookRetryScheduleMs: retrySchedule(e.WEBHOOK_RETRY_SCHEDULE),
     webhookAttemptTimeoutMs: integer(e, 'WEBHOOK_ATTEMPT_TIMEOUT_MS', 30_000, 100, 30_000),

@@ -99,7 +99,7 @@ export function encryptionKeyMissing(): ApiError {
  */
 export async function setApnsCredentials(
   redis: Redis, keys: Keys, box: SecretBox | null, workspace: Workspace, tenant: Tenant, input: ApnsCredentialsInput, by: Writer,
-): Promise<{ credentials: ApnsCredentialsView; created: boolean }> {
+): Promise<{ credentials: ApnsCredentialsView; created: boolean; changed: boolean }> {
   const valid = validateApnsCredentials(input);
   if (!box) throw encryptionKeyMissing();
   const key = keys.apnsCredentials(tenant.id);
@@ -113,9 +113,9 @@ export async function setApnsCredentials(
   const record = { ...view, privateKey: box.seal(valid.privateKey, sealContext(tenant.id)), version: randomBytes(12).toString('hex') };
   const reply = await callScript<SetReply>(redis, 'setApnsCredentials', [key, intent.key], [intent.token, intent.json, opened, VIEW_FIELDS.length, ...VIEW_FIELDS, ...Object.entries(record).flat()]);
   const before = previousView(reply);
-  if (reply[0] !== 1) return { credentials: before!, created: false };
+  if (reply[0] !== 1) return { credentials: before!, created: false, changed: false };
   await settleAudit(redis, keys, intent, APNS_AUDITS['apns.set'](audited, reply));
-  return { credentials: view, created: before === null };
+  return { credentials: view, created: before === null, changed: true };
 }
 
 /** The credentials lua/setApnsCredentials found (and replaced, unless they were the same), or null when none were stored. */

@@ -137,7 +137,7 @@ cli('apns show prints the stored credentials; without --json, one line for a per
   assert.match(text.stdout, new RegExp(`^APNs credentials of acme/default: key ${ctx.provider.keyId}, team ${ctx.provider.teamId}, bundle ${BUNDLE.replace(/\./g, '\\.')}, sha256:[0-9a-f]{64}, configured \\S+\\n$`));
 });
 
-cli('apns set --tenant works in that tenant; apns set again with the same key reports updated', async (ctx) => {
+cli('apns set --tenant works in that tenant; apns set again with the same key reports it unchanged, with another key updated (probe I: "updated" for the same)', async (ctx) => {
   const other = generateProviderKey();
   const file = join(ctx.dir, 'other.p8');
   writeFileSync(file, other.privateKeyPem);
@@ -147,7 +147,12 @@ cli('apns set --tenant works in that tenant; apns set again with the same key re
   assert.is(oneJsonLine(await herald(ctx.env, 'apns', 'show', '--workspace', 'acme', '--json')).credentials.keyId, ctx.provider.keyId, 'the default tenant keeps its own');
   const again = await herald(ctx.env, ...setArgs(ctx, ['--tenant', 'emea'], other, file));
   assert.is(again.code, 0);
-  assert.match(again.stdout, /^APNs credentials of acme\/emea updated: key /);
+  assert.match(again.stdout, /^APNs credentials of acme\/emea unchanged \(the same as stored\): key /);
+  const third = generateProviderKey();
+  writeFileSync(file, third.privateKeyPem);
+  const replaced = await herald(ctx.env, ...setArgs(ctx, ['--tenant', 'emea'], third, file));
+  assert.is(replaced.code, 0);
+  assert.match(replaced.stdout, new RegExp(`^APNs credentials of acme/emea updated: key ${third.keyId}`));
 });
 
 cli('a missing key file fails with exit 1 and says so', async (ctx) => {

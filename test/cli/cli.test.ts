@@ -1,4 +1,5 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
 import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { suite } from 'uvu';
@@ -184,6 +185,19 @@ cli('bootstrap a second time keeps the workspace and tenant ids and makes new ke
   assert.equal(second.workspace, first.workspace);
   assert.equal(second.tenant, first.tenant);
   for (const kind of ['workspace', 'tenant', 'client']) assert.is.not(second.keys[kind], first.keys[kind], `a new ${kind} key`);
+});
+
+cli('an output stdout refuses (a full disk) is one line on stderr and exit 1, saying what was made (probe I: an unhandled error event, 25 lines)', async ({ env }) => {
+  const full = openSync('/dev/full', 'w');
+  try {
+    const run = spawnSync(process.execPath, ['--input-type=module', '-e', INLINE, '--', 'bootstrap', '--workspace', 'full-disk', '--json'], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', full, 'pipe'], timeout: 30_000 });
+    assert.is(run.status, 1, run.stderr.toString());
+    assert.match(run.stderr.toString(), /^herald: cannot write the output \(ENOSPC\); the command's changes are made all the same \(a key made is listed by herald key list; revoke it there\)\n$/);
+  } finally {
+    closeSync(full);
+  }
+  const listed = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'full-disk', '--json'));
+  assert.is(listed.items.length, 3, 'the keys were made');
 });
 
 cli('the keys bootstrap prints authenticate against the running service', async ({ env, api }) => {

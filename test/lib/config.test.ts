@@ -54,6 +54,11 @@ config('the embedded Redis data folder is in the project folder whatever the wor
   }
 });
 
+config('NODE_ENV production, in any case and with spaces around, turns on production rules; anything else does not (probe I: " production" and "Production" left webhook URLs free of the https rule)', () => {
+  for (const on of ['production', ' production', 'Production', 'PRODUCTION\n']) assert.is(loadConfig({ NODE_ENV: on }, {}).production, true, JSON.stringify(on));
+  for (const off of [undefined, '', 'development', 'test', 'prod', 'productions']) assert.is(loadConfig(off === undefined ? {} : { NODE_ENV: off }, {}).production, false, JSON.stringify(off));
+});
+
 config('REDIS_TLS_REJECT_UNAUTHORIZED is true unless set to false (or 0); anything else is refused', () => {
   assert.is(loadConfig({}, {}).redisTlsRejectUnauthorized, true);
   assert.is(loadConfig({ REDIS_TLS_REJECT_UNAUTHORIZED: 'false' }, {}).redisTlsRejectUnauthorized, false);
