@@ -1,3 +1,4 @@
+import { format } from 'node:util';
 import { ConfigError, loadConfig, type Role } from '../lib/config.js';
 import { createLogger } from '../lib/log.js';
 import { startService, type Service } from './service.js';
@@ -17,6 +18,9 @@ export async function run(roles?: Role[]): Promise<void> {
   }
   const active = roles ?? config.roles;
   const log = createLogger(config.logLevel, { roles: active, pid: process.pid });
+  // a library's own console warnings are log lines too, JSON on stderr as every other (probe I:
+  // ioredis's "[WARN] … does not require a password" came as plain text, twice)
+  console.warn = (...args: unknown[]) => log.warn('library warning', { message: format(...args) });
   // Every signal is handled, from the start on and not only the first: Ctrl-C in a terminal reaches
   // `npm start` and this process together, and npm forwards its own copy, so a second SIGINT arrives
   // at once; left to Node's default it would end the process mid-stop, cutting the requests in

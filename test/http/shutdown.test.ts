@@ -50,6 +50,24 @@ shutdown('SIGHUP (a terminal closed under `npm start`) stops a role gracefully, 
   }
 });
 
+shutdown('a library\'s own console warning is a JSON log line like every other (probe I: ioredis\'s warning about a password the Redis server does not ask for came as plain text)', async () => {
+  const service = await startTestService('library-warning');
+  const url = new URL(service.env.REDIS_URL!);
+  url.password = 'not-needed';
+  const web = startRoleProcess('web', { ...roleEnv(service), REDIS_URL: url.href, PORT: String(await freePort()), LOG_LEVEL: 'info' });
+  try {
+    await waitFor('the web role to listen', async () => web.output().includes('listening'), 20_000, 50);
+    web.child.kill('SIGTERM');
+    assert.is(await web.exited, 0, web.output());
+    const lines = web.output().split('\n').filter((line) => line !== '');
+    for (const line of lines) assert.not.throws(() => JSON.parse(line), line);
+    assert.ok(lines.some((line) => JSON.parse(line).msg === 'library warning' && /does not require a password/.test(JSON.parse(line).message)), web.output());
+  } finally {
+    web.child.kill('SIGKILL');
+    await service.stop();
+  }
+});
+
 shutdown('a request in flight when the service stops is answered, its connection then closed', async () => {
   const service = await startTestService('shutdown');
   const { keys } = await bootstrapWorkspace(service, 'shutdown');
