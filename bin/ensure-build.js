@@ -31,8 +31,10 @@ function freshness() {
 
 // One build at a time: `npm start` and an `npx herald` run moments later on a fresh checkout both
 // found dist/ stale and ran tsc into it together, one able to import a file the other was rewriting
-// (probe BG). The lock is a directory (mkdir is atomic) holding its owner's pid; one whose owner is
-// gone (killed mid-build) is taken over.
+// (probe BG). The lock is a directory (mkdir is atomic) holding its owner's pid and its compiler's
+// (`child`); one whose owner is gone (killed mid-build) is taken over once its compiler is gone too:
+// a SIGTERM to `npm start` mid-build ends the owner and leaves tsc writing dist/ (probe I: a second
+// tsc ran beside it).
 const lockDir = join(root, 'var', 'build.lock');
 const LOCK_WAIT_MS = 300_000;
 /** A lock older than this is a dead build's whatever its pid says: a build takes seconds. */
@@ -62,6 +64,12 @@ function lock() {
       if (err.code !== 'EEXIST') throw err;
     }
     let owner = 0;
+    let compiler = 0;
+    try {
+      compiler = Number(readFileSync(join(lockDir, 'child'), 'utf8'));
+    } catch {
+      // no compiler started yet (or none recorded)
+    }
     try {
       owner = Number(readFileSync(join(lockDir, 'pid'), 'utf8'));
     } catch {
@@ -80,7 +88,8 @@ function lock() {
     } catch {
       continue;
     }
-    if (owner === -1 || owner === process.pid || age > STALE_LOCK_MS || (Number.isInteger(owner) && owner > 0 && !alive(owner))) {
+    const compiling = Number.isInteger(compiler) && compiler > 0 && alive(compiler);
+    if (owner === -1 || owner === process.pid || age > STALE_LOCK_MS || (Number.isInteger(owner) && owner > 0 && !alive(owner) && !compiling)) {
       rmSync(lockDir, { recursive: true, force: true });
       continue;
     }
@@ -111,7 +120,9 @@ export function ensureBuilt() {
   try {
     if (freshness().fresh) return; // built by the process this one waited for
     process.stderr.write('herald: building dist/ with tsc…\n');
-    const run = spawnSync(process.execPath, [tsc, '-p', join(root, 'tsconfig.build.json')], { cwd: root, stdio: ['ignore', 2, 2] });
+    // the compiler's pid goes into the lock (the shell records its own, then becomes tsc): a build
+    // whose owner is killed is waited for while its compiler still runs
+    const run = spawnSync('/bin/sh', ['-c', 'echo $$ > "$1" && exec "$2" "$3" -p "$4"', 'sh', join(lockDir, 'child'), process.execPath, tsc, join(root, 'tsconfig.build.json')], { cwd: root, stdio: ['ignore', 2, 2] });
     if (run.status !== 0) {
       unlock();
       process.stderr.write('herald: the TypeScript build failed\n');

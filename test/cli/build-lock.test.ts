@@ -53,6 +53,21 @@ test('two processes finding dist/ stale at once build it once: the second waits 
     assert.match(again.stderr, /building dist\//);
     assert.not.ok(existsSync(join(dir, 'var', 'build.lock')));
 
+    // a lock whose owner is gone (SIGTERM to npm start mid-build) while its compiler still writes
+    // dist/ is waited for until that compiler ends (probe I: a second tsc ran beside it)
+    const compiler = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 1500)']);
+    const compilerEnded = new Promise<number>((done) => compiler.once('exit', () => done(Date.now())));
+    mkdirSync(join(dir, 'var', 'build.lock'), { recursive: true });
+    writeFileSync(join(dir, 'var', 'build.lock', 'pid'), String(gone));
+    writeFileSync(join(dir, 'var', 'build.lock', 'child'), String(compiler.pid));
+    const touched = new Date(Date.now() + 90_000);
+    utimesSync(join(dir, 'lib', 'config.ts'), touched, touched);
+    const waited = await build(dir);
+    const builtAt = Date.now();
+    assert.is(waited.code, 0, waited.stderr);
+    assert.ok(builtAt >= await compilerEnded, 'the build waited for the compiler the dead owner left');
+    assert.not.ok(existsSync(join(dir, 'var', 'build.lock')));
+
     // a lock naming a live pid but older than any build (a container restarted after a build killed
     // midway hands out the same pids again, probe BL) is taken over too: here, this test's own pid
     mkdirSync(join(dir, 'var', 'build.lock'), { recursive: true });
