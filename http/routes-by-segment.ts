@@ -30,7 +30,11 @@ export class RoutesBySegment {
 
   private add(method: Method, path: string, handlers: Handler[]): this {
     const router = this.routerFor(path);
-    (router[method] as (path: string, ...h: Handler[]) => unknown)(path, ...handlers);
+    // a path parameter that is not valid percent-encoding is refused once the caller is authenticated
+    // and authorized (or at once on a route without credentials)
+    const at = handlers.reduce((last, handler, i) => (authenticating.has(handler) ? i + 1 : last), 0);
+    const chain = path.includes('/:') ? [...handlers.slice(0, at), refuseMalformedParams, ...handlers.slice(at)] : handlers;
+    (router[method] as (path: string, ...h: Handler[]) => unknown)(path, ...chain);
     const layer = router.stack[router.stack.length - 1] as unknown as ParamLayer;
     layer.params = (_path, captures, params = {}) => pathParams(layer.paramNames, captures, params);
     return this;
@@ -81,12 +85,23 @@ type ParamLayer = {
 };
 
 /**
+ * The middlewares that authenticate and authorize a request (http/middleware/auth.ts `authorize`):
+ * a route's handlers after them see its path parameters checked (`refuseMalformedParams`).
+ */
+export const authenticating = new WeakSet<object>();
+
+/** Where `pathParams` names a parameter that is not valid percent-encoding (the params object's own, hidden). */
+const MALFORMED = Symbol('malformed path parameter');
+
+/**
  * A route's path parameters, percent-decoded as a URL path is (RFC 3986): `+` stays `+`.
  * @koa/router decodes them as a form-encoded query, `+` as a space, so `/v1/subscribers/jane+doe`
  * addressed the subscriber `jane doe`. A capture that is not valid percent-encoding is a malformed
  * id: 404 (spec 2.3). It was kept as it is, as @koa/router does, which reached the subscriber whose
  * externalId is that raw text (any text can be one): `/v1/subscribers/50%off` deleted `50%off`,
- * whose path is `/v1/subscribers/50%25off` (probe BM).
+ * whose path is `/v1/subscribers/50%25off` (probe BM). The 404 comes after the credential's checks
+ * (`refuseMalformedParams`), as for any other id that names nothing: answered while routing, a
+ * request without a credential got 404, not 401 (probe M); until then the parameter reads empty.
  */
 function pathParams(names: { name: string }[], captures: string[], params: Record<string, string> = {}): Record<string, string> {
   for (let i = 0; i < captures.length; i++) {
@@ -96,10 +111,18 @@ function pathParams(names: { name: string }[], captures: string[], params: Recor
     try {
       params[name] = decodeURIComponent(raw);
     } catch {
-      throw new ApiError(404, 'not_found', `No resource at this path: its ${name} is not valid percent-encoding`, { param: name });
+      params[name] = '';
+      (params as Record<symbol, string>)[MALFORMED] ??= name;
     }
   }
   return params;
+}
+
+/** 404 for a path parameter `pathParams` could not decode. */
+function refuseMalformedParams(ctx: Context, next: Next): Promise<void> {
+  const name = (ctx.params as Record<symbol, string> | undefined)?.[MALFORMED];
+  if (name !== undefined) throw new ApiError(404, 'not_found', `No resource at this path: its ${name} is not valid percent-encoding`, { param: name });
+  return next();
 }
 
 type PathLayer = { path: string; methods: string[] };

@@ -11,6 +11,7 @@ import type { Ref } from '../../streams/ledger.js';
 import type { AppDeps } from '../deps.js';
 import { jsonBody } from './json-body.js';
 import { repeatsHeader } from '../params.js';
+import { authenticating } from '../routes-by-segment.js';
 
 /**
  * Which credentials reach a route:
@@ -142,7 +143,7 @@ async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Pro
 export function authorize(deps: AppDeps, plane: Plane, scope: string | null, options: AuthOptions = {}) {
   const body = jsonBody(Math.max(deps.config.bodyLimitBytes, options.bodyAtLeast ?? 0));
   const sessionOnly = scope !== null && isSessionOnly(scope);
-  return async function auth(ctx: Context, next: Next): Promise<void> {
+  const auth = async function auth(ctx: Context, next: Next): Promise<void> {
     if (repeatsHeader(ctx.req, 'authorization')) throw new ApiError(400, 'bad_request', 'Send one Authorization header, not several', { param: 'Authorization' });
     const credential = BEARER.exec(ctx.get('Authorization'))?.[1] ?? '';
     if (looksLikeToken(credential)) {
@@ -174,6 +175,8 @@ export function authorize(deps: AppDeps, plane: Plane, scope: string | null, opt
     if (perTenant && tenant) await body(ctx, () => withinTenantLimit(perTenant.group, perTenant.limit, tenant.id, next));
     else await body(ctx, next);
   };
+  authenticating.add(auth);
+  return auth;
 }
 
 /** The tenant a tenant-plane or client-plane route works in. */

@@ -84,6 +84,19 @@ core('a path parameter that is not valid percent-encoding is a malformed id, 404
   }
   const encoded = await api.get(`/v1/subscribers/${encodeURIComponent('50%off')}`, keys.tenant);
   assert.equal([encoded.status, encoded.body.data?.externalId], [200, '50%off'], 'still there, at its encoded path');
+  // the 404 comes after the credential's checks, as any other id's (probe M: 404 without a credential)
+  const answers = async (path: string, key?: string) => {
+    const res = await api.call('GET', path, key === undefined ? {} : { key });
+    return [res.status, res.body.error?.code];
+  };
+  assert.equal(await answers('/v1/messages/%FF'), [401, 'missing_authorization']);
+  assert.equal(await answers('/v1/messages/%FF', keys.client), [403, 'forbidden']);
+  assert.equal(await answers('/v1/workspaces/%FF/webhooks/catalog', keys.workspace), [403, 'forbidden'], 'not this key\'s workspace');
+  assert.equal(await answers('/v1/workspaces/core/webhooks/%FF', keys.workspace), [404, 'not_found']);
+  assert.equal((await api.call('DELETE', '/v1/client/widgets/%FF')).status, 401);
+  // a route without credentials (a source's inbound address) answers 404 at once, as before
+  const inbound = await api.call('POST', '/v1/sources/%FF/inbound', { body: {} });
+  assert.equal([inbound.status, inbound.body.error?.code, inbound.body.error?.param], [404, 'not_found', 'id']);
 });
 
 core('a route with a path parameter gets it decoded, and a path of two segments below it is its own route', async ({ api, keys }) => {
