@@ -498,14 +498,20 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
       // a move keeps what describes the device itself (platform, environment, authorizationStatus,
       // device) where the registration leaves it out: a sandbox token stays a sandbox token
       const carried = prior.id ? Object.fromEntries(Object.keys(wanted).filter((k) => !(k in given) && prior[k] !== undefined).map((k) => [k, prior[k]!])) : {};
-      // a merge moves the anonymous user's devices as they are: one the push provider invalidated stays
-      // so, with its user's flag, until the app registers its token again (moved as a new record, it
-      // was pushed to again, and its mute, `enabled: false` from the invalidation, held for good)
+      // a merge moves the anonymous user's devices as they are, read here, in the write (probe O: the
+      // `enabled` the merge listed before lost a mute made meanwhile, and kept an invalidation's false
+      // after the app had registered the token again): muted or not, when the app last registered the
+      // token (a provider's 410 is weighed against that, and a merge is no registration: probe O, the
+      // device was never invalidated again), and one the push provider invalidated stays so, with its
+      // user's flag, until the app registers its token again (moved as a new record, it was pushed to
+      // again, and its mute, `enabled: false` from the invalidation, held for good)
+      const merged = make.merging && prior.id
+        ? { enabled: prior.enabled === '1' ? '1' : '0', ...(prior.registeredAt ? { registeredAt: prior.registeredAt } : {}) } : {};
       const invalidation = make.merging && prior.invalidatedAt
         ? { invalidatedAt: prior.invalidatedAt, userEnabled: userEnabledOf(prior), ...(prior.invalidatedBy ? { invalidatedBy: prior.invalidatedBy } : {}) } : {};
       // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
       // after its write knows this write audited the move (confirmToken)
-      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...invalidation, ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...merged, ...invalidation, ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
       // a copy taken from another subscriber is the owner change; without one (gone, or never written:
       // marked moved out before the read) the copy written here is the subscription's: created
       const audit = make.audit && (prior.id ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));

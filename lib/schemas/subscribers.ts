@@ -158,7 +158,7 @@ export const Subscription: Schema = {
     authorizationStatus: { type: 'string', nullable: true, enum: ['notDetermined', 'denied', 'authorized', 'provisional', 'ephemeral', null] },
     device: device,
     enabled: { type: 'boolean' },
-    invalidatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'When APNs declared the token gone (410, BadDeviceToken; `enabled` false meanwhile); cleared when the app registers the token again, which turns `enabled` back to what the user chose' },
+    invalidatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'When APNs declared the token gone (410, BadDeviceToken; `enabled` false meanwhile, unless the user turns it on); cleared when the app registers the token again, which turns `enabled` back to what the user chose' },
     createdAt: { type: 'string', format: 'date-time' },
     updatedAt: { type: 'string', format: 'date-time' },
   },

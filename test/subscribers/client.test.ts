@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { identityHash } from '../../lib/identity-hash.js';
 import { partitionOf } from '../../lib/partition.js';
 import { setIdentityRequired, tenantIdentity } from '../../streams/identity.js';
-import { invalidateSubscription } from '../../streams/subscriptions.js';
+import { invalidateSubscription, registerSubscription } from '../../streams/subscriptions.js';
 import { client } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -374,6 +374,38 @@ c('a merge moves an invalidated device as it is: still invalidated, its user\'s 
   // the app registers both tokens again: each is as its user left it
   const again = await Promise.all([dead, muted].map((d) => api.post('/v1/client/subscriptions', pk, { externalId: 'user-dead', ...d })));
   assert.equal(again.map((r) => [r.status, r.body.data.id, r.body.data.enabled, r.body.data.invalidatedAt]), [[200, a, true, null], [200, b, false, null]]);
+});
+
+c('a merge moves each device as its copy is when moved, not as the merge listed it before: a mute made meanwhile holds, a token registered again meanwhile is on (probe O: 6 of 20 raced merges pushed to a muted device, 5 of 20 left one off for good)', async (ctx) => {
+  const { api, pk, service, boot } = ctx;
+  const scope = { tenantId: boot.tenant.id, workspaceId: boot.workspace.id, partitions: service.config.partitions };
+  const device = (n: number) => ({ channel: 'push' as const, token: token(0xf300 + n), platform: 'ios' as const });
+  const muted = (await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-raced', ...device(0) })).body.data.id;
+  const revived = (await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-raced', ...device(1) })).body.data.id;
+  // what the merge listed: the first on, the second invalidated (off)
+  await invalidate(ctx, 'anon-raced', revived);
+  // then, before it moved them, the user muted the first and the app registered the second again
+  assert.is((await api.patch(`/v1/client/subscriptions/${muted}?externalId=anon-raced`, pk, { enabled: false })).body.data.enabled, false);
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-raced', ...device(1) })).body.data.enabled, true);
+  // the merge's moves, with the flags it listed
+  await registerSubscription(service.redis, service.keys, scope, 'user-raced', device(0), { enabled: true, merging: true });
+  await registerSubscription(service.redis, service.keys, scope, 'user-raced', device(1), { enabled: false, merging: true });
+  const held = (await api.get('/v1/subscribers/user-raced/subscriptions', boot.keys.tenant)).body.data.items;
+  assert.equal(held.map((x: any) => [x.id, x.enabled, x.invalidatedAt]).sort(), [[muted, false, null], [revived, true, null]].sort());
+});
+
+c('a device a merge moved is invalidated by a 410 that speaks of a time after the app last registered it, though before the merge: a merge is no registration (probe O: it stayed on, every push failing)', async (ctx) => {
+  const { api, pk, boot, service } = ctx;
+  const reg = { channel: 'push', token: token(0xf400), platform: 'ios' };
+  const id = (await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-gone', ...reg })).body.data.id;
+  await new Promise((r) => setTimeout(r, 20));
+  const uninstalledAt = Date.now();
+  await new Promise((r) => setTimeout(r, 20));
+  assert.is((await api.post('/v1/client/identify', pk, { externalId: 'user-gone', anonymousId: 'anon-gone' })).status, 200);
+  const scope = { tenantId: boot.tenant.id, workspaceId: boot.workspace.id, partitions: service.config.partitions };
+  await invalidateSubscription(service.redis, service.keys, scope, 'user-gone', id, 'Unregistered', { claim: Number.MAX_SAFE_INTEGER, unregisteredAt: uninstalledAt });
+  const stored = (await api.get('/v1/subscribers/user-gone/subscriptions', boot.keys.tenant)).body.data.items[0];
+  assert.equal([stored.id, stored.enabled, Boolean(stored.invalidatedAt)], [id, false, true]);
 });
 
 c('identify writes $identify, sets attributes and merges the anonymous subscriber', async ({ api, pk, service, boot }) => {
