@@ -32,6 +32,17 @@ export const MAX_ACTIVE_RUNS = 100;
  */
 export const MAX_RUN_DEPTH = 3;
 
+/**
+ * Most runs one chain starts after its first (a chain: the runs started by one another's engine
+ * events, all of one subscriber). The depth alone bounds a chain's length, not its width: a run that
+ * sends three times starts three runs at the next depth, each of which does the same, and two
+ * workflows triggered by each other's `$send`, three sends each, made 40 runs and 121 pushes of one
+ * message (probe Q; 50 sends each would make millions). Counted per chain in the subscriber's
+ * automation hash (`chains`, the last MAX_CHAINS_KEPT chains), committed with the runs.
+ */
+export const MAX_CHAIN_RUNS = 10;
+const MAX_CHAINS_KEPT = 32;
+
 /** Most timers of one run fired in a row before an event that arrived after them all (a bound; a run has finitely many steps). */
 const MAX_TIMERS_CAUGHT_UP = 1_000;
 
@@ -264,19 +275,22 @@ export class Automation {
       emit: (event) => events.push(event),
     };
     let lastSeq = cursor;
-    // the depth of a run whose engine event may start others: an active one is at hand, an ended one
-    // is read from its record (same partition, and its depth never changes, so a retry reads the same)
-    const depths = new Map<string, number>();
-    const depthOf = async (runId: string): Promise<number> => {
+    // the depth and chain of a run whose engine event may start others: an active one is at hand, an
+    // ended one is read from its record (same partition, and neither ever changes, so a retry reads the same)
+    const chainsOf = new Map<string, { depth: number; root: string }>();
+    const chainOf = async (runId: string): Promise<{ depth: number; root: string }> => {
       const active = runs.find((run) => run.id === runId);
-      if (active) return active.depth;
-      let depth = depths.get(runId);
-      if (depth === undefined) {
-        const stored = await redis.hget(keys.run(p, tenantId, runId), 'depth');
-        depths.set(runId, (depth = runDepth({ depth: stored ?? '' })));
+      if (active) return { depth: active.depth, root: active.root || active.id };
+      let chain = chainsOf.get(runId);
+      if (chain === undefined) {
+        const [depth, root] = await redis.hmget(keys.run(p, tenantId, runId), 'depth', 'root');
+        chainsOf.set(runId, (chain = { depth: runDepth({ depth: depth ?? '' }), root: root || runId }));
       }
-      return depth;
+      return chain;
     };
+    // runs each chain started after its first (MAX_CHAIN_RUNS), the chains last added to last
+    const chainRuns = new Map<string, number>(readChains(state.automation.chains));
+    let chainsChanged = false;
 
     // the engine as of `ms`: a step's time is when its cause happened (an event's arrival, a timer's due time)
     const hostAt = (ms: number): EngineHost => (ms === nowMs ? host : { ...host, now: ms });
@@ -387,14 +401,20 @@ export class Automation {
       // subscriber that is gone by now (an event handled after its delete, such as the delete's own
       // `$subscription.removed`): the run could only send to nobody before its cancel.
       let depth: number | undefined;
+      let chain: { depth: number; root: string } | null | undefined;
       for (const wf of state.exists ? defs.workflows : []) {
         // an event of a run (it carries the run's id; the workflow's is in its data) never starts that run's workflow;
         // a caller's own event is no run's, whatever its free-form data holds
         if (!wf.enabled || wf.definition.trigger.event !== event.name || (event.runId && event.data.workflowId === wf.id)) continue;
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
-        depth ??= event.runId ? (await depthOf(event.runId)) + 1 : 0;
+        chain ??= event.runId ? await chainOf(event.runId) : null;
+        depth ??= chain ? chain.depth + 1 : 0;
         if (depth > MAX_RUN_DEPTH) {
           this.log.warn('workflow run not started: chain of runs too deep', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, depth });
+          continue;
+        }
+        if (chain && (chainRuns.get(chain.root) ?? 0) >= MAX_CHAIN_RUNS) {
+          this.log.warn('workflow run not started: chain of runs too wide', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, root: chain.root, runs: MAX_CHAIN_RUNS });
           continue;
         }
         // a run of a deleted workflow (canceled at its next step, maybe a long sleep away) holds no place (probe AX)
@@ -404,8 +424,14 @@ export class Automation {
         }
         // the id's time is when the trigger arrived (not its own timestamp, which an offline batch
         // may set days back), so runs list newest started first; the same entry always makes the same id
-        const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, arrived, depth);
+        const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, arrived, depth, chain?.root ?? '');
         if (runs.some((existing) => existing.id === run.id)) continue;
+        if (chain) {
+          const started = (chainRuns.get(chain.root) ?? 0) + 1;
+          chainRuns.delete(chain.root); // to the end: the chain last added to
+          chainRuns.set(chain.root, started);
+          chainsChanged = true;
+        }
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });
         statusBefore.set(run, 'new' as Run['status']);
@@ -443,6 +469,7 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
+    if (chainsChanged) ops.push(['hset', autoKey, 'chains', JSON.stringify([...chainRuns].slice(-MAX_CHAINS_KEPT))]);
     if (lastSeq > cursor && subscriberId) {
       if (subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
       ops.push(['hset', autoKey, 'us', lastSeq]);
@@ -584,5 +611,16 @@ function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptConditi
     }
     for (const [field, n] of counts) ops.push(['hincrby', countersKey, field, n]);
     ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, version)]);
+  }
+}
+
+/** The automation hash's `chains`: [root run id, runs started after it] pairs, oldest chain first (none when unreadable). */
+function readChains(json: string | undefined): [string, number][] {
+  if (!json) return [];
+  try {
+    const pairs = JSON.parse(json) as unknown;
+    return Array.isArray(pairs) ? pairs.filter((e): e is [string, number] => Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'number') : [];
+  } catch {
+    return [];
   }
 }

@@ -18,6 +18,8 @@ export type Run = {
   startedAt: string; updatedAt: string; completedAt: string; history: HistoryItem[];
   /** 0, or one more than the run whose engine event (`$run.*`, `$send`) started this one */
   depth: number;
+  /** the first run of the chain this one is in ('' for a run at depth 0: itself) */
+  root: string;
 };
 export type RunEvent = { name: string; data: Record<string, unknown>; runId: string; messageId: string; step: string };
 export type HandledEvent = EventLike & { id: string };
@@ -123,12 +125,12 @@ function end(run: Run, host: EngineHost, status: 'completed' | 'canceled' | 'fai
   host.emit({ name: `$run.${status}`, runId: run.id, messageId: '', step: run.step, data: runData(run, reason ? { reason } : {}) });
 }
 
-/** A new run of a workflow version, started by `trigger`, at `depth` in a chain of runs. */
-export function newRun(id: string, workflow: { id: string; slug: string }, version: { id: string; version: number }, externalId: string, trigger: HandledEvent, nowMs: number, depth: number): Run {
+/** A new run of a workflow version, started by `trigger`, at `depth` in the chain of runs that began with `root` ('' for depth 0). */
+export function newRun(id: string, workflow: { id: string; slug: string }, version: { id: string; version: number }, externalId: string, trigger: HandledEvent, nowMs: number, depth: number, root = ''): Run {
   const at = isoNow(nowMs);
   return {
     id, workflowId: workflow.id, workflow: workflow.slug, versionId: version.id, version: version.version, externalId, status: 'running',
-    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [], depth,
+    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [], depth, root,
   };
 }
 
@@ -249,6 +251,7 @@ export function runFields(run: Run): Record<string, string> {
     id: run.id, workflowId: run.workflowId, workflow: run.workflow, versionId: run.versionId, version: String(run.version), externalId: run.externalId,
     status: run.status, step: run.step, triggerEventId: run.triggerEventId, reason: run.reason, wakeAt: run.wakeAt === null ? '' : String(run.wakeAt),
     timer: run.timer, startedAt: run.startedAt, updatedAt: run.updatedAt, completedAt: run.completedAt, history: JSON.stringify(run.history), depth: String(run.depth),
+    ...(run.root ? { root: run.root } : {}),
   };
 }
 
@@ -257,6 +260,6 @@ export function runOf(h: Record<string, string>): Run {
     id: h.id!, workflowId: h.workflowId!, workflow: h.workflow ?? '', versionId: h.versionId!, version: Number(h.version), externalId: h.externalId!,
     status: h.status as RunStatus, step: h.step ?? '', triggerEventId: h.triggerEventId ?? '', reason: h.reason ?? '', wakeAt: h.wakeAt ? Number(h.wakeAt) : null,
     timer: h.timer ?? '', startedAt: h.startedAt!, updatedAt: h.updatedAt!, completedAt: h.completedAt ?? '', history: h.history ? JSON.parse(h.history) : [],
-    depth: runDepth(h),
+    depth: runDepth(h), root: h.root ?? '',
   };
 }

@@ -336,6 +336,24 @@ wf('two $send workflows that each send stop after depth 3: four runs of each, ni
   for (const slug of ['echo-a', 'echo-b']) await api.del(`/v1/workflows/${slug}`, key);
 });
 
+wf('a chain of runs starts at most 10 runs after its first, however many each sends: two workflows triggered by each other\'s $send, three sends each, make 11 runs and 34 pushes of one message (probe Q: 40 runs, 121 pushes)', async (ctx) => {
+  const { api, key } = ctx;
+  const token = await device(ctx, 'loop-wide');
+  const sends = (slug: string) => [0, 1, 2].map((n) => ({ type: 'send', message: { title: `${slug}${n}`, body: 'wide' } }));
+  await api.post('/v1/workflows', key, { slug: 'wide-c', trigger: { event: '$send', where: { not: { property: 'workflow', eq: 'wide-c' } } }, steps: sends('wide-c') });
+  await api.post('/v1/workflows', key, { slug: 'wide-d', trigger: { event: '$send', where: { property: 'workflow', eq: 'wide-c' } }, steps: sends('wide-d') });
+  const runsOfUser = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-wide');
+  await api.post('/v1/messages', key, { to: 'loop-wide', title: 'hello', body: 'one message' });
+  const total = await settles('the chain to end', async () => (await runsOfUser('wide-c')).length + (await runsOfUser('wide-d')).length, 11);
+  assert.is(total, 11, 'the chain\'s first run and 10 more');
+  const depths = [...await runsOfUser('wide-c'), ...await runsOfUser('wide-d')].map((r: any) => r.depth).sort();
+  assert.equal(depths, [0, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2], 'three at depth 1; seven of the nine at depth 2; none at 3');
+  await waitFor('34 pushes', async () => pushesTo(ctx, token).length >= 34, 20_000);
+  await new Promise((r) => setTimeout(r, 1_000));
+  assert.is(pushesTo(ctx, token).length, 34, 'the API message and three per run');
+  for (const slug of ['wide-c', 'wide-d']) await api.del(`/v1/workflows/${slug}`, key);
+});
+
 wf('two workflows triggered by $run.completed stop after depth 3, the chain started by a third', async (ctx) => {
   const { api, key } = ctx;
   await api.post('/v1/workflows', key, { slug: 'chain-start', trigger: { event: 'chain.go' }, steps: [{ type: 'exit' }] });
