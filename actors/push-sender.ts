@@ -498,17 +498,18 @@ function resultOf(answer: ApnsAnswer, attempts: number, answers: ApnsAnswer[]): 
 }
 
 /**
- * The most pushes one job of a tenant's limiter carries (its weight): at most the concurrency, and
- * the rate (a job heavier than the limiter's reservoir would never start); a divisor of the rate when
- * one is near, so whole jobs use the reservoir up each second. Groups of 20 at 30 per second sent
- * 20 per second: the 10 left could not start a job of 20 (probe J). Divisors are looked for down to
- * half the largest weight, or to whatever keeps jobs at 1,000 per second or fewer, so a rate without
- * a near divisor does not turn every push into a job of its own.
+ * The most pushes one job of a tenant's limiter carries (its weight), which is also the size of the
+ * groups `sendAll` sends one after another: at most the concurrency, and the rate (a job heavier
+ * than the limiter's reservoir would never start). Where the rate binds (below 20 times the
+ * concurrency), a divisor of the rate down to half that, so whole jobs use the reservoir up each
+ * second: groups of 20 at 30 per second sent 20 per second, the 10 left unable to start a job of 20
+ * (probe J); groups of 15 send 30. Never smaller than half: a group is answered before the next
+ * goes, and groups of one or two (a prime rate) sent one push per round trip (probe P).
  */
 export function limiterBatch(concurrency: number, rate: number): number {
   const cap = Math.max(1, Math.min(concurrency, rate));
-  const lowest = Math.min(Math.ceil(cap / 2), Math.max(1, Math.ceil(rate / 1_000)));
-  for (let weight = cap; weight >= lowest; weight--) if (rate % weight === 0) return weight;
+  if (rate >= 20 * cap) return cap;
+  for (let weight = cap; weight >= Math.ceil(cap / 2); weight--) if (rate % weight === 0) return weight;
   return cap;
 }
 

@@ -547,18 +547,20 @@ sends('a rate that is no multiple of the concurrency is reached all the same: 60
   assert.ok(elapsed >= 900 && elapsed < 1_950, `60 sends at 30 per second took ${elapsed} ms`);
 });
 
-sends('a limiter job weighs a divisor of the rate when one is near, else the most it may (pure)', () => {
+sends('a limiter job weighs a divisor of the rate down to half the most it may, where the rate binds; else the most it may (pure)', () => {
   assert.is(limiterBatch(1_000, 20_000), 1_000);
   assert.is(limiterBatch(20, 30), 15);
   assert.is(limiterBatch(2, 5), 1);
-  assert.is(limiterBatch(20, 29), 1, 'a low rate may go one push a job');
   assert.is(limiterBatch(50, 10), 10, 'never more than the rate');
-  assert.is(limiterBatch(1_000, 20_011), 1_000, 'no divisor near: the most it may, not 20,011 jobs a second');
-  assert.is(limiterBatch(1_000, 20_010), 870, 'near divisor');
+  assert.is(limiterBatch(20, 29), 20, 'no divisor down to half: groups stay whole (probe P: groups of one, one push a round trip)');
+  assert.is(limiterBatch(20, 46), 20);
+  assert.is(limiterBatch(500, 997), 500);
+  assert.is(limiterBatch(3, 1_000_000), 3, 'a rate that does not bind changes nothing');
+  assert.is(limiterBatch(1_000, 20_010), 1_000);
   for (let rate = 1; rate <= 300; rate++) for (const concurrency of [1, 2, 7, 20, 64, 1_000]) {
     const w = limiterBatch(concurrency, rate);
-    assert.ok(w >= 1 && w <= Math.min(concurrency, rate), `${concurrency}/${rate}: ${w}`);
-    assert.ok(rate % w === 0, `${concurrency}/${rate}: ${w} divides the rate (low rates always find one)`);
+    const cap = Math.min(concurrency, rate);
+    assert.ok(w >= Math.ceil(cap / 2) && w <= cap, `${concurrency}/${rate}: ${w}`);
   }
 });
 
