@@ -590,6 +590,35 @@ races('a merge skips a topic of the anonymous subscriber deleted while it runs: 
   assert.equal((await listSubscriptions(redis, keys, scope, u)).map((s) => s.token), ['fc'.repeat(32)], 'the device moved');
 });
 
+races('a mute of the anonymous user\'s email made while the merge runs (after it listed the devices) holds for the identified user (probe P: 36 of 60 raced mutes were lost)', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const { redis, keys } = service;
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const [u, anon] = ['pm-u', 'pm-anon'];
+  const email = await api.post('/v1/client/subscriptions', pk, { externalId: anon, channel: 'email', address: 'pm@example.com' });
+  assert.is(email.status, 201);
+  await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
+  const plan = (await planMerge(redis, keys, scope, anon, u))!;
+  // the user mutes the email once the merge has listed the anonymous subscriber's devices (its widgets move next)
+  const widgets = commandName('moveWidgets');
+  let muted = false;
+  const racing = new Proxy(redis, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (prop !== widgets || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      return async (...args: unknown[]) => {
+        if (!muted) {
+          muted = true;
+          assert.is((await api.patch(`/v1/client/subscriptions/${email.body.data.id}?externalId=${anon}`, pk, { enabled: false })).body.data.enabled, false);
+        }
+        return value.apply(target, args);
+      };
+    },
+  });
+  assert.is(await mergeSubscriber(racing, keys, scope, plan), true, 'merged');
+  assert.ok(muted, 'muted inside the merge');
+  assert.equal((await listSubscriptions(redis, keys, scope, u)).map((s) => [s.address, s.enabled]), [['pm@example.com', false]]);
+});
+
 races('identify racing a delete of its externalId answers 200, never 404 (probe X: it read the subscriber again after writing it, 27-31 of 40 races answered 404)', async ({ api, key, pk }) => {
   const answers: number[] = [];
   for (let i = 0; i < 20; i++) {
