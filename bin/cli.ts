@@ -269,7 +269,7 @@ function prepare(command: string, options: Options): Run {
         const tenant = await tenantOf(redis, keys, workspace, tenantSlug);
         const { credentials, created, changed } = await apnsSet(redis, keys, workspace, tenant, apns);
         // the same credentials again write nothing: said so (probe I: "updated", showing the first write's time)
-        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : changed ? 'updated' : 'unchanged (the same as stored)'}: ${describeApns(credentials)}`);
+        out({ tenant: { id: tenant.id, slug: tenant.slug }, credentials, created, changed }, `APNs credentials of ${workspace.slug}/${tenant.slug} ${created ? 'stored' : changed ? 'updated' : 'unchanged (the same as stored)'}: ${describeApns(credentials)}`);
       };
     }
     case 'apns show': {
@@ -375,8 +375,10 @@ export async function main(argv: string[]): Promise<number> {
     seen.add(token.name);
   }
   if (options.help || command === 'help') {
-    process.stdout.write(USAGE + '\n');
-    return 0;
+    return writeOut(USAGE + '\n').then(() => 0, (err: Error) => {
+      process.stderr.write(`herald: ${err.message}\n`);
+      return 1;
+    });
   }
   // A bare `herald` is someone finding out what it does: the usage answers. Anything else is a usage mistake.
   if (argv.length === 0) {
@@ -401,7 +403,9 @@ export async function main(argv: string[]): Promise<number> {
     try {
       const keys = createKeys(config.keyPrefix);
       const written: Promise<void>[] = [];
-      await run(redis, keys, (json, text) => void written.push(writeOut((options.json ? JSON.stringify(json) : text) + '\n')));
+      // what a command that makes keys made is not lost with its output: the operator is told where to find it
+      const made = command === 'bootstrap' || command === 'key create' ? '; the keys were made all the same: herald key list shows them, herald key revoke ends them' : '';
+      await run(redis, keys, (json, text) => void written.push(writeOut((options.json ? JSON.stringify(json) : text) + '\n', made)));
       await Promise.all(written);
       return 0;
     } finally {
@@ -425,11 +429,11 @@ export async function main(argv: string[]): Promise<number> {
  * not an unhandled 'error' event's stack trace (probe I: `bootstrap >/dev/full` printed 25 lines,
  * its keys made and never shown).
  */
-function writeOut(text: string): Promise<void> {
+function writeOut(text: string, made = ''): Promise<void> {
   return new Promise((done, fail) => {
     // the stream's 'error' event comes with the callback's error: told by the callback, it must not crash the process
     process.stdout.once('error', () => undefined);
-    process.stdout.write(text, (err) => (err ? fail(new CliError(`cannot write the output (${(err as NodeJS.ErrnoException).code ?? err.message}); the command's changes are made all the same (a key made is listed by herald key list; revoke it there)`)) : done()));
+    process.stdout.write(text, (err) => (err ? fail(new CliError(`cannot write the output (${(err as NodeJS.ErrnoException).code ?? err.message})${made}`)) : done()));
   });
 }
 

@@ -111,7 +111,7 @@ const setArgs = (ctx: Ctx, extra: string[] = [], key: ProviderKey = ctx.provider
 cli('apns set --json stores the credentials of the default tenant and prints the public view, never the key', async (ctx) => {
   const run = await herald(ctx.env, ...setArgs(ctx, ['--json']));
   const out = oneJsonLine(run);
-  assert.equal(Object.keys(out), ['tenant', 'credentials', 'created']);
+  assert.equal(Object.keys(out), ['tenant', 'credentials', 'created', 'changed']);
   assert.equal(out.tenant, { id: ctx.defaultTenant.id, slug: 'default' });
   assert.is(out.created, true);
   assert.equal(Object.keys(out.credentials).sort(), ['bundleId', 'configuredAt', 'keyFingerprint', 'keyId', 'teamId']);
@@ -143,6 +143,8 @@ cli('apns set --tenant works in that tenant; apns set again with the same key re
   writeFileSync(file, other.privateKeyPem);
   const out = oneJsonLine(await herald(ctx.env, ...setArgs(ctx, ['--tenant', 'emea', '--json'], other, file)));
   assert.equal(out.tenant, { id: ctx.emea.id, slug: 'emea' });
+  assert.equal([out.created, out.changed], [true, true]);
+  assert.equal([oneJsonLine(await herald(ctx.env, ...setArgs(ctx, ['--tenant', 'emea', '--json'], other, file))).changed], [false], 'the same again: nothing written');
   assert.is(out.credentials.keyId, other.keyId);
   assert.is(oneJsonLine(await herald(ctx.env, 'apns', 'show', '--workspace', 'acme', '--json')).credentials.keyId, ctx.provider.keyId, 'the default tenant keeps its own');
   const again = await herald(ctx.env, ...setArgs(ctx, ['--tenant', 'emea'], other, file));

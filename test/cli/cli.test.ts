@@ -192,12 +192,22 @@ cli('an output stdout refuses (a full disk) is one line on stderr and exit 1, sa
   try {
     const run = spawnSync(process.execPath, ['--input-type=module', '-e', INLINE, '--', 'bootstrap', '--workspace', 'full-disk', '--json'], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', full, 'pipe'], timeout: 30_000 });
     assert.is(run.status, 1, run.stderr.toString());
-    assert.match(run.stderr.toString(), /^herald: cannot write the output \(ENOSPC\); the command's changes are made all the same \(a key made is listed by herald key list; revoke it there\)\n$/);
+    assert.match(run.stderr.toString(), /^herald: cannot write the output \(ENOSPC\); the keys were made all the same: herald key list shows them, herald key revoke ends them\n$/);
   } finally {
     closeSync(full);
   }
   const listed = oneJsonLine(await herald(env, 'key', 'list', '--workspace', 'full-disk', '--json'));
   assert.is(listed.items.length, 3, 'the keys were made');
+  // a command that makes nothing says only that; so does --help (it exited 0, silent)
+  const fullAgain = openSync('/dev/full', 'w');
+  try {
+    for (const args of [['key', 'list', '--workspace', 'full-disk'], ['--help']]) {
+      const run = spawnSync(process.execPath, ['--input-type=module', '-e', INLINE, '--', ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', fullAgain, 'pipe'], timeout: 30_000 });
+      assert.equal([run.status, run.stderr.toString()], [1, 'herald: cannot write the output (ENOSPC)\n'], args.join(' '));
+    }
+  } finally {
+    closeSync(fullAgain);
+  }
 });
 
 cli('the keys bootstrap prints authenticate against the running service', async ({ env, api }) => {
