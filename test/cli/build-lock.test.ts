@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -35,7 +35,22 @@ function build(dir: string): Promise<{ code: number | null; stderr: string }> {
 test('two processes finding dist/ stale at once build it once: the second waits for the first\'s build and uses it (probe BG: both ran tsc into dist/)', async () => {
   const dir = copy();
   try {
+    // while the build runs, its lock names the compiler it runs (tsc itself, through the shell's exec)
+    let compilerSeen = '';
+    const watching = (async () => {
+      for (let i = 0; i < 600 && !compilerSeen; i++) {
+        try {
+          const pid = readFileSync(join(dir, 'var', 'build.lock', 'child'), 'utf8').trim();
+          if (pid) compilerSeen = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        } catch {
+          // not there yet, or ended already
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
     const runs = await Promise.all([build(dir), build(dir)]);
+    await watching;
+    assert.match(compilerSeen, /tsc/, 'the lock named the running tsc');
     assert.equal(runs.map((r) => r.code), [0, 0], runs.map((r) => r.stderr).join('\n'));
     assert.is(runs.filter((r) => r.stderr.includes('building dist/')).length, 1, runs.map((r) => r.stderr).join('\n'));
     assert.ok(existsSync(join(dir, 'dist', '.build-stamp')));
