@@ -37,11 +37,12 @@ export const MAX_RUN_DEPTH = 3;
  * events, all of one subscriber). The depth alone bounds a chain's length, not its width: a run that
  * sends three times starts three runs at the next depth, each of which does the same, and two
  * workflows triggered by each other's `$send`, three sends each, made 40 runs and 121 pushes of one
- * message (probe Q; 50 sends each would make millions). Counted per chain in the subscriber's
- * automation hash (`chains`, the last MAX_CHAINS_KEPT chains), committed with the runs.
+ * message (probe Q; 50 sends each would make millions). Counted on the chain's first run (its record's
+ * `chained`), committed with the runs it counts; a chain whose first run's record has gone (ended
+ * longer ago than the retention) counts again from the run whose event goes on with it. Kept for the
+ * last 32 chains in the automation hash, the count was lost when 32 other chains came after (probe S).
  */
 export const MAX_CHAIN_RUNS = 10;
-const MAX_CHAINS_KEPT = 32;
 
 /** Most timers of one run fired in a row before an event that arrived after them all (a bound; a run has finitely many steps). */
 const MAX_TIMERS_CAUGHT_UP = 1_000;
@@ -288,9 +289,20 @@ export class Automation {
       }
       return chain;
     };
-    // runs each chain started after its first (MAX_CHAIN_RUNS), the chains last added to last
-    const chainRuns = new Map<string, number>(readChains(state.automation.chains));
-    let chainsChanged = false;
+    // the runs each chain started after its first (MAX_CHAIN_RUNS): at hand when that run is one of this
+    // batch's, else read from its record (null: gone) and written back by the commit when it grows
+    const chainCounts = new Map<string, { count: number; run: Run | null; dirty: boolean } | null>();
+    const chainCount = async (root: string) => {
+      if (!chainCounts.has(root)) {
+        const active = runs.find((run) => run.id === root);
+        if (active) chainCounts.set(root, { count: active.chained, run: active, dirty: false });
+        else {
+          const [id, count] = await redis.hmget(keys.run(p, tenantId, root), 'id', 'chained');
+          chainCounts.set(root, id === null ? null : { count: Number(count) || 0, run: null, dirty: false });
+        }
+      }
+      return chainCounts.get(root)!;
+    };
 
     // the engine as of `ms`: a step's time is when its cause happened (an event's arrival, a timer's due time)
     const hostAt = (ms: number): EngineHost => (ms === nowMs ? host : { ...host, now: ms });
@@ -407,13 +419,19 @@ export class Automation {
         // a caller's own event is no run's, whatever its free-form data holds
         if (!wf.enabled || wf.definition.trigger.event !== event.name || (event.runId && event.data.workflowId === wf.id)) continue;
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
-        chain ??= event.runId ? await chainOf(event.runId) : null;
+        if (chain === undefined && event.runId) {
+          chain = await chainOf(event.runId);
+          // the chain's first run gone (ended longer ago than the retention): it counts on from this event's run
+          if ((await chainCount(chain.root)) === null) chain = { depth: chain.depth, root: event.runId };
+        }
+        chain ??= null;
         depth ??= chain ? chain.depth + 1 : 0;
         if (depth > MAX_RUN_DEPTH) {
           this.log.warn('workflow run not started: chain of runs too deep', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, depth });
           continue;
         }
-        if (chain && (chainRuns.get(chain.root) ?? 0) >= MAX_CHAIN_RUNS) {
+        const counted = chain && (await chainCount(chain.root));
+        if (chain && (!counted || counted.count >= MAX_CHAIN_RUNS)) {
           this.log.warn('workflow run not started: chain of runs too wide', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, root: chain.root, runs: MAX_CHAIN_RUNS });
           continue;
         }
@@ -426,11 +444,12 @@ export class Automation {
         // may set days back), so runs list newest started first; the same entry always makes the same id
         const run = newRun(derivedIdAlong('run', event.receivedMs, 'event', event.id, wf.id), wf, { id: wf.versionId, version: wf.version }, x, event, arrived, depth, chain?.root ?? '');
         if (runs.some((existing) => existing.id === run.id)) continue;
-        if (chain) {
-          const started = (chainRuns.get(chain.root) ?? 0) + 1;
-          chainRuns.delete(chain.root); // to the end: the chain last added to
-          chainRuns.set(chain.root, started);
-          chainsChanged = true;
+        if (counted) {
+          counted.count++;
+          if (counted.run) {
+            counted.run.chained = counted.count;
+            changed.add(counted.run);
+          } else counted.dirty = true;
         }
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });
@@ -469,7 +488,7 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
-    if (chainsChanged) ops.push(['hset', autoKey, 'chains', JSON.stringify([...chainRuns].slice(-MAX_CHAINS_KEPT))]);
+    for (const [root, counted] of chainCounts) if (counted?.dirty) ops.push(['hset', keys.run(p, tenantId, root), 'chained', counted.count]);
     if (lastSeq > cursor && subscriberId) {
       if (subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
       ops.push(['hset', autoKey, 'us', lastSeq]);
@@ -614,13 +633,3 @@ function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptConditi
   }
 }
 
-/** The automation hash's `chains`: [root run id, runs started after it] pairs, oldest chain first (none when unreadable). */
-function readChains(json: string | undefined): [string, number][] {
-  if (!json) return [];
-  try {
-    const pairs = JSON.parse(json) as unknown;
-    return Array.isArray(pairs) ? pairs.filter((e): e is [string, number] => Array.isArray(e) && typeof e[0] === 'string' && typeof e[1] === 'number') : [];
-  } catch {
-    return [];
-  }
-}

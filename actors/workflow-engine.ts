@@ -20,6 +20,8 @@ export type Run = {
   depth: number;
   /** the first run of the chain this one is in ('' for a run at depth 0: itself) */
   root: string;
+  /** a chain's first run: the runs its chain started after it (actors/automation.ts MAX_CHAIN_RUNS) */
+  chained: number;
 };
 export type RunEvent = { name: string; data: Record<string, unknown>; runId: string; messageId: string; step: string };
 export type HandledEvent = EventLike & { id: string };
@@ -130,7 +132,7 @@ export function newRun(id: string, workflow: { id: string; slug: string }, versi
   const at = isoNow(nowMs);
   return {
     id, workflowId: workflow.id, workflow: workflow.slug, versionId: version.id, version: version.version, externalId, status: 'running',
-    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [], depth, root,
+    step: 'steps[0]', triggerEventId: trigger.id, reason: '', wakeAt: null, timer: '', startedAt: at, updatedAt: at, completedAt: '', history: [], depth, root, chained: 0,
   };
 }
 
@@ -252,6 +254,7 @@ export function runFields(run: Run): Record<string, string> {
     status: run.status, step: run.step, triggerEventId: run.triggerEventId, reason: run.reason, wakeAt: run.wakeAt === null ? '' : String(run.wakeAt),
     timer: run.timer, startedAt: run.startedAt, updatedAt: run.updatedAt, completedAt: run.completedAt, history: JSON.stringify(run.history), depth: String(run.depth),
     ...(run.root ? { root: run.root } : {}),
+    ...(run.chained ? { chained: String(run.chained) } : {}),
   };
 }
 
@@ -260,6 +263,6 @@ export function runOf(h: Record<string, string>): Run {
     id: h.id!, workflowId: h.workflowId!, workflow: h.workflow ?? '', versionId: h.versionId!, version: Number(h.version), externalId: h.externalId!,
     status: h.status as RunStatus, step: h.step ?? '', triggerEventId: h.triggerEventId ?? '', reason: h.reason ?? '', wakeAt: h.wakeAt ? Number(h.wakeAt) : null,
     timer: h.timer ?? '', startedAt: h.startedAt!, updatedAt: h.updatedAt!, completedAt: h.completedAt ?? '', history: h.history ? JSON.parse(h.history) : [],
-    depth: runDepth(h), root: h.root ?? '',
+    depth: runDepth(h), root: h.root ?? '', chained: Number(h.chained) || 0,
   };
 }

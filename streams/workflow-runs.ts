@@ -11,7 +11,9 @@ import type { Keys } from './keys.js';
  *   canceled_by_event, subscriber_deleted, workflow_deleted, send_failed...), wakeAt (ms, '' when
  *   none), startedAt, updatedAt, completedAt ('' while active) (ISO), history (JSON array of
  *   `{ step, type, outcome, at, messageId?, branch?, eventId? }`), depth (0, or one more than the
- *   run whose engine event started it; absent on records written before, read as 0)
+ *   run whose engine event started it; absent on records written before, read as 0), root (the first
+ *   run of its chain, on runs at depth 1 or more), chained (on a chain's first run: the runs its
+ *   chain started after it, MAX_CHAIN_RUNS of actors/automation.ts)
  *
  * and lists it in the partition's `keys.workflowRuns(p, tenant, workflowId)` and
  * `keys.workflowRuns(p, tenant, workflowId, status)` (score 0, member the run id).

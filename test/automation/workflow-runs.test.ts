@@ -354,6 +354,27 @@ wf('a chain of runs starts at most 10 runs after its first, however many each se
   for (const slug of ['wide-c', 'wide-d']) await api.del(`/v1/workflows/${slug}`, key);
 });
 
+wf('a chain at its 10 runs stays there however many other chains of its subscriber come after (probe S: 32 others pushed its count out of the automation hash, and it started 10 more)', async (ctx) => {
+  const { api, key } = ctx;
+  await device(ctx, 'loop-kept');
+  const sends = (n: number, title: string) => Array.from({ length: n }, (_, i) => ({ type: 'send', message: { title: `${title}${i}`, body: 'kept' } }));
+  await api.post('/v1/workflows', key, { slug: 'kept-root', trigger: { event: 'kept.go' }, steps: [...sends(10, 'first'), { type: 'wait', event: 'kept.more', timeout: '1d', onEvent: sends(10, 'more') }] });
+  await api.post('/v1/workflows', key, { slug: 'kept-child', trigger: { event: '$send', where: { property: 'workflow', eq: 'kept-root' } }, steps: [{ type: 'exit' }] });
+  await api.post('/v1/workflows', key, { slug: 'kept-fill', trigger: { event: 'kept.fill' }, steps: sends(1, 'fill') });
+  await api.post('/v1/workflows', key, { slug: 'kept-fill-child', trigger: { event: '$send', where: { property: 'workflow', eq: 'kept-fill' } }, steps: [{ type: 'exit' }] });
+  const count = async (slug: string) => (await runsOf(ctx, slug)).items.filter((r: any) => r.externalId === 'loop-kept').length;
+  await api.post('/v1/events', key, { externalId: 'loop-kept', name: 'kept.go', data: {} });
+  assert.is(await settles('the first ten children', () => count('kept-child'), 10), 10);
+  // 33 chains after it, each starting one run
+  await api.post('/v1/events', key, { events: Array.from({ length: 33 }, (_, i) => ({ externalId: 'loop-kept', name: 'kept.fill', id: `fill-${i}` })) });
+  assert.is(await settles('every other chain\'s run', () => count('kept-fill-child'), 33), 33);
+  await api.post('/v1/events', key, { externalId: 'loop-kept', name: 'kept.more', data: {} });
+  await waitFor('the first chain\'s run to complete', async () => (await runsOf(ctx, 'kept-root')).items.some((r: any) => r.externalId === 'loop-kept' && r.status === 'completed'), 20_000);
+  await new Promise((r) => setTimeout(r, 2_000)); // its last sends' $send handled
+  assert.is(await count('kept-child'), 10, 'the chain started no more than its 10');
+  for (const slug of ['kept-root', 'kept-child', 'kept-fill', 'kept-fill-child']) await api.del(`/v1/workflows/${slug}`, key);
+});
+
 wf('two workflows triggered by $run.completed stop after depth 3, the chain started by a third', async (ctx) => {
   const { api, key } = ctx;
   await api.post('/v1/workflows', key, { slug: 'chain-start', trigger: { event: 'chain.go' }, steps: [{ type: 'exit' }] });
