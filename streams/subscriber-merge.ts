@@ -87,8 +87,11 @@ export async function mergeSubscriber(redis: Redis, keys: Keys, scope: TenantSco
   }
 }
 
-/** How long a merge holds its anonymous subscriber unrenewed (one that died lets the next go on after it). */
-const MERGE_LOCK_MS = 30_000;
+/**
+ * How long a merge holds its anonymous subscriber unrenewed (one that died lets the next go on after
+ * it); a live merge renews it every third of that (`lockMs`: tests shorten it).
+ */
+export const mergeLockTiming = { lockMs: 30_000 };
 /** How long a merge waits for another merge of the same anonymous subscriber before answering 429 `lock_timeout`. */
 const MERGE_LOCK_WAIT_MS = 5_000;
 const MERGE_LOCK_POLL_MS = 25;
@@ -104,11 +107,16 @@ async function holdMergeLock(redis: Redis, keys: Keys, tenantId: string, anonymo
   const lock = keys.lock(`merge:${tenantId}:${createHash('sha256').update(anonymousId).digest('hex')}`);
   const owner = randomUUID();
   const giveUpAt = Date.now() + MERGE_LOCK_WAIT_MS;
-  while ((await redis.set(lock, owner, 'PX', MERGE_LOCK_MS, 'NX')) !== 'OK') {
+  const lockMs = mergeLockTiming.lockMs;
+  while ((await redis.set(lock, owner, 'PX', lockMs, 'NX')) !== 'OK') {
     if (Date.now() >= giveUpAt) throw lockTimeout('The anonymous subscriber (another merge of it is in progress)');
     await sleep(MERGE_LOCK_POLL_MS);
   }
+  // renewed while the merge runs: one of an anonymous subscriber in tens of thousands of topics takes
+  // longer than the lock, and a second identify merged it into another user too, topics and all (probe T)
+  const renewal = setInterval(() => void callScript(redis, 'renewLease', [lock], [owner, lockMs]).catch(() => 0), Math.max(10, Math.floor(lockMs / 3)));
   return async () => {
+    clearInterval(renewal);
     await callScript(redis, 'releaseLease', [lock], [owner]).catch(() => 0); // else it expires
   };
 }

@@ -4,7 +4,7 @@ import { ApiError } from '../../lib/errors.js';
 import { partitionOf } from '../../lib/partition.js';
 import { changeSubscriber } from '../../streams/subscriber-writes.js';
 import { commandName } from '../../streams/lua-scripts.js';
-import { mergeSubscriber, planMerge } from '../../streams/subscriber-merge.js';
+import { mergeLockTiming, mergeSubscriber, planMerge } from '../../streams/subscriber-merge.js';
 import { topicsOfSubscriber } from '../../streams/topic-members.js';
 import { deleteSubscriber, getSubscriber, upsertSubscriber } from '../../streams/subscribers.js';
 import { updatePreferences } from '../../streams/preferences.js';
@@ -617,6 +617,43 @@ races('a mute of the anonymous user\'s email made while the merge runs (after it
   assert.is(await mergeSubscriber(racing, keys, scope, plan), true, 'merged');
   assert.ok(muted, 'muted inside the merge');
   assert.equal((await listSubscriptions(redis, keys, scope, u)).map((s) => [s.address, s.enabled]), [['pm@example.com', false]]);
+});
+
+races('a merge that runs longer than its lock renews it: a second merge of the same anonymous subscriber waits, then merges nothing (probe T: past 30 s a second identify merged its 50,000 topics into another user too)', async ({ api, key, pk, service, tenantId, workspaceId }) => {
+  const { redis, keys } = service;
+  const scope = { workspaceId, tenantId, partitions: service.config.partitions };
+  const [first, second, anon] = ['ml-first', 'ml-second', 'ml-anon'];
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: anon, channel: 'push', token: 'ml'.repeat(32), platform: 'ios' })).status, 201);
+  for (let i = 0; i < 6; i++) {
+    assert.is((await api.post('/v1/topics', key, { slug: `ml-topic-${i}` })).status, 201);
+    assert.is((await api.post(`/v1/topics/ml-topic-${i}/subscribers`, key, { externalIds: [anon] })).status, 200);
+  }
+  for (const u of [first, second]) await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
+  const plans = [(await planMerge(redis, keys, scope, anon, first))!, (await planMerge(redis, keys, scope, anon, second))!];
+  // the first merge takes 6 × 150 ms over its topics, with a lock of 300 ms
+  const sync = commandName('syncTopicMembers');
+  const slow = new Proxy(redis, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (prop !== sync || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      return async (...args: unknown[]) => {
+        await new Promise((r) => setTimeout(r, 150));
+        return value.apply(target, args);
+      };
+    },
+  });
+  const lockMs = mergeLockTiming.lockMs;
+  mergeLockTiming.lockMs = 300;
+  try {
+    const merging = mergeSubscriber(slow, keys, scope, plans[0]!);
+    await new Promise((r) => setTimeout(r, 500));
+    const [one, two] = await Promise.all([merging, mergeSubscriber(redis, keys, scope, plans[1]!)]);
+    assert.equal([one, two], [true, false], 'the first merged; the second found the anonymous subscriber gone');
+  } finally {
+    mergeLockTiming.lockMs = lockMs;
+  }
+  assert.is((await topicsOfSubscriber(redis, keys, scope, first)).length, 6);
+  assert.equal((await topicsOfSubscriber(redis, keys, scope, second)).map((t) => t.slug), [], 'the second user got none of its topics');
 });
 
 races('identify racing a delete of its externalId answers 200, never 404 (probe X: it read the subscriber again after writing it, 27-31 of 40 races answered 404)', async ({ api, key, pk }) => {
