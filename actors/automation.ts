@@ -421,8 +421,10 @@ export class Automation {
         if (wf.definition.trigger.where && !host.evaluate(wf.definition.trigger.where, event)) continue;
         if (chain === undefined && event.runId) {
           chain = await chainOf(event.runId);
-          // the chain's first run gone (ended longer ago than the retention): it counts on from this event's run
-          if ((await chainCount(chain.root)) === null) chain = { depth: chain.depth, root: event.runId };
+          // the chain's first run gone (ended longer ago than the retention): it counts on from this
+          // event's run, or, that one gone too (a worker behind by more than the retention), from
+          // the run this event starts (root ''), uncounted until then: the trigger is not dropped (probe P2)
+          if ((await chainCount(chain.root)) === null) chain = { depth: chain.depth, root: (await chainCount(event.runId)) === null ? '' : event.runId };
         }
         chain ??= null;
         depth ??= chain ? chain.depth + 1 : 0;
@@ -430,9 +432,9 @@ export class Automation {
           this.log.warn('workflow run not started: chain of runs too deep', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, depth });
           continue;
         }
-        const counted = chain && (await chainCount(chain.root));
-        if (chain && (!counted || counted.count >= MAX_CHAIN_RUNS)) {
-          this.log.warn('workflow run not started: chain of runs too wide', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, root: chain.root, runs: MAX_CHAIN_RUNS });
+        const counted = chain?.root ? await chainCount(chain.root) : null;
+        if (counted && counted.count >= MAX_CHAIN_RUNS) {
+          this.log.warn('workflow run not started: chain of runs too wide', { tenantId, externalId: x, workflow: wf.slug, event: event.name, eventId: event.id, byRunId: event.runId, root: chain?.root, runs: MAX_CHAIN_RUNS });
           continue;
         }
         // a run of a deleted workflow (canceled at its next step, maybe a long sleep away) holds no place (probe AX)
@@ -488,7 +490,7 @@ export class Automation {
     }
     for (const key of state.counters.keys()) if (deleted || !kept.has(key)) for (const field of state.counters.fieldsOf(key)) ops.push(['hdel', countersKey, field, '-']);
     if (lastSeq > cursor) ops.push(['hset', autoKey, 'seq', lastSeq]);
-    for (const [root, counted] of chainCounts) if (counted?.dirty) ops.push(['hset', keys.run(p, tenantId, root), 'chained', counted.count]);
+    for (const [root, counted] of chainCounts) if (counted?.dirty) ops.push(['hsetx', keys.run(p, tenantId, root), 'chained', counted.count]);
     if (lastSeq > cursor && subscriberId) {
       if (subscriberId !== state.automation.u) ops.push(['hset', autoKey, 'u', subscriberId]);
       ops.push(['hset', autoKey, 'us', lastSeq]);

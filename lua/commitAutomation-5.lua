@@ -22,11 +22,13 @@
       every operation value is a string; key '' is the commit's automation-state key
       (hset key field value | hdel key field - | del key - - | sadd key member - | srem key member -
        | zadd key score member | zrem key member - | hincrby key field by | pexpireat key ms -
-       | segjoin key segmentId member | segs '' idsJSON -)
+       | segjoin key segmentId member | segs '' idsJSON - | hsetx key field value)
       `segjoin` adds a member to a segment's member set and `segs` sets the subscriber's segment
       ids, both leaving out a segment deleted since the worker loaded its definitions (listed in
       KEYS[5] by the delete): such a commit added members after the delete removed them, left
-      for good (probe EF)
+      for good (probe EF); `hsetx` sets a field of a hash that still exists only (an ended run's
+      chain count: a retention sweep between the worker's read and this commit removed the run, which
+      an HSET made again as a bare hash, kept for good: probe P2)
 
   ARGV[3] the committing worker's owner id: nothing is committed unless it holds the partition's
           lease (a worker that stalled past its lease and resumed must not commit what it computed
@@ -81,6 +83,8 @@ for s, c in ipairs(cjson.decode(ARGV[2])) do
       local name, key = op[1], op[2] == '' and autoKey or op[2]
       if name == 'segjoin' then
         if not segmentGone(tenant, op[3]) then rcall('ZADD', key, 0, op[4]) end
+      elseif name == 'hsetx' then
+        if rcall('EXISTS', key) == 1 then rcall('HSET', key, op[3], op[4]) end
       elseif name == 'segs' then
         rcall('HSET', key, 'segs', liveSegments(tenant, op[3]))
       else
