@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { ApiError } from '../../lib/errors.js';
@@ -22,6 +23,19 @@ import { createLogger } from '../../lib/log.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; pk: string; tenantId: string; workspaceId: string };
 const races = suite<Ctx>('concurrent requests and the audit ledger');
+
+/** `redis` with the Lua command `script` run through `around`, which runs it when it likes (a race injected at an exact point). */
+function aroundScript(redis: Redis, script: string, around: (run: () => Promise<unknown>, args: unknown[]) => Promise<unknown>): Redis {
+  const command = commandName(script);
+  return new Proxy(redis, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      if (prop !== command) return value.bind(target);
+      return (...args: unknown[]) => around(() => value.apply(target, args), args);
+    },
+  });
+}
 
 races.before(async (ctx) => {
   ctx.service = await startTestService('races');
@@ -508,19 +522,12 @@ races('a change computed from a subscriber that was deleted and created anew mea
 races('an upsert answers the subscriber as its write left it, even when a delete follows at once (probe W: it read the record again and answered 404 for a write it had made)', async ({ service, tenantId, workspaceId }) => {
   const scope = { workspaceId, tenantId, partitions: service.config.partitions };
   const x = 'gone-at-once';
-  const write = commandName('writeSubscriber');
   let deletes = 0;
   // a client whose subscriber write is followed by a delete of the subscriber before its reply is read
-  const racing = new Proxy(service.redis, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver);
-      if (prop !== write || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
-      return async (...args: unknown[]) => {
-        const reply = await value.apply(target, args);
-        if (deletes++ === 0) await deleteSubscriber(service.redis, service.keys, scope, x);
-        return reply;
-      };
-    },
+  const racing = aroundScript(service.redis, 'writeSubscriber', async (run) => {
+    const reply = await run();
+    if (deletes++ === 0) await deleteSubscriber(service.redis, service.keys, scope, x);
+    return reply;
   });
   const { subscriber, created } = await upsertSubscriber(racing, service.keys, scope, x, { email: 'gone@example.com' }, { create: true });
   assert.is(created, true);
@@ -568,20 +575,13 @@ races('a merge skips a topic of the anonymous subscriber deleted while it runs: 
   await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
   const plan = (await planMerge(redis, keys, scope, anon, u))!;
   // a topic is deleted after the merge read the anonymous one's topics, before it adds the user to it
-  const sync = commandName('syncTopicMembers');
   let deleted = false;
-  const racing = new Proxy(redis, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver);
-      if (prop !== sync || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
-      return async (...args: unknown[]) => {
-        if (args[0] === goneRecord && !deleted) {
-          deleted = true;
-          assert.is((await api.del('/v1/topics/fc-gone', key)).status, 200);
-        }
-        return value.apply(target, args);
-      };
-    },
+  const racing = aroundScript(redis, 'syncTopicMembers', async (run, args) => {
+    if (args[0] === goneRecord && !deleted) {
+      deleted = true;
+      assert.is((await api.del('/v1/topics/fc-gone', key)).status, 200);
+    }
+    return run();
   });
   assert.is(await mergeSubscriber(racing, keys, scope, plan), true, 'merged');
   assert.ok(deleted, 'the topic was deleted inside the merge');
@@ -599,20 +599,13 @@ races('a mute of the anonymous user\'s email made while the merge runs (after it
   await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
   const plan = (await planMerge(redis, keys, scope, anon, u))!;
   // the user mutes the email once the merge has listed the anonymous subscriber's devices (its widgets move next)
-  const widgets = commandName('moveWidgets');
   let muted = false;
-  const racing = new Proxy(redis, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver);
-      if (prop !== widgets || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
-      return async (...args: unknown[]) => {
-        if (!muted) {
-          muted = true;
-          assert.is((await api.patch(`/v1/client/subscriptions/${email.body.data.id}?externalId=${anon}`, pk, { enabled: false })).body.data.enabled, false);
-        }
-        return value.apply(target, args);
-      };
-    },
+  const racing = aroundScript(redis, 'moveWidgets', async (run) => {
+    if (!muted) {
+      muted = true;
+      assert.is((await api.patch(`/v1/client/subscriptions/${email.body.data.id}?externalId=${anon}`, pk, { enabled: false })).body.data.enabled, false);
+    }
+    return run();
   });
   assert.is(await mergeSubscriber(racing, keys, scope, plan), true, 'merged');
   assert.ok(muted, 'muted inside the merge');
@@ -631,16 +624,9 @@ races('a merge that runs longer than its lock renews it: a second merge of the s
   for (const u of [first, second]) await upsertSubscriber(redis, keys, scope, u, {}, { create: true });
   const plans = [(await planMerge(redis, keys, scope, anon, first))!, (await planMerge(redis, keys, scope, anon, second))!];
   // the first merge takes 6 × 150 ms over its topics, with a lock of 300 ms
-  const sync = commandName('syncTopicMembers');
-  const slow = new Proxy(redis, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver);
-      if (prop !== sync || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
-      return async (...args: unknown[]) => {
-        await new Promise((r) => setTimeout(r, 150));
-        return value.apply(target, args);
-      };
-    },
+  const slow = aroundScript(redis, 'syncTopicMembers', async (run) => {
+    await new Promise((r) => setTimeout(r, 150));
+    return run();
   });
   const lockMs = mergeLockTiming.lockMs;
   mergeLockTiming.lockMs = 300;
