@@ -634,4 +634,3 @@ function seedCounters(state: SubjectState, kept: ReadonlyMap<string, KeptConditi
     ops.push(['hset', countersKey, ...state.counters.setInit(k.key, k.withinMs, version)]);
   }
 }
-
