@@ -38,8 +38,9 @@ export const MAX_RUN_DEPTH = 3;
  * sends three times starts three runs at the next depth, each of which does the same, and two
  * workflows triggered by each other's `$send`, three sends each, made 40 runs and 121 pushes of one
  * message (probe Q; 50 sends each would make millions). Counted on the chain's first run (its record's
- * `chained`), committed with the runs it counts; a chain whose first run's record has gone (ended
- * longer ago than the retention) counts again from the run whose event goes on with it. Kept for the
+ * `chained`), committed with the runs it counts; every later run keeps the count it started at (its
+ * own `chained`), and a chain whose first run's record has gone (ended longer ago than the retention)
+ * counts on from that of the run whose event goes on with it. Kept for the
  * last 32 chains in the automation hash, the count was lost when 32 other chains came after (probe S).
  */
 export const MAX_CHAIN_RUNS = 10;
@@ -422,8 +423,9 @@ export class Automation {
         if (chain === undefined && event.runId) {
           chain = await chainOf(event.runId);
           // the chain's first run gone (ended longer ago than the retention): it counts on from this
-          // event's run, or, that one gone too (a worker behind by more than the retention), from
-          // the run this event starts (root ''), uncounted until then: the trigger is not dropped (probe P2)
+          // event's run (from the count that run started at, its `chained`), or, that one gone too (a
+          // worker behind by more than the retention), from the run this event starts (root ''),
+          // uncounted until then: the trigger is not dropped (probe P2)
           if ((await chainCount(chain.root)) === null) chain = { depth: chain.depth, root: (await chainCount(event.runId)) === null ? '' : event.runId };
         }
         chain ??= null;
@@ -452,6 +454,10 @@ export class Automation {
             counted.run.chained = counted.count;
             changed.add(counted.run);
           } else counted.dirty = true;
+          // the run keeps the chain's count as it starts: should the chain's first run go with the
+          // retention, the chain counts on from there, not from 0 for each run left (probe P3: ten
+          // runs of a capped chain each started ten more)
+          run.chained = counted.count;
         }
         runs.push(run);
         versionOf.set(wf.versionId, { id: wf.versionId, workflowId: wf.id, slug: wf.slug, version: wf.version, definition: wf.definition });

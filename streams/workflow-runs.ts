@@ -13,7 +13,8 @@ import type { Keys } from './keys.js';
  *   `{ step, type, outcome, at, messageId?, branch?, eventId? }`), depth (0, or one more than the
  *   run whose engine event started it; absent on records written before, read as 0), root (the first
  *   run of its chain, on runs at depth 1 or more), chained (on a chain's first run: the runs its
- *   chain started after it, MAX_CHAIN_RUNS of actors/automation.ts)
+ *   chain started after it; on a later run: that count as the run started, MAX_CHAIN_RUNS of
+ *   actors/automation.ts)
  *
  * and lists it in the partition's `keys.workflowRuns(p, tenant, workflowId)` and
  * `keys.workflowRuns(p, tenant, workflowId, status)` (score 0, member the run id).

@@ -70,4 +70,48 @@ chains('an event of a run the retention removed (a worker behind by more than th
   assert.equal(warnings.filter((w) => w.includes('too wide')), []);
 });
 
+chains('a chain whose first run the retention removed counts on from what each run left started with, not from 0 for each (probe P3: ten runs of a capped chain started ten more each)', async (ctx) => {
+  const { service, api, key, tenantId } = ctx;
+  const x = 'swept-wide';
+  const made: string[] = [];
+  const workflow = async (slug: string, trigger: object) => {
+    assert.is((await api.post('/v1/workflows', key, { slug, trigger, steps: [{ type: 'exit' }] })).status, 201);
+    made.push(slug);
+  };
+  try {
+    await workflow('w-root', { event: 'w.go' });
+    for (let i = 0; i < 10; i++) await workflow(`w-child-${i}`, { event: '$run.completed', where: { property: 'workflow', eq: 'w-root' } });
+    for (let i = 0; i < 10; i++) await workflow(`w-grand-${i}`, { event: '$run.completed', where: { property: 'workflow', ne: 'w-root' } });
+    assert.is((await api.post('/v1/subscribers', key, { externalId: x })).status, 201);
+    assert.is((await api.post('/v1/events', key, { externalId: x, name: 'w.go' })).status, 202);
+    const p = partitionOf(tenantId, x, service.config.partitions);
+    await service.redis.set(service.keys.lease(p, WORKER_LEASES), OWNER);
+    const automation = new Automation(service.redis, service.keys, log, OWNER);
+    let seen = '-';
+    const nextBatch = async () => {
+      const batch = await inboxOf(ctx, p, x, seen);
+      seen = batch.at(-1)!.id;
+      await automation.handle(p, batch);
+    };
+    await nextBatch(); // the first run starts and ends
+    const root = ((await api.get('/v1/workflows/w-root/runs', key)).body.data.items as { id: string; externalId: string }[]).find((r) => r.externalId === x)!;
+    await nextBatch(); // its $run.completed starts the chain's 10
+    // the sweep removes the first run only (its end is the cutoff), as when its followers outlive the retention
+    const ended = await service.redis.zscore(service.keys.runsEnded(p), `${tenantId}|${root.id}`);
+    await callScript<number>(service.redis, 'expireRuns', [service.keys.runsEnded(p)], [service.keys.partitionBase(p), Number(ended) + 1, 100]);
+    assert.is(await service.redis.exists(service.keys.run(p, tenantId, root.id)), 0);
+    await nextBatch(); // the 10's $run.completed
+    const count = async (prefix: string) => {
+      let n = 0;
+      for (let i = 0; i < 10; i++) n += ((await api.get(`/v1/workflows/${prefix}-${i}/runs`, key)).body.data.items as { externalId: string }[]).filter((r) => r.externalId === x).length;
+      return n;
+    };
+    assert.is(await count('w-child'), 10);
+    // the run that started k-th goes on from k: 9 + 8 + … + 0 more, not 10 each
+    assert.is(await count('w-grand'), 45);
+  } finally {
+    for (const slug of made) await api.del(`/v1/workflows/${slug}`, key);
+  }
+});
+
 chains.run();
