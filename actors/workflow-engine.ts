@@ -20,7 +20,7 @@ export type Run = {
   depth: number;
   /** the first run of the chain this one is in ('' for a run at depth 0: itself) */
   root: string;
-  /** a chain's first run: the runs its chain started after it (actors/automation.ts MAX_CHAIN_RUNS) */
+  /** on a chain's first run, the runs its chain started after it; on a later run, that count as it started (actors/automation.ts MAX_CHAIN_RUNS) */
   chained: number;
 };
 export type RunEvent = { name: string; data: Record<string, unknown>; runId: string; messageId: string; step: string };

@@ -433,7 +433,9 @@ export type Registered = { subscription: Subscription; created: boolean; changes
 
 /**
  * How a registration writes: the `enabled` of a record it creates, the claim number it stamps, the
- * audit of its write, and, for a claim that moved the token, the subscriber it moved `from`.
+ * audit of its write, and, for a claim that moved the token, the subscriber it moved `from`
+ * (`merging`: a merge's move, which takes `enabled`, the registration time and an invalidation from
+ * the copy it moves, read in its write).
  */
 type Make = { enabled: boolean; merging?: boolean; stamp: number; audit?: AuditTrail; from?: string; unsettled?: string };
 
