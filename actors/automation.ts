@@ -13,7 +13,7 @@ import { finishRunSends, runSendOp, type RunSend } from '../streams/run-sends.js
 import { runDepth } from '../streams/workflow-runs.js';
 import { queueBackfills } from '../streams/segments.js';
 import { indexMember } from '../streams/subscriber-list.js';
-import { loadHistory, loadStates, needsHistory, subjectOf, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
+import { loadHistory, loadStates, needsHistory, subjectOf, topicIdsBySlug, type HistoryEvent, type SubjectState } from '../streams/subject-state.js';
 import { LeaseLost } from '../streams/apply-events.js';
 import { WORKER_LEASES } from '../streams/partition-leases.js';
 import type { StreamEntry } from '../streams/stream-consumer.js';
@@ -169,12 +169,9 @@ export class Automation {
     // only subscribers with a timer or an event the definitions act on are read and handled
     const externalIds = [...subscribers.keys()].filter((x) => subscribers.get(x)!.some((item) => item.kind === 'timer' || defs.relevant.has(item.event.name)));
     if (externalIds.length === 0) return [];
-    const [states, topicIds] = await Promise.all([
-      loadStates(redis, keys, p, tenantId, externalIds, { topics: defs.needs.topics, subscriptions: defs.needs.subscriptions, automation: true }),
-      defs.topicSlugs.length ? redis.hmget(keys.topicSlugs(tenantId), ...defs.topicSlugs) : Promise.resolve([] as (string | null)[]),
-    ]);
-    const topicIdBySlug = new Map<string, string>();
-    defs.topicSlugs.forEach((slug, i) => topicIds[i] && topicIdBySlug.set(slug, topicIds[i]!));
+    // the ids of the topics the definitions name first: only those are looked up in each subscriber's topic set
+    const topicIdBySlug = await topicIdsBySlug(redis, keys, tenantId, defs.topicSlugs);
+    const states = await loadStates(redis, keys, p, tenantId, externalIds, { topicIds: [...topicIdBySlug.values()], subscriptions: defs.needs.subscriptions, automation: true });
     // the active runs of these subscribers
     const runIds = new Map<string, string[]>();
     const pipeline = redis.pipeline();
@@ -507,34 +504,29 @@ export class Automation {
 
   /**
    * What the versions of a subscriber's active runs read that the current definitions do not (a
-   * version changed while a run slept in the old one): the subscriber's topics and subscriptions, and
-   * topic slugs no current definition names. Loaded for this subscriber only, so an old version's
-   * branch, wait or cancelOn sees them as its own version did. Returns the slug map to evaluate with.
+   * version changed while a run slept in the old one): the subscriber's subscriptions, and its
+   * membership of topics no current definition names. Loaded for this subscriber only, so an old
+   * version's branch, wait or cancelOn sees them as its own version did. Returns the slug map to
+   * evaluate with.
    */
   private async loadForOldVersions(
     p: number, tenantId: string, defs: Definitions, state: SubjectState, versions: Iterable<VersionDef | null>, topicIdBySlug: Map<string, string>,
   ): Promise<Map<string, string>> {
-    let topics = false;
     let subscriptions = false;
     const slugs = new Set<string>();
     for (const v of versions) {
       if (!v) continue;
       const needs = readsOf(v);
-      topics ||= needs.needs.topics && !defs.needs.topics;
       subscriptions ||= needs.needs.subscriptions && !defs.needs.subscriptions;
       for (const slug of needs.topicSlugs) if (!topicIdBySlug.has(slug)) slugs.add(slug);
     }
-    if (topics || subscriptions) {
-      const loaded = (await loadStates(this.redis, this.keys, p, tenantId, [state.externalId], { topics, subscriptions, automation: false })).get(state.externalId)!;
-      if (topics) state.topicIds = loaded.topicIds;
+    const added = await topicIdsBySlug(this.redis, this.keys, tenantId, [...slugs]);
+    if (added.size || subscriptions) {
+      const loaded = (await loadStates(this.redis, this.keys, p, tenantId, [state.externalId], { topicIds: [...added.values()], subscriptions, automation: false })).get(state.externalId)!;
+      for (const id of loaded.topicIds) state.topicIds.add(id);
       if (subscriptions) state.subscriptions = loaded.subscriptions;
     }
-    if (slugs.size === 0) return topicIdBySlug;
-    const wanted = [...slugs];
-    const ids = await this.redis.hmget(this.keys.topicSlugs(tenantId), ...wanted);
-    const extended = new Map(topicIdBySlug);
-    wanted.forEach((slug, i) => ids[i] && extended.set(slug, ids[i]!));
-    return extended;
+    return added.size ? new Map([...topicIdBySlug, ...added]) : topicIdBySlug;
   }
 
   /** Segment membership of one subscriber, and the timer that re-checks it when a window can expire it. */

@@ -347,7 +347,7 @@ async function audienceSelector(ctx: FanoutContext, scope: TenantScope, to: Targ
   const needs = needsOf([where]);
   return {
     index: (p) => keys.subscriberIndex(p, scope.tenantId),
-    pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map(indexedExternalId), where, kept, { ...needs.needs, topicSlugs: needs.topicSlugs }),
+    pick: (p, members) => selectWhere(redis, keys, p, scope.tenantId, members.map(indexedExternalId), where, kept, { subscriptions: needs.needs.subscriptions, topicSlugs: needs.topicSlugs }),
     there: async () => true,
   };
 }

@@ -27,7 +27,7 @@ export type Definitions = {
   keptConditions: EventCondition[];
   /** topic slugs any definition names */
   topicSlugs: string[];
-  needs: { topics: boolean; subscriptions: boolean };
+  needs: { subscriptions: boolean };
   /**
    * The event names the automation step acts on (a subscriber whose batch holds none of them, and
    * no timer, is skipped without a read): names of kept conditions; subscriber and subscription
@@ -151,7 +151,7 @@ export function needsOf(expressions: Expression[]): Pick<Definitions, 'kept' | '
     }
     scan(expr, found);
   }
-  return { kept, topicSlugs: [...found.topics], needs: { topics: found.topics.size > 0, subscriptions: found.subscriptions } };
+  return { kept, topicSlugs: [...found.topics], needs: { subscriptions: found.subscriptions } };
 }
 
 /** A definitions version (the automationVersion counter) as a number; 0 before the tenant's first definition. */

@@ -18,6 +18,7 @@ export type SubjectState = {
   externalId: string;
   exists: boolean;
   record: Record<string, string>;
+  /** of the topic ids `loadStates` was asked about, those the subscriber is in */
   topicIds: Set<string>;
   subscriptions: { channel: string; enabled: boolean; platform: string | null; invalidated: boolean }[];
   counters: Counters;
@@ -26,7 +27,8 @@ export type SubjectState = {
   history: HistoryEvent[] | null;
 };
 
-export type StateNeeds = { topics: boolean; subscriptions: boolean; automation: boolean };
+/** What `loadStates` reads beside the record: `topicIds` are the only topics looked up (those the expressions name). */
+export type StateNeeds = { topicIds: string[]; subscriptions: boolean; automation: boolean };
 
 /** Subscribers read per `lua/loadStates` call (measured: Redis spends ~22 µs per subscriber, record, topics, one subscription and ~30 automation fields; ~2 ms per full chunk). */
 export const LOAD_STATES_CHUNK = 100;
@@ -35,14 +37,14 @@ type LoadedState = { r: Record<string, string>; t?: string[] | object; s?: [stri
 
 /**
  * Loads the states of a partition's subscribers: `lua/loadStates` reads each one's record, and
- * when asked its topics, the subscriptions it holds and its automation hash (state fields apart
+ * when asked which of `needs.topicIds` it is in, the subscriptions it holds and its automation hash (state fields apart
  * from the `<condition key>|…` counter fields), and answers one JSON document per chunk of
  * LOAD_STATES_CHUNK subscribers, so the whole batch costs one round trip and one JSON.parse per
  * chunk instead of four commands per subscriber and a reply decoded element by element. The
  * subscriber exists while its record does.
  */
 export async function loadStates(redis: Redis, keys: Keys, p: number, tenantId: string, externalIds: string[], needs: StateNeeds): Promise<Map<string, SubjectState>> {
-  const flags = [needs.topics ? '1' : '0', needs.subscriptions ? '1' : '0', needs.automation ? '1' : '0'];
+  const flags = [String(needs.topicIds.length), ...needs.topicIds, needs.subscriptions ? '1' : '0', needs.automation ? '1' : '0'];
   const chunks: string[][] = [];
   for (let i = 0; i < externalIds.length; i += LOAD_STATES_CHUNK) chunks.push(externalIds.slice(i, i + LOAD_STATES_CHUNK));
   const replies = await Promise.all(chunks.map((chunk) => callScript<string>(redis, 'loadStates', [keys.subscribers(p)], [keys.partitionBase(p), tenantId, ...flags, ...chunk])));
@@ -60,6 +62,15 @@ export async function loadStates(redis: Redis, keys: Keys, p: number, tenantId: 
     });
   });
   return states;
+}
+
+/** The ids of the topic slugs that exist (`slugs` are those expressions name), by slug. */
+export async function topicIdsBySlug(redis: Redis, keys: Keys, tenantId: string, slugs: readonly string[]): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  if (slugs.length === 0) return out;
+  const ids = await redis.hmget(keys.topicSlugs(tenantId), ...slugs);
+  slugs.forEach((slug, i) => ids[i] && out.set(slug, ids[i]!));
+  return out;
 }
 
 /** The subscriber's newest timeline events (at most HISTORY_LIMIT) with a sequence ≤ `maxSequence`, newest first. */
@@ -152,15 +163,11 @@ export function needsHistory(state: SubjectState, conditions: readonly EventCond
  */
 export async function selectWhere(
   redis: Redis, keys: Keys, p: number, tenantId: string, externalIds: string[], where: Expression, kept: ReadonlyMap<string, KeptCondition>,
-  needs: { topics: boolean; subscriptions: boolean; topicSlugs: string[] },
+  needs: { subscriptions: boolean; topicSlugs: string[] },
 ): Promise<string[]> {
   if (externalIds.length === 0) return [];
-  const [states, topicIds] = await Promise.all([
-    loadStates(redis, keys, p, tenantId, externalIds, { topics: needs.topics, subscriptions: needs.subscriptions, automation: true }),
-    needs.topicSlugs.length ? redis.hmget(keys.topicSlugs(tenantId), ...needs.topicSlugs) : Promise.resolve([] as (string | null)[]),
-  ]);
-  const topicIdBySlug = new Map<string, string>();
-  needs.topicSlugs.forEach((slug, i) => topicIds[i] && topicIdBySlug.set(slug, topicIds[i]!));
+  const topicIdBySlug = await topicIdsBySlug(redis, keys, tenantId, needs.topicSlugs);
+  const states = await loadStates(redis, keys, p, tenantId, externalIds, { topicIds: [...topicIdBySlug.values()], subscriptions: needs.subscriptions, automation: true });
   const conditions = eventConditions(where);
   const nowMs = now();
   const out: string[] = [];

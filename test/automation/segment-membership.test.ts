@@ -10,6 +10,7 @@ import type { Ref } from '../../streams/ledger.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { PENDING } from '../../streams/segments.js';
 import { partitionOf } from '../../lib/partition.js';
+import { loadStates, topicIdsBySlug } from '../../streams/subject-state.js';
 
 type Ctx = { service: TestService; api: ReturnType<typeof client>; key: string; client: string; tenantId: string; refs: { workspace: Ref; tenant: Ref } };
 const seg = suite<Ctx>('segment membership kept by the actors');
@@ -113,6 +114,35 @@ seg('a device registered again under another platform moves between platform seg
   assert.is((await api.post('/v1/client/subscriptions', ctx.client, { externalId: 'switcher', channel: 'push', token, platform: 'android' })).status, 200);
   await new Promise((r) => setTimeout(r, 300));
   assert.equal(await registered(), ['android', 'ios']);
+});
+
+seg('a subscriber in thousands of topics: only the topics the definitions name are looked up, and it is judged by them', async (ctx) => {
+  const { api, key, service } = ctx;
+  const { redis, keys } = service;
+  await api.post('/v1/topics', key, { slug: 'many-vip' });
+  await api.post('/v1/topics', key, { slug: 'many-other' });
+  await api.post('/v1/segments', key, { slug: 'many-vips', where: { all: [{ topic: 'many-vip' }, { not: { topic: 'many-other' } }] } });
+  await api.post('/v1/subscribers', key, { externalId: 'crowded', properties: {} });
+  const p = partitionOf(ctx.tenantId, 'crowded', service.config.partitions);
+  // 20,000 topic ids beside the real ones (a set this size was read whole for every event until session 62)
+  const filler = Array.from({ length: 20_000 }, (_, i) => `tpc_filler${String(i).padStart(14, '0')}`);
+  for (let i = 0; i < filler.length; i += 5_000) await redis.sadd(keys.subscriberTopics(p, ctx.tenantId, 'crowded'), ...filler.slice(i, i + 5_000));
+  await api.post('/v1/topics/many-vip/subscribers', key, { externalIds: ['crowded'] });
+  await until(ctx, 'many-vips', ['crowded'], 'crowded: in the vip topic, not in the other');
+  await api.post('/v1/topics/many-other/subscribers', key, { externalIds: ['crowded'] });
+  await until(ctx, 'many-vips', [], 'crowded: in the other topic too');
+
+  // what the actors read: of the ids asked, those it is in; nothing else of its 20,002 topics
+  const ids = await topicIdsBySlug(redis, keys, ctx.tenantId, ['many-vip', 'many-other', 'never-made']);
+  assert.equal([...ids.keys()], ['many-vip', 'many-other']);
+  const asked = [ids.get('many-vip')!, filler[7]!, 'tpc_notamember00000000000'];
+  const state = (await loadStates(redis, keys, p, ctx.tenantId, ['crowded', 'nobody-here'], { topicIds: asked, subscriptions: false, automation: false }));
+  assert.equal([...state.get('crowded')!.topicIds].sort(), [filler[7]!, ids.get('many-vip')!].sort());
+  assert.equal([...state.get('nobody-here')!.topicIds], []);
+  assert.equal([...(await loadStates(redis, keys, p, ctx.tenantId, ['crowded'], { topicIds: [], subscriptions: false, automation: false })).get('crowded')!.topicIds], []);
+  // more ids than one SMISMEMBER takes (the script asks 1,000 at a time)
+  const lots = await loadStates(redis, keys, p, ctx.tenantId, ['crowded'], { topicIds: filler.slice(0, 2_500), subscriptions: false, automation: false });
+  assert.is(lots.get('crowded')!.topicIds.size, 2_500);
 });
 
 seg('deleting a topic takes its members out of the segments naming it; a new topic of that slug starts empty', async (ctx) => {
