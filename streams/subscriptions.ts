@@ -126,6 +126,18 @@ export function checkRegistration(input: RegisterInput): void {
 export const publicOf = (s: Subscription) => ({ id: s.id, channel: s.channel, platform: s.platform, enabled: s.enabled });
 
 /**
+ * The subscription as `externalId` held it, from a record another subscriber of the partition took
+ * over (the record's `left`, written by that take-over: [previous holder, enabled, platform]); the
+ * record as it is when it names no such thing (written before session 62, or left by another).
+ */
+function leftState(externalId: string, h: Record<string, string>): Subscription {
+  const subscription = toSubscription(externalId, h);
+  const [holder, enabled, platform] = h.left ? (JSON.parse(h.left) as [string, string, string]) : [];
+  if (holder !== externalId) return subscription;
+  return { ...subscription, enabled: enabled === '1', platform: (platform || null) as Subscription['platform'] };
+}
+
+/**
  * A subscription record lives at one key per partition (`{pN}:scr:<tenant>:<id>`), so when a token
  * moves between two subscribers of one partition both sets name the same hash for a moment. The
  * record's `holder` says whose it is; a set entry whose record another subscriber holds is a stale
@@ -206,7 +218,10 @@ async function detach(redis: Redis, keys: Keys, scope: TenantScope, externalId: 
     if (!h.id) return { create: false, events: [], ops: [['srem', set, id]], guards: [['absent', recordKey]], result: null };
     const subscription = toSubscription(externalId, h);
     const removed = (why: string) => ({ name: '$subscription.removed', data: { subscription: publicOf(subscription), reason: why } });
-    if (!heldBy(h, externalId)) return { create: false, events: [removed('moved')], ops: [['srem', set, id]], guards, result: null };
+    if (!heldBy(h, externalId)) {
+      const gone = { name: '$subscription.removed', data: { subscription: publicOf(leftState(externalId, h)), reason: 'moved' } };
+      return { create: false, events: [gone], ops: [['srem', set, id]], guards, result: null };
+    }
     const claim = Number(h.claim ?? 0);
     if (claim > upTo) return { skip: null };
     // the token names another subscriber who holds its copy: this copy is what that one's move leaves
@@ -513,7 +528,11 @@ async function writeRegistration(redis: Redis, keys: Keys, scope: TenantScope, e
         ? { invalidatedAt: prior.invalidatedAt, userEnabled: userEnabledOf(prior), ...(prior.invalidatedBy ? { invalidatedBy: prior.invalidatedBy } : {}) } : {};
       // a copy taken over names the one it came from (holder and claim stamp), so that one's own check
       // after its write knows this write audited the move (confirmToken)
-      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...merged, ...invalidation, ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
+      // a record another subscriber of this partition holds is replaced here, before that one's removal
+      // of its reference: what it held is kept (`left`), so its `$subscription.removed` shows the
+      // device as it had it (muted, say), not as this registration leaves it (`leftState`)
+      const left: Record<string, string> = current.id && current.holder && current.holder !== externalId ? { left: JSON.stringify([current.holder, current.enabled ?? '', current.platform ?? '']) } : {};
+      const record = { ...newRecord(id, { ...wanted, ...carried }, at, { ...make, holder: externalId }), ...merged, ...invalidation, ...left, ...(prior.id ? { createdAt: prior.createdAt!, movedFrom: `${priorFrom}#${prior.claim ?? 0}` } : {}) };
       // a copy taken from another subscriber is the owner change; without one (gone, or never written:
       // marked moved out before the read) the copy written here is the subscription's: created
       const audit = make.audit && (prior.id ? movedAudit(make.audit, priorFrom!, prior, externalId, record) : createdAudit(make.audit, toSubscription(externalId, record)));

@@ -325,6 +325,26 @@ for (const [where, n] of [['another partition', 11], ['the same partition', 12]]
   });
 }
 
+move('a device moving between two app users of one partition: the previous user\'s $subscription.removed shows it as that user had it (muted), not as the new holder has it', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const partition = (externalId: string) => partitionOf(ctx.tenant.id, externalId, ctx.scope.partitions);
+  const a = 'left-a';
+  const b = Array.from({ length: 64 }, (_, i) => `left-b${i}`).find((id) => partition(id) === partition(a))!;
+  const first = await api.post('/v1/client/subscriptions', pk, { externalId: a, channel: 'push', token: token(13), platform: 'ios' });
+  assert.is((await api.patch(`/v1/client/subscriptions/${first.body.data.id}?externalId=${a}`, pk, { enabled: false })).status, 200);
+  const moved = await api.post('/v1/client/subscriptions', pk, { externalId: b, channel: 'push', token: token(13), platform: 'ios' });
+  assert.equal([moved.status, moved.body.data.enabled], [201, true]);
+  const removed = (await inboxEvents(service, ctx.tenant.id, a)).filter((e) => e.name === '$subscription.removed');
+  assert.equal(removed.map((e) => e.data), [{ subscription: { id: first.body.data.id, channel: 'push', platform: 'ios', enabled: false }, reason: 'moved' }]);
+  const registered = (await inboxEvents(service, ctx.tenant.id, b)).filter((e) => e.name === '$subscription.registered');
+  assert.equal(registered.map((e) => e.data.subscription.enabled), [true]);
+  // the other way back: B (enabled) loses it to A again, and B's removal shows it enabled
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: a, channel: 'push', token: token(13), platform: 'ios' })).status, 201);
+  const bRemoved = (await inboxEvents(service, ctx.tenant.id, b)).filter((e) => e.name === '$subscription.removed');
+  assert.equal(bRemoved.map((e) => [e.data.subscription.enabled, e.data.reason]), [[true, 'moved']]);
+  assert.equal((await api.get(`/v1/subscribers/${a}/subscriptions`, ctx.key)).body.data.items.map((s: any) => s.id), [first.body.data.id]);
+});
+
 move('identify merging the anonymous subscriber: each device it held is one subscription.updated naming the owner change; an address (never moved) is created for the identified one, muted as it was, and deleted from the anonymous one', async (ctx) => {
   const { api, pk } = ctx;
   const device = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-m', channel: 'push', token: token(4), platform: 'ios' });
