@@ -783,9 +783,12 @@ export async function setSubscriptionEnabled(redis: Redis, keys: Keys, scope: Te
     if (!snapshot.exists || !h.id) throw notFound('Subscription');
     const recordKey = keys.subscription(snapshot.partition, scope.tenantId, id);
     // an invalidated device keeps its user's own flag apart (`userEnabled`): a mute of it, which
-    // changes no `enabled` (false already) and so writes no event, still holds when the token comes back
+    // changes no `enabled` (false already) and so writes no event, still holds when the token comes
+    // back; and so does an unmute of it: the device stays off (a push would go to a token APNs
+    // declared gone) until the app registers the token again, then it is on (until session 62 the
+    // unmute answered `enabled: true` beside `invalidatedAt`, and segments counted a dead device)
     const wish: RecordOp[] = h.invalidatedAt && userEnabledOf(h) !== (enabled ? '1' : '0') ? [['hset', recordKey, 'userEnabled', enabled ? '1' : '0']] : [];
-    if ((h.enabled === '1') === enabled) return wish.length ? { create: false, events: [], ops: wish, audit: null, result: false } : { skip: false };
+    if ((h.enabled === '1') === enabled || (h.invalidatedAt && enabled)) return wish.length ? { create: false, events: [], ops: wish, audit: null, result: false } : { skip: false };
     const at = isoNow(atMs);
     const after = toSubscription(externalId, { ...h, enabled: enabled ? '1' : '0', updatedAt: at });
     const entry: AuditDraft = { type: 'subscription.updated', target: { type: 'subscription', id: after.id }, object: after, changes: { enabled }, previousAttributes: { enabled: !enabled } };

@@ -174,7 +174,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *     operationId: clientSetSubscriptionEnabled
    *     x-query: ClientOwnerQuery
    *     summary: Enable or disable this device
-   *     description: Client key only (scope `client`). Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change.
+   *     description: Client key only (scope `client`). Body `{ enabled }`. `$subscription.muted` / `$subscription.unmuted` only on a real change. A device whose token the push provider invalidated (`invalidatedAt`) stays `enabled` false, and the value asked is applied when the app registers the token again.
    *       A mute of a device APNs invalidated (`enabled` false already) changes nothing visible and writes no event, but holds when the app registers its token again.
    *       429 `lock_timeout` when the subscriber is changing too fast (retry), as on every subscriber write.
    *       The subscription id (returned at registration) is the device's handle on its subscription.

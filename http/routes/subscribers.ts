@@ -211,7 +211,7 @@ export function registerSubscribers(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: setSubscriberSubscriptionEnabled
    *     summary: Enable or disable a subscription
-   *     description: Scope `subscriptions:write`. `$subscription.muted` / `$subscription.unmuted` are written only when `enabled` really changes.
+   *     description: Scope `subscriptions:write`. `$subscription.muted` / `$subscription.unmuted` are written only when `enabled` really changes. A device whose token the push provider invalidated (`invalidatedAt`) stays `enabled` false, and the value asked is applied when the app registers the token again.
    *       A mute of a device APNs invalidated (`enabled` false already) changes nothing visible and writes no event, but holds when the app registers its token again.
    *     tags: [Subscriptions]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/SubscriptionEnabled' } } } }
