@@ -21,7 +21,8 @@ export type NewEvent = {
   externalId: string;
   name: string;
   source: EventSource;
-  timestampMs: number;
+  /** null: the time of receipt (the ingest's `receivedAt`, which a new subscriber's `$subscriber.created` takes too) */
+  timestampMs: number | null;
   /** `data` as JSON text, at most 8 KB */
   data: string;
   /** `data` itself, when the caller has it (the answer echoes it without parsing `data` again) */
@@ -114,7 +115,9 @@ function toNewEvent(event: RawEvent, data: string, source: EventSource, external
     externalId,
     name: event.name,
     source,
-    timestampMs: event.timestamp === undefined ? now() : Date.parse(event.timestamp),
+    // without a timestamp: the time of receipt, taken when the ingest stores it (taken here, it came a
+    // millisecond or so before the `$subscriber.created` it made, probe C of session 62)
+    timestampMs: event.timestamp === undefined ? null : Date.parse(event.timestamp),
     data,
     value: event.data ?? {},
     callerId: event.id ?? null,

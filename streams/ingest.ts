@@ -292,7 +292,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
       for (const { request, index } of part) {
         const e = requests[request]!.events[index]!;
         const { created, event } = ids[request]![index]!;
-        args.push(event, created, e.source === 'system' ? e.subscriberId ?? '' : newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
+        args.push(event, created, e.source === 'system' ? e.subscriberId ?? '' : newId('subscriber', receivedMs), e.externalId, e.name, e.source, e.timestampMs ?? receivedMs, e.data, e.callerId ?? '', e.runId ?? '', e.messageId ?? '', e.step ?? '', e.provider ?? '');
         if (scope.subscriberMaxBacklog !== undefined) subscribers.set(e.externalId, (subscribers.get(e.externalId) ?? 0) + 1);
       }
       calls.push({ p, scope, keys: [keys.inbox(p), keys.sequences(p), keys.subscribers(p), keys.dedupe(p), keys.dedupeAge(p), keys.tenantBacklog(p)], args, slots: part, subscribers });
@@ -359,7 +359,7 @@ async function flush(redis: Redis, q: Queue, requests: Request[], sent: () => vo
       const e = requests[request]!.events[index]!;
       const stored = (sequence: number, status: 'accepted' | 'gone'): IngestedEvent => ({
         id: ids[request]![index]!.event, sequence, externalId: e.externalId, name: e.name, source: e.source,
-        timestamp: isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
+        timestamp: e.timestampMs === null ? receivedIso : isoNow(e.timestampMs), receivedAt: receivedIso, data: e.value ?? JSON.parse(e.data),
         provider: e.provider, runId: e.runId, messageId: e.messageId, step: e.step, status,
       });
       out[request]![index] = item[0] === 2 ? { ...fromOriginal(e.externalId, item[1]), status: 'duplicate' } : item[0] === 4 ? stored(0, 'gone') : stored(item[1], 'accepted');

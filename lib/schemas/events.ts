@@ -17,7 +17,7 @@ const name: Schema = {
 const eventFields: Record<string, Schema> = {
   name,
   data: { type: 'object', description: 'A JSON object of at most 8 KB serialized.' },
-  timestamp: { type: 'string', format: 'date-time', description: 'When it happened on the sender\'s clock; at most 7 days back and 1 hour ahead. Defaults to now.' },
+  timestamp: { type: 'string', format: 'date-time', description: 'When it happened on the sender\'s clock; at most 7 days back and 1 hour ahead. Defaults to the time of receipt (the event\'s `receivedAt`, which a `$subscriber.created` it makes has too).' },
   id: { type: 'string', minLength: 1, maxLength: 256, description: 'Optional dedupe key, unique per subscriber. Not the event id.' },
 };
 

@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { setClockOffset } from '../../lib/clock.js';
+import { isoNow, setClockOffset } from '../../lib/clock.js';
 import { partitionOf } from '../../lib/partition.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import { client } from '../helpers/api.js';
@@ -61,6 +61,24 @@ ingest('an unknown externalId writes $subscriber.created exactly once', async ({
   await api.post('/v1/events', key, { events: [{ externalId: 'new-1', name: 'a' }, { externalId: 'new-1', name: 'b' }] });
   await api.post('/v1/events', key, { externalId: 'new-1', name: 'c' });
   assert.is(await inboxLength(service), before + 4);
+});
+
+ingest('an event without a timestamp takes the time of receipt: its receivedAt, which the $subscriber.created it made has too (it came a millisecond before it)', async ({ api, key, service, tenantId }) => {
+  // (twenty times: the time taken at validation was a millisecond early about every other time)
+  for (let i = 0; i < 20; i++) {
+    const res = await api.post('/v1/events', key, { events: [{ externalId: `at-receipt-${i}`, name: 'a' }, { externalId: `at-receipt-${i}`, name: 'b', timestamp: new Date(Date.now() - 60_000).toISOString() }] });
+    const [a, b] = res.body.data.items;
+    assert.is(a.timestamp, a.receivedAt);
+    assert.ok(b.timestamp < b.receivedAt, 'a timestamp given is kept');
+    // the inbox: $subscriber.created, a, b, each with its timestamp (ms)
+    const stored = (await service.redis.xrange(service.keys.inbox(partitionOf(tenantId, `at-receipt-${i}`, service.config.partitions)), '-', '+'))
+      .map(([, f]) => Object.fromEntries(f.flatMap((v, j) => (j % 2 ? [] : [[v, f[j + 1]!]]))) as Record<string, string>)
+      .filter((f) => f.t === tenantId && f.x === `at-receipt-${i}`);
+    assert.equal(stored.map((f) => f.n), ['$subscriber.created', 'a', 'b']);
+    const ts = stored.map((f) => Number(f.ts));
+    assert.is(isoNow(ts[1]!), a.timestamp);
+    assert.is(ts[0], ts[1], 'the subscriber was created when the event that made it happened');
+  }
 });
 
 ingest('a replayed id returns the original event as duplicate and stores nothing', async ({ api, key, service }) => {
