@@ -14,7 +14,7 @@ import type { RoleContext, Stop } from '../streams/role-context.js';
 import { scoreAt } from '../streams/scored-index.js';
 import { StreamConsumer, type StreamEntry } from '../streams/stream-consumer.js';
 import {
-  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, PURGE_BATCH, purgeDeletedEndpoint, recordAttempts, releaseAttempt, rescoreLegacyDeliveries,
+  claimAttempts, DELIVERY_STATUSES, enqueueDeliveries, parseClaim, PURGE_BATCH, purgeDeletedEndpoint, recordAttempts, releaseAttempt, requeueOwed, REQUEUE_GRACE_MS, rescoreLegacyDeliveries,
   type AttemptResult, type ClaimedAttempt, type EnqueueEvent,
 } from '../streams/webhook-deliveries.js';
 import { activeFromMs, allEndpoints, findEndpoint, joinRegistry, leaveRegistryIfEmpty, publicEndpoint, wantsEvent, type WebhookEndpoint } from '../streams/webhook-endpoints.js';
@@ -475,18 +475,20 @@ class WebhookDispatcher {
  * attempts due before it (`dropped`: a disabled endpoint's, which no claim reads), workspaces without
  * endpoints leave the registry, ledgers nobody reads are trimmed to the last
  * `UNREAD_LEDGER_WINDOW_MS`, and endpoints disabled by a dispatcher that stopped before appending
- * their `webhook.disabled` audit event get it (`announceDisabled`), and workspaces with endpoints
+ * their `webhook.disabled` audit event get it (`announceDisabled`), re-enables whose request died
+ * before its re-queue was done get it finished (`requeueOwed`), and workspaces with endpoints
  * left out of the registry join it (`joinLeftOut`), and deleted endpoints' delivery records and
  * payloads are removed (`purgeDeleted`). Deliveries indexed before the
  * indexes were scored by createdAt get their score first (`rescoreLegacyDeliveries`; nothing to do
  * once that is done).
  */
 export async function sweepWebhooks(ctx: RoleContext): Promise<{
-  rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; joined: number; purged: PurgedTotals;
+  rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; requeued: number; joined: number; purged: PurgedTotals;
 }> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
   let announced = 0;
+  let requeued = 0;
   let pruned = 0;
   let unregistered = 0;
   let trimmed = 0;
@@ -514,6 +516,12 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{
       await announceDisabled(ctx, { id: ref.id, slug: ref.slug }, endpointId);
       announced++;
     }
+    // re-enables whose re-queue the request that made them did not finish (killed, Redis lost meanwhile)
+    for (const [endpointId, at] of Object.entries(await redis.hgetall(keys.webhookRequeues(ws)))) {
+      if (now() - Number(at) < REQUEUE_GRACE_MS) continue; // young: its request is at it
+      await requeueOwed(redis, keys, ws, endpointId, Number(at));
+      requeued++;
+    }
     const pipeline = redis.pipeline();
     for (const e of endpoints) for (const status of [undefined, ...DELIVERY_STATUSES]) pipeline.zremrangebyscore(keys.webhookDeliveries(ws, e, status), '-inf', floor);
     for (const [, removed] of (await pipeline.exec()) ?? []) pruned += Number(removed ?? 0);
@@ -536,7 +544,7 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{
   } while (cursor !== '0');
   // last, the longest step: a failure in it (it throws) skips nothing else
   const purged = await purgeDeleted(ctx, floor, PURGED_PER_SWEEP);
-  return { rescored, pruned, dropped, unregistered, trimmed, announced, joined, purged };
+  return { rescored, pruned, dropped, unregistered, trimmed, announced, requeued, joined, purged };
 }
 
 type PurgedTotals = { endpoints: number; records: number; payloads: number };

@@ -1,6 +1,6 @@
 --[[
   Deletes a webhook endpoint with its attempt queue, per-status delivery indexes and any note that its
-  `webhook.disabled` audit event is still to be appended. Its index of all deliveries is renamed to
+  `webhook.disabled` audit event is still to be appended or its deliveries re-queued. Its index of all deliveries is renamed to
   its purge index and the id listed in the workspace's purges, for the dispatchers' sweep to remove
   the delivery records and payloads a batch at a time (lua/purgeWebhookDeliveries; until then they
   stayed until their keep, probes BW, EG): one rename, whatever the number of deliveries. An attempt
@@ -23,6 +23,7 @@ rcall('DEL', KEYS[1])
 rcall('ZREM', KEYS[2], ARGV[2])
 rcall('INCR', KEYS[3])
 rcall('HDEL', ARGV[1] .. ':whks:unannounced', ARGV[2])
+rcall('HDEL', ARGV[1] .. ':whks:requeue', ARGV[2])
 if rcall('EXISTS', e .. ':dlv') == 1 then
   rcall('RENAME', e .. ':dlv', e .. ':purge')
   rcall('SADD', ARGV[1] .. ':whks:purge', ARGV[2])

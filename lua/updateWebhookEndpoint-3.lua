@@ -18,12 +18,18 @@
   Endpoint fields read: enabled, activeSince, activeUntil, events, tenantId, past (JSON list of
   { since, until, events, tenantId }; ms and the patterns as a list).
 
+  A re-enable also notes that the endpoint's `pending` and `failed` deliveries are owed their
+  re-queue (KEYS[3], endpoint id -> now): the caller re-queues them and clears the note; a process
+  killed first leaves it to the dispatchers' sweep (streams/webhook-deliveries.ts requeueOwed).
+
   KEYS[1] the endpoint record              ({w:<ws>}:whk:<id>)
   KEYS[2] the endpoints' version counter   ({w:<ws>}:whks:v)
+  KEYS[3] the re-queues owed               ({w:<ws>}:whks:requeue)
 
   ARGV[1] now (ms)
   ARGV[2] now (ISO 8601)
-  ARGV[3] number of fields N, then N field, value pairs (url, description, events, tenantId, tenantSlug, enabled)
+  ARGV[3] endpoint id
+  ARGV[4] number of fields N, then N field, value pairs (url, description, events, tenantId, tenantSlug, enabled)
 
   Returns {} when the endpoint does not exist, else { before, after, reenabled } where before and
   after are the record as HGETALL lists and reenabled is 1 when this call enabled it again.
@@ -34,9 +40,9 @@ if rcall('EXISTS', KEYS[1]) == 0 then return {} end
 local before = rcall('HGETALL', KEYS[1])
 local was = rcall('HMGET', KEYS[1], 'enabled', 'activeSince', 'activeUntil', 'events', 'tenantId', 'past')
 local changed, moveActive, reenabled = false, false, 0
-local n = tonumber(ARGV[3])
+local n = tonumber(ARGV[4])
 for i = 0, n - 1 do
-  local field, value = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local field, value = ARGV[5 + 2 * i], ARGV[6 + 2 * i]
   local current = rcall('HGET', KEYS[1], field) or ''
   if current ~= value then
     changed = true
@@ -45,6 +51,7 @@ for i = 0, n - 1 do
     if field == 'enabled' and value == '1' then
       reenabled = 1
       moveActive = true
+      rcall('HSET', KEYS[3], ARGV[3], ARGV[1])
       rcall('HSET', KEYS[1], 'failingSince', '', 'disabledAt', '', 'activeUntil', '')
     elseif field == 'enabled' then
       rcall('HSET', KEYS[1], 'disabledAt', ARGV[2], 'activeUntil', ARGV[1])

@@ -1,6 +1,7 @@
 import type { ChainableCommander, Redis } from 'ioredis';
 import { isoNow, now } from '../lib/clock.js';
 import { newId } from '../lib/ids.js';
+import { waitAtMost } from '../lib/wait-at-most.js';
 import type { Keys } from './keys.js';
 import { LEDGER_FIELDS, LEDGER_MAX_LENGTH, auditPayload, type AuditActor, type AuditRequest, type Ref } from './ledger.js';
 
@@ -171,9 +172,7 @@ async function settleBatch(redis: Redis, batch: Later[]): Promise<void> {
  */
 export async function auditsSettled(withinMs: number): Promise<void> {
   if (unsettled.size === 0) return;
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([Promise.all(unsettled), new Promise((r) => (timer = setTimeout(r, withinMs)))]);
-  clearTimeout(timer);
+  await waitAtMost(Promise.all(unsettled), withinMs);
 }
 
 /** Queues the ledger appends of an intent's entries. */

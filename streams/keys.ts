@@ -79,6 +79,8 @@ export function createKeys(prefix: string) {
     webhookVersion: (workspaceId: string) => `${w(workspaceId)}:whks:v`,
     /** hash endpoint id → disabledAt: endpoints the failure streak disabled whose `webhook.disabled` audit event is not in the ledger yet */
     webhookUnannounced: (workspaceId: string) => `${w(workspaceId)}:whks:unannounced`,
+    /** hash endpoint id → re-enable time (ms): re-enabled endpoints whose pending and failed deliveries are still to be re-queued */
+    webhookRequeues: (workspaceId: string) => `${w(workspaceId)}:whks:requeue`,
     /** hash: a webhook endpoint (url, patterns, secrets, enabled, activeSince, failingSince) */
     webhookEndpoint: (workspaceId: string, endpointId: string) => `${w(workspaceId)}:whk:${endpointId}`,
     /** zset of an endpoint's delivery ids scored by createdAt (streams/scored-index.ts); with `status`, those in that status */

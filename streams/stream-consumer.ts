@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import { pause, sharedAbortController } from '../lib/abortable.js';
 import { now } from '../lib/clock.js';
 import type { Logger } from '../lib/log.js';
+import { waitAtMost } from '../lib/wait-at-most.js';
 import { recordOf } from '../lib/field-list.js';
 import { callScript } from './lua-scripts.js';
 import { retryWhileUnavailable } from './redis.js';
@@ -131,12 +132,6 @@ const BUSY_POLL_MS = 50;
 /** How often an exclusive consumer looks for entries of its streams pending with another consumer. */
 const STRAY_CHECK_MS = 5_000;
 
-/** Resolves when one of `work` is done, or after `ms`. */
-async function untilOneEnds(work: Promise<void>[], ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([...work, new Promise<void>((done) => (timer = setTimeout(done, ms)))]);
-  clearTimeout(timer);
-}
 
 function toEntries(raw: [string, string[]][]): StreamEntry[] {
   const out: StreamEntry[] = [];
@@ -491,7 +486,7 @@ export class StreamConsumer {
           }
           await Promise.all([...this.untrimmed].map((s) => this.trim(s)));
           backoff = 100;
-          if (!reply && working.length > 0) await untilOneEnds(working, BUSY_POLL_MS);
+          if (!reply && working.length > 0) await waitAtMost(working, BUSY_POLL_MS);
           continue;
         }
         // streams are independent (partitions, tenants' queues): their batches are handled at once,

@@ -251,23 +251,41 @@ export async function replayDelivery(redis: Redis, keys: Keys, workspaceId: stri
   return n === -1 ? 'disabled' : n === -2 ? 'not_found' : n === -3 ? 'exhausted' : n;
 }
 
-/** Makes every pending or failed delivery of an endpoint due now (re-enable, spec 3.3), in pages. */
-export async function requeueDeliveries(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, atMs: number): Promise<number> {
+/**
+ * Makes every pending or failed delivery of a re-enabled endpoint due at the re-enable (spec 3.3),
+ * 500 at a time, then clears the note the re-enable left (`keys.webhookRequeues`, lua/updateWebhookEndpoint).
+ * Run by the re-enabling request, which answers after `REQUEUE_IN_REQUEST_MS` and lets the rest go
+ * on; a process killed first leaves the note, which the dispatchers' sweep finds after
+ * REQUEUE_GRACE_MS and runs this again (the same writes: idempotent). Answers how many were queued.
+ */
+export async function requeueOwed(redis: Redis, keys: Keys, workspaceId: string, endpointId: string, atMs: number): Promise<number> {
+  const call = (ids: string[], last: boolean) => callScript<number>(redis, 'requeueWebhookDeliveries',
+    [keys.webhookInflight(workspaceId), keys.webhookDue(workspaceId, endpointId), keys.webhookRequeues(workspaceId)],
+    [keys.webhookBase(workspaceId), atMs, endpointId, last ? '1' : '0', ...ids]);
   let queued = 0;
   for (const status of ['pending', 'failed'] as const) {
     // ZSCAN yields every id present throughout the walk; one seen twice is queued twice, harmlessly
     let cursor = '0';
     do {
-      const [next, flat] = await redis.zscan(keys.webhookDeliveries(workspaceId, endpointId, status), cursor, 'COUNT', 500);
+      const [next, flat] = await redis.zscan(keys.webhookDeliveries(workspaceId, endpointId, status), cursor, 'COUNT', REQUEUE_PAGE);
       cursor = next;
       const ids = flat.filter((_, i) => i % 2 === 0);
       if (ids.length === 0) continue;
-      queued += await callScript<number>(redis, 'requeueWebhookDeliveries',
-        [keys.webhookInflight(workspaceId), keys.webhookDue(workspaceId, endpointId)], [keys.webhookBase(workspaceId), atMs, ...ids]);
+      const n = await call(ids, false);
+      if (n < 0) return queued; // the endpoint is gone, and so is the note
+      queued += n;
     } while (cursor !== '0');
   }
+  await call([], true);
   return queued;
 }
+
+/** Deliveries re-queued per script call. */
+const REQUEUE_PAGE = 500;
+/** How long a re-enabling request waits for its re-queue before it answers (the rest goes on). */
+export const REQUEUE_IN_REQUEST_MS = 1_000;
+/** How old a re-queue note is before the dispatchers' sweep takes it over from the request that wrote it. */
+export const REQUEUE_GRACE_MS = 60_000;
 
 // --- the dispatcher's three steps: enqueue, claim, record ---
 

@@ -234,7 +234,7 @@ export type EndpointPatch = { url?: string; description?: string | null; events?
  */
 export async function updateEndpoint(
   redis: Redis, keys: Keys, workspace: Workspace, id: string, patch: EndpointPatch, by: Writer,
-): Promise<{ endpoint: WebhookEndpoint; reenabled: boolean } | null> {
+): Promise<{ endpoint: WebhookEndpoint; reenabled: boolean; atMs: number } | null> {
   if (!isId('webhookEndpoint', id)) return null;
   const fields: string[] = [];
   if (patch.url !== undefined) fields.push('url', patch.url);
@@ -244,13 +244,13 @@ export async function updateEndpoint(
   if (patch.enabled !== undefined) fields.push('enabled', patch.enabled ? '1' : '0');
   const at = now();
   const reply = await callScript<[string[], string[], number] | []>(redis, 'updateWebhookEndpoint',
-    [keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id)], [at, isoNow(at), fields.length / 2, ...fields]);
+    [keys.webhookEndpoint(workspace.id, id), keys.webhookVersion(workspace.id), keys.webhookRequeues(workspace.id)], [at, isoNow(at), id, fields.length / 2, ...fields]);
   if (reply.length === 0) return null;
   const before = endpointFromList(reply[0])!;
   const after = endpointFromList(reply[1])!;
   const change = diff(publicEndpoint(before), publicEndpoint(after));
   if (change) await audit(redis, keys, workspace, 'webhook.updated', after, by, change);
-  return { endpoint: after, reenabled: reply[2] === 1 };
+  return { endpoint: after, reenabled: reply[2] === 1, atMs: at };
 }
 
 /** Deletes an endpoint (`webhook.deleted`); null when not found. */

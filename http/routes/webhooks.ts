@@ -9,12 +9,12 @@ import { resolveAllFor } from '../../lib/webhook-resolver.js';
 import { findTenantBySlug } from '../../streams/identity.js';
 import type { Ref } from '../../streams/ledger.js';
 import { seenEventNames } from '../../streams/webhook-catalog.js';
-import { readWebhookEvent, requeueDeliveries } from '../../streams/webhook-deliveries.js';
+import { readWebhookEvent, requeueOwed, REQUEUE_IN_REQUEST_MS } from '../../streams/webhook-deliveries.js';
 import {
   createEndpoint, deleteEndpoint, findEndpoint, loadEndpoints, publicEndpoint, rotateSecret, updateEndpoint,
   type EndpointPatch, type WebhookEndpoint,
 } from '../../streams/webhook-endpoints.js';
-import { now } from '../../lib/clock.js';
+import { waitAtMost } from '../../lib/wait-at-most.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
@@ -90,7 +90,7 @@ async function tenantRef(deps: AppDeps, workspaceId: string, slug: string | null
 }
 
 export function registerWebhooks(router: Router, deps: AppDeps): void {
-  const { redis, keys, config } = deps;
+  const { redis, keys, config, log } = deps;
   const allow = createAllowList(config.webhookAllowPrivateNetworks);
   const urlOptions = { production: config.production, allow };
   const read = authorize(deps, 'workspace', 'webhooks:read');
@@ -285,7 +285,14 @@ export function registerWebhooks(router: Router, deps: AppDeps): void {
     if (body.enabled !== undefined) patch.enabled = body.enabled;
     const updated = await updateEndpoint(redis, keys, workspace, ctx.params.id!, patch, writerOf(ctx));
     if (!updated) throw notFound('Webhook endpoint');
-    if (updated.reenabled) await requeueDeliveries(redis, keys, workspace.id, updated.endpoint.id, now());
+    if (updated.reenabled) {
+      // a backlog of any size is answered within REQUEUE_IN_REQUEST_MS; the rest goes on after the
+      // answer, and a process killed before the end leaves it to the dispatchers' sweep
+      const requeue = requeueOwed(redis, keys, workspace.id, updated.endpoint.id, updated.atMs).catch((err: Error) => {
+        log.warn('re-queue of a re-enabled webhook endpoint\'s deliveries failed; the dispatchers\' sweep finishes it', { endpoint: updated.endpoint.id, err: err.message });
+      });
+      await waitAtMost(requeue, REQUEUE_IN_REQUEST_MS);
+    }
     respond(ctx, 200, publicEndpoint(updated.endpoint));
   });
 

@@ -1,12 +1,15 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import { sweepWebhooks } from '../../actors/webhook-dispatcher.js';
-import { now } from '../../lib/clock.js';
-import { derivedId } from '../../lib/ids.js';
+import { now, setClockOffset } from '../../lib/clock.js';
+import { derivedId, newId } from '../../lib/ids.js';
 import { createLogger } from '../../lib/log.js';
 import { deliveryKeepMs, UNREAD_LEDGER_WINDOW_MS } from '../../lib/webhook-policy.js';
 import { encodeCursor } from '../../http/list.js';
 import { scoreAt } from '../../streams/scored-index.js';
+import { findWorkspace, SYSTEM_WRITER } from '../../streams/identity.js';
+import { updateEndpoint } from '../../streams/webhook-endpoints.js';
+import { requeueOwed } from '../../streams/webhook-deliveries.js';
 import type { RoleContext } from '../../streams/role-context.js';
 import { client } from '../helpers/api.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
@@ -209,6 +212,64 @@ sweep('deliveries indexed at score 0 (by an earlier version) get their createdAt
   await redis.zadd(keys.webhookDeliveries(ws.workspace.id, e, 'failed'), 0, a);
   assert.is((await sweepWebhooks(ctx.role)).rescored, 1);
   assert.is(await redis.zscore(keys.webhookDeliveries(ws.workspace.id, e, 'failed'), a), String(scoreAt(t + 20)), 'it takes its score in the index of all');
+});
+
+sweep('a re-enable whose request died before its re-queue: the sweep re-queues the failed and pending deliveries once its note is a minute old, and clears the note; a finished one leaves none', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const r = await bootstrapWorkspace(ctx.service, 'sw-requeue');
+  const ws = r.workspace.id;
+  const e = await endpoint(ctx, 'sw-requeue', r.keys.workspace);
+  const path = `/v1/workspaces/sw-requeue/webhooks/${e}`;
+  // two deliveries waiting for their retry in 5 hours, one succeeded
+  const later = now() + 5 * 3_600_000;
+  const delivery = async (status: string) => {
+    const id = newId('webhookDelivery');
+    await redis.hset(keys.webhookDelivery(ws, id), 'id', id, 'endpointId', e, 'status', status, 'nextAttemptAt', status === 'success' ? '' : String(later));
+    await redis.zadd(keys.webhookDeliveries(ws, e, status), scoreAt(now()), id);
+    if (status !== 'success') await redis.zadd(keys.webhookDue(ws, e), later, id);
+    return id;
+  };
+  const [failed, pending, done] = [await delivery('failed'), await delivery('pending'), await delivery('success')];
+  assert.is((await ctx.api.patch(path, r.keys.workspace, { enabled: false })).status, 200);
+  // the re-enable's script, and then the process dies: the note stays, nothing is re-queued
+  const workspace = (await findWorkspace(redis, keys, ws))!;
+  const updated = (await updateEndpoint(redis, keys, workspace, e, { enabled: true }, SYSTEM_WRITER))!;
+  assert.is(updated.reenabled, true);
+  assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), { [e]: String(updated.atMs) });
+  assert.is(Number(await redis.zscore(keys.webhookDue(ws, e), failed)), later);
+  try {
+    assert.is((await sweepWebhooks(ctx.role)).requeued, 0, 'a young note is left to its request');
+    setClockOffset(61_000);
+    assert.is((await sweepWebhooks(ctx.role)).requeued, 1);
+  } finally {
+    setClockOffset(0);
+  }
+  for (const id of [failed, pending]) {
+    assert.is(Number(await redis.zscore(keys.webhookDue(ws, e), id)), updated.atMs, 'due at the re-enable');
+    assert.is(await redis.hget(keys.webhookDelivery(ws, id), 'nextAttemptAt'), String(updated.atMs));
+  }
+  assert.is(await redis.zscore(keys.webhookDue(ws, e), done), null);
+  assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), {}, 'the note is cleared');
+  assert.is((await sweepWebhooks(ctx.role)).requeued, 0);
+
+  // through the API: the request re-queues and clears its note before it answers
+  await redis.zadd(keys.webhookDue(ws, e), later, failed);
+  assert.is((await ctx.api.patch(path, r.keys.workspace, { enabled: false })).status, 200);
+  assert.is((await ctx.api.patch(path, r.keys.workspace, { enabled: true })).status, 200);
+  assert.ok(Number(await redis.zscore(keys.webhookDue(ws, e), failed)) <= now());
+  assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), {});
+
+  // an endpoint deleted with a note owed takes the note with it, and a stale note of a gone endpoint re-queues nothing
+  assert.is((await ctx.api.patch(path, r.keys.workspace, { enabled: false })).status, 200);
+  await updateEndpoint(redis, keys, workspace, e, { enabled: true }, SYSTEM_WRITER);
+  assert.is((await ctx.api.del(path, r.keys.workspace)).status, 200);
+  assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), {});
+  await redis.hset(keys.webhookRequeues(ws), e, '1000');
+  await redis.zadd(keys.webhookDeliveries(ws, e, 'failed'), scoreAt(now()), failed); // (as a purge not done yet)
+  assert.is(await requeueOwed(redis, keys, ws, e, 1000), 0);
+  assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), {});
+  await redis.del(keys.webhookDeliveries(ws, e, 'failed'));
+  assert.is(await redis.exists(keys.webhookDue(ws, e)), 0, 'no queue outlives its endpoint');
 });
 
 sweep.run();
