@@ -14,6 +14,12 @@ import type { AttemptRecord } from '../streams/webhook-deliveries.js';
 /** `refused`: told the address a host name resolved to when the connection was refused for it (for the server's log only). */
 export type SendOptions = { timeoutMs: number; production: boolean; allow: AllowList; refused?: (err: PrivateAddressError) => void };
 
+/**
+ * How much of a receiver's answer headers is read: a 2xx with large headers (a long
+ * Content-Security-Policy, many cookies) is a success. Node's default (16 KB) failed it as a parse
+ * error, and it was retried to exhaustion (probe D, session 62).
+ */
+export const MAX_ANSWER_HEADER_BYTES = 256 * 1024;
 const USER_AGENT = `${WEBHOOK_USER_AGENT_PRODUCT}/${VERSION}`;
 /**
  * A request on a kept-alive connection failing before any answer within this long of its send is
@@ -104,7 +110,7 @@ export function postWebhook(url: string, eventId: string, body: Buffer, secrets:
     let req: ReturnType<typeof send>;
     const start = (via: HttpAgent | false | undefined, again: boolean) => {
       const sentAt = performance.now();
-      req = send(target.url, { method: 'POST', headers, agent: via, lookup: lookupFor(o.allow) });
+      req = send(target.url, { method: 'POST', headers, agent: via, lookup: lookupFor(o.allow), maxHeaderSize: MAX_ANSWER_HEADER_BYTES });
       req.on('response', answered);
       req.on('error', (err: Error & { code?: string }) => {
         // a kept-alive connection the receiver closed while idle, telling it only by the close (no
