@@ -7,7 +7,7 @@ import { isDeliverable } from '../lib/webhook-events.js';
 import { deliveryKeepMs, leaseMsFor, UNREAD_LEDGER_WINDOW_MS } from '../lib/webhook-policy.js';
 import { signingSecrets } from '../lib/webhook-signing.js';
 import { IdentityRefs, SYSTEM_WRITER, findWorkspace } from '../streams/identity.js';
-import { appendAudit, type Ref } from '../streams/ledger.js';
+import { appendAudit, LEDGER_MAX_LENGTH, type Ref } from '../streams/ledger.js';
 import { connectRedis, retryWhileUnavailable } from '../streams/redis.js';
 import { readRegistry } from '../streams/registry.js';
 import type { RoleContext, Stop } from '../streams/role-context.js';
@@ -483,12 +483,13 @@ class WebhookDispatcher {
  * once that is done).
  */
 export async function sweepWebhooks(ctx: RoleContext): Promise<{
-  rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; requeued: number; joined: number; purged: PurgedTotals;
+  rescored: number; pruned: number; dropped: number; unregistered: number; trimmed: number; announced: number; requeued: number; joined: number; purged: PurgedTotals; behind: LedgerLag[];
 }> {
   const { redis, keys, config } = ctx;
   let rescored = 0;
   let announced = 0;
   let requeued = 0;
+  const behind: LedgerLag[] = [];
   let pruned = 0;
   let unregistered = 0;
   let trimmed = 0;
@@ -508,6 +509,12 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{
       continue;
     }
     rescored += await rescoreLegacyDeliveries(redis, keys, ws, endpoints);
+    const lagging = await ledgerLag(redis, keys, ws);
+    if (lagging) {
+      behind.push(lagging);
+      if (lagging.lost > 0) ctx.log.error('webhook ledger entries were trimmed before the dispatchers read them: their events get no delivery', lagging);
+      else ctx.log.warn('webhook dispatchers are far behind a workspace ledger: past its cap, the oldest unread entries are trimmed', lagging);
+    }
     // endpoints disabled by a dispatcher that stopped before appending their audit event (at most 50
     // a workspace); a note younger than a minute is left to the dispatcher that wrote it, which is at it
     const notes = Object.entries(await redis.hgetall(keys.webhookUnannounced(ws))).filter(([, at]) => !(now() - Date.parse(at) < ANNOUNCE_GRACE_MS));
@@ -544,10 +551,33 @@ export async function sweepWebhooks(ctx: RoleContext): Promise<{
   } while (cursor !== '0');
   // last, the longest step: a failure in it (it throws) skips nothing else
   const purged = await purgeDeleted(ctx, floor, PURGED_PER_SWEEP);
-  return { rescored, pruned, dropped, unregistered, trimmed, announced, requeued, joined, purged };
+  return { rescored, pruned, dropped, unregistered, trimmed, announced, requeued, joined, purged, behind };
 }
 
 type PurgedTotals = { endpoints: number; records: number; payloads: number };
+
+/** A ledger the dispatchers are far behind on: `unread` entries not yet read by the group, `lost` of them trimmed before it read them. */
+export type LedgerLag = { workspaceId: string; unread: number; lost: number };
+
+/**
+ * How far the dispatchers' group is behind a workspace ledger, when it is more than half the cap
+ * (LEDGER_MAX_LENGTH: every append trims the ledger to it, read or not) or entries were trimmed
+ * unread; null otherwise. Redis counts the group's lag from the entries added and read, trimmed ones
+ * included, so a lag beyond the ledger's length is what the trim took unread.
+ */
+async function ledgerLag(redis: RoleContext['redis'], keys: RoleContext['keys'], workspaceId: string): Promise<LedgerLag | null> {
+  const ledger = keys.ledger(workspaceId);
+  const [groups, length] = await Promise.all([
+    (redis.xinfo('GROUPS', ledger) as Promise<unknown[][]>).catch(() => [] as unknown[][]),
+    redis.xlen(ledger),
+  ]);
+  const field = (list: unknown[], name: string) => list[list.indexOf(name) + 1];
+  const group = groups.find((g) => field(g, 'name') === WEBHOOK_GROUP);
+  const lag = group ? field(group, 'lag') : null;
+  if (typeof lag !== 'number') return null; // no group yet, or a lag Redis cannot tell (entries deleted inside its range)
+  const lost = Math.max(0, lag - length);
+  return lost > 0 || lag > LEDGER_MAX_LENGTH / 2 ? { workspaceId, unread: lag, lost } : null;
+}
 
 /**
  * Removes the delivery records and payloads of deleted endpoints (`purgeDeletedEndpoint`, in batches),

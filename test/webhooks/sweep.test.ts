@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import { sweepWebhooks } from '../../actors/webhook-dispatcher.js';
+import { sweepWebhooks, WEBHOOK_GROUP } from '../../actors/webhook-dispatcher.js';
 import { now, setClockOffset } from '../../lib/clock.js';
 import { derivedId, newId } from '../../lib/ids.js';
 import { createLogger } from '../../lib/log.js';
@@ -270,6 +270,28 @@ sweep('a re-enable whose request died before its re-queue: the sweep re-queues t
   assert.equal(await redis.hgetall(keys.webhookRequeues(ws)), {});
   await redis.del(keys.webhookDeliveries(ws, e, 'failed'));
   assert.is(await redis.exists(keys.webhookDue(ws, e)), 0, 'no queue outlives its endpoint');
+});
+
+sweep('a ledger whose entries were trimmed before the dispatchers read them is reported, with how many were lost; one read in time is not', async (ctx) => {
+  const { redis, keys } = ctx.service;
+  const r = await bootstrapWorkspace(ctx.service, 'sw-lag');
+  const ws = r.workspace.id;
+  await endpoint(ctx, 'sw-lag', r.keys.workspace);
+  const ledger = keys.ledger(ws);
+  await redis.xgroup('CREATE', ledger, WEBHOOK_GROUP, '0', 'MKSTREAM');
+  assert.is((await sweepWebhooks(ctx.role)).behind.filter((b) => b.workspaceId === ws).length, 0, 'unread, but nothing lost and far from the cap');
+  const readAll = async () => {
+    const read = (await redis.xreadgroup('GROUP', WEBHOOK_GROUP, 'c', 'COUNT', 1_000, 'STREAMS', ledger, '>')) as [string, [string, string[]][]][] | null;
+    if (read) await redis.xack(ledger, WEBHOOK_GROUP, ...read[0]![1].map(([id]) => id));
+  };
+  await readAll(); // (a group that has read keeps count of what it read)
+  // appends trimming the ledger to 5 entries while nobody reads it (as at the cap, with dispatchers far behind)
+  for (let i = 0; i < 10; i++) await redis.xadd(ledger, 'MAXLEN', '5', '*', 'k', 'audit', 'p', '{}');
+  const [lag] = (await sweepWebhooks(ctx.role)).behind.filter((b) => b.workspaceId === ws);
+  assert.equal(lag, { workspaceId: ws, unread: 10, lost: 5 });
+  // read and acked: nothing to report
+  await readAll();
+  assert.is((await sweepWebhooks(ctx.role)).behind.filter((b) => b.workspaceId === ws).length, 0);
 });
 
 sweep.run();
