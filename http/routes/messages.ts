@@ -146,6 +146,14 @@ export function registerMessages(router: Router, deps: AppDeps): void {
     // the body as sent is what a replay must repeat: validation fills in defaults (`priority`), and a
     // body that adds one is another request (probe AM: `priority: "high"` replayed one sent without it)
     const asSent: unknown = idempotencyKey === null ? null : structuredClone(raw);
+    // a key already used answers before anything is checked: the original for the same body (its topic
+    // or segment may be gone since), 409 for any other, one the schema refuses too (spec 4.2: it was
+    // 400 until session 62, probe E); only an unused key lets a body's problems be answered
+    const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantId, idempotencyKey, asSent);
+    if (original) {
+      ctx.set('Idempotent-Replayed', 'true');
+      return respond(ctx, 202, original);
+    }
     const schemaProblems = bodyProblems('MessageCreate', raw);
     if (schemaProblems.length) {
       const content = isObject(raw) ? contentProblems(raw, false) : [];
@@ -156,12 +164,6 @@ export function registerMessages(router: Router, deps: AppDeps): void {
       throwProblems(toOk ? [...problems, ...(await resolveTarget(tenantId, targetOf(raw.to as CreateBody['to']))).problems] : problems);
     }
     const body = raw as CreateBody;
-    // a replay answers the original before anything else is checked: its topic or segment may be gone since
-    const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantOf(ctx).id, idempotencyKey, asSent);
-    if (original) {
-      ctx.set('Idempotent-Replayed', 'true');
-      return respond(ctx, 202, original);
-    }
     const to = targetOf(body.to);
     const target = await resolveTarget(tenantId, to);
     throwProblems([...contentProblems(body as unknown as Record<string, unknown>, true), ...target.problems]);

@@ -223,6 +223,12 @@ m('the same Idempotency-Key and body replays the original; another body is 409; 
   // the body as sent is compared, before validation fills in defaults: naming the default priority is another request (probe AM)
   const explicit = await ctx.api.post('/v1/messages', ctx.key, { ...body, priority: 'high' }, { 'Idempotency-Key': 'order-1' });
   assert.equal([explicit.status, explicit.body.error?.code], [409, 'idempotency_key_reused']);
+  // a body the schema refuses is another body too: 409 under a used key (probe E: it was 400), 400 under a new one
+  for (const invalid of [{ to: 'idem-user', body: 'no title' }, { ...body, badge: -1 }, [body], 'text']) {
+    const reused = await ctx.api.post('/v1/messages', ctx.key, invalid, { 'Idempotency-Key': 'order-1' });
+    assert.equal([reused.status, reused.body.error?.code], [409, 'idempotency_key_reused'], JSON.stringify(invalid));
+  }
+  assert.is((await ctx.api.post('/v1/messages', ctx.key, { ...body, badge: -1 }, { 'Idempotency-Key': 'order-unused' })).status, 400);
   const withDefault = { ...body, priority: 'high' };
   const named = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
   const namedAgain = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
