@@ -227,8 +227,10 @@ function samePath(a: string, b: string): boolean {
 }
 
 function roles(raw: string | undefined): Role[] {
+  if ((raw ?? '').trim() === '') return [...ROLES];
+  // an empty entry is a slip (`${ROLE},` with ROLE unset), not "every role": `,` started all four (probe G)
+  if (raw!.split(',').some((s) => s.trim() === '')) throw new ConfigError(`HERALD_ROLES: an entry is empty in "${raw}" (leave the variable unset or empty for every role)`);
   const items = list(raw);
-  if (items.length === 0) return [...ROLES];
   for (const [i, item] of items.entries()) {
     if (!(ROLES as readonly string[]).includes(item)) {
       throw new ConfigError(`HERALD_ROLES: unknown role "${item}" (known: ${ROLES.join(', ')})`);

@@ -73,6 +73,9 @@ config('lists are checked when the config is loaded, naming the setting (probe V
   assert.equal(loadConfig({ WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8, ::1/128' }, {}).webhookAllowPrivateNetworks, ['127.0.0.0/8', '::1/128']);
   refused({ HERALD_ROLES: 'web,worker,worker' }, /^HERALD_ROLES: "worker" is named twice$/);
   assert.equal(loadConfig({ HERALD_ROLES: 'worker,web' }, {}).roles, ['worker', 'web']);
+  // empty or blank is every role; an empty entry is a slip, refused (probe G: `,` started all four)
+  for (const all of ['', '  ']) assert.equal(loadConfig({ HERALD_ROLES: all }, {}).roles, ['web', 'worker', 'dispatcher', 'scheduler']);
+  for (const slip of [',', ',,', ' , ', 'web,', ',worker']) refused({ HERALD_ROLES: slip }, /^HERALD_ROLES: an entry is empty in /);
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,,30m' }, /^WEBHOOK_RETRY_SCHEDULE: "" is not a duration/);
   refused({ WEBHOOK_RETRY_SCHEDULE: Array(10).fill('1s').join(',') }, /^WEBHOOK_RETRY_SCHEDULE lists 10 delays; at most 9 are used/);
   refused({ WEBHOOK_RETRY_SCHEDULE: '5m,8d' }, /^WEBHOOK_RETRY_SCHEDULE: "8d" is longer than 7d$/);
