@@ -20,7 +20,7 @@ export function registerHealth(router: Router, deps: AppDeps): void {
    *       (every role listed, 0 when none has announced itself in the last 15 seconds).
    *       Status `ok` when Redis answers and takes writes and every role has a live process; `degraded` (still 200)
    *       when Redis refuses writes (`redis.writable` false, as when its memory is full, its snapshots fail or it is
-   *       a replica; writes are then answered 503) or a role has none (with no worker, events are accepted but not processed; with no
+   *       a replica; writes are then answered 503; or does not take one within 1 s, as when it pauses writes) or a role has none (with no worker, events are accepted but not processed; with no
    *       dispatcher nothing is delivered);
    *       When Redis does not answer, 503 `unavailable` in the error envelope (`success` false, `data` null, spec 2.1).
    *     tags: [Health]
@@ -37,7 +37,7 @@ export function registerHealth(router: Router, deps: AppDeps): void {
     let writeError: string | null = null;
     const roles: Record<string, number> = Object.fromEntries(ROLES.map((role) => [role, 0]));
     try {
-      await Promise.race([deps.redis.ping(), new Promise((_, fail) => setTimeout(() => fail(new Error('timeout')), 1_000).unref())]);
+      await within(deps.redis.ping(), 1_000);
       Object.assign(roles, await liveRoles(deps.redis, deps.keys));
     } catch {
       reachable = false;
@@ -47,7 +47,8 @@ export function registerHealth(router: Router, deps: AppDeps): void {
     // say why, so an operator does not restart healthy processes
     if (reachable) {
       try {
-        await deps.redis.set(deps.keys.healthProbe, String(now()), 'PX', 60_000);
+        // bounded as the ping: a Redis pausing writes held the answer for the command timeout (5 s, probe G)
+        await within(deps.redis.set(deps.keys.healthProbe, String(now()), 'PX', 60_000), 1_000);
       } catch (err) {
         writeError = (err as Error).message;
       }
@@ -63,4 +64,11 @@ export function registerHealth(router: Router, deps: AppDeps): void {
       uptimeSeconds: Math.floor((now() - startedAt) / 1000),
     });
   });
+}
+
+/** `work`, or a rejection naming the time when it has not settled within `ms`. */
+function within<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, fail) => (timer = setTimeout(() => fail(new Error(`no answer within ${ms} ms`)), ms)));
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }

@@ -137,6 +137,22 @@ outage('a Redis whose memory is full answers writes 503 unavailable, health says
   assert.is((await api.post('/v1/events', key, { externalId: 'full-1', name: 'after.full' })).status, 202);
 });
 
+outage('a Redis pausing writes: health answers within about a second that writes do not go through (probe G: it waited for the 5 s command timeout)', async (ctx) => {
+  const admin = ctx.service.redis;
+  await admin.client('PAUSE', 3_000, 'WRITE');
+  try {
+    const t0 = performance.now();
+    const health = await ctx.api.get('/v1/health');
+    const tookMs = performance.now() - t0;
+    assert.equal([health.status, health.body.data.status, health.body.data.redis.writable], [200, 'degraded', false]);
+    assert.match(health.body.data.redis.writeError, /no answer within 1000 ms/);
+    assert.ok(tookMs < 2_500, `answered in ${Math.round(tookMs)} ms, before the pause ended`);
+  } finally {
+    await admin.client('UNPAUSE');
+  }
+  await waitFor('writes go through again', async () => (await ctx.api.get('/v1/health')).body.data?.redis?.writable === true, 10_000);
+});
+
 outage('a write made under a full memory, only its audit append refused, is answered as made, and the sweeper appends the entry once there is room (probe O)', async (ctx) => {
   const { api } = ctx;
   const { keys: k, workspace } = await bootstrapWorkspace(ctx.service, 'outage-del');
