@@ -89,12 +89,13 @@ async function authenticateToken(ctx: Context, deps: AppDeps, token: string, opt
  * lines into one value (`eu, eu`), which would name no tenant and read as 403 (probe AM).
  */
 function serviceTenantOf(ctx: Context): string {
-  const header = ctx.get('Service-Tenant').trim();
+  // HTTP's whitespace only (space, tab): String.trim() took a no-break space off too (`eu\u00a0` named eu: probe I)
+  const header = ctx.get('Service-Tenant').replace(/^[ \t]+|[ \t]+$/g, '');
   if (header && repeatsHeader(ctx.req, 'service-tenant')) throw new ApiError(400, 'bad_request', 'Send one Service-Tenant header, not several', { param: 'Service-Tenant' });
   return header;
 }
 
-const BEARER = /^Bearer\s+(\S+)\s*$/i;
+const BEARER = /^Bearer[ \t]+([^\s]+)[ \t]*$/i;
 
 // Hashing a presented key is most of an authenticated request's own cost; remember recent ones.
 const MAX_HASHES = 10_000;

@@ -87,6 +87,17 @@ auth('two Service-Tenant lines are 400 bad_request (param Service-Tenant), not a
   }
   assert.match(await ask(['Service-Tenant: second']), /^HTTP\/1\.1 200 /, 'one line is fine');
   assert.match(await ask(['Service-Tenant: ']), /^HTTP\/1\.1 200 /, 'a blank one is none: the default tenant');
+  // HTTP's whitespace around a value is space and tab, not a no-break space (byte 0xA0; probe I: `second\xa0` named second)
+  const latin1 = async (lines: string[]) => (await rawRequest(service.url, Buffer.from(`GET /v1/whoami HTTP/1.1\r\nHost: x\r\n${lines.map((l) => `${l}\r\n`).join('')}Connection: close\r\n\r\n`, 'latin1'))).text;
+  assert.match(await latin1([`Authorization: Bearer ${acme.keys.workspace}`, 'Service-Tenant: \tsecond \t']), /^HTTP\/1\.1 200 /);
+  for (const value of ['second\xa0', '\xa0second']) {
+    const answer = await latin1([`Authorization: Bearer ${acme.keys.workspace}`, `Service-Tenant: ${value}`]);
+    assert.match(answer, /^HTTP\/1\.1 403 /, JSON.stringify(value));
+    assert.match(answer, /"param":"Service-Tenant"/);
+  }
+  assert.match(await latin1([`Authorization: Bearer ${acme.keys.workspace}\xa0`]), /^HTTP\/1\.1 401 /);
+  assert.match(await latin1([`Authorization: Bearer\xa0${acme.keys.workspace}`]), /^HTTP\/1\.1 401 /);
+  assert.match(await latin1([`Authorization: Bearer \t${acme.keys.workspace}`]), /^HTTP\/1\.1 200 /);
 });
 
 auth('the health endpoint answers without a credential', async ({ api }) => {
