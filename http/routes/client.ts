@@ -230,7 +230,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
    *   patch:
    *     operationId: clientUpdatePreferences
    *     summary: Change the app user's own preferences
-   *     description: Client key only (scope `client`). `$preferences.updated` only when a value really changes. At most 100 categories are stored
+   *     description: Client key only (scope `client`). `channels`, `categories` or both (neither is 400 `validation`, param `body`). `$preferences.updated` only when a value really changes. At most 100 categories are stored
    *       (400 `bad_request` on `categories` for an update that would store more; nothing stored).
    *     tags: [Client]
    *     requestBody: { required: true, content: { application/json: { schema: { $ref: '#/components/schemas/ClientPreferencesUpdate' } } } }
@@ -248,6 +248,8 @@ export function registerClient(router: Router, deps: AppDeps): void {
 
   router.patch('/v1/client/preferences', client, async (ctx) => {
     const { externalId, identityHash, ...update } = checkBody<Identified & PreferencesUpdate>('ClientPreferencesUpdate', ctx.request.body);
+    // an update naming nothing is malformed, as on the backend route (it answered 200 and created the subscriber: probe J)
+    if (update.channels === undefined && update.categories === undefined) throw validationError([{ param: 'body', message: 'must name channels or categories (or both)' }]);
     const verified = await verifyClient(deps, ctx, externalId, identityHash);
     const scope = scopeOf(ctx, deps);
     // subscriber.created when the update created the subscriber, else subscriber.updated with the preferences it replaced

@@ -460,6 +460,11 @@ c('client preferences read and change the app user\'s own preferences', async ({
   assert.equal(read.body.data.channels, { push: false, email: true });
   assert.is((await api.get('/v1/client/preferences?externalId=nobody-here', pk)).status, 404);
   assert.equal(names(await inboxEvents(service, boot.tenant.id, 'pref-app')), ['$subscriber.created', '$preferences.updated']);
+  // an update naming nothing is 400, as on the backend route, and creates nobody (probe J: 200, subscriber created)
+  const empty = await api.patch('/v1/client/preferences', pk, { externalId: 'pref-nothing' });
+  assert.equal([empty.status, empty.body.error.code, empty.body.error.param], [400, 'validation', 'body']);
+  assert.is((await api.get('/v1/client/preferences?externalId=pref-nothing', pk)).status, 404);
+  assert.equal(await inboxEvents(service, boot.tenant.id, 'pref-nothing'), []);
   // an update that creates the subscriber and changes nothing (a default value, or removing a category it lacks) writes no $preferences.updated
   for (const [externalId, update] of [['pref-same-1', { channels: { push: true } }], ['pref-same-2', { categories: { promo: null } }]] as const) {
     const same = await api.patch('/v1/client/preferences', pk, { externalId, ...update });
