@@ -118,7 +118,10 @@ export function checkRegistration(input: RegisterInput): void {
   if (input.channel === 'push' && !input.token) throw wrong('token', 'is required for the push channel');
   if (input.channel === 'email' && !input.address) throw wrong('address', 'is required for the email channel');
   if (input.channel === 'push' && input.address) throw wrong('address', 'is only for the email channel');
-  if (input.channel === 'email' && (input.token || input.environment)) throw wrong(input.token ? 'token' : 'environment', 'is only for the push channel');
+  // the APNs environment and the app's notification permission describe a push token, not an address
+  // (authorizationStatus was stored on an email subscription while environment was refused: probe J)
+  const pushOnly = (['token', 'environment', 'authorizationStatus'] as const).find((k) => input[k]);
+  if (input.channel === 'email' && pushOnly) throw wrong(pushOnly, 'is only for the push channel');
   if (input.address && [...input.address.toLowerCase()].length > MAX_ADDRESS_LENGTH) throw wrong('address', `must be at most ${MAX_ADDRESS_LENGTH} characters once lowercased, as it is stored`);
 }
 

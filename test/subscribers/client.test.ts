@@ -305,6 +305,9 @@ c('every bound of 4.4 is a validation error naming the field', async ({ api, pk 
     [{ ...base, token: token(6), anonymousId: 'x'.repeat(257) }, 'anonymousId'],
     [{ ...base }, 'token'],
     [{ externalId: 'bounds', channel: 'email', token: token(6) }, 'address'],
+    // what describes a push token is refused on an address, as it was not for authorizationStatus (probe J)
+    [{ externalId: 'bounds', address: 'b@x.io', environment: 'sandbox' }, 'environment'],
+    [{ externalId: 'bounds', address: 'b@x.io', authorizationStatus: 'denied' }, 'authorizationStatus'],
     // no channel: it follows from exactly one of token and address, else it is required
     [{ externalId: 'bounds', platform: 'ios' }, 'channel'],
     [{ externalId: 'bounds', token: token(6), address: 'a@x.io' }, 'channel'],
