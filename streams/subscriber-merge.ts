@@ -138,9 +138,11 @@ async function mergeRounds(redis: Redis, keys: Keys, scope: TenantScope, plan: M
     const held = new Set((await listSubscriptions(redis, keys, scope, externalId)).filter((x) => x.channel === 'email').map((x) => x.address));
     for (const s of subscriptions) {
       if (s.channel !== 'email' || !held.has(s.address)) {
+        // (an address stored with an authorizationStatus before session 62 refused it is registered without it)
+        const push = s.channel === 'push';
         const input: RegisterInput = {
           channel: s.channel, token: s.token ?? undefined, address: s.address ?? undefined, platform: s.platform ?? undefined,
-          environment: s.environment ?? undefined, authorizationStatus: s.authorizationStatus ?? undefined, device: s.device,
+          environment: push ? s.environment ?? undefined : undefined, authorizationStatus: push ? s.authorizationStatus ?? undefined : undefined, device: s.device,
         };
         // an address is not moved but registered anew for the identified user: its `enabled` is read
         // again right before (a push device's is read in its move's write), so a mute made while the

@@ -288,6 +288,18 @@ c('an APNs token in upper case or in NSData\'s <… …> form is the same device
   assert.equal(listed.body.data.items.map((x: any) => x.token).sort(), [hex, fcm].sort(), 'two devices, not four');
 });
 
+c('an address stored with an authorizationStatus (before it was refused on email) merges: registered anew for the identified user without it', async ({ api, pk, service, boot }) => {
+  const made = await api.post('/v1/client/subscriptions', pk, { externalId: 'anon-legacy', address: 'legacy@example.com' });
+  assert.is(made.status, 201);
+  const p = partitionOf(boot.tenant.id, 'anon-legacy', service.config.partitions);
+  await service.redis.hset(service.keys.subscription(p, boot.tenant.id, made.body.data.id), 'authorizationStatus', 'denied');
+  const merged = await api.post('/v1/client/identify', pk, { externalId: 'user-legacy', anonymousId: 'anon-legacy', source: 'ios' });
+  assert.is(merged.status, 200, merged.text);
+  const held = (await api.get('/v1/subscribers/user-legacy/subscriptions', boot.keys.tenant)).body.data.items;
+  assert.equal(held.map((x: any) => [x.channel, x.address, x.authorizationStatus]), [['email', 'legacy@example.com', null]]);
+  assert.is((await api.get('/v1/subscribers/anon-legacy', boot.keys.tenant)).status, 404);
+});
+
 c('every bound of 4.4 is a validation error naming the field', async ({ api, pk }) => {
   const base = { externalId: 'bounds', channel: 'push', platform: 'ios' };
   const cases: [unknown, string][] = [
