@@ -255,7 +255,7 @@ export async function moveMessage(redis: Redis, keys: Keys, tenantId: string, id
  * `canceled`: this call canceled it (not an earlier one), and audited `message.canceled` through
  * the tenant's outbox in the same script, so concurrent cancels audit it once.
  */
-export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string, audit: AuditScope): Promise<{ message: Message; canceled: boolean }> {
+export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, id: string, audit: AuditScope, partitions: number): Promise<{ message: Message; canceled: boolean }> {
   await getMessage(redis, keys, tenantId, id);
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'message.cancel', audit, null);
   const reply = await runMoveMessage(redis, keys, tenantId, id, ['scheduled', 'queued'], 'canceled', { canceledAt: isoNow() }, intent);
@@ -263,6 +263,10 @@ export async function cancelMessage(redis: Redis, keys: Keys, tenantId: string, 
     if (reply[1] !== 'canceled') throw new ApiError(409, 'conflict', `The message is ${reply[1]}; only scheduled or queued messages can be canceled`);
     return { message: await getMessage(redis, keys, tenantId, id), canceled: false };
   }
+  // a scheduled message's release time goes with it (another slot than the script's): it stayed until
+  // the original sendAt, up to 30 days, past the message's own retention (probe L). One a crash leaves
+  // here is dropped by the scheduler when due, finding no scheduled message.
+  await redis.zrem(keys.messageTimers(messageTimerPartition(tenantId, id, partitions)), `${tenantId}|${id}`).catch(() => undefined);
   await settleAudit(redis, keys, intent, MESSAGE_AUDITS['message.cancel'](null, reply));
   return { message: toMessage(recordOf(reply[2]!)), canceled: true };
 }

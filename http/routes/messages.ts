@@ -244,7 +244,7 @@ export function registerMessages(router: Router, deps: AppDeps): void {
 
   router.post('/v1/messages/:id/cancel', authorize(deps, 'tenant', 'messages:send'), async (ctx: Context) => {
     // a message canceled before (by this request's retry, or a concurrent one) is answered as it is, audited once
-    const { message } = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!, auditScopeOf(ctx));
+    const { message } = await cancelMessage(redis, keys, tenantOf(ctx).id, ctx.params.id!, auditScopeOf(ctx), deps.config.partitions);
     respond(ctx, 200, message);
   });
 

@@ -418,9 +418,12 @@ m('a scheduled message waits for sendAt and can be canceled until then', async (
   const broadcast = await ctx.api.post('/v1/messages', ctx.key, { to: { topic: 'later-list' }, title: 'soon, all', body: 'b', sendAt: new Date(Date.now() + 1500).toISOString() });
   assert.is(broadcast.body.data.status, 'scheduled');
   const cancelMe = await ctx.api.post('/v1/messages', ctx.key, { to: 'later', title: 'never', body: 'b', sendAt: new Date(Date.now() + 60_000).toISOString() });
+  const timer = () => ctx.service.redis.zscore(ctx.service.keys.messageTimers(messageTimerPartition(ctx.tenantId, cancelMe.body.data.id, ctx.service.config.partitions)), `${ctx.tenantId}|${cancelMe.body.data.id}`);
+  assert.ok(await timer(), 'a scheduled message has its release time');
   const canceled = await ctx.api.post(`/v1/messages/${cancelMe.body.data.id}/cancel`, ctx.key);
   assert.is(canceled.body.data.status, 'canceled');
   assert.ok(canceled.body.data.canceledAt);
+  assert.is(await timer(), null, 'its release time goes with the cancel (probe L: it stayed until sendAt)');
   assert.is((await ctx.api.get(`/v1/messages?status=canceled`, ctx.key)).body.data.total, 1);
   const done = await finished(ctx, soon.body.data.id);
   assert.is(done.counts.sent, 1);
