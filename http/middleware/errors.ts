@@ -126,24 +126,13 @@ export function envelopeErrors(log: Logger) {
  * The HTTP server's `clientError` listener: a request Node cannot parse (headers over its 16 KB
  * limit, a malformed request line or header) never reaches Koa, and Node's own answer is a bare
  * 400 or 431 without a body. It is answered here as any malformed request is (spec Part 7): 400
- * `bad_request` in the envelope, with a `Request-Id`, and the connection closed, once the requests
- * pipelined before it on the connection are answered. A method name
+ * `bad_request` in the envelope, with a `Request-Id`, and the connection closed. A method name
  * Node's parser does not know (`FOO`, or `patch`: names are case-sensitive) is 501
  * `not_implemented` (RFC 9110 15.6.2), naming the method (probe FE: 400 "not well-formed HTTP").
  */
-export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, waits = 0): void {
-  if (err.code === 'ECONNRESET' || !socket.writable || lingering.has(socket)) return void socket.destroy();
-  // requests pipelined before it on the connection are answered first, in order: written at once,
-  // this answer and the close cut theirs off (a good GET before a malformed line got nothing)
-  // (a request that timed out is the one attached: answered now, or closed when its answer began)
-  const attached = (socket as Duplex & { _httpMessage?: Answering })._httpMessage;
-  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && attached?.headersSent) return void socket.destroy();
-  if (err.code !== 'ERR_HTTP_REQUEST_TIMEOUT' && attached && !attached.writableFinished) {
-    if (waits >= MAX_PIPELINED_WAITS) return void socket.destroy();
-    attached.once('finish', () => setImmediate(() => answerUnparsedRequest(err, socket, waits + 1)));
-    attached.once('close', () => setImmediate(() => (attached.writableFinished ? undefined : socket.destroy())));
-    return;
-  }
+export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
+  const attached = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || attached?.headersSent || lingering.has(socket)) return void socket.destroy();
   const [param, message] = err.code === 'HPE_HEADER_OVERFLOW'
     ? ['headers', 'The request line and headers are larger than 16 KB']
     : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
@@ -156,11 +145,6 @@ export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?:
   const reason = error.status === 501 ? 'Not Implemented' : 'Bad Request';
   socket.end(`HTTP/1.1 ${error.status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nRequest-Id: ${requestId}\r\n${cors}Connection: close\r\n\r\n${body}`);
 }
-
-/** The answer a connection is writing: Node's ServerResponse, as the socket names it. */
-type Answering = { headersSent?: boolean; writableFinished?: boolean; once(event: 'finish' | 'close', listener: () => void): unknown };
-/** Answers of requests pipelined before a malformed one that are waited for; with more, the connection is closed. */
-const MAX_PIPELINED_WAITS = 100;
 
 /** A request line whose method is a token (RFC 9110 5.6.2: `FOO`, `patch`), with a target and an HTTP version; another is malformed. */
 const REQUEST_LINE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) \S+ HTTP\/\d\.\d\r?\n/;
