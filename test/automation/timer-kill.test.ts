@@ -4,7 +4,7 @@ import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 type Ctx = { service: TestService; peer: ApnsPeer; env: Record<string, string>; roles: RoleProcess[] };
@@ -60,6 +60,8 @@ kill('every sleeping run wakes exactly once and sends exactly once after its wor
   const runs = (await api.get('/v1/workflows/nap/runs?limit=100', boot.keys.tenant)).body.data;
   assert.is(runs.total, RUNS);
   for (const run of runs.items) assert.equal(run.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent'], run.externalId);
+  // a send step's message is made just after the commit that completes its run (docs/automation.md)
+  await runSendsMade(ctx.service);
   const messages = (await api.get('/v1/messages?limit=100', boot.keys.tenant)).body.data;
   assert.is(messages.total, RUNS, 'one message per run');
   await waitFor('every push to be sent', async () => ctx.peer.requests.length >= RUNS, 20_000);

@@ -4,7 +4,7 @@ import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { rawRequest } from '../helpers/raw-request.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { actorsCaughtUp } from '../helpers/inbox.js';
 import { partitionOf } from '../../lib/partition.js';
@@ -135,6 +135,7 @@ wf('two versions run side by side: runs keep the version they started on', async
   assert.is(newer.version, 2);
   const older = await waitFor('the v1 run completes on v1', () => runOf(ctx, 'versions', 'ver-old', 'completed'), 15_000);
   assert.is(older.version, 1);
+  await runSendsMade(ctx.service);
   const titles = async (run: any) => (await api.get(`/v1/messages/${run.history.find((h: any) => h.messageId).messageId}`, key)).body.data.content.title;
   assert.is(await titles(older), 'v1');
   assert.is(await titles(newer), 'v2');

@@ -4,7 +4,7 @@ import { writeScope } from '../../streams/audit-outbox.js';
 import { IdentityRefs } from '../../streams/identity.js';
 import { createMessage, runStepIdempotencyKey } from '../../streams/messages.js';
 import { client } from '../helpers/api.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { startReceiver, type Receiver } from '../helpers/webhook-receiver.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -37,6 +37,7 @@ sends('the message a run sends reaches the ledger once as message.created (syste
 
   const run = await waitFor('the run to complete', async () => (await api.get('/v1/workflows/greet/runs?status=completed', boot.keys.tenant)).body.data.items[0]);
   const messageId = run.history.find((h: any) => h.type === 'send').messageId;
+  await runSendsMade(ctx.service);
   const message = (await api.get(`/v1/messages/${messageId}`, boot.keys.tenant)).body.data;
   assert.equal(message.run, { runId: run.id, step: 'steps[0]', workflowId: workflow.id, workflow: 'greet', versionId: workflow.versionId });
 
