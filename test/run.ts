@@ -12,8 +12,8 @@ import { stopTestRedis } from './helpers/redis.js';
 
 const root = join(import.meta.dirname, '.');
 const SHARD_ENV = 'HERALD_TEST_SHARD';
-/** The longest one test file may take; a file still running after it fails and its shard is replaced. */
-const FILE_TIMEOUT_MS = 300_000;
+/** The longest one test file may take (the slowest take ~100 s here; waits allow three times their limit); a file still running after it fails and its shard is replaced. */
+const FILE_TIMEOUT_MS = 600_000;
 
 type Outcome = { file: string; passed: number; total: number; skipped: number; output: string; ms: number };
 type ToShard = { file: string } | { stop: true };
