@@ -5,9 +5,8 @@ import { readPreferences } from '../../streams/preferences.js';
 import type { TenantScope } from '../../streams/subscriber-writes.js';
 import { loadSubscribers } from '../../streams/subscribers.js';
 import { getSubscription } from '../../streams/subscriptions.js';
-import { client } from '../helpers/api.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
-import { freePort } from '../helpers/redis.js';
+import { startWebProcess } from '../helpers/audit.js';
 import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -155,26 +154,32 @@ kill('after a SIGKILL under concurrent subscriber, subscription, preference and 
   const { service } = ctx;
   const boot = await bootstrapWorkspace(service, 'kill');
   const scope: TenantScope = { workspaceId: boot.workspace.id, tenantId: boot.tenant.id, partitions: service.config.partitions };
-  const env = { REDIS_URL: service.env.REDIS_URL!, REDIS_KEY_PREFIX: service.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: service.env.HERALD_PARTITIONS! };
-  const port = await freePort();
-  ctx.web = startRoleProcess('web', { ...env, PORT: String(port) });
-  const api = client(`http://127.0.0.1:${port}`);
-  await waitFor('the web process to answer', async () => (await api.get('/v1/health').catch(() => null))?.status === 200, 45_000);
+  // the port the process says it listens on (PORT 0): one picked free here could be taken by another
+  // shard's process before this one binds it, and that one's health answered for it
+  const { web, url, env } = await startWebProcess(service);
+  ctx.web = web;
 
   let killed = false;
   const iterations = { n: 0 };
-  const writers = Array.from({ length: WRITERS }, (_, loop) => writer(`http://127.0.0.1:${port}`, boot.keys, loop, () => killed, iterations));
-  await waitFor('the writers to get going', async () => iterations.n >= 2 * WRITERS, 60_000, 5);
+  // a writer's failure is kept, not left a rejection nobody awaits yet: one while the test still waits
+  // (or once a failed wait's after hook stopped the process) ended the whole shard process (a CI-like run)
+  let failed: unknown = null;
+  const writers = Array.from({ length: WRITERS }, (_, loop) => writer(url, boot.keys, loop, () => killed, iterations).catch((err) => void (failed ??= err)));
+  // some 4,000 requests: on a loaded CI machine 60 s ran out (its after hook then killed the process under the writers)
+  await waitFor('the writers to get going', async () => failed !== null || iterations.n >= 2 * WRITERS, 120_000, 5);
+  if (failed) throw failed;
   ctx.web.child.kill('SIGKILL');
   killed = true;
   await ctx.web.exited;
   await Promise.all(writers);
+  if (failed) throw failed;
 
   const outboxes = [service.keys.tenantOutbox(boot.tenant.id), ...Array.from({ length: scope.partitions }, (_, p) => service.keys.partitionOutbox(p))];
   const pending = async () => (await Promise.all(outboxes.map((k) => service.redis.hlen(k)))).reduce((a, b) => a + b, 0);
   const left = await pending();
   ctx.worker = startRoleProcess('worker', { ...env, AUDIT_OUTBOX_SWEEP_MS: '200' });
-  await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 30_000, 100);
+  // the worker process takes seconds to start on a loaded CI machine before its first sweep
+  await waitFor('the sweeper to empty the outboxes', async () => (await pending()) === 0, 45_000, 100);
 
   const found = await audit(service, scope);
   console.log(`  killed after ${iterations.n} iterations; ${left} intents left by the dead process; ${found.subscribers} subscribers, ${found.subscriberTargets} subscriber and ${found.subscriptionTargets} subscription targets in the ledger (${found.withSubscriber} deleted with their subscriber); `

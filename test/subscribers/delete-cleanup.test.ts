@@ -257,12 +257,13 @@ kill('deletes of subscribers with devices, an address, widgets and topics, SIGKI
   }
 
   ctx.worker = startSweeper(service);
-  await waitFor('the sweeper to finish the cleanups', async () => (await pendingCleanups(service)) === 0, 20_000, 100);
+  // the worker process takes seconds to start on a loaded CI machine before its first sweep
+  await waitFor('the sweeper to finish the cleanups', async () => (await pendingCleanups(service)) === 0, 45_000, 100);
   // the deletes the kill interrupted (or never sent) are retried on a new process
   const retry = await startWebProcess(service);
   ctx.web = retry.web;
   for (const x of names.filter((x) => !recreated.has(x))) expect(await retry.api.del(`/v1/subscribers/${x}`, boot.keys.tenant), 200, 404);
-  await waitFor('the sweeper to finish the cleanups', async () => (await pendingCleanups(service)) === 0, 20_000, 100);
+  await waitFor('the sweeper to finish the cleanups', async () => (await pendingCleanups(service)) === 0, 45_000, 100);
   const raced = [...recreated.keys()].filter((x) => pending.has(x)).length;
   console.log(`  ${kills} kill(s), ${deleted} deletes answered; ${pending.size} cleanups left for the sweeper, ${leftovers.size} deleted subscribers referred to then; ${recreated.size} created again, ${raced} of them before the sweep of their cleanup`);
 

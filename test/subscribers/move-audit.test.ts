@@ -281,7 +281,8 @@ move('the worker\'s sweeper finishes a move whose mover died after its write', a
   await registerSubscription(service.redis, service.keys, ctx.scope, 'worker-b', { channel: 'push', token: token(10), platform: 'ios' }, { audit: dyingTrail(ctx) }).catch(() => null);
   const worker = startSweeper(service);
   try {
-    await waitFor('the sweeper to finish the move', async () => (await moveOf(ctx, 10)) === null, 30_000, 100);
+    // the worker process takes seconds to start on a loaded CI machine before its first sweep
+    await waitFor('the sweeper to finish the move', async () => (await moveOf(ctx, 10)) === null, 45_000, 100);
   } finally {
     await stopRoleProcess(worker);
   }

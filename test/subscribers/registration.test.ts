@@ -6,7 +6,7 @@ import { createApiKey, createTenant, rotateIdentitySecret, setIdentityRequired, 
 import { connectRedis } from '../../streams/redis.js';
 import { GuardFailed, writeSubscriber, type TenantScope } from '../../streams/subscriber-writes.js';
 import { MAX_SUBSCRIPTIONS_PER_SUBSCRIBER } from '../../streams/subscriptions.js';
-import { client } from '../helpers/api.js';
+import { client, registerAsApp } from '../helpers/api.js';
 import { inboxEvents, names } from '../helpers/inbox.js';
 import { BY_TEST, bootstrapWorkspace, startServicePair, stopServicePair, type ServicePair } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
@@ -132,7 +132,7 @@ r('one device registered at once by two app users through two processes: one sub
     const first = await api.post('/v1/client/subscriptions', pk, { externalId: 'tug-x', channel: 'push', token: device, platform: 'ios' });
     assert.is(first.status, 201);
     const id = first.body.data.id;
-    const replies = await Promise.all(Array.from({ length: 30 }, (_, i) => (i % 2 ? peerApi : api).post('/v1/client/subscriptions', pk, { externalId: i % 2 ? y : 'tug-x', channel: 'push', token: device, platform: 'ios' })));
+    const replies = await Promise.all(Array.from({ length: 30 }, (_, i) => registerAsApp(i % 2 ? peerApi : api, pk, { externalId: i % 2 ? y : 'tug-x', channel: 'push', token: device, platform: 'ios' })));
     assert.ok(replies.every((res) => res.status === 200 || res.status === 201), `round ${round}: ${replies.map((res) => res.status)}`);
     assert.ok(replies.every((res) => res.body.data.id === id && res.body.data.createdAt === first.body.data.createdAt), `round ${round}: one subscription, created once ${first.body.data.createdAt} ${JSON.stringify(replies.map((res, i) => [i % 2, res.status, res.body.data.id === id, res.body.data.createdAt]))}`);
     const holders = [];

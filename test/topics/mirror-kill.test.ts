@@ -182,7 +182,8 @@ kill('600 single-id removes, then adds, at once on a web process SIGKILLed under
   if (process.env.HERALD_TEST_VERBOSE) console.log(`  ${kills} kill(s): ${left.zsetOnly.length} listed but removed, ${left.partitionOnly.length} joined but not listed, ${pending} mirror entries left`);
 
   ctx.worker = startSweeper(service);
-  await waitFor('the sweeper to mirror what the dead calls left', async () => (await pendingMirrors(service)) === 0, 20_000, 100);
+  // the worker process takes seconds to start on a loaded CI machine before its first sweep
+  await waitFor('the sweeper to mirror what the dead calls left', async () => (await pendingMirrors(service)) === 0, 45_000, 100);
   assert.equal(await disagreements(service, tenantId, t.id, names), { zsetOnly: [], partitionOnly: [] }, 'the member set and the partitions agree');
   const topic = expect(await api.get(`/v1/topics/${t.slug}`, boot.keys.tenant), 200);
   assert.is(topic.subscriberCount, await service.redis.zcard(service.keys.topicMembers(tenantId, t.id)));
