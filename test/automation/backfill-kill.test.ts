@@ -35,7 +35,7 @@ kill('a scheduler killed mid-backfill leaves progress that the next one resumes:
   const midway = await waitFor('the backfill to be under way', async () => {
     const s = (await api.get('/v1/segments/even-joiners', key)).body.data;
     return s.backfill.status === 'running' && s.backfill.processed >= 20 ? s : null;
-  }, 20_000, 5);
+  }, 60_000, 5); // the scheduler process's start: seconds, and more under CI load
   first.child.kill('SIGKILL');
   await first.exited;
   const atKill = (await api.get('/v1/segments/even-joiners', key)).body.data.backfill;

@@ -34,14 +34,15 @@ again('the deleted subscriber\'s canceled runs write nothing onto the new subscr
   const first = worker();
   await api.post('/v1/events', key, { externalId: 'again-x', name: 'hold.go', data: {} });
   const runs = async (status: string) => (await api.get(`/v1/workflows/held/runs?status=${status}`, key)).body.data.items as any[];
-  const [sleeping] = await waitFor('the run sleeps', async () => ((await runs('sleeping')).length === 1 ? runs('sleeping') : null), 20_000);
+  // (each of the two waits on the run holds a worker process's start: many seconds under CI load)
+  const [sleeping] = await waitFor('the run sleeps', async () => ((await runs('sleeping')).length === 1 ? runs('sleeping') : null), 60_000);
   await stopRoleProcess(first);
   // while no worker runs: the delete, then events that create a subscriber of the same externalId
   assert.is((await api.del('/v1/subscribers/again-x', key)).status, 200);
   const created = await api.post('/v1/events', key, { events: [{ externalId: 'again-x', name: 'after.x', data: {} }, { externalId: 'again-x', name: 'after.y', data: {} }] });
   assert.is(created.status, 202);
   worker();
-  const [canceled] = await waitFor('the run canceled', async () => ((await runs('canceled')).length === 1 ? runs('canceled') : null), 30_000);
+  const [canceled] = await waitFor('the run canceled', async () => ((await runs('canceled')).length === 1 ? runs('canceled') : null), 60_000);
   assert.equal([canceled.id, canceled.reason], [sleeping.id, 'subscriber_deleted']);
   const p = partitionOf(boot.tenant.id, 'again-x', service.config.partitions);
   await waitFor('the worker caught up', () => actorsCaughtUp(service, p), 20_000);

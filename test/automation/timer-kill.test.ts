@@ -4,7 +4,7 @@ import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
-import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, workersHoldAll, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 type Ctx = { service: TestService; peer: ApnsPeer; env: Record<string, string>; roles: RoleProcess[] };
@@ -46,6 +46,9 @@ kill('every sleeping run wakes exactly once and sends exactly once after its wor
   }
   await api.post('/v1/workflows', boot.keys.tenant, { slug: 'nap', trigger: { event: 'nap.started' }, steps: [{ type: 'sleep', duration: '15s' }, { type: 'send', message: { title: 'Wake up', body: 'once' } }] });
   const first = start();
+  // the 15 s sleep counts from each trigger's arrival: the worker's start (many seconds under CI load)
+  // stays out of it, or runs could wake before all of them were seen asleep
+  await workersHoldAll(ctx.service);
   await api.post('/v1/events', boot.keys.tenant, { events: ids.map((externalId) => ({ externalId, name: 'nap.started', data: {} })) });
   await waitFor('every run to sleep', async () => (await api.get('/v1/workflows/nap/runs?status=sleeping', boot.keys.tenant)).body.data.total === RUNS, 20_000, 100);
   for (const p of first) p.child.kill('SIGKILL');
@@ -56,7 +59,8 @@ kill('every sleeping run wakes exactly once and sends exactly once after its wor
   const lastDue = Math.max(...sleeping.map((r: any) => Date.parse(r.wakeAt)));
   await new Promise((r) => setTimeout(r, Math.max(0, lastDue - Date.now()) + 500));
   start();
-  await waitFor('every run to complete', async () => (await api.get('/v1/workflows/nap/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 30_000, 100);
+  // the second pair's start is in this wait (its worker takes the partitions when the killed one's leases lapse)
+  await waitFor('every run to complete', async () => (await api.get('/v1/workflows/nap/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 60_000, 100);
   const runs = (await api.get('/v1/workflows/nap/runs?limit=100', boot.keys.tenant)).body.data;
   assert.is(runs.total, RUNS);
   for (const run of runs.items) assert.equal(run.history.map((h: any) => h.outcome), ['sleeping', 'woke', 'sent'], run.externalId);

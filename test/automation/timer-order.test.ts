@@ -7,7 +7,7 @@ import { partitionOf } from '../../lib/partition.js';
 import type { StreamEntry } from '../../streams/stream-consumer.js';
 import { client } from '../helpers/api.js';
 import { startRoleProcess, stopRoleProcess, type RoleProcess } from '../helpers/processes.js';
-import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, runSendsMade, startTestService, workersHoldAll, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 const quiet: Backlog = { sequence: 4, applied: 4, engineFrom: 0, engineTo: 0, engineRun: '' };
@@ -102,6 +102,7 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
   });
   const worker = startRoleProcess('worker', env);
   ctx.roles.push(worker, startRoleProcess('scheduler', env));
+  await workersHoldAll(service);
   await api.post('/v1/events', boot.keys.tenant, { events: ['canceled-late', 'sleeper'].map((externalId) => ({ externalId, name: 'nap.started', data: {} })) });
   await waitFor('both runs to sleep', async () => (await api.get('/v1/workflows/nap/runs?status=sleeping', boot.keys.tenant)).body.data.total === 2, 20_000, 100);
 
@@ -132,7 +133,8 @@ order('a cancelOn event accepted before a timer fell due is handled before it; a
     return fired === 2;
   }, 30_000, 100);
   ctx.roles.push(startRoleProcess('worker', env));
-  await waitFor('both runs to end', async () => (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.every((r: any) => r.status !== 'sleeping'), 20_000, 100);
+  // (the new worker's start is in this wait)
+  await waitFor('both runs to end', async () => (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items.every((r: any) => r.status !== 'sleeping'), 60_000, 100);
   const runs = (await api.get('/v1/workflows/nap/runs?limit=10', boot.keys.tenant)).body.data.items;
   const byId = Object.fromEntries(runs.map((r: any) => [r.externalId, r]));
   assert.is(byId['canceled-late'].status, 'canceled');
@@ -150,8 +152,9 @@ order('a cancel a killed worker applied to the read models but never handled goe
   for (const r of ctx.roles.splice(0)) await stopRoleProcess(r);
   await api.post('/v1/workflows', boot.keys.tenant, {
     slug: 'siesta', trigger: { event: 'siesta.started' }, cancelOn: { event: 'siesta.cancel' },
-    // the cancel below arrives before the sleep ends: 1,000 events go in first (a run's time counts from its trigger's arrival)
-    steps: [{ type: 'sleep', duration: '8s' }, { type: 'send', message: { title: 'Up', body: 'never' } }],
+    // the cancel below arrives before the sleep ends: the worker's stop and 1,000 events go in first (a run's
+    // time counts from its trigger's arrival; the same work took more than 8 s in a CI run, see the test above)
+    steps: [{ type: 'sleep', duration: '20s' }, { type: 'send', message: { title: 'Up', body: 'never' } }],
   });
   await api.post('/v1/workflows', boot.keys.tenant, { slug: 'long-nap', trigger: { event: 'long.nap' }, steps: [{ type: 'sleep', duration: '1h' }, { type: 'send', message: { title: 'Later', body: 'much' } }] });
   const worker = startRoleProcess('worker', env);
@@ -186,9 +189,10 @@ order('a cancel a killed worker applied to the read models but never handled goe
   // the sleep falls due meanwhile: fired into the timer inbox, where a worker reads it at once
   // the wait covers the scheduler process's start (5-6 s under CPU load with coverage on)
   ctx.roles.push(startRoleProcess('scheduler', env));
-  await waitFor('the timer to fire', async () => (await redis.xlen(keys.timerInbox(p))) === 1, 30_000, 50);
+  await waitFor('the timer to fire', async () => (await redis.xlen(keys.timerInbox(p))) === 1, 60_000, 50);
   ctx.roles.push(startRoleProcess('worker', env));
-  await waitFor('the run to end', async () => (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items[0]?.status !== 'sleeping', 20_000, 100);
+  // (the worker's start is in this wait)
+  await waitFor('the run to end', async () => (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items[0]?.status !== 'sleeping', 60_000, 100);
   const [run] = (await api.get('/v1/workflows/siesta/runs?limit=1', boot.keys.tenant)).body.data.items;
   assert.is(run.status, 'canceled');
   assert.is(run.reason, 'canceled_by_event');
@@ -220,7 +224,7 @@ order('runs waking from the timer inbox while their worker is SIGKILLed twice wa
     worker = startRoleProcess('worker', env);
     ctx.roles.push(worker);
   }
-  await waitFor('every run to complete', async () => (await api.get('/v1/workflows/doze/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 30_000, 100);
+  await waitFor('every run to complete', async () => (await api.get('/v1/workflows/doze/runs?status=completed', boot.keys.tenant)).body.data.total === RUNS, 60_000, 100);
   await runSendsMade(service);
   const seen = new Set<string>();
   for (let cursor: string | null = null, page = 0; page < 10; page++) {

@@ -98,8 +98,10 @@ wf('a wait resumes on the awaited event, times out to its other branch, and canc
     slug: 'cart-nudge',
     trigger: { event: 'cart.updated' },
     cancelOn: { event: 'account.closed' },
+    // the timeout counts from each trigger's arrival: long enough that the buyer's and the leaver's events
+    // arrive before it, after the three runs were seen waiting, on a loaded machine (2 s left little room)
     steps: [{
-      type: 'wait', event: 'checkout.completed', where: { property: 'total', gte: 1 }, timeout: '2s',
+      type: 'wait', event: 'checkout.completed', where: { property: 'total', gte: 1 }, timeout: '8s',
       onEvent: [{ type: 'exit' }],
       onTimeout: [{ type: 'send', message: { title: 'Your cart', body: 'is waiting' } }],
     }],
@@ -113,7 +115,7 @@ wf('a wait resumes on the awaited event, times out to its other branch, and canc
   assert.equal(buyer.history.map((h: any) => h.outcome), ['waiting', 'event', 'exit']);
   const leaver = await waitFor('leaver canceled', () => runOf(ctx, 'cart-nudge', 'leaver', 'canceled'), 10_000);
   assert.is(leaver.reason, 'canceled_by_event');
-  const idler = await waitFor('idler times out and is nudged', () => runOf(ctx, 'cart-nudge', 'idler', 'completed'), 15_000);
+  const idler = await waitFor('idler times out and is nudged', () => runOf(ctx, 'cart-nudge', 'idler', 'completed'), 30_000);
   assert.equal(idler.history.map((h: any) => h.outcome), ['waiting', 'timeout', 'sent']);
   const page = await runsOf(ctx, 'cart-nudge');
   assert.is(page.total, 3);
@@ -246,9 +248,10 @@ wf('a caller\'s Idempotency-Key spelling a run step\'s key neither breaks the ru
 wf('deleting a workflow cancels its sleeping and waiting runs at their next step (timer, timeout or awaited event), sending nothing', async (ctx) => {
   const { api, key, service, tenantId } = ctx;
   // the worker of this service starts every run below, so it holds their versions in its cache when the workflows go
-  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '4s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
+  // (the sleep and the timeout count from each trigger's arrival: long enough that the deletes come first on a loaded machine)
+  const sleepy = (await api.post('/v1/workflows', key, { slug: 'del-sleep', trigger: { event: 'ds.start' }, steps: [{ type: 'sleep', duration: '8s' }, { type: 'send', message: { title: 'd', body: 'd' } }] })).body.data;
   const waitEvent = (await api.post('/v1/workflows', key, { slug: 'del-wait-event', trigger: { event: 'dwe.start' }, steps: [{ type: 'wait', event: 'dwe.go', timeout: '1h', onEvent: [{ type: 'send', message: { title: 'e', body: 'e' } }] }, { type: 'send', message: { title: 'f', body: 'f' } }] })).body.data;
-  const waitTimeout = (await api.post('/v1/workflows', key, { slug: 'del-wait-timeout', trigger: { event: 'dwt.start' }, steps: [{ type: 'wait', event: 'dwt.go', timeout: '2s', onTimeout: [{ type: 'send', message: { title: 't', body: 't' } }] }, { type: 'send', message: { title: 'u', body: 'u' } }] })).body.data;
+  const waitTimeout = (await api.post('/v1/workflows', key, { slug: 'del-wait-timeout', trigger: { event: 'dwt.start' }, steps: [{ type: 'wait', event: 'dwt.go', timeout: '8s', onTimeout: [{ type: 'send', message: { title: 't', body: 't' } }] }, { type: 'send', message: { title: 'u', body: 'u' } }] })).body.data;
   const cases = [
     { wf: sleepy, slug: 'del-sleep', x: 'del-sleeper', start: 'ds.start', status: 'sleeping' },
     { wf: waitEvent, slug: 'del-wait-event', x: 'del-awaiter', start: 'dwe.start', status: 'waiting' },
@@ -270,7 +273,7 @@ wf('deleting a workflow cancels its sleeping and waiting runs at their next step
     const run = await waitFor(`the ${c.slug} run to be canceled`, async () => {
       const r = await findRun(service.redis, service.keys, scope, c.wf.id, runIds.get(c.x)!);
       return r && r.status !== c.status ? r : null;
-    }, 10_000);
+    }, 20_000);
     assert.is(run.status, 'canceled', c.slug);
     assert.is(run.reason, 'workflow_deleted', c.slug);
     assert.ok(run.history.every((h: any) => h.type !== 'send'), `${c.slug}: no step ran after the delete`);
@@ -394,7 +397,9 @@ wf('two workflows triggered by $run.completed stop after depth 3, the chain star
   assert.is(total, 6);
   assert.equal((await runsOfUser('chain-start')).map((r: any) => r.depth), [0]);
   for (const slug of ['follow-a', 'follow-b']) assert.equal((await runsOfUser(slug)).map((r: any) => r.depth).sort(), [1, 2, 3], slug);
-  // the run at depth 3 completed, and its $run.completed started nothing
+  // the run at depth 3 completed, and its $run.completed started nothing; that run's events reach the
+  // timeline in the worker's next batch, after the commit that made the run (the 2 s of settles are not a bound)
+  await waitFor('the actors through the chain\'s events', () => actorsCaughtUp(ctx.service, partitionOf(ctx.tenantId, 'loop-done', ctx.service.config.partitions)), 10_000);
   const timeline = (await api.get('/v1/subscribers/loop-done/timeline?limit=100', key)).body.data.items as any[];
   assert.is(timeline.filter((e) => e.name === '$run.started').length, 7);
   assert.is(timeline.filter((e) => e.name === '$run.completed').length, 7);

@@ -3,6 +3,7 @@ import { loadConfig } from '../../lib/config.js';
 import { createLogger } from '../../lib/log.js';
 import { startService, type Service } from '../../bin/service.js';
 import { createApiKey, ensureWorkspace, createTenant, SYSTEM_WRITER, type Writer } from '../../streams/identity.js';
+import { WORKER_LEASES } from '../../streams/partition-leases.js';
 import type { KeyKind } from '../../lib/key-kinds.js';
 import { client } from './api.js';
 import { testRedisUrl, uniquePrefix } from './redis.js';
@@ -49,6 +50,19 @@ export async function makeKey(service: Service, workspaceSlug: string, kind: Key
   const { workspace, tenant: defaultTenant } = await ensureWorkspace(service.redis, service.keys, workspaceSlug, BY_TEST);
   const tenant = options.tenant ? (await createTenant(service.redis, service.keys, workspace, options.tenant, BY_TEST)).tenant : defaultTenant;
   return createApiKey(service.redis, service.keys, { workspace, tenant: kind === 'workspace' ? null : tenant, kind, scopes, expiresAt: options.expiresAt ?? null, name: null }, BY_TEST);
+}
+
+/**
+ * Waits until worker processes hold every partition's lease: a workflow's sleeps and timeouts count
+ * from their trigger's arrival, so a test starting a worker keeps its start (seconds under CI load)
+ * out of them by sending the triggers only then.
+ */
+export async function workersHoldAll(service: Service, timeoutMs = 60_000): Promise<void> {
+  const held = async () => {
+    for (let p = 0; p < service.config.partitions; p++) if ((await service.redis.get(service.keys.lease(p, WORKER_LEASES))) === null) return false;
+    return true;
+  };
+  await waitFor('the workers to hold every partition', held, timeoutMs, 50);
 }
 
 /**

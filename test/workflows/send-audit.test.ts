@@ -50,7 +50,10 @@ sends('the message a run sends reaches the ledger once as message.created (syste
   assert.is(event.request, null);
   assert.equal(event.target, { type: 'message', id: messageId });
   assert.equal([event.workspace, event.tenant], [{ id: boot.workspace.id, slug: boot.workspace.slug }, { id: boot.tenant.id, slug: boot.tenant.slug }]);
-  assert.equal(event.data.object, message, 'the message as the API reads it, its run included');
+  // the message as created, as the API reads it: the dispatcher of this process may have taken it (no device:
+  // skipped) before it was read above, which changes only what a send changes (a loaded run read it completed)
+  const asCreated = { ...message, status: 'queued', counts: { total: 0, pending: 0, sent: 0, failed: 0, skipped: 0, canceled: 0 }, error: null, startedAt: null, completedAt: null, updatedAt: message.createdAt };
+  assert.equal(event.data.object, asCreated, 'the message as the API reads it, its run included');
 
   // the ledger is trimmed once its entries are delivered: the endpoint's deliveries tell what it held
   const deliveries = async () => (await api.get(`/v1/workspaces/${boot.workspace.slug}/webhooks/${hook.body.data.id}/deliveries`, boot.keys.workspace)).body.data;
