@@ -4,7 +4,7 @@ import { client } from '../helpers/api.js';
 import type { ApnsPeer } from '../helpers/apns-peer.js';
 import { apnsCredentials, pushSetup } from '../helpers/push-setup.js';
 import { rawRequest } from '../helpers/raw-request.js';
-import { bootstrapWorkspace, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, holdRetentionSweeps, runSendsMade, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 import { actorsCaughtUp } from '../helpers/inbox.js';
 import { partitionOf } from '../../lib/partition.js';
@@ -19,6 +19,7 @@ wf.before(async (ctx) => {
   const { peer, key, env } = await pushSetup();
   ctx.peer = peer;
   ctx.service = await startTestService('workflow-runs', { ...env, PARTITION_LEASE_MS: '1000' }, ['web', 'worker', 'scheduler', 'dispatcher']);
+  await holdRetentionSweeps(ctx.service); // the retention test's sweeps count what they expire
   ctx.api = client(ctx.service.url);
   const boot = await bootstrapWorkspace(ctx.service, 'wf-runs');
   ctx.key = boot.keys.tenant;

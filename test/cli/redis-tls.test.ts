@@ -69,7 +69,8 @@ tls('the CLI and a web process work over rediss:// with the CA given in NODE_EXT
   const web = startRoleProcess('web', { ...env, PORT: String(port) });
   try {
     const api = client(`http://127.0.0.1:${port}`);
-    await waitFor('the web role to answer', () => fetch(`http://127.0.0.1:${port}/v1/health`).then((r) => r.status > 0, () => false), 30_000, 200).catch((err: Error) => {
+    // a role process's start on a loaded machine: a CI-like run saw none within 30 s
+    await waitFor('the web role to answer', () => fetch(`http://127.0.0.1:${port}/v1/health`).then((r) => r.status > 0, () => false), 60_000, 200).catch((err: Error) => {
       throw new Error(`${err.message}\n${web.output()}`);
     });
     const health = await api.get('/v1/health');

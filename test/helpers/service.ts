@@ -53,6 +53,15 @@ export async function makeKey(service: Service, workspaceSlug: string, kind: Key
 }
 
 /**
+ * Holds the retention sweep's lock for `ms`: the in-process worker's minute timer then skips its sweeps,
+ * and a test's own `sweepRetention` calls are the only ones (a file running past a minute, on a loaded
+ * machine, had the timer's sweep do what the test's sweep then counted, under the test's shifted clock).
+ */
+export async function holdRetentionSweeps(service: Service, ms = 600_000): Promise<void> {
+  await service.redis.set(service.keys.lock('retention-sweep'), 'test', 'PX', ms);
+}
+
+/**
  * Waits until worker processes hold every partition's lease: a workflow's sleeps and timeouts count
  * from their trigger's arrival, so a test starting a worker keeps its start (seconds under CI load)
  * out of them by sending the triggers only then.

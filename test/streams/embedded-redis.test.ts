@@ -223,7 +223,7 @@ embedded('a Ctrl-C to the process group of the service does not reach the embedd
   child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
   const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
   try {
-    const deadline = Date.now() + 30_000;
+    const deadline = Date.now() + 90_000; // a tsx process's start on a loaded machine
     while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
     const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
     assert.ok(await answersPing(target), stderr);
@@ -259,7 +259,8 @@ async function startOwnerProcess(dataDir: string, local: { host: string; port: n
   let stdout = '';
   child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
-  const deadline = Date.now() + 30_000;
+  // a tsx process's start takes seconds, several started at once on a loaded machine over 30 s (a CI-like run)
+  const deadline = Date.now() + 90_000;
   while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
   const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
   return { child, exited, target };
@@ -518,7 +519,8 @@ async function loadingElsewhere(dataDir: string, local: { host: string; port: nu
     await resolveRedis(loadConfig(), ${JSON.stringify(local)});`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, PATH: `${bin}:${process.env.PATH}`, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: 'ignore' });
   try {
-    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 15_000, 20);
+    // a tsx process's start takes seconds on a loaded machine; the loading lasts seconds after it
+    await waitFor('the first server to be loading', async () => (await pingReply(socket))?.startsWith('-LOADING'), 45_000, 20);
   } catch (err) {
     child.kill('SIGKILL');
     throw err;

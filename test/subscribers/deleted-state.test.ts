@@ -6,7 +6,7 @@ import { setClockOffset } from '../../lib/clock.js';
 import { partitionOf } from '../../lib/partition.js';
 import { callScript } from '../../streams/lua-scripts.js';
 import { client } from '../helpers/api.js';
-import { bootstrapWorkspace, startTestService, type TestService } from '../helpers/service.js';
+import { bootstrapWorkspace, holdRetentionSweeps, startTestService, type TestService } from '../helpers/service.js';
 import { waitFor } from '../helpers/wait.js';
 
 // A deleted (or merged-away) subscriber's sequences and automation state live on in its partition
@@ -23,6 +23,7 @@ const gone = suite<Ctx>('state of deleted subscribers');
 
 gone.before(async (ctx) => {
   ctx.service = await startTestService('deleted-state', {}, ['web', 'worker']);
+  await holdRetentionSweeps(ctx.service); // the tests' sweeps count what they forget
   ctx.api = client(ctx.service.url);
   const boot = await bootstrapWorkspace(ctx.service, 'deleted-state');
   ctx.key = boot.keys.tenant;

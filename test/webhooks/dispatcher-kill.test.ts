@@ -57,9 +57,14 @@ kill('a dispatcher killed with SIGKILL mid-delivery: another sends every deliver
   const ids = (res.body.data.items as { id: string }[]).map((e) => 'whe_' + e.id.slice('evt_'.length));
 
   await waitFor('requests in flight at the first dispatcher', async () => r.requests.length >= 5, 15_000, 10);
+  const killedAt = Date.now();
   first.child.kill('SIGKILL');
   await first.exited;
-  const inFlight = new Set(r.requests.map((q) => q.id));
+  // the requests still unanswered at the kill: each is answered 1.5 s after it came, and the events may
+  // reach the dispatcher in reads seconds apart on a loaded machine, so an early one may have been
+  // answered (and recorded) before the kill (the margin: a timer may fire a moment early)
+  const inFlight = new Set(r.requests.filter((q) => killedAt - q.at < 1_400).map((q) => q.id));
+  assert.ok(inFlight.size > 0, 'the kill lands while requests are in flight');
   killed = true;
   if (process.env.HERALD_TEST_VERBOSE) console.log(`killed with ${inFlight.size} requests unanswered`);
 
@@ -151,9 +156,13 @@ kill('a process running web and dispatcher takes no new webhook work once stoppi
   r.secrets.push(created.body.data.secret);
   const port = await freePort();
   const s = ctx.service;
-  const both = startRoleProcess('start', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV, HERALD_ROLES: 'web,dispatcher', PORT: String(port) });
+  // LOG_LEVEL info: the test waits for its "stopping" line below
+  const both = startRoleProcess('start', { REDIS_URL: s.env.REDIS_URL!, REDIS_KEY_PREFIX: s.env.REDIS_KEY_PREFIX!, HERALD_PARTITIONS: s.env.HERALD_PARTITIONS!, ...ENV, HERALD_ROLES: 'web,dispatcher', PORT: String(port), LOG_LEVEL: 'info' });
   ctx.dispatchers.push(both);
   await running(ctx, both);
+  // the heartbeat (what `running` sees) starts before the web role listens: a connection made before
+  // that is refused, and the held request below would wait for its connect for good
+  await waitFor('the process\'s web role to answer', async () => (await fetch(`http://127.0.0.1:${port}/v1/health`).catch(() => null))?.status === 200, 45_000, 100);
   const post = async (name: string) => {
     const res = await api.post('/v1/events', ws.keys.tenant, { externalId: 'both-1', name });
     assert.is(res.status, 202, res.text);
@@ -167,7 +176,8 @@ kill('a process running web and dispatcher takes no new webhook work once stoppi
   await new Promise((done) => held.once('connect', done));
   held.write(`POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${ws.keys.tenant}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
   both.child.kill('SIGTERM');
-  await new Promise((done) => setTimeout(done, 300));
+  // once its stop has begun (a loaded process may take a moment to handle the signal; a fixed 300 ms was a guess)
+  await waitFor('the process to begin its stop', async () => /"msg":"stopping"/.test(both.output()), 10_000, 20);
   const after = await post('both.after');
   // the process is still up (its web role drains for 5 s): its dispatcher must not send this
   await new Promise((done) => setTimeout(done, 2_000));

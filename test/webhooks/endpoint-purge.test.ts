@@ -22,7 +22,8 @@ import { waitFor } from '../helpers/wait.js';
 type Ctx = { service: TestService; role: RoleContext; api: ReturnType<typeof client>; receivers: Receiver[] };
 type Workspace = Awaited<ReturnType<typeof bootstrapWorkspace>>;
 
-const ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8', WEBHOOK_RETRY_SCHEDULE: '1s', WEBHOOK_ATTEMPT_TIMEOUT_MS: '5000' };
+// a timeout above the in-flight test's answer delay (8 s), so its attempts are answered, not timed out
+const ENV = { WEBHOOK_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8', WEBHOOK_RETRY_SCHEDULE: '1s', WEBHOOK_ATTEMPT_TIMEOUT_MS: '10000' };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const purge = suite<Ctx>('deleted webhook endpoints\' deliveries');
@@ -132,7 +133,9 @@ purge('attempts in flight when their endpoint (the workspace\'s last) is deleted
   const { redis, keys } = ctx.service;
   const ws = await bootstrapWorkspace(ctx.service, 'whp-inflight');
   const w = ws.workspace.id;
-  const ANSWER_AFTER_MS = 2_000;
+  // long enough that the first request is still unanswered when the third arrives: the three events may
+  // reach the dispatcher in separate ledger reads, seconds apart on a loaded machine (2 s was not)
+  const ANSWER_AFTER_MS = 8_000;
   const r = await startReceiver({ behaviour: () => ({ status: 204, delayMs: ANSWER_AFTER_MS }) });
   ctx.receivers.push(r);
   const e = await endpoint(ctx, ws, r, ['slow.*']);
