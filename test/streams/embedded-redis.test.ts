@@ -257,11 +257,19 @@ async function startOwnerProcess(dataDir: string, local: { host: string; port: n
     setInterval(() => {}, 1000);`;
   const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT, env: { ...process.env, ...env, HERALD_DATA_DIR: dataDir, REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
+  let stderr = '';
   child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
   // a tsx process's start takes seconds, several started at once on a loaded machine over 30 s (a CI-like run)
   const deadline = Date.now() + 90_000;
   while (!stdout.includes('\n') && Date.now() < deadline && child.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+  if (!stdout.includes('\n')) {
+    // one that did not start is not left running (nor, through the caller, its siblings and their server)
+    child.kill('SIGKILL');
+    await exited;
+    throw new Error(`the owner process did not resolve Redis (exit ${child.exitCode ?? child.signalCode}): ${stderr.slice(-2_000)}`);
+  }
   const target = JSON.parse(stdout.split('\n')[0]!) as { path: string };
   return { child, exited, target };
 }
@@ -307,10 +315,13 @@ embedded('processes of one folder resolving at the same moment start one server 
   const local = await nobody();
   // each child waits for the same moment before it resolves, past its own start-up
   const startAt = Date.now() + 4_000;
-  const processes = await Promise.all(Array.from({ length: 4 }, () => startOwnerProcess(dataDir, local, {}, startAt)));
+  const started = await Promise.allSettled(Array.from({ length: 4 }, () => startOwnerProcess(dataDir, local, {}, startAt)));
+  const processes = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
   // the redis-server processes serving this folder: `<pid> redis-server unixsocket:<dataDir>/redis/redis.sock`
   const servers = () => spawnSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' }).stdout.split('\n').map((line) => line.trim()).filter((line) => / redis-server /.test(` ${line}`) && line.includes(dataDir));
   try {
+    // the ones that started, and their server, are stopped below whatever happened to the others
+    for (const r of started) if (r.status === 'rejected') throw r.reason;
     assert.equal(new Set(processes.map((p) => p.target.path)).size, 1);
     assert.is(servers().length, 1, servers().join('\n'));
     const ready = readFileSync(join(dataDir, 'redis', 'redis.log'), 'utf8').split('\n').filter((line) => /Server initialized/.test(line));
