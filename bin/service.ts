@@ -255,6 +255,10 @@ export async function startService(config: Config, roles: Role[], log: Logger = 
       throw listenError(err, config.port);
     });
     server.keepAliveTimeout = 65_000;
+    // A client that half-closes after its request (`shutdown(SHUT_WR)`, a raw socket's `end()`) still
+    // gets its answers, and the connection closes after the last: Node's default drops the requests
+    // still being handled when it reads the FIN (an empty answer to anything slower than the FIN).
+    (server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     server.on('clientError', answerUnparsedRequest);
     // Node answers these itself, outside the envelope, unless told otherwise: an `Expect` other than
     // 100-continue (a bare 417; HTTP lets a server ignore it, so the request is answered as usual)

@@ -129,10 +129,43 @@ export function envelopeErrors(log: Logger) {
  * `bad_request` in the envelope, with a `Request-Id`, and the connection closed. A method name
  * Node's parser does not know (`FOO`, or `patch`: names are case-sensitive) is 501
  * `not_implemented` (RFC 9110 15.6.2), naming the method (probe FE: 400 "not well-formed HTTP").
+ * Requests pipelined before it on the connection, whole and still being answered, get their answers
+ * first, in order: the refusal waits for them (at most PIPELINED_ANSWERS_WAIT_MS), then ends the
+ * connection (it was written at once, ahead of theirs, and the connection's end lost them).
  */
 export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
-  const attached = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
-  if (err.code === 'ECONNRESET' || !socket.writable || attached?.headersSent || lingering.has(socket)) return void socket.destroy();
+  if (refusing.has(socket)) return; // the parser fails again on each later chunk
+  if (err.code === 'ECONNRESET' || !socket.writable || lingering.has(socket)) return void socket.destroy();
+  const attached = answering(socket);
+  if (attached && !attached.req?.complete) {
+    // the answer of a request whose own body is what failed to arrive (a request timeout): answered now
+    if (attached.headersSent) return void socket.destroy();
+    return refuse(err, socket);
+  }
+  refusing.add(socket);
+  const limit = setTimeout(() => socket.destroy(), PIPELINED_ANSWERS_WAIT_MS).unref();
+  const next = () => {
+    const pending = answering(socket);
+    if (pending && !socket.destroyed) return void pending.once('close', () => setImmediate(next));
+    clearTimeout(limit);
+    if (socket.writable) refuse(err, socket);
+    else socket.destroy();
+  };
+  next();
+}
+
+/** The most a malformed request's refusal waits for the answers to requests pipelined before it. */
+const PIPELINED_ANSWERS_WAIT_MS = 30_000;
+/** Connections whose malformed request's refusal is waiting for the answers before it. */
+const refusing = new WeakSet<Duplex>();
+
+type Answer = { headersSent?: boolean; req?: { complete?: boolean }; once(event: 'close', listener: () => void): void };
+/** The answer being written on `socket` (Node assigns the next pipelined one as each finishes), if any. */
+function answering(socket: Duplex): Answer | undefined {
+  return (socket as Duplex & { _httpMessage?: Answer | null })._httpMessage ?? undefined;
+}
+
+function refuse(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
   const [param, message] = err.code === 'HPE_HEADER_OVERFLOW'
     ? ['headers', 'The request line and headers are larger than 16 KB']
     : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
