@@ -26,7 +26,9 @@ export function createAjv(schemas: Record<string, Schema>, options: { coerceType
   const asciiEmail = ajv.formats.email as RegExp;
   // under JSON Schema's name for it, `idn-email` (RFC 6531), which the published document uses: a client
   // checking `format: email` (ASCII only) refused addresses the service takes (probe F1)
-  ajv.addFormat('idn-email', { type: 'string', validate: (s: string) => asciiEmail.test(s) || (/[^\x00-\x7f]/.test(s) && INTERNATIONAL_EMAIL.test(s)) });
+  // A local part is at most 64 octets (RFC 5321 4.5.3.1.1, UTF-8 under RFC 6531): a mail server refuses a longer one
+  const localPartFits = (s: string) => Buffer.byteLength(s.slice(0, s.lastIndexOf('@'))) <= 64;
+  ajv.addFormat('idn-email', { type: 'string', validate: (s: string) => (asciiEmail.test(s) || (/[^\x00-\x7f]/.test(s) && INTERNATIONAL_EMAIL.test(s))) && localPartFits(s) });
   // `x-timeZone`: a time zone this runtime knows (IANA), checked with the rest of the body so a bad
   // one is listed beside the body's other failing fields (an extension keyword other validators skip)
   const timeZone: SchemaValidateFunction = (on: boolean, value: string) => {
