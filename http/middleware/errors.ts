@@ -136,19 +136,16 @@ export function envelopeErrors(log: Logger) {
 export function answerUnparsedRequest(err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
   if (refusing.has(socket)) return; // the parser fails again on each later chunk
   if (err.code === 'ECONNRESET' || !socket.writable || lingering.has(socket)) return void socket.destroy();
-  const attached = answering(socket);
-  if (attached && !attached.req?.complete) {
-    // the answer of a request whose own body is what failed to arrive (a request timeout): answered now
-    if (attached.headersSent) return void socket.destroy();
-    return refuse(err, socket);
-  }
   refusing.add(socket);
   const limit = setTimeout(() => socket.destroy(), PIPELINED_ANSWERS_WAIT_MS).unref();
   const next = () => {
     const pending = answering(socket);
-    if (pending && !socket.destroyed) return void pending.once('close', () => setImmediate(next));
+    // a whole request before it still being answered: its answer goes first
+    if (pending?.req?.complete && !socket.destroyed) return void pending.once('close', () => setImmediate(next));
     clearTimeout(limit);
-    if (socket.writable) refuse(err, socket);
+    // the answer of a request whose own body is what failed to arrive (a request timeout) is this
+    // refusal, unless it began (it cannot be finished whole then)
+    if (socket.writable && !pending?.headersSent) refuse(err, socket);
     else socket.destroy();
   };
   next();

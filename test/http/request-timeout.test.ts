@@ -14,7 +14,7 @@ timeout.before(async (ctx) => {
 });
 timeout.after(async (ctx) => ctx.service.stop());
 
-type Answer = { status: number; headers: Record<string, string>; body: string; ms: number };
+type Answer = { status: number; headers: Record<string, string>; body: string; ms: number; text: string };
 
 /** Writes `head` on a raw connection and never more; resolves with what the server answers once it closes (at most 20 s). */
 function stall(service: TestService, head: string): Promise<Answer> {
@@ -33,7 +33,7 @@ function stall(service: TestService, head: string): Promise<Answer> {
       const [top = '', body = ''] = text.split('\r\n\r\n');
       const [statusLine = '', ...lines] = top.split('\r\n');
       const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
-      resolve({ status: Number(statusLine.split(' ')[1]), headers, body, ms: Date.now() - started });
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body, ms: Date.now() - started, text });
     });
   });
 }
@@ -56,6 +56,15 @@ timeout('a body shorter than its Content-Length is answered 400 bad_request once
   const events = await api.get('/v1/events', keys.tenant);
   assert.equal([events.status, events.body.data.items], [200, []]);
   assert.is((await api.get('/v1/subscribers/slow-1', keys.tenant)).status, 404);
+});
+
+timeout('a request whose body never arrives, pipelined behind one answered, is refused once the timeout passes: the refusal waits only for whole requests before it', async ({ service, keys }) => {
+  const head = (length: number, body: string) => `POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keys.tenant}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n${body}`;
+  const whole = '{"externalId":"slow-2","name":"app.opened"}';
+  const res = await stall(service, head(whole.length, whole) + head(100, '{"externalId":'));
+  const answers = res.text.split(/(?=HTTP\/1\.1 \d{3} )/);
+  assert.equal(answers.map((a) => Number(a.slice(9, 12))), [202, 400]);
+  assert.match(answers[1]!, /did not arrive whole in time/);
 });
 
 timeout('headers that never end are answered 400 bad_request once the request timeout passes; the service goes on answering', async ({ service, api, keys }) => {
