@@ -66,19 +66,22 @@ export function leaseMsFor(attemptTimeoutMs: number): number {
 export const WEBHOOK_USER_AGENT_PRODUCT = 'Herald-Webhooks';
 
 /**
- * Whether an inbound delivery from Herald (its user agent) would feed a loop: one of the source's
- * own workspace's outbound webhooks coming back (a source of `workspaceId` given as an endpoint's
- * URL), or anything a Herald made itself: a stream event a source stored (`data.object.source`
+ * Whether an inbound delivery of a Herald webhook event would feed a loop: one of the source's own
+ * workspace's outbound webhooks coming back (a source of `workspaceId` given as an endpoint's URL),
+ * or anything a Herald made itself: a stream event a source stored (`data.object.source`
  * `webhook`) or the engine wrote (`system`: `$subscriber.created` of a subscriber a forwarded event
  * created, `$run.*`, `$send`), or a control-plane event of the system (`actor.type` `system`: a
  * workflow's `message.created`). Forwarded again, such an event could go round two workspaces'
  * endpoints and sources for ever, each hop a new `whe_` id and, with an externalId mapped from ids,
  * a new subscriber (probes AG, AK). So one Herald takes from another only what apps, backends and
- * people did, and a forwarded event goes one hop.
+ * people did, and a forwarded event goes one hop. A Herald event is known by its sender (the user
+ * agent) or by its shape (spec 2.6: a `whe_` id, `apiVersion` `v1`, a `workspace.id`), whoever
+ * passes it on: a relay that changed only the user agent looped for ever (probe V2: 25 hops in 2 s).
  */
 export function isHeraldLoop(userAgent: string | undefined, payload: Record<string, unknown>, workspaceId: string): boolean {
-  if (!(userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`)) return false;
   const field = (value: unknown, key: string): unknown => (typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[key] : undefined);
+  const heraldShaped = typeof payload.id === 'string' && payload.id.startsWith('whe_') && payload.apiVersion === 'v1' && typeof field(payload.workspace, 'id') === 'string';
+  if (!heraldShaped && !(userAgent ?? '').startsWith(`${WEBHOOK_USER_AGENT_PRODUCT}/`)) return false;
   if (field(payload.workspace, 'id') === workspaceId) return true;
   const source = field(field(payload.data, 'object'), 'source');
   return source === 'webhook' || source === 'system' || field(payload.actor, 'type') === 'system';

@@ -197,7 +197,7 @@ export function registerSources(router: Router, deps: AppDeps): void {
    *
    *       202 `accepted` with the stored event, or `duplicate` with the original one when the delivery's dedupe key
    *       was seen before (nothing stored). 200 `ignored` (a disabled source, no externalId or no name in the
-   *       payload, or `loop`: a delivery of this workspace's own outbound webhooks, or a Herald's delivery of what a Herald made itself: an event a source stored or the engine wrote, a control-plane event of the system): the provider need not retry. 401 `missing_authorization` without the signature header,
+   *       payload, or `loop`: a Herald webhook event (by its sender or its shape: a `whe_` id, `apiVersion` `v1`, a `workspace.id`) of this workspace's own outbound webhooks, or of what a Herald made itself: an event a source stored or the engine wrote, a control-plane event of the system): the provider need not retry. 401 `missing_authorization` without the signature header,
    *       `invalid_signature` when it does not verify; 400 `parse`, `validation`, `invalid_timestamp` or
    *       `event_data_too_large` when the payload cannot be an event (counted as `rejected`, shown in `lastError`);
    *       404 for an unknown or deleted source. 429 `rate_limited` (`Retry-After: 1`) while the tenant has

@@ -80,7 +80,7 @@ inbound('a delivery of this workspace\'s own outbound webhooks is ignored (loop)
   const own = payload(workspaceId);
   const looped = await deliver(ctx, s.id, own, { ...swHeaders(s.secret, own), 'user-agent': 'Herald-Webhooks/1.0.0' });
   assertIgnored(looped, 'loop', 'its own workspace, from Herald');
-  // another workspace's Herald (two deployments chained), or the same body from another sender, is stored
+  // another workspace's Herald (two deployments chained) is stored
   const other = payload('ws_someoneelse');
   assertAccepted(await deliver(ctx, s.id, other, { ...swHeaders(s.secret, other), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'another workspace');
   // ... but not a stream event a source stored, whoever's: two workspaces' endpoints pointed at each
@@ -99,9 +99,16 @@ inbound('a delivery of this workspace\'s own outbound webhooks is ignored (loop)
   assertAccepted(await deliver(ctx, s.id, byKey, { ...swHeaders(s.secret, byKey), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'a control-plane event of an API key');
   const tracked = sourced('server');
   assertAccepted(await deliver(ctx, s.id, tracked, { ...swHeaders(s.secret, tracked), 'user-agent': 'Herald-Webhooks/1.0.0' }), 'a tracked event from another workspace\'s Herald');
+  // a Herald event is known by its shape too, whoever passes it on: a relay that changed only the user
+  // agent fed its own workspace's events back for ever (probe V2: 25 hops in 2 s)
   const relayed = payload(workspaceId);
-  assertAccepted(await deliver(ctx, s.id, relayed, { ...swHeaders(s.secret, relayed), 'user-agent': 'curl/8' }), 'not from Herald');
-  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 4, ignored: 4 });
+  assertIgnored(await deliver(ctx, s.id, relayed, { ...swHeaders(s.secret, relayed), 'user-agent': 'Relay/1.0' }), 'loop', 'its own workspace, relayed');
+  const relayedSourced = sourced('webhook');
+  assertIgnored(await deliver(ctx, s.id, relayedSourced, { ...swHeaders(s.secret, relayedSourced), 'user-agent': 'Relay/1.0' }), 'loop', 'an event a source stored, relayed');
+  // what is not shaped as a Herald event (another id, no apiVersion) is the relay's own: stored
+  const own2 = JSON.stringify({ ...JSON.parse(payload(workspaceId)), id: 'evt_relay_1' });
+  assertAccepted(await deliver(ctx, s.id, own2, { ...swHeaders(s.secret, own2), 'user-agent': 'curl/8' }), 'not shaped as a Herald event');
+  assert.equal((await read(ctx, s.id)).counts, { ...ZERO_COUNTS, accepted: 4, ignored: 6 });
 });
 
 inbound('standard-webhooks: each outcome answers as documented and is counted, with lastError and lastReceivedAt', async (ctx) => {
