@@ -11,6 +11,7 @@
        over an unverified one's: anyone who knows the URL can send unsigned requests, and each one
        replaced the error of the provider's own deliveries (a mapping that fails, say) with its
        invalid_signature (probe DM); `lastErrorVerifiedAt` (ms) says when a verified one was written
+  then (optional) ARGV[6 + 2C] the reason of an ignored delivery as JSON (`lastIgnored`), '' otherwise
 
   Returns 1 when counted, 0 when the source is gone.
 ]]
@@ -31,4 +32,6 @@ if ARGV[2] ~= '' then
     if not (nowMs and keepMs and verifiedAt and nowMs - verifiedAt < keepMs) then rcall('HSET', KEYS[1], 'lastError', ARGV[2]) end
   end
 end
+local ignored = ARGV[6 + tonumber(ARGV[3]) * 2]
+if ignored and ignored ~= '' then rcall('HSET', KEYS[1], 'lastIgnored', ignored) end
 return 1

@@ -28,6 +28,7 @@ export type Source = {
   counts: Record<DeliveryOutcome, number>;
   lastReceivedAt: string | null;
   lastError: { code: string; message: string; at: string } | null;
+  lastIgnored: { reason: IgnoredReason; at: string } | null;
   secretUpdatedAt: string | null;
   createdAt: string;
   updatedAt: string;
@@ -35,6 +36,9 @@ export type Source = {
 
 /** A stored source with what only the inbound route sees: where it belongs and the secrets that verify now. */
 export type InboundSource = Source & { workspaceId: string; tenantId: string; secrets: string[] };
+
+/** Why a verified delivery was answered 200 `ignored` and nothing stored. */
+export type IgnoredReason = 'disabled' | 'no_external_id' | 'no_name' | 'loop';
 
 export type SourceScope = { workspace: Ref; tenant: Ref };
 export type SourceInput = { name: string; provider: string; format: SourceFormat; secret: string; mapping: Partial<Mapping> & { externalId: string }; namePrefix?: string; enabled?: boolean };
@@ -55,6 +59,7 @@ function toSource(h: Record<string, string>): Source {
     counts: { accepted: Number(h['n:accepted'] ?? 0), duplicate: Number(h['n:duplicate'] ?? 0), ignored: Number(h['n:ignored'] ?? 0), rejected: Number(h['n:rejected'] ?? 0) },
     lastReceivedAt: h.lastReceivedAt ?? null,
     lastError: h.lastError ? (JSON.parse(h.lastError) as Source['lastError']) : null,
+    lastIgnored: h.lastIgnored ? (JSON.parse(h.lastIgnored) as Source['lastIgnored']) : null,
     secretUpdatedAt: h.secretUpdatedAt ?? null,
     createdAt: h.createdAt!,
     updatedAt: h.updatedAt!,
@@ -121,7 +126,7 @@ export async function createSource(redis: Redis, keys: Keys, scope: SourceScope,
   const source: Source = {
     id, name: input.name, provider: input.provider, format: input.format, mapping: fullMapping(input.mapping),
     namePrefix: input.namePrefix ?? `${input.provider}.`, enabled: input.enabled ?? true,
-    counts: { accepted: 0, duplicate: 0, ignored: 0, rejected: 0 }, lastReceivedAt: null, lastError: null, secretUpdatedAt: null, createdAt: at, updatedAt: at,
+    counts: { accepted: 0, duplicate: 0, ignored: 0, rejected: 0 }, lastReceivedAt: null, lastError: null, lastIgnored: null, secretUpdatedAt: null, createdAt: at, updatedAt: at,
   };
   await redis.hset(keys.sourceRoutes, id, `${scope.workspace.id}|${tenantId}`);
   const intent = auditIntent(keys.tenantOutbox(tenantId), 'source.create', writeScope(scope, by), source);
@@ -179,15 +184,16 @@ export async function deleteSource(redis: Redis, keys: Keys, scope: SourceScope,
 const VERIFIED_ERROR_KEPT_MS = 86_400_000;
 
 /**
- * Counts one delivery under its outcome (with the error of a rejected one), unless the source was
- * deleted meanwhile. `verified` is false for a delivery whose signature failed: it does not move
- * `lastReceivedAt`.
+ * Counts one delivery under its outcome (with the error of a rejected one, the reason of an ignored
+ * one), unless the source was deleted meanwhile. `verified` is false for a delivery whose signature
+ * failed: it does not move `lastReceivedAt`.
  */
-export async function countDelivery(redis: Redis, keys: Keys, source: InboundSource, outcome: DeliveryOutcome, verified: boolean, error?: ApiError): Promise<void> {
+export async function countDelivery(redis: Redis, keys: Keys, source: InboundSource, outcome: DeliveryOutcome, verified: boolean, why?: ApiError | IgnoredReason): Promise<void> {
   const ms = now();
   const at = isoNow(ms);
-  const lastError = error ? JSON.stringify({ code: error.code, message: error.message, at }) : '';
-  await callScript(redis, 'countSourceInbound', [keys.source(source.tenantId, source.id)], [verified ? at : '', lastError, 1, outcome, 1, ms, VERIFIED_ERROR_KEPT_MS]);
+  const lastError = why instanceof ApiError ? JSON.stringify({ code: why.code, message: why.message, at }) : '';
+  const lastIgnored = typeof why === 'string' ? JSON.stringify({ reason: why, at }) : '';
+  await callScript(redis, 'countSourceInbound', [keys.source(source.tenantId, source.id)], [verified ? at : '', lastError, 1, outcome, 1, ms, VERIFIED_ERROR_KEPT_MS, lastIgnored]);
 }
 
 type UpdateReply = [number, string[]?, string[]?];

@@ -9,7 +9,7 @@ import { checkBody } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
 import {
   countDelivery, createSource, deleteSource, findInboundSource, findSource, isRoutedSource, loadSources, updateSource,
-  type InboundSource, type Source, type SourceInput, type SourcePatch,
+  type IgnoredReason, type InboundSource, type Source, type SourceInput, type SourcePatch,
 } from '../../streams/sources.js';
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
@@ -287,8 +287,8 @@ export function registerSources(router: Router, deps: AppDeps): void {
     throw err;
   }
 
-  async function ignore(ctx: Context, source: InboundSource, reason: 'disabled' | 'no_external_id' | 'no_name' | 'loop'): Promise<void> {
-    await countDelivery(redis, keys, source, 'ignored', true);
+  async function ignore(ctx: Context, source: InboundSource, reason: IgnoredReason): Promise<void> {
+    await countDelivery(redis, keys, source, 'ignored', true, reason);
     respond(ctx, 200, { status: 'ignored', reason, event: null });
   }
 }

@@ -74,6 +74,11 @@ const sourceProperties: Record<string, Schema> = {
     properties: { code: { type: 'string' }, message: { type: 'string' }, at: { type: 'string', format: 'date-time' } },
     description: 'The last rejected delivery; one whose signature does not verify does not replace the error of a verified delivery for 24 hours.',
   },
+  lastIgnored: {
+    type: 'object', nullable: true, additionalProperties: false, required: ['reason', 'at'],
+    properties: { reason: { type: 'string', enum: ['disabled', 'no_external_id', 'no_name', 'loop'] }, at: { type: 'string', format: 'date-time' } },
+    description: 'The last delivery answered 200 `ignored` (its signature verified, nothing stored), and why: a mapping path that finds no `externalId` or name shows here, since the provider, told 200, does not send it again.',
+  },
   secretUpdatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'When a PATCH last set the secret.' },
   createdAt: { type: 'string', format: 'date-time' },
   updatedAt: { type: 'string', format: 'date-time' },

@@ -30,7 +30,7 @@ died('a create: the sweeper appends source.created, the source as the API reads 
   const at = isoNow();
   const mapping = { externalId: 'data.id', name: null, id: null, timestamp: null, data: null };
   const source: Source = { id, name: 'Died', provider: 'clerk', format: 'standard-webhooks', mapping, namePrefix: 'clerk.', enabled: true,
-    counts: { accepted: 0, duplicate: 0, ignored: 0, rejected: 0 }, lastReceivedAt: null, lastError: null, secretUpdatedAt: null, createdAt: at, updatedAt: at };
+    counts: { accepted: 0, duplicate: 0, ignored: 0, rejected: 0 }, lastReceivedAt: null, lastError: null, lastIgnored: null, secretUpdatedAt: null, createdAt: at, updatedAt: at };
   await redis.hset(keys.sourceRoutes, id, `${workspace.id}|${tenant.id}`);
   const intent = tenantIntent(ctx, 'source.create', source);
   const fields = { id, name: 'Died', provider: 'clerk', format: 'standard-webhooks', secret: swSecret(), mapping: JSON.stringify(mapping), namePrefix: '"clerk."', enabled: '1', createdAt: at, updatedAt: at };

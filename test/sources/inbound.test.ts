@@ -156,6 +156,10 @@ inbound('standard-webhooks: each outcome answers as documented and is counted, w
   for (const [res, status, code, what] of rejected) assertError(res, status, code, what);
 
   assertIgnored(await deliver(ctx, s.id, '{"type":"user.created","data":{}}', swHeaders(s.secret, '{"type":"user.created","data":{}}')), 'no_external_id', 'no externalId at data.id');
+  // the provider, told 200, never sends it again: the source shows why (a mapping path's typo, probe V2)
+  const ignoredOnce = (await read(ctx, s.id)).lastIgnored;
+  assert.is(ignoredOnce.reason, 'no_external_id');
+  assert.match(ignoredOnce.at, ISO);
 
   const big = JSON.stringify({ type: 'user.updated', data: { id: 'user_2x', bio: 'b'.repeat(9000) } });
   const tooLarge = await deliver(ctx, s.id, big, swHeaders(s.secret, big));
@@ -169,6 +173,7 @@ inbound('standard-webhooks: each outcome answers as documented and is counted, w
 
   const state = await read(ctx, s.id);
   assert.equal(state.counts, { accepted: 1, duplicate: 1, ignored: 2, rejected: 11 });
+  assert.is(state.lastIgnored.reason, 'disabled', 'the last ignored delivery');
   assert.is(state.lastError.code, 'event_data_too_large', 'the last rejected delivery');
   assert.type(state.lastError.message, 'string');
   assert.ok(state.lastError.message.length > 0);

@@ -24,7 +24,7 @@ sources.before(async (ctx) => {
 });
 sources.after(async (ctx) => ctx.service.stop());
 
-const RECORD_FIELDS = ['id', 'name', 'provider', 'format', 'mapping', 'namePrefix', 'enabled', 'inboundUrl', 'counts', 'lastReceivedAt', 'lastError', 'secretUpdatedAt', 'createdAt', 'updatedAt'].sort();
+const RECORD_FIELDS = ['id', 'name', 'provider', 'format', 'mapping', 'namePrefix', 'enabled', 'inboundUrl', 'counts', 'lastReceivedAt', 'lastError', 'lastIgnored', 'secretUpdatedAt', 'createdAt', 'updatedAt'].sort();
 const CLERK = { name: 'Clerk prod', provider: 'clerk', format: 'standard-webhooks', mapping: { externalId: 'data.id' } };
 
 /** Creates a source (201 asserted) and answers it with its secret. */
