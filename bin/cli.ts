@@ -10,7 +10,7 @@ import type { Logger } from '../lib/log.js';
 import { createSecretBox } from '../lib/secret-box.js';
 import { isoTimeMs } from '../lib/iso-time.js';
 import { isId } from '../lib/ids.js';
-import { describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
+import { apnsIdProblems, describeApnsCredentials, setApnsCredentials, type ApnsCredentialsView } from '../streams/apns-credentials.js';
 import { isSlug, KEY_KINDS, type KeyKind } from '../lib/key-kinds.js';
 import { scopeProblem, scopeProblemForKind } from '../lib/scopes.js';
 import { resolveRedis } from '../streams/embedded-redis.js';
@@ -104,10 +104,12 @@ const APNS_FLAGS: Record<string, string> = { keyId: '--key-id', teamId: '--team-
 
 type ApnsInput = { keyId: string; teamId: string; bundleId: string; privateKey: string };
 
-/** The flags of `herald apns set`, with the .p8 file read. */
+/** The flags of `herald apns set`, with the .p8 file read once the other flags are known good (a bad one exits 2 whatever the file holds). */
 function apnsInputOf(options: Options): { input: ApnsInput; file: string } {
   const input = { keyId: required(options, 'key-id'), teamId: required(options, 'team-id'), bundleId: required(options, 'bundle-id'), privateKey: '' };
   const file = required(options, 'key-file');
+  const malformed = apnsIdProblems(input);
+  if (malformed.length) throw new UsageError(malformed.map((d) => `${APNS_FLAGS[d.param] ?? d.param} ${d.message}`).join('; '));
   try {
     input.privateKey = readFileSync(file, 'utf8');
   } catch (err) {

@@ -53,15 +53,21 @@ export function checkApnsPrivateKey(pem: string): { problem: string; canonical: 
   return { problem: null, canonical, fingerprint: 'sha256:' + createHash('sha256').update(spki).digest('hex') };
 }
 
+/** What is wrong with the key, team and bundle ids of credentials (the key itself aside), one detail each. */
+export function apnsIdProblems(input: Pick<ApnsCredentialsInput, 'keyId' | 'teamId' | 'bundleId'>): ErrorDetail[] {
+  const details: ErrorDetail[] = [];
+  if (!APPLE_ID.test(input.keyId)) details.push({ param: 'keyId', message: 'must be the 10-character Key ID Apple shows for the key (A-Z, 0-9)' });
+  if (!APPLE_ID.test(input.teamId)) details.push({ param: 'teamId', message: 'must be the 10-character Apple Developer Team ID (A-Z, 0-9)' });
+  if (input.bundleId.length > BUNDLE_ID_MAX_LENGTH || !BUNDLE_ID.test(input.bundleId)) details.push({ param: 'bundleId', message: 'must be the app\'s bundle id in reverse-DNS form, e.g. com.example.app' });
+  return details;
+}
+
 /**
  * Validates credentials as `PUT /v1/apps/apns` and `herald apns set` take them; throws 400
  * `validation` naming each bad field. Returns them normalised (the key as PKCS#8 PEM).
  */
 export function validateApnsCredentials(input: ApnsCredentialsInput): ApnsCredentialsInput & { keyFingerprint: string } {
-  const details: ErrorDetail[] = [];
-  if (!APPLE_ID.test(input.keyId)) details.push({ param: 'keyId', message: 'must be the 10-character Key ID Apple shows for the key (A-Z, 0-9)' });
-  if (!APPLE_ID.test(input.teamId)) details.push({ param: 'teamId', message: 'must be the 10-character Apple Developer Team ID (A-Z, 0-9)' });
-  if (input.bundleId.length > BUNDLE_ID_MAX_LENGTH || !BUNDLE_ID.test(input.bundleId)) details.push({ param: 'bundleId', message: 'must be the app\'s bundle id in reverse-DNS form, e.g. com.example.app' });
+  const details = apnsIdProblems(input);
   // characters (code points), as the document's maxLength counts them, not UTF-16 units (probe EO)
   const key = codePoints(input.privateKey) > PRIVATE_KEY_MAX_LENGTH ? { problem: `is longer than ${PRIVATE_KEY_MAX_LENGTH} characters`, canonical: null, fingerprint: null } : checkApnsPrivateKey(input.privateKey);
   if (key.problem !== null) details.push({ param: 'privateKey', message: key.problem });

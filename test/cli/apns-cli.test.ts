@@ -171,12 +171,15 @@ cli('a key file that is not an EC P-256 .p8 key fails with exit 1 and the reason
 });
 
 cli('bad ids and missing flags are usage errors (exit 2)', async (ctx) => {
-  const [shortId, noKeyId, noFile, badBundle] = await Promise.all([
+  const [shortId, noKeyId, noFile, badBundle, shortIdNoFile] = await Promise.all([
     herald(ctx.env, ...setArgs(ctx, ['--key-id', 'short'])),
     herald(ctx.env, 'apns', 'set', '--workspace', 'acme', '--team-id', ctx.provider.teamId, '--bundle-id', BUNDLE, '--key-file', ctx.keyFile),
     herald(ctx.env, 'apns', 'set', '--workspace', 'acme', '--key-id', ctx.provider.keyId, '--team-id', ctx.provider.teamId, '--bundle-id', BUNDLE),
     herald(ctx.env, ...setArgs(ctx, ['--bundle-id', 'nodots'])),
+    // a bad argument is a usage error whatever the key file holds (it exited 1 on the file: probe V3)
+    herald(ctx.env, ...setArgs(ctx, ['--key-id', 'short'], ctx.provider, join(ctx.dir, 'nope.p8'))),
   ]);
+  failed(shortIdNoFile!, 2, /^herald: --key-id must be the 10-character Key ID/);
   failed(shortId!, 2, /^herald: --key-id must be the 10-character Key ID/);
   failed(noKeyId!, 2, /^herald: --key-id is required$/);
   failed(noFile!, 2, /^herald: --key-file is required$/);
