@@ -1,5 +1,6 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
+import { codePoints } from '../../lib/code-points.js';
 import { notFound } from '../../lib/errors.js';
 import { checkBody } from '../../lib/validator.js';
 import { addTopicMembers, removeTopicMembers, topicMemberPage } from '../../streams/topic-members.js';
@@ -7,7 +8,7 @@ import { createTopic, deleteTopic, findTopic, loadTopics, updateTopic, type Topi
 import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { readBody } from '../read-body.js';
-import { encodeCursor, pageRecords, pageRequest, scoredCursor } from '../list.js';
+import { badCursor, encodeCursor, pageRecords, pageRequest, scoredCursor } from '../list.js';
 import { authorize, refsOf, tenantOf, writerOf, type AuthState } from '../middleware/auth.js';
 
 
@@ -194,7 +195,7 @@ export function registerTopics(router: Router, deps: AppDeps): void {
     const topic = await topicOf(ctx); // 404 first, whatever the query holds (spec 2.3)
     // a cursor of the members of a topic deleted since, the same slug made anew, is another list's
     const { limit, after } = pageRequest(ctx, 'ListQuery', () => topic.id);
-    const position = after === null ? null : scoredCursor(after);
+    const position = after === null ? null : memberCursor(after);
     const page = await topicMemberPage(redis, keys, tenantOf(ctx).id, topic.id, limit, position);
     respond(ctx, 200, { items: page.items, hasMore: page.next !== null, nextCursor: page.next ? encodeCursor(`${page.next.score}|${page.next.member}`) : null, total: page.total });
   });
@@ -232,4 +233,19 @@ export function registerTopics(router: Router, deps: AppDeps): void {
     const topic = await topicOf(ctx);
     respond(ctx, 200, await removeTopicMembers(redis, keys, tenantScope(ctx), topic, externalIds));
   });
+}
+
+/** How far ahead of now a member's join time may be in a cursor (clocks of several processes). */
+const CURSOR_CLOCK_SLACK_MS = 86_400_000;
+
+/**
+ * A members cursor: a join score (microseconds, never far ahead of now) and an externalId (1 to 256
+ * characters). Another is no cursor this service issued, 400 like every list's (probe W3: an empty
+ * member ended the walk at once, a score from the future started it again from the top).
+ */
+function memberCursor(after: string): { score: string; member: string } {
+  const position = scoredCursor(after);
+  const length = codePoints(position.member);
+  if (length < 1 || length > 256 || Number(position.score) > (Date.now() + CURSOR_CLOCK_SLACK_MS) * 1000) throw badCursor();
+  return position;
 }

@@ -204,6 +204,14 @@ topics('a members cursor of a topic deleted since is refused by the topic made a
   await api.post('/v1/topics/again/subscribers', key, { externalIds: ['n1', 'n2', 'n3'] });
   const stale = await members(old);
   assert.equal([stale.status, stale.body.error?.code, stale.body.error?.param], [400, 'validation', 'cursor']);
+  // nor is a cursor no list issued: no member, a member no externalId can be, a join time from the
+  // future (probe W3: an empty last page, or the walk again from the top)
+  const forged = (p: string) => Buffer.from(JSON.stringify({ v: 1, p })).toString('base64url');
+  for (const p of ['0|', `${Date.now() * 1000}|${'x'.repeat(257)}`, `${(Date.now() + 10 * 86_400_000) * 1000}|n1`]) {
+    const res = await members(forged(p));
+    assert.equal([res.status, res.body.error?.code, res.body.error?.param], [400, 'validation', 'cursor'], p.slice(0, 40));
+  }
+  assert.is((await members(forged(`${Date.now() * 1000}|n2`))).status, 200, 'a well-formed position reads on');
   // the same for a subscriber's subscriptions
   const subscriptions = async (cursor?: string) => api.get(`/v1/subscribers/reborn/subscriptions?limit=1${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, key);
   await api.post('/v1/subscribers', key, { externalId: 'reborn' });
