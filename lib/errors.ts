@@ -74,7 +74,8 @@ export class ApiError extends Error {
     this.code = code;
     const param = options.param == null ? options.param : clipped(options.param, MAX_PARAM_CHARS);
     // spec Part 7: for the three 400 request codes `details` lists each failing field, always (the
-    // whole request, `request`, when no one field is at fault); `param` names the first of them
+    // whole request, `request`, when no one field is at fault); `param` names the first of them unless the
+    // error names its own (the field behind its code, e.g. `invalid_timestamp` among other failures)
     this.details = options.details?.slice(0, MAX_DETAILS).map((d) => ({ param: clipped(d.param, MAX_PARAM_CHARS), message: clipped(d.message, MAX_MESSAGE_CHARS) }))
       ?? (LISTS_FIELDS.has(code) ? [{ param: param ?? 'request', message }] : null);
     this.param = param ?? this.details?.[0]?.param ?? null;

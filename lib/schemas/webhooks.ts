@@ -19,7 +19,7 @@ const events: Schema = {
   items: pattern,
   description: 'Which events the endpoint receives; `["*"]` when omitted. Private audit events (`key.*`, `webhook.*`, `profile.*`) are `400 invalid_event`.',
 };
-const url: Schema = { type: 'string', minLength: 1, maxLength: MAX_URL_LENGTH, description: 'http(s) URL without credentials on a public address; https only when the service runs with NODE_ENV=production.' };
+const url: Schema = { type: 'string', minLength: 1, maxLength: MAX_URL_LENGTH, description: 'http(s) URL without credentials on a public address; https only when the service runs with NODE_ENV=production. At most 2,048 characters as sent and once normalised (WHATWG: non-ASCII characters percent-encoded, `é` becoming `%C3%A9`; a longer one is 400 `validation`).' };
 const description: Schema = { type: 'string', maxLength: 512, nullable: true };
 const tenant: Schema = { type: 'string', minLength: 1, maxLength: 64, nullable: true, description: 'A tenant slug: the endpoint then only receives that tenant\'s events.' };
 
