@@ -18,3 +18,6 @@ export const PROVIDER_PATTERN = '^[a-z0-9][a-z0-9_-]{0,39}$';
 export const MAX_INBOUND_BYTES = 256 * 1024;
 /** Most sources one tenant may have. */
 export const MAX_SOURCES_PER_TENANT = 100;
+
+/** Why a verified inbound delivery is answered 200 `ignored` and nothing stored (docs/sources.md, Inbound). */
+export const IGNORED_REASONS = ['disabled', 'no_external_id', 'no_name', 'loop'] as const;

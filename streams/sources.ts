@@ -4,7 +4,7 @@ import { ApiError, notFound } from '../lib/errors.js';
 import { recordOf } from '../lib/field-list.js';
 import { isId, newId } from '../lib/ids.js';
 import type { Mapping } from '../lib/source-formats.js';
-import { MAX_SOURCES_PER_TENANT, type SourceFormat } from '../lib/source-limits.js';
+import { MAX_SOURCES_PER_TENANT, type IGNORED_REASONS, type SourceFormat } from '../lib/source-limits.js';
 import { MAX_RETIRED_SECRETS, OLD_SECRET_VALIDITY_MS, retiredSecretsOf, signingSecrets } from '../lib/webhook-signing.js';
 import { auditIntent, settleAudit, writeScope, type AuditDraft } from './audit-outbox.js';
 import type { Writer } from './identity.js';
@@ -38,7 +38,7 @@ export type Source = {
 export type InboundSource = Source & { workspaceId: string; tenantId: string; secrets: string[] };
 
 /** Why a verified delivery was answered 200 `ignored` and nothing stored. */
-export type IgnoredReason = 'disabled' | 'no_external_id' | 'no_name' | 'loop';
+export type IgnoredReason = (typeof IGNORED_REASONS)[number];
 
 export type SourceScope = { workspace: Ref; tenant: Ref };
 export type SourceInput = { name: string; provider: string; format: SourceFormat; secret: string; mapping: Partial<Mapping> & { externalId: string }; namePrefix?: string; enabled?: boolean };

@@ -1,4 +1,4 @@
-import { MAPPING_PATH_PATTERN, PROVIDER_PATTERN, SOURCE_FORMATS } from '../source-limits.js';
+import { IGNORED_REASONS, MAPPING_PATH_PATTERN, PROVIDER_PATTERN, SOURCE_FORMATS } from '../source-limits.js';
 import type { Schema } from './common.js';
 import { Event } from './events.js';
 
@@ -76,7 +76,7 @@ const sourceProperties: Record<string, Schema> = {
   },
   lastIgnored: {
     type: 'object', nullable: true, additionalProperties: false, required: ['reason', 'at'],
-    properties: { reason: { type: 'string', enum: ['disabled', 'no_external_id', 'no_name', 'loop'] }, at: { type: 'string', format: 'date-time' } },
+    properties: { reason: { type: 'string', enum: [...IGNORED_REASONS] }, at: { type: 'string', format: 'date-time' } },
     description: 'The last delivery answered 200 `ignored` (its signature verified, nothing stored), and why: a mapping path that finds no `externalId` or name shows here, since the provider, told 200, does not send it again.',
   },
   secretUpdatedAt: { type: 'string', format: 'date-time', nullable: true, description: 'When a PATCH last set the secret.' },
@@ -102,7 +102,7 @@ export const SourceDelivery: Schema = {
   required: ['status', 'reason', 'event'],
   properties: {
     status: { type: 'string', enum: ['accepted', 'duplicate', 'ignored'] },
-    reason: { type: 'string', nullable: true, enum: ['disabled', 'no_external_id', 'no_name', 'loop', null], description: 'Why it was ignored; null otherwise.' },
+    reason: { type: 'string', nullable: true, enum: [...IGNORED_REASONS, null], description: 'Why it was ignored; null otherwise.' },
     event: { ...Event, nullable: true, description: 'The stored event (the original one for a duplicate); null when ignored.' },
   },
 };
