@@ -81,6 +81,9 @@ function requestHash(request: unknown): string {
   return createHash('sha256').update(canonicalJson(request)).digest('hex');
 }
 
+/** The request of a body the JSON layer refused: no message was ever made from one, so it is the same as none. */
+export const REFUSED = Symbol('refused body');
+
 /**
  * The message an Idempotency-Key already names, when the same request is replayed (409
  * `idempotency_key_reused` for another request); null for a key not used yet. Read before the
@@ -91,7 +94,7 @@ export async function findReplayedMessage(redis: Redis, keys: Keys, tenantId: st
   const seen = await redis.hget(keys.idempotency(tenantId), key);
   if (seen === null) return null;
   const bar = seen.indexOf('|');
-  if (seen.slice(bar + 1) !== requestHash(request)) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
+  if (request === REFUSED || seen.slice(bar + 1) !== requestHash(request)) throw new ApiError(409, 'idempotency_key_reused', 'This Idempotency-Key was used with a different request', { param: 'Idempotency-Key' });
   return getMessage(redis, keys, tenantId, seen.slice(0, bar));
 }
 

@@ -36,6 +36,8 @@ export type AuthOptions = {
   perTenant?: { group: string; limit: number };
   /** the least body size the route reads whatever `HTTP_BODY_LIMIT_BYTES` says (event batches: `EVENT_BATCH_BODY_BYTES`) */
   bodyAtLeast?: number;
+  /** a body the JSON layer refuses reaches the route as a `RefusedBody` (json-body.ts), which answers its problem itself */
+  refusedBodyToRoute?: boolean;
 };
 
 /** Requests in progress per `group|tenant id` (only while some are). */
@@ -142,7 +144,7 @@ async function tenantFor(ctx: Context, deps: AppDeps, principal: Principal): Pro
  * workspace is 403 `forbidden` first, as on every route (spec Part 7).
  */
 export function authorize(deps: AppDeps, plane: Plane, scope: string | null, options: AuthOptions = {}) {
-  const body = jsonBody(Math.max(deps.config.bodyLimitBytes, options.bodyAtLeast ?? 0));
+  const body = jsonBody(Math.max(deps.config.bodyLimitBytes, options.bodyAtLeast ?? 0), { refusedToRoute: options.refusedBodyToRoute });
   const sessionOnly = scope !== null && isSessionOnly(scope);
   const auth = async function auth(ctx: Context, next: Next): Promise<void> {
     if (repeatsHeader(ctx.req, 'authorization')) throw new ApiError(400, 'bad_request', 'Send one Authorization header, not several', { param: 'Authorization' });

@@ -7,7 +7,7 @@ import { bodyProblems } from '../../lib/validator.js';
 import { apnsContentProblems, CONTENT_FIELDS, reservedDataProblems } from '../../lib/apns-payload.js';
 import type { ErrorDetail } from '../../lib/errors.js';
 import {
-  cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, type MessageContent, type Target,
+  cancelMessage, createMessage, findReplayedMessage, getDelivery, getMessage, loadDeliveries, loadMessages, MAX_SEND_AHEAD_MS, REFUSED, type MessageContent, type Target,
 } from '../../streams/messages.js';
 import { findTopic } from '../../streams/topics.js';
 import { auditScopeOf } from '../audit.js';
@@ -15,6 +15,7 @@ import type { AppDeps } from '../deps.js';
 import { respond } from '../envelope.js';
 import { pageRecords, pageRequest } from '../list.js';
 import { authorize, tenantOf, type AuthState } from '../middleware/auth.js';
+import { RefusedBody } from '../middleware/json-body.js';
 import { repeatsHeader } from '../params.js';
 
 type CreateBody = MessageContent & { to: string | Record<string, unknown>; sendAt?: string };
@@ -99,7 +100,8 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       creates one delivery per subscription of the audience (skipped ones with a reason) and sends them over APNs.
    *       With `sendAt` the message is `scheduled` and can be canceled until due. With `Idempotency-Key`, replaying the same
    *       request answers the original message (202, `Idempotent-Replayed: true`) and sends nothing again; the same key with a
-   *       different request is 409 `idempotency_key_reused`. Keys are per tenant and never expire. An empty (or blank) or
+   *       different request is 409 `idempotency_key_reused`, whatever is wrong with it (not JSON, refused by the schema):
+   *       a used key is looked up before the body is checked. Keys are per tenant and never expire. An empty (or blank) or
    *       longer than 255 bytes `Idempotency-Key`, or one sent on several header lines (read as one, `k, k` would be a
    *       new key), is 400 `validation` (param `Idempotency-Key`). A `to` that is neither
    *       a string nor an object with exactly one of its four fields is 400 `validation` with one detail, param `to`.
@@ -139,21 +141,25 @@ export function registerMessages(router: Router, deps: AppDeps): void {
    *       '200': { description: A page, content: { application/json: { schema: { $ref: '#/components/schemas/MessageListResponse' } } } }
    *       default: { $ref: '#/components/responses/Error' }
    */
-  router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send'), async (ctx) => {
+  router.post('/v1/messages', authorize(deps, 'tenant', 'messages:send', { refusedBodyToRoute: true }), async (ctx) => {
     const idempotencyKey = idempotencyKeyOf(ctx);
     const raw: unknown = ctx.request.body;
+    const refused = raw instanceof RefusedBody ? raw.error : null;
+    if (refused && idempotencyKey === null) throw refused;
     const tenantId = tenantOf(ctx).id;
     // the body as sent is what a replay must repeat: validation fills in defaults (`priority`), and a
     // body that adds one is another request (probe AM: `priority: "high"` replayed one sent without it)
-    const asSent: unknown = idempotencyKey === null ? null : structuredClone(raw);
+    const asSent: unknown = idempotencyKey === null ? null : refused ? REFUSED : structuredClone(raw);
     // a key already used answers before anything is checked: the original for the same body (its topic
     // or segment may be gone since), 409 for any other, one the schema refuses too (spec 4.2: it was
-    // 400 until session 62, probe E); only an unused key lets a body's problems be answered
+    // 400 until session 62, probe E), or even the JSON layer (not JSON, too deep: probe X2); only an
+    // unused key lets a body's problems be answered
     const original = idempotencyKey === null ? null : await findReplayedMessage(redis, keys, tenantId, idempotencyKey, asSent);
     if (original) {
       ctx.set('Idempotent-Replayed', 'true');
       return respond(ctx, 202, original);
     }
+    if (refused) throw refused;
     const schemaProblems = bodyProblems('MessageCreate', raw);
     if (schemaProblems.length) {
       const content = isObject(raw) ? contentProblems(raw, false) : [];

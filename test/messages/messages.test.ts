@@ -231,6 +231,15 @@ m('the same Idempotency-Key and body replays the original; another body is 409; 
     assert.equal([reused.status, reused.body.error?.code], [409, 'idempotency_key_reused'], JSON.stringify(invalid));
   }
   assert.is((await ctx.api.post('/v1/messages', ctx.key, { ...body, badge: -1 }, { 'Idempotency-Key': 'order-unused' })).status, 400);
+  // so is one the JSON layer refuses before any route's schema (probe X2: 400 under a used key): not
+  // JSON, nested past 64 levels, a lone surrogate, a number beyond a double
+  const raw = (text: string, key: string) => fetch(`${ctx.service.url}/v1/messages`, { method: 'POST', headers: { authorization: `Bearer ${ctx.key}`, 'content-type': 'application/json', 'idempotency-key': key }, body: text })
+    .then(async (res) => [res.status, ((await res.json()) as any).error?.code]);
+  const refusedBodies = ['{"to": "idem-user",', `{"to":"idem-user","title":"t","body":"b","data":${'{"a":'.repeat(70)}1${'}'.repeat(70)}}`, '{"to":"idem-user","title":"T\\ud800","body":"b"}', '{"to":"idem-user","title":"t","body":"b","badge":1e999}'];
+  for (const text of refusedBodies) {
+    assert.equal(await raw(text, 'order-1'), [409, 'idempotency_key_reused'], text.slice(0, 40));
+    assert.equal((await raw(text, 'order-unused'))[0], 400, text.slice(0, 40));
+  }
   const withDefault = { ...body, priority: 'high' };
   const named = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
   const namedAgain = await ctx.api.post('/v1/messages', ctx.key, withDefault, { 'Idempotency-Key': 'order-2' });
