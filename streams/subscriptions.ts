@@ -287,15 +287,26 @@ export async function registerSubscription(
     // At the limit, a device APNs has declared gone (410, BadDeviceToken: `invalidatedAt`) makes room,
     // the longest gone first; live devices never do. Reinstalls and token changes otherwise filled the
     // 50 with dead tokens, and the user's next device was refused for good (probe B1).
-    if (!(err instanceof ApiError && limitRefusals.has(err))) throw err;
-    const dead = (await listSubscriptions(redis, keys, scope, externalId))
-      .filter((s) => s.invalidatedAt !== null)
-      .sort((a, b) => a.invalidatedAt!.localeCompare(b.invalidatedAt!))[0];
-    if (!dead) throw err;
-    await removeSubscription(redis, keys, scope, externalId, dead.id, options.audit).catch((gone: unknown) => {
-      if (!(gone instanceof ApiError && gone.status === 404)) throw gone; // removed meanwhile: room all the same
-    });
-    return registerOnce(redis, keys, scope, externalId, input, options);
+    // Registrations at the limit at once each pick the same longest-gone device: one of them gets the
+    // room it makes, and the others go on to the next gone device while one is left (probe Y1: 4 at
+    // once with 4 gone devices got two 409s). Each room taken took a gone device, so this ends.
+    let refusal: unknown = err;
+    for (let attempt = 0; attempt < MAX_SUBSCRIPTIONS_PER_SUBSCRIBER; attempt++) {
+      if (!(refusal instanceof ApiError && limitRefusals.has(refusal))) throw refusal;
+      const dead = (await listSubscriptions(redis, keys, scope, externalId))
+        .filter((s) => s.invalidatedAt !== null)
+        .sort((a, b) => a.invalidatedAt!.localeCompare(b.invalidatedAt!))[0];
+      if (!dead) throw refusal;
+      await removeSubscription(redis, keys, scope, externalId, dead.id, options.audit).catch((gone: unknown) => {
+        if (!(gone instanceof ApiError && gone.status === 404)) throw gone; // removed meanwhile: room all the same
+      });
+      try {
+        return await registerOnce(redis, keys, scope, externalId, input, options);
+      } catch (again) {
+        refusal = again;
+      }
+    }
+    throw refusal;
   }
 }
 

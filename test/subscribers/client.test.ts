@@ -146,6 +146,22 @@ c('at the 50-subscription limit a device APNs declared gone makes room, the long
   assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe102), platform: 'ios' })).status, 409);
 });
 
+c('at the limit, registrations at once each take a gone device\'s place while one is left (probe Y1: 4 at once with 4 gone got two 409s)', async ({ api, pk, service, boot }) => {
+  const full = 'full-racing';
+  const ids: string[] = [];
+  for (let i = 0; i < 50; i++) ids.push((await api.post('/v1/client/subscriptions', pk, { externalId: full, channel: 'push', token: token(0xe200 + i), platform: 'ios' })).body.data.id);
+  const scope = { tenantId: boot.tenant.id, workspaceId: boot.workspace.id, partitions: service.config.partitions };
+  for (const i of [2, 9, 17, 30]) await invalidateSubscription(service.redis, service.keys, scope, full, ids[i]!, 'Unregistered', { claim: Number.MAX_SAFE_INTEGER, unregisteredAt: null });
+  // six new devices at once: four find room, the two beyond it are refused; no live device goes
+  const statuses = await Promise.all([0, 1, 2, 3, 4, 5].map((i) => registerAsApp(api, pk, { externalId: full, channel: 'push', token: token(0xe300 + i), platform: 'ios' }).then((r) => r.status)));
+  assert.equal(statuses.filter((x) => x === 201).length, 4, JSON.stringify(statuses));
+  assert.equal(statuses.filter((x) => x === 409).length, 2, JSON.stringify(statuses));
+  const held = (await api.get(`/v1/subscribers/${full}/subscriptions?limit=100`, boot.keys.tenant)).body.data;
+  assert.is(held.total, 50);
+  assert.equal(held.items.filter((x: any) => x.invalidatedAt !== null).length, 0, 'every gone device made room');
+  for (const [i, id] of ids.entries()) if (![2, 9, 17, 30].includes(i)) assert.ok(held.items.some((x: any) => x.id === id), `live device ${i} kept`);
+});
+
 for (const same of [false, true]) {
   const where = same ? 'in one partition' : 'in two partitions';
   c(`a registration refused at the 50-subscription limit changes nothing: a token owned by another subscriber stays with it (${where})`, async ({ api, pk, service, boot }) => {
