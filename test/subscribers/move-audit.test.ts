@@ -275,6 +275,25 @@ move('a first registration overtaken by a move that is then refused (its claim g
   assert.is(await redis.hget(keys.tokens(t), field), `${first.subscription.id}|given-a`);
 });
 
+move('a mute by subscription id alone, sent while another user\'s registration moves the device, acts for the holder once its copy is written (probe Y1: 404, the mute lost)', async (ctx) => {
+  const { api, pk, service } = ctx;
+  const a = await api.post('/v1/client/subscriptions', pk, { externalId: 'holder-a', channel: 'push', token: token(16), platform: 'ios' });
+  assert.is(a.status, 201);
+  let muted: Promise<{ status: number; body: any }> | null = null;
+  await registerSubscription(service.redis, service.keys, ctx.scope, 'holder-b', { channel: 'push', token: token(16), platform: 'ios' }, {
+    afterClaim: async () => {
+      // the owner index names B now, B's copy is not written yet
+      muted = api.patch(`/v1/client/subscriptions/${a.body.data.id}`, pk, { enabled: false });
+      await new Promise((r) => setTimeout(r, 150));
+    },
+  });
+  const res = await muted!;
+  assert.is(res.status, 200, JSON.stringify(res.body));
+  assert.equal([res.body.data.id, res.body.data.enabled], [a.body.data.id, false]);
+  const held = (await api.get('/v1/subscribers/holder-b/subscriptions', ctx.key)).body.data.items;
+  assert.equal(held.map((s: any) => [s.id, s.enabled]), [[a.body.data.id, false]]);
+});
+
 move('the worker\'s sweeper finishes a move whose mover died after its write', async (ctx) => {
   const { api, pk, service } = ctx;
   await api.post('/v1/client/subscriptions', pk, { externalId: 'worker-a', channel: 'push', token: token(10), platform: 'ios' });
