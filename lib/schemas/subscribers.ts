@@ -127,7 +127,7 @@ export const SubscriptionRegister: Schema = {
     anonymousId,
     anonymousIdentityHash,
     channel: { type: 'string', enum: ['push', 'email'], description: 'Default: `push` with a `token` and no `address`, `email` with an `address` and no `token`; required otherwise.' },
-    token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push). An APNs token (hex; not on `platform` android) is kept in lowercase, without spaces or angle brackets, so `AB12…`, `ab12…` and `<ab12 …>` are one device.' },
+    token: { type: 'string', minLength: 8, maxLength: 1024, description: 'Device token (push). An APNs token (hex; not on `platform` android) is kept in lowercase, without spaces or angle brackets, so `AB12…`, `ab12…` and `<ab12 …>` are one device; at least 8 characters besides spaces and angle brackets (400 `validation` otherwise).' },
     address: { type: 'string', minLength: 3, maxLength: 254, format: 'idn-email', description: 'Email address (email): ASCII or internationalised (RFC 6531); its local part at most 64 bytes (RFC 5321).' },
     platform: { type: 'string', enum: ['ios', 'android'] },
     environment: { type: 'string', enum: ['production', 'sandbox'], description: 'APNs environment of the token; default production.' },

@@ -250,6 +250,14 @@ c('50 parallel identical enabled:false updates write exactly one $subscription.m
   assert.is(events.filter((n) => n === '$subscription.unmuted').length, 1);
 });
 
+c('a push token of nothing but spaces and angle brackets is 400 on token: no device (probe Y1: registered, then failed at the first push)', async ({ api, pk }) => {
+  for (const junk of [' '.repeat(8), '<      >', '< ab  cd >']) {
+    const refused = await api.post('/v1/client/subscriptions', pk, { externalId: 'junk-token', channel: 'push', token: junk, platform: 'ios' });
+    assert.equal([refused.status, refused.body.error?.code, refused.body.error?.param], [400, 'validation', 'token'], JSON.stringify(junk));
+  }
+  assert.is((await api.post('/v1/client/subscriptions', pk, { externalId: 'junk-token', channel: 'push', token: '<ab12cd34 ef56>', platform: 'ios' })).status, 201);
+});
+
 c('an internationalized email address (RFC 6531) registers; one that is no address is 400 on address', async ({ api, pk, service }) => {
   // the document says so: `idn-email`, not `email` (ASCII only), which a client built from it checked (probe F1)
   const doc = (await (await fetch(`${service.url}/v1/openapi.json`)).json()) as any;
