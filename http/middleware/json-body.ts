@@ -173,12 +173,6 @@ function bodyError(err: unknown, limitBytes: number): ApiError {
 }
 
 /**
- * Reads a request's JSON body within `limitBytes`. Runs inside `authorize`, after the caller is
- * authenticated, so an anonymous request is answered 401 without its body being read.
- * GET and HEAD read none. Any JSON value parses (`null` or `42` then fail the route's schema
- * with `validation`); a body in another media type (a form, multipart) is 400 `bad_request`.
- */
-/**
  * A body the JSON layer refused (not UTF-8, not JSON, a `__proto__` key, beyond what any body may
  * hold), handed to a route that must weigh it before answering its problem: under an
  * `Idempotency-Key` already used, any other body is 409 `idempotency_key_reused` (spec 4.2), this
@@ -188,6 +182,13 @@ export class RefusedBody {
   constructor(readonly error: ApiError) {}
 }
 
+/**
+ * Reads a request's JSON body within `limitBytes`. Runs inside `authorize`, after the caller is
+ * authenticated, so an anonymous request is answered 401 without its body being read.
+ * GET and HEAD read none. Any JSON value parses (`null` or `42` then fail the route's schema
+ * with `validation`); a body in another media type (a form, multipart) is 400 `bad_request`.
+ * With `refusedToRoute`, a body it refuses reaches the route as a `RefusedBody` instead of its 400.
+ */
 export function jsonBody(limitBytes: number, options: { refusedToRoute?: boolean } = {}) {
   // read as text one character per byte, then decoded as UTF-8 strictly by parseBody (`binary`:
   // iconv-lite's `latin1` is a table lookup in JavaScript, 25 times slower on a large body; probe BV):

@@ -1,5 +1,6 @@
 import type { RoutesBySegment as Router } from '../routes-by-segment.js';
 import type { Context } from 'koa';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { ApiError, notFound, validationError } from '../../lib/errors.js';
 import { bodyProblems, checkBody, checkQuery, queryProblems } from '../../lib/validator.js';
 import { ingestEvents } from '../../streams/ingest.js';
@@ -217,7 +218,7 @@ export function registerClient(router: Router, deps: AppDeps): void {
         // written, and the holder read then has no copy yet: its owner is read again, a few times
         // over about 1.5 s (probe Y1: 40 of 50 such calls were 404, and the mute was lost).
         if (!(err instanceof ApiError && err.status === 404) || ctx.query.externalId !== undefined || attempt >= HOLDER_MOVE_RETRIES) throw err;
-        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+        await sleep(50 * 2 ** attempt);
       }
     }
   });
